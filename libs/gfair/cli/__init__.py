@@ -1,0 +1,1 @@
+"""The `gfair` command line."""

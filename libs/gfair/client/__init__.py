@@ -1,0 +1,1 @@
+"""gfair.client."""

@@ -1,0 +1,1 @@
+"""The six gfair services: thin shells whose handlers call the core."""
