@@ -1,0 +1,52 @@
+"""Heterogeneity pools (one per GPU generation) and per-user per-pool entitlements (DESIGN 2.4).
+
+Without trading each active user is entitled to its ticket share of every pool, water-filled by
+demand: the cluster's GPUs are water-filled among the active users by tickets, capped by each
+user's demand (the GPUs its active jobs ask), and a user's result is then taken as the same
+fraction of every pool. A user asking less than its share thus holds that little of each pool,
+and what it leaves goes to the others in proportion to their tickets. Trading (`trading.py`)
+later moves share between pools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gfair.core.cluster import Cluster, Server
+from gfair.core.tickets import water_fill
+
+
+@dataclass(frozen=True)
+class Pool:
+    generation: str
+    servers: tuple[Server, ...]
+
+    @property
+    def gpus(self) -> int:
+        return sum(s.gpus for s in self.servers)
+
+    @property
+    def largest_server(self) -> int:
+        return max((s.gpus for s in self.servers), default=0)
+
+
+def pools_of(cluster: Cluster) -> dict[str, Pool]:
+    """Generation -> pool, slowest generation first."""
+    return {g: Pool(g, cluster.by_generation(g)) for g in cluster.generations}
+
+
+def entitlements(
+    pool_gpus: Mapping[str, float],
+    tickets: Mapping[str, float],
+    demand: Mapping[str, float],
+) -> dict[str, dict[str, float]]:
+    """User -> pool -> GPUs of share, for the users with demand (see module doc)."""
+    total = float(sum(pool_gpus.values()))
+    if total <= 0:
+        return {user: dict.fromkeys(pool_gpus, 0.0) for user in demand}
+    shares = water_fill(total, tickets, demand)
+    return {
+        user: {pool: share * gpus / total for pool, gpus in pool_gpus.items()}
+        for user, share in shares.items()
+    }

@@ -1,0 +1,259 @@
+"""Split stride: per-server gang-aware stride plus a central stride for multi-server jobs
+(DESIGN 2.3).
+
+- A job that fits one server is queued on that server's local `GangStride`.
+- A job spanning servers holds whole servers (of one generation) and is queued centrally. The
+  central gang-aware stride sees the multi-server jobs plus one *aggregate* entry per contested
+  server (a server some multi-server job is placed on): its tickets are the sum of its local
+  jobs' tickets and its size is the server's GPUs. Entries are visited by (pass, join order);
+  an entry runs when all the servers it needs are still unclaimed. A winning multi-server job
+  holds its servers for the quantum and their local schedulers yield; an aggregate that wins
+  lets its server schedule locally. Each winner pays ``GPUs held / tickets``.
+- Servers no multi-server job is placed on are uncontested: they always schedule locally, and
+  they cost nothing centrally (the central queue is only as large as the multi-server part of
+  the workload). A server becoming contested joins the central queue at its minimum pass.
+
+A multi-server job pays for the whole servers it holds (they are denied to everyone else for
+the quantum), not only for the GPUs it asked.
+
+State is plain data: `snapshot()` gives a JSON-able dict and `restore()` takes it back, so the
+live service can keep passes in a key-value bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gfair.core.cluster import Cluster
+from gfair.core.gang import ENTRY_ORDER, GangStride
+from gfair.core.stride import StrideEntry, check_tickets
+
+
+class SplitStride:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._local: dict[str, GangStride] = {s.id: GangStride(s.gpus) for s in cluster.servers}
+        self._where: dict[str, tuple[str, ...]] = {}  # job id -> servers
+        self._multi: dict[str, StrideEntry] = {}  # central entries of multi-server jobs
+        self._aggregates: dict[str, StrideEntry] = {}  # central entries of contested servers
+        self._multi_on: dict[str, set[str]] = {}  # server id -> multi-server jobs placed on it
+        self._central_floor = 0.0
+        self._central_seq = 0
+
+    # -- queries ------------------------------------------------------------------------
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._where
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def placement(self, job_id: str) -> tuple[str, ...]:
+        return self._where[job_id]
+
+    def placements(self) -> Mapping[str, tuple[str, ...]]:
+        return self._where
+
+    def local_jobs(self, server_id: str) -> tuple[str, ...]:
+        return self._local[server_id].job_ids()
+
+    def local_queue(self, server_id: str) -> GangStride:
+        return self._local[server_id]
+
+    def multi_jobs_on(self, server_id: str) -> frozenset[str]:
+        return frozenset(self._multi_on.get(server_id, ()))
+
+    def server_tickets(self, server_id: str) -> float:
+        """Ticket load on a server: its local jobs' tickets plus, for each multi-server job
+        placed on it, the job's tickets in proportion to the GPUs the server gives it."""
+        total = self._local[server_id].tickets
+        for job_id in self._multi_on.get(server_id, ()):
+            entry = self._multi[job_id]
+            total += entry.tickets * self._local[server_id].gpus / entry.gpus
+        return total
+
+    def tickets(self, job_id: str) -> float:
+        return self._entry(job_id).tickets
+
+    def pass_of(self, job_id: str) -> float:
+        return self._entry(job_id).pass_
+
+    def _entry(self, job_id: str) -> StrideEntry:
+        servers = self._where[job_id]
+        if job_id in self._multi:
+            return self._multi[job_id]
+        return self._local[servers[0]].entry(job_id)
+
+    def _central_min_pass(self) -> float:
+        passes = [e.pass_ for e in self._multi.values()]
+        passes.extend(e.pass_ for e in self._aggregates.values())
+        return min(passes, default=self._central_floor)
+
+    # -- changes ------------------------------------------------------------------------
+
+    def add(
+        self, job_id: str, servers: Iterable[str], gpus: int, tickets: float, lag: float = 0.0
+    ) -> None:
+        """Queue `job_id` on `servers`: one server -> local queue, several -> central."""
+        servers = tuple(servers)
+        if job_id in self._where:
+            raise ValueError(f"job {job_id} is already placed on {self._where[job_id]}")
+        if not servers:
+            raise ValueError(f"job {job_id}: no servers given")
+        for server_id in servers:
+            if server_id not in self._local:
+                raise ValueError(f"job {job_id}: unknown server {server_id!r}")
+        if len(set(servers)) != len(servers):
+            raise ValueError(f"job {job_id}: a server is listed twice in {servers}")
+        if len(servers) == 1:
+            self._local[servers[0]].join(job_id, gpus, tickets, lag)
+            self._where[job_id] = servers
+            return
+        self._add_multi(job_id, servers, gpus, tickets, lag)
+
+    def _add_multi(
+        self, job_id: str, servers: tuple[str, ...], gpus: int, tickets: float, lag: float
+    ) -> None:
+        members = [self.cluster.server(s) for s in servers]
+        if len({m.generation for m in members}) != 1:
+            raise ValueError(f"job {job_id}: servers {servers} mix GPU generations")
+        held = sum(m.gpus for m in members)
+        if gpus > held:
+            raise ValueError(f"job {job_id} asks {gpus} GPUs; servers {servers} have {held}")
+        tickets = check_tickets(job_id, tickets)
+        for server_id in servers:
+            if server_id not in self._multi_on:
+                self._multi_on[server_id] = set()
+                self._aggregates[server_id] = StrideEntry(
+                    server_id,
+                    1.0,
+                    self._central_min_pass(),
+                    self._next_central_seq(),
+                    self.cluster.server(server_id).gpus,
+                )
+            self._multi_on[server_id].add(job_id)
+        self._multi[job_id] = StrideEntry(
+            job_id,
+            tickets,
+            self._central_min_pass() + max(0.0, lag),
+            self._next_central_seq(),
+            held,
+        )
+        self._where[job_id] = servers
+
+    def _next_central_seq(self) -> int:
+        self._central_seq += 1
+        return self._central_seq - 1
+
+    def remove(self, job_id: str) -> float:
+        """Forget `job_id`; return its lag (pass above its queue's minimum)."""
+        servers = self._where.pop(job_id)
+        if job_id not in self._multi:
+            return self._local[servers[0]].leave(job_id)
+        floor = self._central_min_pass()
+        entry = self._multi.pop(job_id)
+        self._central_floor = max(self._central_floor, floor)
+        for server_id in servers:
+            jobs = self._multi_on[server_id]
+            jobs.discard(job_id)
+            if not jobs:
+                del self._multi_on[server_id]
+                del self._aggregates[server_id]
+        return entry.pass_ - floor
+
+    def move(self, job_id: str, servers: Iterable[str], gpus: int) -> None:
+        """Migrate `job_id`, keeping how far ahead of its queue's minimum it was."""
+        tickets = self.tickets(job_id)
+        lag = self.remove(job_id)
+        self.add(job_id, servers, gpus, tickets, lag)
+
+    def set_tickets(self, job_id: str, tickets: float) -> None:
+        servers = self._where[job_id]
+        if job_id in self._multi:
+            self._multi[job_id].tickets = check_tickets(job_id, tickets)
+        else:
+            self._local[servers[0]].set_tickets(job_id, tickets)
+
+    # -- one quantum --------------------------------------------------------------------
+
+    def schedule(self) -> dict[str, tuple[str, ...]]:
+        """One quantum: server id -> jobs holding GPUs on it (busy servers only)."""
+        runs: dict[str, tuple[str, ...]] = {}
+        yielded: set[str] = set()
+        if self._multi:
+            yielded = self._schedule_central(runs)
+        for server_id, queue in self._local.items():
+            if len(queue) and server_id not in yielded:
+                run = queue.schedule()
+                if run:
+                    runs[server_id] = run
+        return runs
+
+    def _schedule_central(self, runs: dict[str, tuple[str, ...]]) -> set[str]:
+        """Decide the contested servers; return those whose local schedulers yield."""
+        contenders = list(self._multi.values())
+        for server_id, aggregate in self._aggregates.items():
+            local_tickets = self._local[server_id].tickets
+            if local_tickets > 0:
+                aggregate.tickets = local_tickets
+                contenders.append(aggregate)
+        contenders.sort(key=ENTRY_ORDER)
+        self._central_floor = max(self._central_floor, contenders[0].pass_)
+        claimed: set[str] = set()
+        yielded: set[str] = set()
+        for entry in contenders:
+            if entry.id in self._multi:
+                servers = self._where[entry.id]
+                if claimed.isdisjoint(servers):
+                    claimed.update(servers)
+                    yielded.update(servers)
+                    for server_id in servers:
+                        runs[server_id] = (entry.id,)
+                    entry.pass_ += entry.gpus / entry.tickets
+            elif entry.id not in claimed:
+                claimed.add(entry.id)
+                entry.pass_ += entry.gpus / entry.tickets
+        return yielded
+
+    # -- persistence --------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "servers": {sid: q.snapshot() for sid, q in self._local.items() if len(q)},
+            "multi": [
+                {**e.to_dict(), "servers": list(self._where[e.id])} for e in self._multi.values()
+            ],
+            "aggregates": [e.to_dict() for e in self._aggregates.values()],
+            "central_floor": self._central_floor,
+            "central_seq": self._central_seq,
+        }
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Replace all state with a `snapshot` taken on a cluster with the same servers."""
+        local = {s.id: GangStride(s.gpus) for s in self.cluster.servers}
+        where: dict[str, tuple[str, ...]] = {}
+        for server_id, raw in data["servers"].items():
+            if server_id not in local:
+                raise ValueError(f"snapshot names unknown server {server_id!r}")
+            local[server_id].restore(raw)
+            for job_id in local[server_id].job_ids():
+                where[job_id] = (server_id,)
+        multi: dict[str, StrideEntry] = {}
+        multi_on: dict[str, set[str]] = {}
+        for raw in data["multi"]:
+            entry = StrideEntry.from_dict(raw)
+            servers = tuple(str(s) for s in raw["servers"])
+            for server_id in servers:
+                if server_id not in local:
+                    raise ValueError(f"snapshot names unknown server {server_id!r}")
+                multi_on.setdefault(server_id, set()).add(entry.id)
+            multi[entry.id] = entry
+            where[entry.id] = servers
+        aggregates = {e.id: e for e in map(StrideEntry.from_dict, data["aggregates"])}
+        if set(aggregates) != set(multi_on):
+            raise ValueError("snapshot's aggregate entries do not match its multi-server jobs")
+        self._local, self._where, self._multi = local, where, multi
+        self._aggregates, self._multi_on = aggregates, multi_on
+        self._central_floor = float(data["central_floor"])
+        self._central_seq = int(data["central_seq"])
