@@ -1,0 +1,295 @@
+"""Events of a job's life after submission, on `gfair.job.<user>.<job_id>.<event>`.
+
+The `<event>` token is the verb of the event type (`gfair.job.started.v1` -> `started`).
+Who publishes what:
+
+- placement: accepted, rejected, placed
+- node executor: started, progress, suspended, resumed, migrated, checkpointed, exited
+- failure detector: completed, failed, retried (it classifies each `exited`, DESIGN 2.6)
+- placement, on a cancel request: cancelled
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Self
+
+from pydantic import Field, model_validator
+
+from gfair.events.envelope import EventData
+from gfair.events.fields import (
+    AbsolutePath,
+    Attempt,
+    Bytes,
+    ExitStatus,
+    Generation,
+    GpuCount,
+    GpuIndices,
+    JobId,
+    JobRef,
+    Name,
+    NodeId,
+    NodeIds,
+    PositiveSeconds,
+    Rate,
+    Reason,
+    Seconds,
+    SignalNumber,
+    StderrTail,
+    Step,
+    UserName,
+    XidCode,
+)
+from gfair.events.reasons import FailureClass, MigrationReason, RejectionCode, SuspendReason
+from gfair.events.registry import register
+from gfair.events.states import JobState
+from gfair.events.subjects import PREFIX, job_subject
+
+
+class JobEvent(EventData):
+    """Base of every event about one job; `user` and `job_id` place it in the subject."""
+
+    # The state the job is in after this event; None when the event does not move it.
+    JOB_STATE: ClassVar[JobState | None] = None
+
+    user: UserName
+    job_id: JobId
+
+    @property
+    def job(self) -> JobRef:
+        return JobRef(user=self.user, job_id=self.job_id)
+
+    @classmethod
+    def event_name(cls) -> str:
+        return cls.EVENT_TYPE.split(".")[2]
+
+    def subject(self) -> str:
+        return job_subject(self.user, self.job_id, self.event_name())
+
+    @classmethod
+    def subject_pattern(cls) -> str:
+        return f"{PREFIX}.job.*.*.{cls.event_name()}"
+
+
+def _not_success(failure_class: FailureClass) -> FailureClass:
+    if failure_class is FailureClass.SUCCESS:
+        raise ValueError("a failure cannot have failure class success")
+    return failure_class
+
+
+@register
+class JobAccepted(JobEvent):
+    """Admission passed: the job waits for GPUs."""
+
+    EVENT_TYPE = "gfair.job.accepted.v1"
+    JOB_STATE = JobState.QUEUED
+
+    gpus: GpuCount
+    job_type: Name | None = None
+
+
+@register
+class JobRejected(JobEvent):
+    """Admission failed; the job will never run. `code` says which check, `reason` why."""
+
+    EVENT_TYPE = "gfair.job.rejected.v1"
+    JOB_STATE = JobState.REJECTED
+
+    code: RejectionCode
+    reason: Reason
+
+
+@register
+class JobPlaced(JobEvent):
+    """The job got a pool and servers; it runs there when its quanta come."""
+
+    EVENT_TYPE = "gfair.job.placed.v1"
+    JOB_STATE = JobState.PLACED
+
+    servers: NodeIds = Field(description="Servers the gang runs on, each once")
+    generation: Generation
+
+
+@register
+class JobStarted(JobEvent):
+    """A node executor started the job's process on its GPUs (fresh or from a checkpoint)."""
+
+    EVENT_TYPE = "gfair.job.started.v1"
+    JOB_STATE = JobState.RUNNING
+
+    node_id: NodeId
+    gpu_indices: GpuIndices
+    attempt: Attempt
+
+
+@register
+class JobProgress(JobEvent):
+    """Mini-batch rate measured on one GPU generation: the profiler's raw observation."""
+
+    EVENT_TYPE = "gfair.job.progress.v1"
+
+    node_id: NodeId
+    generation: Generation
+    attempt: Attempt
+    minibatches_per_s: Rate
+    iterations: Step = Field(description="Mini-batches done so far, over all attempts")
+    checkpoint_step: Step | None = Field(default=None, description="Step of the last checkpoint")
+    window_s: PositiveSeconds | None = Field(default=None, description="Measured over this long")
+
+
+@register
+class JobSuspended(JobEvent):
+    """Checkpointed and off its GPUs until a later quantum."""
+
+    EVENT_TYPE = "gfair.job.suspended.v1"
+    JOB_STATE = JobState.SUSPENDED
+
+    node_id: NodeId
+    attempt: Attempt
+    reason: SuspendReason
+    checkpoint_step: Step | None = None
+    duration_s: Seconds | None = Field(default=None, description="Time the suspend took")
+
+
+@register
+class JobResumed(JobEvent):
+    """Back on GPUs from its checkpoint."""
+
+    EVENT_TYPE = "gfair.job.resumed.v1"
+    JOB_STATE = JobState.RUNNING
+
+    node_id: NodeId
+    gpu_indices: GpuIndices
+    attempt: Attempt
+    checkpoint_step: Step | None = None
+    duration_s: Seconds | None = Field(default=None, description="Time the resume took")
+
+
+@register
+class JobMigrated(JobEvent):
+    """Checkpointed and released on `from_node`; it next starts on `to_node`."""
+
+    EVENT_TYPE = "gfair.job.migrated.v1"
+    JOB_STATE = JobState.PLACED
+
+    from_node: NodeId
+    to_node: NodeId
+    reason: MigrationReason
+    attempt: Attempt
+    checkpoint_step: Step | None = None
+
+    @model_validator(mode="after")
+    def _moves(self) -> Self:
+        if self.from_node == self.to_node:
+            raise ValueError("from_node and to_node must differ")
+        return self
+
+
+@register
+class JobCheckpointed(JobEvent):
+    """A checkpoint was written: on failure the job resumes from here, not from scratch."""
+
+    EVENT_TYPE = "gfair.job.checkpointed.v1"
+
+    node_id: NodeId
+    attempt: Attempt
+    step: Step
+    path: AbsolutePath
+    size_bytes: Bytes | None = None
+    duration_s: Seconds | None = None
+
+
+@register
+class JobExited(JobEvent):
+    """The job's process ended without being asked to; the failure detector classifies it.
+
+    Exactly one of `exit_code` (it exited) and `signal` (a signal killed it) is set.
+    """
+
+    EVENT_TYPE = "gfair.job.exited.v1"
+
+    node_id: NodeId
+    attempt: Attempt
+    exit_code: ExitStatus | None = None
+    signal: SignalNumber | None = None
+    runtime_s: Seconds = Field(description="Wall time of this attempt")
+    stderr_tail: StderrTail = ""
+    xid_errors: tuple[XidCode, ...] = Field(
+        default=(), description="NVML XID codes seen on the job's GPUs while it ran"
+    )
+
+    @model_validator(mode="after")
+    def _one_cause(self) -> Self:
+        if (self.exit_code is None) == (self.signal is None):
+            raise ValueError("exactly one of exit_code and signal must be set")
+        return self
+
+
+@register
+class JobCompleted(JobEvent):
+    """Finished successfully."""
+
+    EVENT_TYPE = "gfair.job.completed.v1"
+    JOB_STATE = JobState.COMPLETED
+
+    attempt: Attempt
+    runtime_s: Seconds | None = Field(default=None, description="Wall time over all attempts")
+    iterations: Step | None = None
+
+
+@register
+class JobFailed(JobEvent):
+    """Failed for good: its class is not retried, or its retry budget is spent."""
+
+    EVENT_TYPE = "gfair.job.failed.v1"
+    JOB_STATE = JobState.FAILED
+
+    failure_class: FailureClass
+    reason: Reason
+    attempt: Attempt
+    node_id: NodeId | None = None
+    exit_code: ExitStatus | None = None
+    signal: SignalNumber | None = None
+    stderr_tail: StderrTail = ""
+
+    @model_validator(mode="after")
+    def _is_failure(self) -> Self:
+        _not_success(self.failure_class)
+        return self
+
+
+@register
+class JobRetried(JobEvent):
+    """A retryable failure: the job queues again for attempt `attempt` after `delay_s`."""
+
+    EVENT_TYPE = "gfair.job.retried.v1"
+    JOB_STATE = JobState.QUEUED
+
+    attempt: Attempt = Field(description="The attempt about to be made (2 for the first retry)")
+    delay_s: Seconds
+    failure_class: FailureClass
+    reason: Reason
+    resume_from_step: Step | None = Field(default=None, description="None: from scratch")
+
+    @model_validator(mode="after")
+    def _is_retry(self) -> Self:
+        _not_success(self.failure_class)
+        if self.attempt < 2:
+            raise ValueError("a retry is attempt 2 or later")
+        return self
+
+
+@register
+class JobCancelled(JobEvent):
+    """Cancelled on request; its processes are killed and its GPUs freed."""
+
+    EVENT_TYPE = "gfair.job.cancelled.v1"
+    JOB_STATE = JobState.CANCELLED
+
+    previous_state: JobState
+    reason: Reason | None = None
+
+    @model_validator(mode="after")
+    def _was_live(self) -> Self:
+        if self.previous_state.terminal:
+            raise ValueError(f"a {self.previous_state} job cannot be cancelled")
+        return self

@@ -1,0 +1,98 @@
+"""What tools publish: job submissions and cancellation requests.
+
+Job ids are chosen by the submitting tool, not assigned by the cluster. The tool therefore knows
+where the job's events will appear (`gfair.job.<user>.<job_id>.>`) before it publishes, and can
+subscribe first without racing the scheduler. A job id is a subject token
+(`[A-Za-z0-9_-]{1,64}`) unique among the user's jobs; `new_job_id()` makes one. Submitting an id
+the user already used is rejected with `duplicate_job_id`, unless it is a redelivery of the same
+envelope (same envelope id), which changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+from pydantic import Field
+
+from gfair.events.fields import (
+    MAX_RETRIES,
+    AbsolutePath,
+    Argv,
+    Environment,
+    GpuCount,
+    Name,
+    Reason,
+    Tickets,
+)
+from gfair.events.jobs import JobEvent
+from gfair.events.registry import register
+from gfair.events.states import JobState
+from gfair.events.subjects import PREFIX, cancel_subject, submit_subject
+
+_NOT_IN_TOKEN = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def new_job_id(name: str | None = None) -> str:
+    """A fresh job id: `<name>-<12 random hex>` (the name squeezed into a token), or hex alone."""
+    suffix = secrets.token_hex(6)
+    if not name:
+        return suffix
+    stem = _NOT_IN_TOKEN.sub("-", name).strip("-")[: 64 - len(suffix) - 1]
+    return f"{stem}-{suffix}" if stem else suffix
+
+
+@register
+class JobSubmitted(JobEvent):
+    """A request to run a job for `user`; published by tools on `gfair.submit.<user>`.
+
+    The user pays with its fair share: `tickets` only weighs this job against the same user's
+    other jobs (default: all equal, DESIGN 1.1); it never raises the user's share.
+    """
+
+    EVENT_TYPE = "gfair.job.submitted.v1"
+    JOB_STATE = JobState.SUBMITTED
+
+    gpus: GpuCount = Field(description="GPUs the job needs at once (gang)")
+    command: Argv
+    tickets: Tickets | None = Field(
+        default=None, description="Weight among the user's own jobs; default equal"
+    )
+    job_type: Name | None = Field(
+        default=None,
+        description="Model family for throughput seeding, e.g. 'ResNet-50 (batch size 64)'",
+    )
+    name: Name | None = Field(default=None, description="Human-readable label")
+    env: Environment = Field(default_factory=dict)
+    working_dir: AbsolutePath | None = Field(
+        default=None, description="Working directory on the node"
+    )
+    max_retries: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_RETRIES,
+        description="Cap on retries after retryable failures; default: the failure policy's",
+    )
+
+    def subject(self) -> str:
+        return submit_subject(self.user)
+
+    @classmethod
+    def subject_pattern(cls) -> str:
+        return f"{PREFIX}.submit.*"
+
+
+@register
+class JobCancelRequested(JobEvent):
+    """A request to cancel one of `user`'s jobs; published by tools on `gfair.cancel.<user>`."""
+
+    EVENT_TYPE = "gfair.job.cancel_requested.v1"
+
+    reason: Reason | None = None
+
+    def subject(self) -> str:
+        return cancel_subject(self.user)
+
+    @classmethod
+    def subject_pattern(cls) -> str:
+        return f"{PREFIX}.cancel.*"
