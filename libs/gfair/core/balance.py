@@ -17,7 +17,7 @@ potential cannot go down forever, so with tickets unchanged a job never moves ba
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gfair.core.cluster import Server
@@ -100,44 +100,55 @@ def spread(servers: Sequence[Server], tickets_on: Mapping[str, float]) -> float:
 
 def propose_migrations(
     servers: Sequence[Server],
-    residents: Mapping[str, Sequence[Resident]],
+    tickets_on: Mapping[str, float],
+    residents_of: Callable[[str], Iterable[Resident]],
     threshold: float,
     budget: int,
 ) -> list[Move]:
-    """Moves that even out ticket load among `servers` (one generation); see module doc."""
+    """Moves that even out ticket load among `servers` (one generation); see module doc.
+
+    `tickets_on` gives each server's ticket load and `residents_of` its jobs; the latter is
+    only asked about the servers jobs might leave, so a call costs O(servers) plus their jobs.
+    """
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
-    tickets_on = {s.id: sum(r.tickets for r in residents.get(s.id, ())) for s in servers}
-    jobs = {s.id: list(residents.get(s.id, ())) for s in servers}
+    load = {s.id: tickets_on.get(s.id, 0.0) for s in servers}
+    jobs: dict[str, list[Resident]] = {}
+
+    def residents(server_id: str) -> list[Resident]:
+        if server_id not in jobs:
+            jobs[server_id] = list(residents_of(server_id))
+        return jobs[server_id]
+
     moves: list[Move] = []
-    while len(moves) < budget and spread(servers, tickets_on) > threshold:
-        move = _best_move(servers, tickets_on, jobs)
+    while len(moves) < budget and spread(servers, load) > threshold:
+        move = _best_move(servers, load, residents)
         if move is None:
             break
         source, target, resident = move
-        jobs[source.id].remove(resident)
-        jobs[target.id].append(resident)
-        tickets_on[source.id] -= resident.tickets
-        tickets_on[target.id] += resident.tickets
+        residents(source.id).remove(resident)
+        residents(target.id).append(resident)
+        load[source.id] -= resident.tickets
+        load[target.id] += resident.tickets
         moves.append(Move(resident.job_id, source.id, target.id))
     return moves
 
 
 def _best_move(
     servers: Sequence[Server],
-    tickets_on: Mapping[str, float],
-    jobs: Mapping[str, list[Resident]],
+    load: Mapping[str, float],
+    residents: Callable[[str], list[Resident]],
 ) -> tuple[Server, Server, Resident] | None:
     """The move lowering the potential most, tried from the most-loaded server down."""
-    by_load = sorted(servers, key=lambda s: tickets_on[s.id] / s.gpus)
+    by_load = sorted(servers, key=lambda s: load[s.id] / s.gpus)
     target = by_load[0]
     for source in reversed(by_load[1:]):
-        t_a, t_b = tickets_on[source.id], tickets_on[target.id]
+        t_a, t_b = load[source.id], load[target.id]
         if t_a / source.gpus <= t_b / target.gpus + _EPS:
             return None
         best: Resident | None = None
         best_delta = -_EPS * max(1.0, t_a * t_a / source.gpus)
-        for resident in jobs[source.id]:
+        for resident in residents(source.id):
             if not resident.movable or resident.gpus > target.gpus:
                 continue
             t = resident.tickets

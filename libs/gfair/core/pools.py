@@ -11,7 +11,7 @@ later moves share between pools.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gfair.core.cluster import Cluster, Server
 from gfair.core.tickets import water_fill
@@ -21,14 +21,12 @@ from gfair.core.tickets import water_fill
 class Pool:
     generation: str
     servers: tuple[Server, ...]
+    gpus: int = field(init=False)
+    largest_server: int = field(init=False)
 
-    @property
-    def gpus(self) -> int:
-        return sum(s.gpus for s in self.servers)
-
-    @property
-    def largest_server(self) -> int:
-        return max((s.gpus for s in self.servers), default=0)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", sum(s.gpus for s in self.servers))
+        object.__setattr__(self, "largest_server", max((s.gpus for s in self.servers), default=0))
 
 
 def pools_of(cluster: Cluster) -> dict[str, Pool]:

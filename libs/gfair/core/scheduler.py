@@ -107,6 +107,7 @@ class _User:
     used: Counter[str] = field(default_factory=Counter)  # pool -> GPUs its placed jobs ask
     type_gpus: Counter[str | None] = field(default_factory=Counter)
     demand: int = 0
+    speeds: dict[str, float] | None = None  # cached speed profile; None when stale
 
 
 class GandivaFair:
@@ -153,6 +154,7 @@ class GandivaFair:
         user = self._user(job.user)
         user.demand += job.gpus
         user.type_gpus[job.job_type] += job.gpus
+        user.speeds = None
         self._refresh_shares()
         entitled = self._entitled.get(job.user, {})
         views = [
@@ -185,6 +187,7 @@ class GandivaFair:
         if user.type_gpus[spec.job_type] == 0:
             del user.type_gpus[spec.job_type]
         user.demand -= spec.gpus
+        user.speeds = None
         self._pool_demand[job.pool] -= spec.gpus
         if user.demand == 0:
             del self._users[spec.user]
@@ -193,6 +196,7 @@ class GandivaFair:
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         spec = self._jobs[job_id].spec
         self.estimator.observe(job_id, spec.user, spec.job_type, generation, rate)
+        self._users[spec.user].speeds = None
         if self.config.trading:
             self._shares_dirty = True
 
@@ -209,7 +213,7 @@ class GandivaFair:
             for pool in self.pools.values():
                 self._balance_moves(pool, budget - len(migrations), migrations)
             self._moves_dirty = len(migrations) >= budget > 0
-            if migrations:
+            if self._tickets_dirty:  # a job changed pools
                 self._retick()
         runs = self._stride.schedule()
         return QuantumPlan(
@@ -257,10 +261,7 @@ class GandivaFair:
         trades: tuple[Trade, ...] = ()
         if self.config.trading and len(self.pools) > 1 and len(names) > 1:
             generations = tuple(self.pools)
-            speeds = {
-                u: self.estimator.user_speeds(u, self._users[u].type_gpus, generations)
-                for u in names
-            }
+            speeds = {u: self._user_speeds(u, generations) for u in names}
             result = trade(
                 shares,
                 speeds,
@@ -273,6 +274,12 @@ class GandivaFair:
         if shares != self._entitled:
             self._entitled = shares
             self._tickets_dirty = self._moves_dirty = True
+
+    def _user_speeds(self, name: str, generations: tuple[str, ...]) -> dict[str, float]:
+        user = self._users[name]
+        if user.speeds is None:
+            user.speeds = self.estimator.user_speeds(name, user.type_gpus, generations)
+        return user.speeds
 
     def _estimated_tickets(self, user_name: str, pool: Pool) -> float:
         """Stride tickets of one job of `user_name` in `pool` (see module doc)."""
@@ -312,8 +319,9 @@ class GandivaFair:
         )
 
     def _servers_for(self, pool: Pool, job: JobSpec, user: str) -> tuple[str, ...]:
-        tickets_on = {s.id: self._stride.server_tickets(s.id) for s in pool.servers}
-        return choose_servers(pool, job.gpus, self._estimated_tickets(user, pool), tickets_on)
+        return choose_servers(
+            pool, job.gpus, self._estimated_tickets(user, pool), self._stride.loads()
+        )
 
     def _move(self, job_id: str, pool: Pool, servers: tuple[str, ...], cause: str) -> Migration:
         job = self._jobs[job_id]
@@ -372,23 +380,22 @@ class GandivaFair:
     def _balance_moves(self, pool: Pool, budget: int, migrations: list[Migration]) -> None:
         if budget <= 0 or len(pool.servers) < 2:
             return
-        tickets_on = {s.id: self._stride.server_tickets(s.id) for s in pool.servers}
-        if spread(pool.servers, tickets_on) <= self.config.balance_threshold:
+        loads = self._stride.loads()
+        if spread(pool.servers, loads) <= self.config.balance_threshold:
             return
-        residents: dict[str, list[Resident]] = {}
-        for server in pool.servers:
-            queue = self._stride.local_queue(server.id)
-            residents[server.id] = [
-                Resident(job_id, queue.entry(job_id).gpus, queue.entry(job_id).tickets)
-                for job_id in queue.job_ids()
-            ]
-            if self._stride.multi_jobs_on(server.id):
-                # Multi-server jobs weigh on the server but only move with their whole gang.
-                share = tickets_on[server.id] - queue.tickets
-                residents[server.id].append(
-                    Resident(f"multi@{server.id}", server.gpus, share, movable=False)
-                )
         for move in propose_migrations(
-            pool.servers, residents, self.config.balance_threshold, budget
+            pool.servers, loads, self._residents, self.config.balance_threshold, budget
         ):
             migrations.append(self._move(move.job_id, pool, (move.to_server,), "balance"))
+
+    def _residents(self, server_id: str) -> list[Resident]:
+        queue = self._stride.local_queue(server_id)
+        residents = [
+            Resident(job_id, queue.entry(job_id).gpus, queue.entry(job_id).tickets)
+            for job_id in queue.job_ids()
+        ]
+        multi = self._stride.loads()[server_id] - queue.tickets
+        if multi > 0:
+            # Multi-server jobs weigh on the server but only move with their whole gang.
+            residents.append(Resident(f"multi@{server_id}", queue.gpus, multi, movable=False))
+        return residents

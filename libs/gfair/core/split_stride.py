@@ -40,6 +40,7 @@ class SplitStride:
         self._multi_on: dict[str, set[str]] = {}  # server id -> multi-server jobs placed on it
         self._central_floor = 0.0
         self._central_seq = 0
+        self._load: dict[str, float] = dict.fromkeys(self._local, 0.0)  # `server_tickets`
 
     # -- queries ------------------------------------------------------------------------
 
@@ -72,6 +73,14 @@ class SplitStride:
             entry = self._multi[job_id]
             total += entry.tickets * self._local[server_id].gpus / entry.gpus
         return total
+
+    def loads(self) -> Mapping[str, float]:
+        """Server id -> `server_tickets`, kept up to date as jobs come, go and change tickets."""
+        return self._load
+
+    def _update_load(self, servers: Iterable[str]) -> None:
+        for server_id in servers:
+            self._load[server_id] = self.server_tickets(server_id)
 
     def tickets(self, job_id: str) -> float:
         return self._entry(job_id).tickets
@@ -109,6 +118,7 @@ class SplitStride:
         if len(servers) == 1:
             self._local[servers[0]].join(job_id, gpus, tickets, lag)
             self._where[job_id] = servers
+            self._update_load(servers)
             return
         self._add_multi(job_id, servers, gpus, tickets, lag)
 
@@ -141,6 +151,7 @@ class SplitStride:
             held,
         )
         self._where[job_id] = servers
+        self._update_load(servers)
 
     def _next_central_seq(self) -> int:
         self._central_seq += 1
@@ -150,7 +161,9 @@ class SplitStride:
         """Forget `job_id`; return its lag (pass above its queue's minimum)."""
         servers = self._where.pop(job_id)
         if job_id not in self._multi:
-            return self._local[servers[0]].leave(job_id)
+            lag = self._local[servers[0]].leave(job_id)
+            self._update_load(servers)
+            return lag
         floor = self._central_min_pass()
         entry = self._multi.pop(job_id)
         self._central_floor = max(self._central_floor, floor)
@@ -160,6 +173,7 @@ class SplitStride:
             if not jobs:
                 del self._multi_on[server_id]
                 del self._aggregates[server_id]
+        self._update_load(servers)
         return entry.pass_ - floor
 
     def move(self, job_id: str, servers: Iterable[str], gpus: int) -> None:
@@ -174,6 +188,7 @@ class SplitStride:
             self._multi[job_id].tickets = check_tickets(job_id, tickets)
         else:
             self._local[servers[0]].set_tickets(job_id, tickets)
+        self._update_load(servers)
 
     # -- one quantum --------------------------------------------------------------------
 
@@ -257,3 +272,5 @@ class SplitStride:
         self._aggregates, self._multi_on = aggregates, multi_on
         self._central_floor = float(data["central_floor"])
         self._central_seq = int(data["central_seq"])
+        self._load = dict.fromkeys(self._local, 0.0)
+        self._update_load(self._local)

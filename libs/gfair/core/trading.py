@@ -18,14 +18,16 @@ For a pair of pools (slow L, fast H) every user holding share in both bids its s
    trade, no pair can (any other pair has a lower buyer bid and at least the same price).
 5. Quantity q = min(seller's H share, buyer's L share / p): the buyer gets q of H, the seller
    gets p*q of L. One of them runs out, leaves the auction, and steps 1-5 repeat.
-6. With `demands` given, nobody is made to hold more GPUs than its jobs ask: when p > 1 the
-   seller's total grows by q*(p - 1), when p < 1 the buyer's by q*(1 - p), and q is capped so
-   that it stays within demand. A party left with no room leaves this pair's auction.
+6. With `demands` given, share beyond what a user's jobs ask is worth nothing to it: its
+   effective throughput is that of its best `demand` GPUs of share (fastest pools first). A
+   trade that would leave a party worse off by that measure (e.g. a seller already holding all it
+   can use, paid in more slow GPUs than it gives fast ones) is shrunk to the largest quantity
+   that does not; a party that cannot gain at this price leaves this pair's auction.
 
 Pairs are visited fastest H first, then slowest L first (by the order of `pools`, slowest to
 fastest), and the sweep over all pairs repeats until a sweep makes no trade (at most
 `max_sweeps`). Each trade is a strict improvement for both parties and changes nobody else, so
-every user's effective throughput ``sum(holding[p] * speed[p])`` ends at least where it started.
+every user's effective throughput (`effective_throughput`) ends at least where it started.
 """
 
 from __future__ import annotations
@@ -56,8 +58,20 @@ class TradeResult:
     holdings: dict[str, dict[str, float]]
 
 
-def effective_throughput(holding: Mapping[str, float], speed: Mapping[str, float]) -> float:
-    return sum(gpus * speed.get(pool, 0.0) for pool, gpus in holding.items())
+def effective_throughput(
+    holding: Mapping[str, float], speed: Mapping[str, float], demand: float | None = None
+) -> float:
+    """``sum(holding * speed)`` over the user's best `demand` GPUs of share (all without one)."""
+    if demand is None:
+        return sum(gpus * speed.get(pool, 0.0) for pool, gpus in holding.items())
+    left, total = demand, 0.0
+    for pool in sorted(holding, key=lambda p: -speed.get(p, 0.0)):
+        take = min(holding[pool], left)
+        total += take * speed.get(pool, 0.0)
+        left -= take
+        if left <= 0:
+            break
+    return total
 
 
 def bid(speed: Mapping[str, float], slow: str, fast: str) -> float | None:
@@ -89,18 +103,43 @@ def trade(
             if gpus < 0:
                 raise ValueError(f"user {user}: holding in {pool} is negative ({gpus})")
     pairs = [(pools[lo], pools[hi]) for hi in reversed(range(len(pools))) for lo in range(hi)]
+    ranked = {pair: _rank(held, speeds, *pair) for pair in pairs}
     trades: list[Trade] = []
     for _ in range(max_sweeps):
         before = len(trades)
         for slow, fast in pairs:
-            _auction(held, speeds, demands, slow, fast, min_seller_gain, min_quantity, trades)
+            _auction(
+                held,
+                ranked[slow, fast],
+                speeds,
+                demands,
+                slow,
+                fast,
+                min_seller_gain,
+                min_quantity,
+                trades,
+            )
         if len(trades) == before:
             break
     return TradeResult(tuple(trades), held)
 
 
+def _rank(
+    held: Mapping[str, Mapping[str, float]], speeds: Speeds, slow: str, fast: str
+) -> list[tuple[float, str]]:
+    """Every user's bid for the pair, highest first (equal bids by user name)."""
+    bids = []
+    for user in sorted(held):
+        value = bid(speeds.get(user, {}), slow, fast)
+        if value is not None:
+            bids.append((value, user))
+    bids.sort(key=lambda b: -b[0])  # stable
+    return bids
+
+
 def _auction(
     held: dict[str, dict[str, float]],
+    ranked: list[tuple[float, str]],
     speeds: Speeds,
     demands: Mapping[str, float] | None,
     slow: str,
@@ -109,52 +148,85 @@ def _auction(
     min_quantity: float,
     trades: list[Trade],
 ) -> None:
-    full: set[str] = set()  # users whose demand leaves no room to trade in this pair
-    while True:
-        bids: list[tuple[float, str]] = []
-        for user in sorted(held):
-            if held[user][slow] <= min_quantity or held[user][fast] <= min_quantity:
-                continue
-            if user in full:
-                continue
-            value = bid(speeds.get(user, {}), slow, fast)
-            if value is not None:
-                bids.append((value, user))
-        if len(bids) < 2:
-            return
-        bids.sort(key=lambda b: -b[0])  # stable: equal bids stay in user-name order
+    # Bids do not change while trading, only who holds share in both pools.
+    bids = [
+        b for b in ranked if held[b[1]][slow] > min_quantity and held[b[1]][fast] > min_quantity
+    ]
+    while len(bids) >= 2:
         buyer_bid, buyer = bids[0]
         seller_bid, seller = bids[-1]
         price = max(bids[1][0], seller_bid * (1.0 + min_seller_gain))
         if not (seller_bid < price < buyer_bid and math.isfinite(price) and price > 0):
             return
+        quantity = min(held[seller][fast], held[buyer][slow] / price)
+        limited = None
         if demands is not None:
-            grower = seller if price > 1 else buyer
-            room = demands.get(grower, 0.0) - sum(held[grower].values())
-            cap = room / abs(price - 1) if price != 1 else math.inf
-            if cap <= min_quantity:
-                full.add(grower)
+            quantity, limited = _acceptable(
+                held, speeds, demands, buyer, seller, slow, fast, price, quantity
+            )
+            if quantity <= min_quantity:
+                bids = [b for b in bids if b[1] != limited]
                 continue
-        else:
-            grower, cap = "", math.inf
-        # Whichever side runs out is set to exactly zero, so it leaves the next round.
-        affordable = held[buyer][slow] / price
-        if cap < min(affordable, held[seller][fast]):
-            quantity = cap
-            payment = quantity * price
-            held[seller][fast] -= quantity
-            held[buyer][slow] -= payment
-            full.add(grower)
-        elif held[seller][fast] <= affordable:
+        # Whichever side runs out is set to exactly zero and leaves the auction.
+        payment = quantity * price
+        leaving = [] if limited is None else [limited]
+        if quantity >= held[seller][fast]:
             quantity = held[seller][fast]
-            payment = min(quantity * price, held[buyer][slow])
             held[seller][fast] = 0.0
-            held[buyer][slow] -= payment
         else:
-            quantity = affordable
-            payment = held[buyer][slow]
             held[seller][fast] -= quantity
+        if payment >= held[buyer][slow]:
+            payment = held[buyer][slow]
             held[buyer][slow] = 0.0
+        else:
+            held[buyer][slow] -= payment
         held[seller][slow] += payment
         held[buyer][fast] += quantity
         trades.append(Trade(buyer, seller, fast, slow, quantity, price, buyer_bid, seller_bid))
+        for user in (buyer, seller):
+            if held[user][slow] <= min_quantity or held[user][fast] <= min_quantity:
+                leaving.append(user)
+        bids = [b for b in bids if b[1] not in leaving]
+
+
+def _acceptable(
+    held: Mapping[str, Mapping[str, float]],
+    speeds: Speeds,
+    demands: Mapping[str, float],
+    buyer: str,
+    seller: str,
+    slow: str,
+    fast: str,
+    price: float,
+    quantity: float,
+) -> tuple[float, str | None]:
+    """The largest quantity up to `quantity` leaving neither party worse off under its demand
+    cap, and the party that limited it (None when neither did).
+
+    Each party's gain is concave in the quantity (its throughput is concave in its holdings), so
+    the quantities it accepts form an interval from zero: bisection finds its end.
+    """
+
+    def gain(user: str, q: float) -> float:
+        holding = dict(held[user])
+        sign = 1.0 if user == buyer else -1.0
+        holding[fast] += sign * q
+        holding[slow] -= sign * q * price
+        speed, demand = speeds.get(user, {}), demands.get(user, 0.0)
+        return effective_throughput(holding, speed, demand) - effective_throughput(
+            held[user], speed, demand
+        )
+
+    limited = None
+    for user in (seller, buyer):
+        if gain(user, quantity) > 0:
+            continue
+        low, high = 0.0, quantity
+        for _ in range(60):
+            middle = (low + high) / 2
+            if gain(user, middle) > 0:
+                low = middle
+            else:
+                high = middle
+        quantity, limited = low, user
+    return quantity, limited

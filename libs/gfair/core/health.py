@@ -1,0 +1,107 @@
+"""Node health (DESIGN 2.6): heartbeat liveness and quarantine of nodes that keep failing jobs.
+
+Both are pure functions of the facts given (last heartbeat, failure history) and `now`.
+
+- Liveness: a node silent for longer than `suspect_after_s` is *suspected*; longer than
+  `fail_after_s`, *failed* (its jobs are to be re-placed).
+- Quarantine: a node on which jobs failed with infrastructure errors at least `max_failures`
+  times within the last `window_s` seconds is to be quarantined until an operator clears it.
+  Other failure classes say nothing about the node and are not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gfair.core.failure import FailureClass
+
+
+class Liveness(StrEnum):
+    ALIVE = "alive"
+    SUSPECTED = "suspected"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class HeartbeatPolicy:
+    suspect_after_s: float = 15.0
+    fail_after_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.suspect_after_s <= self.fail_after_s:
+            raise ValueError("need 0 < suspect_after_s <= fail_after_s")
+
+
+def liveness(last_heartbeat: float, now: float, policy: HeartbeatPolicy | None = None) -> Liveness:
+    policy = policy or HeartbeatPolicy()
+    silent = now - last_heartbeat
+    if silent > policy.fail_after_s:
+        return Liveness.FAILED
+    if silent > policy.suspect_after_s:
+        return Liveness.SUSPECTED
+    return Liveness.ALIVE
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    node_id: str
+    time: float
+    kind: FailureClass
+    job_id: str = ""
+
+
+@dataclass(frozen=True)
+class QuarantinePolicy:
+    max_failures: int = 3
+    window_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.max_failures < 1:
+            raise ValueError(f"max_failures must be >= 1, got {self.max_failures}")
+        if self.window_s <= 0:
+            raise ValueError(f"window_s must be > 0, got {self.window_s}")
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    node_id: str
+    quarantine: bool
+    failures_in_window: int
+    reason: str
+
+
+def node_verdict(
+    node_id: str,
+    history: Iterable[NodeFailure],
+    now: float,
+    policy: QuarantinePolicy | None = None,
+) -> NodeVerdict:
+    policy = policy or QuarantinePolicy()
+    since = now - policy.window_s
+    recent = [
+        f
+        for f in history
+        if f.node_id == node_id and f.kind is FailureClass.INFRASTRUCTURE and since < f.time <= now
+    ]
+    count = len(recent)
+    window = f"{policy.window_s:g}s"
+    if count >= policy.max_failures:
+        reason = (
+            f"{count} infrastructure failures in the last {window} (limit {policy.max_failures})"
+        )
+        return NodeVerdict(node_id, True, count, reason)
+    return NodeVerdict(
+        node_id, False, count, f"{count} infrastructure failures in the last {window}"
+    )
+
+
+def nodes_to_quarantine(
+    history: Iterable[NodeFailure], now: float, policy: QuarantinePolicy | None = None
+) -> tuple[NodeVerdict, ...]:
+    """Verdicts of every node in `history` that is to be quarantined, by node id."""
+    history = tuple(history)
+    nodes = sorted({f.node_id for f in history})
+    verdicts = (node_verdict(n, history, now, policy) for n in nodes)
+    return tuple(v for v in verdicts if v.quarantine)

@@ -1,0 +1,75 @@
+"""Tickets split among jobs, and water-filling (DESIGN 1.1)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gfair.core.pools import entitlements
+from gfair.core.tickets import split_user_tickets, water_fill
+
+
+def test_user_tickets_are_split_equally_among_its_jobs() -> None:
+    split = split_user_tickets({"u": 3.0, "v": 1.0}, {"u": ["a", "b", "c"], "v": ["d"]})
+    assert split == {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}
+
+
+def test_a_capped_user_leaves_its_surplus_to_the_others_by_tickets() -> None:
+    share = water_fill(12, {"small": 1, "a": 1, "b": 2}, {"small": 1, "a": 100, "b": 100})
+    assert share == pytest.approx({"small": 1, "a": 11 / 3, "b": 22 / 3})
+
+
+def test_water_fill_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="x: has a demand but no weight"):
+        water_fill(1, {}, {"x": 1})
+    with pytest.raises(ValueError, match="demand must be >= 0"):
+        water_fill(1, {"x": 1}, {"x": -1})
+
+
+claims = st.dictionaries(
+    st.text("abcdefgh", min_size=1, max_size=3),
+    st.tuples(st.floats(0.1, 10), st.floats(0, 50)),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(capacity=st.floats(0, 200), claims=claims)
+def test_water_fill_conserves_capacity_and_respects_demand(
+    capacity: float, claims: dict[str, tuple[float, float]]
+) -> None:
+    weights = {k: w for k, (w, _) in claims.items()}
+    demands = {k: d for k, (_, d) in claims.items()}
+    share = water_fill(capacity, weights, demands)
+    assert sum(share.values()) == pytest.approx(min(capacity, sum(demands.values())), abs=1e-6)
+    for key, got in share.items():
+        assert -1e-9 <= got <= demands[key] + 1e-9
+    # Max-min fairness by weight: anyone below its demand has at least everyone's share per
+    # weight.
+    for key, got in share.items():
+        if got < demands[key] - 1e-6:
+            for other, theirs in share.items():
+                assert got / weights[key] >= theirs / weights[other] - 1e-6
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    claims=claims,
+    pools=st.dictionaries(st.sampled_from(["k80", "p100", "v100"]), st.integers(0, 64), min_size=1),
+)
+def test_entitlements_hold_the_same_fraction_of_every_pool(
+    claims: dict[str, tuple[float, float]], pools: dict[str, int]
+) -> None:
+    weights = {k: w for k, (w, _) in claims.items()}
+    demands = {k: d for k, (_, d) in claims.items()}
+    held = entitlements(pools, weights, demands)
+    for pool, gpus in pools.items():
+        assert sum(h[pool] for h in held.values()) <= gpus + 1e-6
+    total = sum(pools.values())
+    for user, holding in held.items():
+        assert sum(holding.values()) <= demands[user] + 1e-6
+        if total:
+            for pool, gpus in pools.items():
+                assert holding[pool] == pytest.approx(sum(holding.values()) * gpus / total)
