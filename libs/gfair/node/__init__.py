@@ -1,1 +1,46 @@
-"""gfair.node."""
+"""gfair.node: what a node executor needs, with no bus in sight.
+
+GPU discovery and telemetry (NVML or simulated), and a supervisor that runs jobs as process
+groups on those GPUs and suspends them through checkpoints. The node-executor service turns
+the plain results and events here into bus events.
+"""
+
+from gfair.node.discovery import open_gpus
+from gfair.node.gpu import GpuBackend, GpuInfo, GpuSample, NoGpusError, XidError
+from gfair.node.launch import CheckpointRef, JobLaunch, JobPaths, RunningJob
+from gfair.node.lifecycle import JobCheckpointed, JobEvent, JobExited, JobProgress, SuspendResult
+from gfair.node.orphans import ReapedRun
+from gfair.node.supervisor import (
+    JobStartError,
+    JobSupervisor,
+    SupervisorConfig,
+    SupervisorError,
+    UnknownJob,
+)
+from gfair.node.telemetry import TelemetryReport, telemetry_reports
+
+__all__ = [
+    "CheckpointRef",
+    "GpuBackend",
+    "GpuInfo",
+    "GpuSample",
+    "JobCheckpointed",
+    "JobEvent",
+    "JobExited",
+    "JobLaunch",
+    "JobPaths",
+    "JobProgress",
+    "JobStartError",
+    "JobSupervisor",
+    "NoGpusError",
+    "ReapedRun",
+    "RunningJob",
+    "SupervisorConfig",
+    "SupervisorError",
+    "SuspendResult",
+    "TelemetryReport",
+    "UnknownJob",
+    "XidError",
+    "open_gpus",
+    "telemetry_reports",
+]

@@ -1,0 +1,80 @@
+"""What the supervisor reports about a job's life; the node executor turns these into events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gfair.node.launch import CheckpointRef
+
+Escalation = Literal["SIGTERM", "SIGKILL"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgress:
+    """Emitted at most every `progress_interval_s` per job while it reports mini-batches.
+
+    `steps` counts mini-batches done (including those before the resumed checkpoint);
+    `rate_per_s` is mini-batches per second over the last `window_s` (None until two reports).
+    """
+
+    job_id: str
+    attempt: int
+    time: float
+    steps: int
+    rate_per_s: float | None
+    window_s: float
+    checkpoint_step: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobCheckpointed:
+    job_id: str
+    attempt: int
+    time: float
+    checkpoint: CheckpointRef
+
+
+@dataclass(frozen=True, slots=True)
+class JobExited:
+    """The job's process group leader exited (stragglers in its group are killed then).
+
+    `signal` is set when a signal ended it (then `exit_code` is None). `yielded` is true when it
+    exited because it was asked to give its GPUs back; `completed` when the SDK said training
+    finished. `terminated_by` says whether the supervisor had to signal it (suspend timeout or
+    kill) and `reason` why. `checkpoint` is the newest valid checkpoint after the exit.
+    """
+
+    job_id: str
+    attempt: int
+    time: float
+    exit_code: int | None
+    signal: int | None
+    duration_s: float
+    stderr_tail: str
+    yielded: bool
+    completed: bool
+    terminated_by: Escalation | None
+    reason: str | None
+    steps: int
+    checkpoint: CheckpointRef | None
+
+
+JobEvent = JobProgress | JobCheckpointed | JobExited
+
+
+@dataclass(frozen=True, slots=True)
+class SuspendResult:
+    """Outcome of a suspend: which checkpoint a resume will start from, and what it cost.
+
+    `fresh` is true when the job wrote a checkpoint after it was asked to yield; false means the
+    current checkpoint is an older fallback (or there is none: resume restarts from step 0).
+    `switch_s` runs from the request to the process being gone.
+    """
+
+    job_id: str
+    checkpoint: CheckpointRef | None
+    fresh: bool
+    escalation: Escalation | None
+    switch_s: float
+    exit: JobExited

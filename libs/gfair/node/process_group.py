@@ -1,0 +1,127 @@
+"""A job's process group: signal it, list and reap its members, read the end of its stderr.
+
+Member listing reads /proc (Linux); elsewhere groups look empty and only signals work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+_PROC = Path("/proc")
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    pid: int
+    ppid: int
+    zombie: bool
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to every process in the group; False when the group is already gone."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        # Someone else's group reuses the id: ours is gone.
+        return False
+    return True
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def in_group(pid: int, pgid: int) -> bool:
+    """Whether `pid` is (still) a member of process group `pgid`."""
+    try:
+        return os.getpgid(pid) == pgid
+    except ProcessLookupError:
+        return False
+
+
+def enable_subreaper() -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux prctl).
+
+    A job's daemonised children outlive its leader; without a subreaper they are re-parented to
+    PID 1, which in many containers never reaps, so killed stragglers stay zombies forever and
+    their process group never disappears. As subreaper the executor inherits and reaps them.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def group_members(pgid: int) -> list[Member]:
+    members = []
+    try:
+        entries = list(_PROC.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+        except OSError:
+            continue  # exited meanwhile
+        # Fields after the parenthesised command name: state, ppid, pgrp, ...
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if int(fields[2]) == pgid:
+            members.append(Member(int(entry.name), int(fields[1]), fields[0] == b"Z"))
+    return members
+
+
+def reap_zombie_members(pgid: int) -> int:
+    """Collect the exit status of this process's zombie children in the group; how many.
+
+    Only exact pids are waited for, never -1, so the event loop's own child watcher (which
+    waits for the leaders it started) is never robbed of an exit status.
+    """
+    reaped = 0
+    me = os.getpid()
+    for member in group_members(pgid):
+        if member.zombie and member.ppid == me:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(member.pid, os.WNOHANG)
+                reaped += 1
+    return reaped
+
+
+def read_tail(path: Path, max_bytes: int) -> str:
+    """The last `max_bytes` of a log, starting at a line boundary when one is in reach."""
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            start = max(0, size - max_bytes)
+            fh.seek(start)
+            data = fh.read()
+    except FileNotFoundError:
+        return ""
+    if start > 0:
+        newline = data.find(b"\n")
+        if 0 <= newline < len(data) - 1:
+            data = data[newline + 1 :]
+    return data.decode("utf-8", "replace")

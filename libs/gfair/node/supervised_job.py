@@ -1,0 +1,157 @@
+"""One supervised run: what the supervisor knows about it, and how its records update that.
+
+No process handling here: the supervisor feeds in progress records, the exit status and the
+newest checkpoint on disk; this turns them into the job's state and its lifecycle events.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from gfair.node.launch import CheckpointRef, JobLaunch, RunningJob
+from gfair.node.lifecycle import Escalation, JobCheckpointed, JobEvent, JobExited, JobProgress
+from gfair.node.progress import ProgressTail, RateWindow
+from gfair.node.run_directory import RunDirectory
+from gfair.sdk.checkpoint import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint
+from gfair.sdk.environment import YIELD_EXIT_CODE
+from gfair.sdk.progress import ProgressRecord
+
+
+@dataclass(eq=False)
+class SupervisedJob:
+    launch: JobLaunch
+    handle: RunningJob
+    process: anyio.abc.Process
+    run: RunDirectory
+    store: CheckpointStore
+    started_monotonic: float
+    tail: ProgressTail
+    rates: RateWindow
+    exited: anyio.Event = field(default_factory=anyio.Event)
+    steps: int = 0
+    checkpoint: CheckpointRef | None = None
+    # The process whose SDK handles SIGUSR1 (said so in its `ready` record).
+    sdk_pid: int | None = None
+    yield_requested: bool = False
+    yield_reported: bool = False
+    completed: bool = False
+    terminated_by: Escalation | None = None
+    reason: str | None = None
+    terminating: bool = False
+    # Terminated because a suspend timed out: still a yield (the GPUs were asked back).
+    forced_yield: bool = False
+    last_progress_at: float = -math.inf
+    # Progress is news only once this run reports a mini-batch of its own.
+    progress_emitted_steps: int = 0
+    exit: JobExited | None = None
+
+    def absorb(self, records: list[ProgressRecord]) -> list[JobEvent]:
+        """Update from the job's records; return the lifecycle events they imply."""
+        events: list[JobEvent] = []
+        for record in records:
+            if record.kind == "step" and record.step is not None:
+                self.steps = record.step
+                self.rates.add(record.time, record.step)
+            elif record.kind == "checkpoint":
+                events.extend(self._note_checkpoint(record))
+            elif record.kind == "ready":
+                if record.handles_sigusr1 and record.pid is not None:
+                    self.sdk_pid = record.pid
+            elif record.kind == "yield":
+                self.yield_reported = True
+            elif record.kind == "complete":
+                self.completed = True
+        return events
+
+    def progress_due(self, interval_s: float) -> JobProgress | None:
+        """A progress report if the job advanced and the last report is `interval_s` old."""
+        now = time.monotonic()
+        if self.steps == self.progress_emitted_steps or now - self.last_progress_at < interval_s:
+            return None
+        self.last_progress_at = now
+        self.progress_emitted_steps = self.steps
+        return JobProgress(
+            job_id=self.handle.job_id,
+            attempt=self.handle.attempt,
+            time=time.time(),
+            steps=self.steps,
+            rate_per_s=self.rates.rate(),
+            window_s=self.rates.window_s,
+            checkpoint_step=self.checkpoint.step if self.checkpoint else None,
+        )
+
+    def finish(
+        self, returncode: int, latest: Checkpoint | None, stderr_tail: str
+    ) -> list[JobEvent]:
+        """Settle the exit; return the events to deliver, the JobExited last.
+
+        `latest` is the newest valid checkpoint now: the job may have committed one and died
+        before announcing it, and the checkpoint directory, not the announcements, is the truth.
+        """
+        events = self.absorb(self.tail.read())
+        self.tail.close()
+        if latest is None:
+            self.checkpoint = None
+        elif self.checkpoint is None or latest.seq > self.checkpoint.seq:
+            self.checkpoint = CheckpointRef.of(latest)
+            events.append(self._checkpointed())
+        exit_code = returncode if returncode >= 0 else None
+        signum = -returncode if returncode < 0 else None
+        completed = self.completed and exit_code == 0
+        yielded = (
+            self.yield_requested
+            and not completed
+            and (self.yield_reported or exit_code in (0, YIELD_EXIT_CODE) or self.forced_yield)
+        )
+        self.exit = JobExited(
+            job_id=self.handle.job_id,
+            attempt=self.handle.attempt,
+            time=time.time(),
+            exit_code=exit_code,
+            signal=signum,
+            duration_s=time.monotonic() - self.started_monotonic,
+            stderr_tail=stderr_tail,
+            yielded=yielded,
+            completed=completed,
+            terminated_by=self.terminated_by,
+            reason=self.reason,
+            steps=self.steps,
+            checkpoint=self.checkpoint,
+        )
+        self.run.write_exit(
+            {
+                "exit_code": exit_code,
+                "signal": signum,
+                "yielded": yielded,
+                "completed": completed,
+                "terminated_by": self.terminated_by,
+                "reason": self.reason,
+                "steps": self.steps,
+            }
+        )
+        events.append(self.exit)
+        return events
+
+    def _note_checkpoint(self, record: ProgressRecord) -> list[JobEvent]:
+        if record.checkpoint_path is None:
+            return []
+        try:
+            checkpoint = read_checkpoint(Path(record.checkpoint_path))
+        except CheckpointError:
+            return []  # already pruned, or not what the job claims: the exit scan settles it
+        if self.checkpoint is not None and checkpoint.seq <= self.checkpoint.seq:
+            return []
+        self.checkpoint = CheckpointRef.of(checkpoint)
+        return [self._checkpointed()]
+
+    def _checkpointed(self) -> JobCheckpointed:
+        assert self.checkpoint is not None
+        return JobCheckpointed(
+            self.handle.job_id, self.handle.attempt, time.time(), self.checkpoint
+        )

@@ -1,0 +1,467 @@
+"""Runs jobs as OS processes on this node's GPUs; suspends them through checkpoints.
+
+Each job runs in its own session and process group with CUDA_VISIBLE_DEVICES set to its GPUs,
+its logs in a per-run directory and its checkpoints in `<checkpoint_root>/<job_id>/`, a directory
+every executor that may resume the job can read. Suspend asks the job to checkpoint at its next
+mini-batch boundary (a yield file, plus SIGUSR1 once the SDK said it handles it), waits, then
+escalates SIGTERM -> SIGKILL on the whole group and falls back to the previous checkpoint.
+Resume and migrate are a new `start` from the checkpoint directory.
+
+    async with JobSupervisor(config) as supervisor:
+        job = await supervisor.start(JobLaunch(...))
+        async for event in supervisor.events: ...
+        result = await supervisor.suspend(job.job_id, timeout_s=10)
+
+Leaving the block (or `shutdown`) suspends every job, then kills what is left: no orphans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from gfair.node.launch import CheckpointRef, JobLaunch, JobPaths, RunningJob, check_job_id
+from gfair.node.lifecycle import (
+    Escalation,
+    JobEvent,
+    JobExited,
+    JobProgress,
+    SuspendResult,
+)
+from gfair.node.orphans import ReapedRun, reap_orphans
+from gfair.node.process_group import (
+    enable_subreaper,
+    group_exists,
+    in_group,
+    read_tail,
+    reap_zombie_members,
+    signal_group,
+)
+from gfair.node.progress import ProgressTail, RateWindow
+from gfair.node.run_directory import RunDirectory
+from gfair.node.supervised_job import SupervisedJob
+from gfair.sdk.checkpoint import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint
+from gfair.sdk.environment import JobEnvironment
+from gfair.sdk.progress import ProgressRecord
+
+# Finished jobs remembered for `wait`/`suspend` after the fact.
+_FINISHED_KEPT = 1024
+# How long to wait for SIGKILLed stragglers of an exited job to disappear.
+_CLEAR_GROUP_S = 2.0
+
+
+class SupervisorError(Exception):
+    """A request the supervisor refuses; the message says why."""
+
+
+class UnknownJob(SupervisorError, KeyError):
+    pass
+
+
+class JobStartError(SupervisorError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorConfig:
+    """`run_root` is this executor's (logs, control files); `checkpoint_root` is shared by every
+    executor that may resume a job (same machine or a shared filesystem)."""
+
+    node_id: str
+    run_root: Path
+    checkpoint_root: Path
+    # GPU indices this node has; None skips the check (the caller validated).
+    gpu_indices: frozenset[int] | None = None
+    term_grace_s: float = 5.0
+    shutdown_timeout_s: float = 30.0
+    poll_interval_s: float = 0.1
+    progress_interval_s: float = 1.0
+    rate_window_s: float = 10.0
+    stderr_tail_bytes: int = 4096
+    # "index" pairs with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as NVML does.
+    visible_devices: Literal["index", "uuid"] = "index"
+    inherit_env: bool = True
+    event_buffer: int = 10_000
+    # Become a child subreaper (Linux) so stragglers a job leaves behind can be reaped.
+    reap_descendants: bool = True
+
+
+class JobSupervisor:
+    def __init__(self, config: SupervisorConfig) -> None:
+        self.config = config
+        self._jobs: dict[str, SupervisedJob] = {}
+        self._finished: OrderedDict[str, JobExited] = OrderedDict()
+        send, receive = anyio.create_memory_object_stream[JobEvent](config.event_buffer)
+        self._send: MemoryObjectSendStream[JobEvent] = send
+        self.events: MemoryObjectReceiveStream[JobEvent] = receive
+        self.dropped_progress_events = 0
+        self.reaped: list[ReapedRun] = []
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._closing = False
+
+    async def __aenter__(self) -> JobSupervisor:
+        self.config.run_root.mkdir(parents=True, exist_ok=True)
+        self.config.checkpoint_root.mkdir(parents=True, exist_ok=True)
+        if self.config.reap_descendants:
+            enable_subreaper()
+        self.reaped = await reap_orphans(
+            self.config.run_root,
+            node_id=self.config.node_id,
+            checkpoint_root=self.config.checkpoint_root,
+            grace_s=self.config.term_grace_s,
+        )
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        # Shielded: even when the executor is being cancelled, its jobs must not outlive it.
+        with anyio.CancelScope(shield=True):
+            await self.shutdown()
+        assert self._task_group is not None
+        self._task_group.cancel_scope.cancel()
+        # The block's own exception is not the watchers' business: let it propagate as is,
+        # rather than wrapped in an exception group.
+        await self._task_group.__aexit__(None, None, None)
+        self._send.close()
+        return None
+
+    # ----- queries -------------------------------------------------------------------------
+
+    def running(self) -> list[RunningJob]:
+        return [job.handle for job in self._jobs.values()]
+
+    def busy_gpus(self) -> frozenset[int]:
+        return frozenset(i for job in self._jobs.values() for i in job.handle.gpu_indices)
+
+    # ----- commands ------------------------------------------------------------------------
+
+    async def start(self, launch: JobLaunch) -> RunningJob:
+        """Start a job (fresh, resumed or migrated here); returns once its process exists."""
+        if self._task_group is None or self._closing:
+            raise SupervisorError("the supervisor is not running (use `async with`)")
+        if launch.job_id in self._jobs:
+            raise SupervisorError(f"job {launch.job_id} is already running on this node")
+        known = self.config.gpu_indices
+        unknown = set() if known is None else set(launch.gpu_indices) - known
+        if unknown:
+            raise SupervisorError(f"job {launch.job_id}: this node has no GPU {sorted(unknown)}")
+        taken = self.busy_gpus() & set(launch.gpu_indices)
+        if taken:
+            raise SupervisorError(f"job {launch.job_id}: GPUs {sorted(taken)} are in use")
+        if self.config.visible_devices == "uuid" and not launch.gpu_uuids and launch.gpu_indices:
+            raise SupervisorError(f"job {launch.job_id}: gpu_uuids are required")
+        checkpoint_dir = self.config.checkpoint_root / launch.job_id
+        # The checkpoint root may be a network filesystem: keep its reads off the event loop.
+        resume = await anyio.to_thread.run_sync(self._verified_resume, launch, checkpoint_dir)
+
+        run = RunDirectory.create(self.config.run_root, launch.job_id)
+        workdir = launch.workdir or self.config.run_root / launch.job_id / "work"
+        workdir.mkdir(parents=True, exist_ok=True)
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        env = self._environment(launch, run, checkpoint_dir)
+        try:
+            with run.stdout.open("ab") as stdout, run.stderr.open("ab") as stderr:
+                process = await anyio.open_process(
+                    list(launch.argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    cwd=workdir,
+                    env=env,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            run.write_exit({"start_error": str(exc)})
+            raise JobStartError(
+                f"job {launch.job_id}: cannot start {launch.argv[0]!r}: {exc}"
+            ) from exc
+        started_at = time.time()
+        handle = RunningJob(
+            job_id=launch.job_id,
+            attempt=launch.attempt,
+            pid=process.pid,
+            pgid=process.pid,  # start_new_session makes it the leader of a new group
+            gpu_indices=launch.gpu_indices,
+            generation=launch.generation,
+            started_at=started_at,
+            paths=JobPaths(
+                run_dir=run.path,
+                workdir=workdir,
+                control_dir=run.control_dir,
+                stdout=run.stdout,
+                stderr=run.stderr,
+                checkpoint_dir=checkpoint_dir,
+            ),
+        )
+        run.write_launch(
+            {
+                "node_id": self.config.node_id,
+                "job_id": launch.job_id,
+                "attempt": launch.attempt,
+                "pid": process.pid,
+                "pgid": process.pid,
+                "argv": list(launch.argv),
+                "gpu_indices": list(launch.gpu_indices),
+                "generation": launch.generation,
+                "started_at": started_at,
+                "resume_from": str(resume.path) if resume else None,
+            }
+        )
+        job = SupervisedJob(
+            launch=launch,
+            handle=handle,
+            process=process,
+            run=run,
+            store=CheckpointStore(checkpoint_dir),
+            started_monotonic=time.monotonic(),
+            tail=ProgressTail(run.progress_file),
+            rates=RateWindow(self.config.rate_window_s),
+            steps=resume.step if resume else 0,
+            progress_emitted_steps=resume.step if resume else 0,
+            checkpoint=resume,
+        )
+        self._jobs[launch.job_id] = job
+        self._finished.pop(launch.job_id, None)
+        self._task_group.start_soon(self._watch, job, name=f"gfair-job-{launch.job_id}")
+        return handle
+
+    async def suspend(self, job_id: str, timeout_s: float) -> SuspendResult:
+        """Ask the job to checkpoint and exit; force it after `timeout_s`; say what survived."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            finished = self._finished_exit(job_id)
+            return SuspendResult(job_id, finished.checkpoint, False, None, 0.0, finished)
+        requested_at = time.monotonic()
+        # Read before asking, or a quick job's fresh checkpoint would count as the old one.
+        before = await anyio.to_thread.run_sync(job.store.latest)
+        self._request_yield(job)
+        escalation: Escalation | None = None
+        with anyio.move_on_after(timeout_s):
+            await job.exited.wait()
+        if not job.exited.is_set():
+            escalation = await self._terminate(
+                job, f"did not yield within {timeout_s:g}s", forced_yield=True
+            )
+        assert job.exit is not None
+        after = job.exit.checkpoint
+        fresh = after is not None and (before is None or after.seq > before.seq)
+        return SuspendResult(
+            job_id=job_id,
+            checkpoint=after,
+            fresh=fresh,
+            escalation=escalation,
+            switch_s=time.monotonic() - requested_at,
+            exit=job.exit,
+        )
+
+    async def kill(self, job_id: str, reason: str) -> JobExited:
+        """Stop the job now (SIGTERM, then SIGKILL after the grace period); no checkpoint."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return self._finished_exit(job_id)
+        await self._terminate(job, reason, forced_yield=False)
+        assert job.exit is not None
+        return job.exit
+
+    async def wait(self, job_id: str) -> JobExited:
+        job = self._jobs.get(job_id)
+        if job is None:
+            return self._finished_exit(job_id)
+        await job.exited.wait()
+        assert job.exit is not None
+        return job.exit
+
+    async def shutdown(self, timeout_s: float | None = None) -> list[SuspendResult]:
+        """Suspend every job concurrently (checkpoint, then force); refuse new starts."""
+        self._closing = True
+        timeout = self.config.shutdown_timeout_s if timeout_s is None else timeout_s
+        results: list[SuspendResult] = []
+
+        async def suspend_one(job_id: str) -> None:
+            results.append(await self.suspend(job_id, timeout))
+
+        async with anyio.create_task_group() as group:
+            for job_id in list(self._jobs):
+                group.start_soon(suspend_one, job_id)
+        return results
+
+    # ----- internals -----------------------------------------------------------------------
+
+    def _verified_resume(self, launch: JobLaunch, checkpoint_dir: Path) -> CheckpointRef | None:
+        ref = launch.resume_from
+        if ref is None:
+            latest = CheckpointStore(checkpoint_dir).latest()
+            return CheckpointRef.of(latest) if latest is not None else None
+        try:
+            checkpoint = read_checkpoint(ref.path)
+        except CheckpointError as exc:
+            raise JobStartError(
+                f"job {launch.job_id}: checkpoint to resume from is not usable here: {exc}"
+            ) from exc
+        if checkpoint.seq != ref.seq:
+            raise JobStartError(f"job {launch.job_id}: {ref.path} is not checkpoint {ref.seq}")
+        return CheckpointRef.of(checkpoint)
+
+    def _environment(
+        self,
+        launch: JobLaunch,
+        run: RunDirectory,
+        checkpoint_dir: Path,
+    ) -> dict[str, str]:
+        env: dict[str, str] = dict(os.environ) if self.config.inherit_env else {"PATH": os.defpath}
+        env.setdefault("PYTHONUNBUFFERED", "1")  # so the stderr tail is current at exit
+        env.update(launch.env)
+        devices = launch.gpu_uuids if self.config.visible_devices == "uuid" else launch.gpu_indices
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        # Set last: a job's own env must not redirect gfair's files.
+        env.update(
+            JobEnvironment(
+                job_id=launch.job_id,
+                attempt=launch.attempt,
+                checkpoint_dir=checkpoint_dir,
+                control_dir=run.control_dir,
+                gpu_generation=launch.generation,
+                resume_checkpoint=launch.resume_from.path if launch.resume_from else None,
+                managed=True,
+            ).to_environ()
+        )
+        return env
+
+    def _request_yield(self, job: SupervisedJob) -> None:
+        if job.yield_requested or job.exited.is_set():
+            return
+        job.yield_requested = True
+        job.run.request_yield()
+        self._signal_sdk(job)
+
+    def _signal_sdk(self, job: SupervisedJob) -> None:
+        # SIGUSR1 only to the process whose SDK installed a handler: its default action is to
+        # terminate, so signalling the whole group would kill data-loader workers and wrappers.
+        pid = job.sdk_pid
+        if pid is not None and in_group(pid, job.handle.pgid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGUSR1)
+
+    async def _terminate(
+        self, job: SupervisedJob, reason: str, *, forced_yield: bool
+    ) -> Escalation | None:
+        if job.exited.is_set():
+            return None
+        if job.terminating:
+            await job.exited.wait()
+            return job.terminated_by
+        job.terminating = True
+        job.forced_yield = forced_yield
+        job.reason = reason
+        job.terminated_by = "SIGTERM"
+        signal_group(job.handle.pgid, signal.SIGTERM)
+        with anyio.move_on_after(self.config.term_grace_s):
+            await job.exited.wait()
+        if not job.exited.is_set():
+            job.terminated_by = "SIGKILL"
+            signal_group(job.handle.pgid, signal.SIGKILL)
+            await job.exited.wait()
+        return job.terminated_by
+
+    async def _watch(self, job: SupervisedJob) -> None:
+        returncode: int | None = None
+        events: list[JobEvent] = []
+        try:
+            try:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._follow_progress, job)
+                    returncode = await job.process.wait()
+                    group.cancel_scope.cancel()
+            finally:
+                # Shielded so a cancelled supervisor still reaps the group and records the exit.
+                with anyio.CancelScope(shield=True):
+                    if returncode is None:
+                        signal_group(job.handle.pgid, signal.SIGKILL)
+                        returncode = await job.process.wait()
+                    await self._clear_group(job.handle.pgid)
+                    latest = await anyio.to_thread.run_sync(job.store.latest)
+                    events = self._finish(job, returncode, latest)
+            # Outside the shield: a consumer that stopped reading must not block a shutdown.
+            for event in events:
+                await self._deliver(event)
+        finally:
+            # Waiters (suspend, kill, wait) wake after the exit's events are in the stream.
+            job.exited.set()
+
+    async def _clear_group(self, pgid: int) -> None:
+        """The leader is gone; anything left in its group (workers, daemons) goes with it."""
+        signal_group(pgid, signal.SIGKILL)
+        with anyio.move_on_after(_CLEAR_GROUP_S):
+            while group_exists(pgid):
+                reap_zombie_members(pgid)
+                await anyio.sleep(0.01)
+
+    async def _follow_progress(self, job: SupervisedJob) -> None:
+        while True:
+            await self._absorb(job, job.tail.read())
+            await anyio.sleep(self.config.poll_interval_s)
+
+    async def _absorb(self, job: SupervisedJob, records: list[ProgressRecord]) -> None:
+        had_handler = job.sdk_pid is not None
+        for event in job.absorb(records):
+            await self._deliver(event)
+        if job.yield_requested and not had_handler and job.sdk_pid is not None:
+            self._signal_sdk(job)  # asked before the SDK's handler existed
+        progress = job.progress_due(self.config.progress_interval_s)
+        if progress is not None:
+            self._emit_progress(progress)
+
+    def _finish(
+        self, job: SupervisedJob, returncode: int, latest: Checkpoint | None
+    ) -> list[JobEvent]:
+        """Settle the exit and free the GPUs; return the events to deliver."""
+        events = job.finish(
+            returncode, latest, read_tail(job.run.stderr, self.config.stderr_tail_bytes)
+        )
+        assert job.exit is not None
+        self._jobs.pop(job.handle.job_id, None)
+        self._finished[job.handle.job_id] = job.exit
+        while len(self._finished) > _FINISHED_KEPT:
+            self._finished.popitem(last=False)
+        return events
+
+    async def _deliver(self, event: JobEvent) -> None:
+        # Nobody listening any more is fine: the records in the run directory remain.
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._send.send(event)
+
+    def _emit_progress(self, event: JobProgress) -> None:
+        try:
+            self._send.send_nowait(event)
+        except anyio.WouldBlock:
+            # Progress is periodic and superseded by the next one; lifecycle events never drop.
+            self.dropped_progress_events += 1
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+
+    def _finished_exit(self, job_id: str) -> JobExited:
+        check_job_id(job_id)
+        exited = self._finished.get(job_id)
+        if exited is None:
+            raise UnknownJob(job_id)
+        return exited

@@ -1,0 +1,186 @@
+"""The handle a training script holds: resume, report mini-batches, checkpoint, yield.
+
+Step convention: `report(i)` says mini-batch `i` (0-based) has finished, so `i + 1` mini-batches
+are done; a checkpoint's `step` is the number of mini-batches done, i.e. where to resume.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NoReturn
+
+from gfair.sdk.checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    FileWriter,
+    read_checkpoint,
+)
+from gfair.sdk.environment import PROGRESS_FILE, YIELD_EXIT_CODE, YIELD_FILE, JobEnvironment
+from gfair.sdk.progress import ProgressLog, ProgressRecord
+from gfair.sdk.yield_request import YieldRequest
+
+
+class Job:
+    def __init__(
+        self,
+        env: JobEnvironment,
+        *,
+        install_signal_handler: bool = True,
+        keep_checkpoints: int = 2,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.env = env
+        self._clock = clock
+        self._store = CheckpointStore(env.checkpoint_dir, keep=keep_checkpoints)
+        control = env.control_dir
+        self._progress = ProgressLog(control / PROGRESS_FILE if control is not None else None)
+        self._yield = YieldRequest(
+            control / YIELD_FILE if control is not None else None,
+            install_handler=install_signal_handler,
+        )
+        self._restored: Checkpoint | None = None
+        self._loaded = False
+        self._done = 0
+        # Buffered step records must reach the supervisor even when the script just returns.
+        atexit.register(self._progress.flush)
+        self._progress.append(
+            ProgressRecord(
+                kind="ready",
+                time=clock(),
+                pid=os.getpid(),
+                handles_sigusr1=self._yield.handles_sigusr1,
+            )
+        )
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        local_root: Path | None = None,
+        install_signal_handler: bool = True,
+    ) -> Job:
+        """The job as gfair started it; outside gfair a local one (checkpoints in ./.gfair)."""
+        env = JobEnvironment.from_environ(environ, local_root=local_root)
+        return cls(env, install_signal_handler=install_signal_handler)
+
+    @property
+    def job_id(self) -> str:
+        return self.env.job_id
+
+    @property
+    def attempt(self) -> int:
+        return self.env.attempt
+
+    @property
+    def gpu_generation(self) -> str | None:
+        return self.env.gpu_generation
+
+    @property
+    def steps_done(self) -> int:
+        """Mini-batches done: restored from the checkpoint, then advanced by `report`."""
+        return self._done
+
+    @property
+    def restored(self) -> Checkpoint | None:
+        """The checkpoint `load_checkpoint` resumed from (its `path` holds any framework files)."""
+        return self._restored
+
+    def load_checkpoint(self) -> dict[str, Any] | None:
+        """State of the checkpoint to resume from, or None for a fresh start.
+
+        gfair may name the checkpoint to resume from; if that one is unreadable this raises
+        `CheckpointError` rather than silently starting over. Otherwise the newest valid
+        checkpoint is used, falling back to the previous one when the newest is damaged.
+        """
+        if not self._loaded:
+            pinned = self.env.resume_checkpoint
+            self._restored = read_checkpoint(pinned) if pinned else self._store.latest()
+            self._loaded = True
+            if self._restored is not None:
+                self._done = max(self._done, self._restored.step)
+        return dict(self._restored.state) if self._restored is not None else None
+
+    def report(self, step: int) -> None:
+        """Mini-batch `step` (0-based) has finished."""
+        self._done = step + 1
+        self._progress.append(ProgressRecord(kind="step", time=self._clock(), step=self._done))
+
+    def should_yield(self) -> bool:
+        """True once gfair asked this job to give its GPUs back (suspend or migrate)."""
+        return self._yield.requested()
+
+    def save_checkpoint(
+        self,
+        state: Mapping[str, Any],
+        *,
+        step: int | None = None,
+        files: Mapping[str, FileWriter] | None = None,
+    ) -> Checkpoint:
+        """Durably save `state` (JSON) and optional files, each written by its writer callback.
+
+        `step` defaults to `state["step"]`, else the mini-batches done so far.
+        """
+        resolved = self._resolve_step(state, step)
+        checkpoint = self._store.save(state, step=resolved, files=files)
+        self._announce(checkpoint)
+        return checkpoint
+
+    @contextlib.contextmanager
+    def checkpoint(self, state: Mapping[str, Any], *, step: int | None = None) -> Iterator[Path]:
+        """Yield a directory for framework files (e.g. torch.save into it); commit on exit."""
+        with self._store.stage(state, step=self._resolve_step(state, step)) as draft:
+            yield draft.path
+        if draft.committed is not None:
+            self._announce(draft.committed)
+
+    def exit_for_yield(self) -> NoReturn:
+        """Tell gfair this exit is the requested yield, then exit (checkpoint first!)."""
+        self._progress.append(ProgressRecord(kind="yield", time=self._clock(), step=self._done))
+        self.close()
+        raise SystemExit(YIELD_EXIT_CODE)
+
+    def complete(self) -> None:
+        """Training finished: the exit that follows is success, not a yield."""
+        self._progress.append(ProgressRecord(kind="complete", time=self._clock(), step=self._done))
+        self._progress.flush()
+
+    def close(self) -> None:
+        self._progress.close()
+        self._yield.close()
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _resolve_step(self, state: Mapping[str, Any], step: int | None) -> int:
+        if step is not None:
+            return step
+        from_state = state.get("step")
+        if isinstance(from_state, int) and not isinstance(from_state, bool):
+            return from_state
+        return self._done
+
+    def _announce(self, checkpoint: Checkpoint) -> None:
+        self._progress.append(
+            ProgressRecord(
+                kind="checkpoint",
+                time=self._clock(),
+                step=checkpoint.step,
+                checkpoint_seq=checkpoint.seq,
+                checkpoint_path=str(checkpoint.path),
+            )
+        )

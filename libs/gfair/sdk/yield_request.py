@@ -1,0 +1,62 @@
+"""How a job learns it must yield its GPUs: SIGUSR1, or a file in its control directory.
+
+The signal handler only sets a flag; the training loop acts on it at its next mini-batch
+boundary, where state is consistent and a checkpoint is cheap. The file is the fallback for
+processes that cannot install a handler (not the main thread) or were signalled before the
+handler existed; it is polled at most every `poll_interval_s` to keep `requested()` cheap.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
+
+
+class YieldRequest:
+    def __init__(
+        self,
+        yield_file: Path | None,
+        *,
+        install_handler: bool = True,
+        poll_interval_s: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._yield_file = yield_file
+        self._poll_interval_s = poll_interval_s
+        self._clock = clock
+        self._flag = False
+        self._next_poll = float("-inf")
+        self._previous: _Handler = None
+        self.handles_sigusr1 = False
+        if install_handler and threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGUSR1, self._on_signal)
+            self.handles_sigusr1 = True
+
+    def requested(self) -> bool:
+        if self._flag:
+            return True
+        if self._yield_file is not None:
+            now = self._clock()
+            if now >= self._next_poll:
+                self._next_poll = now + self._poll_interval_s
+                self._flag = self._yield_file.exists()
+        return self._flag
+
+    def close(self) -> None:
+        """Restore the SIGUSR1 handler that was there before."""
+        if self.handles_sigusr1:
+            previous = self._previous if self._previous is not None else signal.SIG_DFL
+            signal.signal(signal.SIGUSR1, previous)
+            self.handles_sigusr1 = False
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._flag = True
+        # Keep a handler the script (or its framework) installed before us working too.
+        if callable(self._previous):
+            self._previous(signum, frame)

@@ -1,0 +1,108 @@
+"""Shared pieces of the supervisor tests: configs, synthetic launches, an event log."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from gfair.node.launch import JobLaunch
+from gfair.node.lifecycle import JobEvent
+from gfair.node.supervisor import SupervisorConfig
+
+SYNTHETIC = (sys.executable, "-m", "gfair.sdk.synthetic")
+RESNET = "ResNet-50 (batch size 32)"
+
+E = TypeVar("E", bound=JobEvent)
+
+
+def make_config(tmp_path: Path, **overrides: object) -> SupervisorConfig:
+    settings: dict[str, object] = {
+        "node_id": "node-a",
+        "run_root": tmp_path / "runs",
+        "checkpoint_root": tmp_path / "checkpoints",
+        "gpu_indices": frozenset(range(4)),
+        "term_grace_s": 1.0,
+        "shutdown_timeout_s": 5.0,
+        "poll_interval_s": 0.02,
+        "progress_interval_s": 0.1,
+        "rate_window_s": 0.5,
+    }
+    settings.update(overrides)
+    return SupervisorConfig(**settings)  # type: ignore[arg-type]
+
+
+def synthetic(
+    job_id: str,
+    gpus: tuple[int, ...],
+    generation: str,
+    *args: str,
+    **launch: object,
+) -> JobLaunch:
+    return JobLaunch(
+        job_id=job_id,
+        argv=(*SYNTHETIC, "--job-type", RESNET, *args),
+        gpu_indices=gpus,
+        generation=generation,
+        **launch,  # type: ignore[arg-type]
+    )
+
+
+class EventLog:
+    """Reads the supervisor's event stream on demand and remembers everything it saw."""
+
+    def __init__(self, stream: MemoryObjectReceiveStream[JobEvent]) -> None:
+        self._stream = stream
+        self.events: list[JobEvent] = []
+
+    def mark(self) -> int:
+        """Position to search from with `first(..., after=)`."""
+        self._drain()
+        return len(self.events)
+
+    async def first(
+        self,
+        kind: type[E],
+        predicate: Callable[[E], bool] = lambda _: True,
+        *,
+        after: int = 0,
+        timeout_s: float = 15.0,
+    ) -> E:
+        with anyio.fail_after(timeout_s):
+            searched = after
+            while True:
+                for event in self.events[searched:]:
+                    if isinstance(event, kind) and predicate(event):
+                        return event
+                searched = max(searched, len(self.events))
+                self.events.append(await self._stream.receive())
+
+    def of(self, kind: type[E], *, after: int = 0) -> list[E]:
+        self._drain()
+        return [e for e in self.events[after:] if isinstance(e, kind)]
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self.events.append(self._stream.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+
+
+async def wait_for_text(path: Path, text: str, timeout_s: float = 15.0) -> None:
+    target = anyio.Path(path)
+    with anyio.fail_after(timeout_s):
+        while True:
+            if await target.exists() and text in await target.read_text(errors="replace"):
+                return
+            await anyio.sleep(0.01)
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(): v.decode() for k, v in pairs}

@@ -1,0 +1,115 @@
+"""A node executor that died leaves its jobs running; the next one must stop them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gfair.node.run_directory import RunDirectory
+from gfair.node.supervisor import JobSupervisor, SupervisorConfig
+from gfair.sdk import YIELD_EXIT_CODE, JobEnvironment
+
+from .helpers import SYNTHETIC, make_config, wait_for_text
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
+    processes: list[subprocess.Popen[bytes]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, 9)
+        process.wait(timeout=10)
+
+
+def spawn(argv: list[str], spawned: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(argv, start_new_session=True)
+    spawned.append(process)
+    return process
+
+
+def launch_as_dead_executor(
+    config: SupervisorConfig,
+    job_id: str,
+    argv: list[str],
+    spawned: list[subprocess.Popen[bytes]],
+    *,
+    node_id: str = "node-a",
+) -> tuple[RunDirectory, subprocess.Popen[bytes]]:
+    """Start a job the way the supervisor does, then 'forget' it (its executor died)."""
+    run = RunDirectory.create(config.run_root, job_id)
+    env = JobEnvironment(
+        job_id=job_id,
+        attempt=1,
+        checkpoint_dir=config.checkpoint_root / job_id,
+        control_dir=run.control_dir,
+        gpu_generation="v100",
+        resume_checkpoint=None,
+        managed=True,
+    ).to_environ()
+    process = subprocess.Popen(
+        argv,
+        env={**os.environ, **env},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    spawned.append(process)
+    run.write_launch(
+        {"node_id": node_id, "job_id": job_id, "attempt": 1, "pid": process.pid,
+         "pgid": process.pid}
+    )  # fmt: skip
+    return run, process
+
+
+async def test_restarted_executor_checkpoints_and_kills_its_predecessors_jobs(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    config = make_config(tmp_path)
+    long_job = [*SYNTHETIC, "--iterations", "100000", "--speed-scale", "20"]
+    orphan_run, orphan = launch_as_dead_executor(config, "orphan", long_job, spawned)
+    _, foreign = launch_as_dead_executor(
+        config, "foreign", ["sleep", "60"], spawned, node_id="node-b"
+    )
+    gone_run, gone = launch_as_dead_executor(config, "gone", ["true"], spawned)
+    gone.wait(timeout=10)
+    await wait_for_text(orphan_run.progress_file, '"kind":"step"')
+
+    async with JobSupervisor(config) as supervisor:
+        reaped = {r.job_id: r for r in supervisor.reaped}
+
+    assert set(reaped) == {"orphan", "gone"}  # node-b's run is not ours to touch
+    assert reaped["orphan"].found_alive
+    assert orphan.wait(timeout=10) == YIELD_EXIT_CODE  # it was let checkpoint first
+    checkpoint = reaped["orphan"].checkpoint
+    assert checkpoint is not None and checkpoint.step > 0
+    assert not reaped["gone"].found_alive and reaped["gone"].checkpoint is None
+    assert foreign.poll() is None
+    assert orphan_run.has_exited() and gone_run.has_exited()
+
+    # Reaped runs are settled: the next restart does not report them again.
+    async with JobSupervisor(config) as supervisor:
+        assert supervisor.reaped == []
+
+
+async def test_a_recycled_pid_is_not_mistaken_for_an_orphan(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    config = make_config(tmp_path)
+    # An unrelated process now holds the recorded process group id.
+    stranger = spawn(["sleep", "60"], spawned)
+    run = RunDirectory.create(config.run_root, "old")
+    run.write_launch(
+        {"node_id": "node-a", "job_id": "old", "attempt": 0, "pid": stranger.pid,
+         "pgid": stranger.pid}
+    )  # fmt: skip
+
+    async with JobSupervisor(config) as supervisor:
+        [reaped] = supervisor.reaped
+
+    assert reaped.job_id == "old" and not reaped.found_alive
+    assert stranger.poll() is None
