@@ -21,7 +21,10 @@ def _check_quantum(
         if multi:
             assert jobs == tuple(multi) and len(multi) == 1  # whole server, nobody else
         else:
-            assert sum(sizes[j] for j in jobs) <= server.gpus
+            free = server.gpus - sum(sizes[j] for j in jobs)
+            assert free >= 0
+            waiting = [j for j in stride.local_jobs(server_id) if j not in jobs]
+            assert all(sizes[j] > free for j in waiting)  # no idle GPU a waiting job fits
         for job in jobs:
             assert server_id in stride.placement(job)
     for job, servers in stride.placements().items():

@@ -10,6 +10,9 @@ loaded servers, under two brakes:
   the idlest before anything moves);
 - *budget*: at most that many moves per call.
 
+Each move goes to the least-loaded server, from the most-loaded of the `SCAN` busiest servers
+that has a job whose move lowers the potential below.
+
 No thrash: a move must strictly lower the potential ``sum(T_s**2 / G_s)`` (T tickets, G GPUs),
 which for equal servers means moving t tickets from a to b only if ``t < T_a - T_b``. The
 potential cannot go down forever, so with tickets unchanged a job never moves back and forth.
@@ -23,6 +26,10 @@ from dataclasses import dataclass
 from gfair.core.cluster import Server
 
 _EPS = 1e-12
+# Sources tried per move, most loaded first: when none of them can shed a job to the least
+# loaded server, the search stops, so one call costs O(servers) plus the jobs of a few servers
+# even when the spread cannot be reduced (e.g. servers with one job each beside empty ones).
+SCAN = 8
 
 
 @dataclass(frozen=True)
@@ -142,7 +149,7 @@ def _best_move(
     """The move lowering the potential most, tried from the most-loaded server down."""
     by_load = sorted(servers, key=lambda s: load[s.id] / s.gpus)
     target = by_load[0]
-    for source in reversed(by_load[1:]):
+    for source in reversed(by_load[-SCAN:] if len(by_load) > SCAN else by_load[1:]):
         t_a, t_b = load[source.id], load[target.id]
         if t_a / source.gpus <= t_b / target.gpus + _EPS:
             return None

@@ -98,6 +98,7 @@ class _Job:
     spec: JobSpec
     pool: str
     submitted: float
+    tickets: float  # its stride tickets, as last given to split stride
 
 
 @dataclass
@@ -165,8 +166,9 @@ class GandivaFair:
         assert choice.pool is not None  # a pool passed the filters above
         pool = self.pools[choice.pool]
         servers = self._servers_for(pool, job, job.user)
-        self._stride.add(job.id, servers, job.gpus, self._estimated_tickets(job.user, pool))
-        self._jobs[job.id] = _Job(job, pool.generation, now)
+        tickets = self._estimated_tickets(job.user, pool)
+        self._stride.add(job.id, servers, job.gpus, tickets)
+        self._jobs[job.id] = _Job(job, pool.generation, now, tickets)
         user.jobs.setdefault(pool.generation, {})[job.id] = None
         user.used[pool.generation] += job.gpus
         self._pool_demand[pool.generation] += job.gpus
@@ -301,14 +303,31 @@ class GandivaFair:
                     continue
                 tickets = self._estimated_tickets(name, self.pools[generation])
                 for job_id in jobs:
-                    if self._stride.tickets(job_id) != tickets:
+                    job = self._jobs[job_id]
+                    if job.tickets != tickets:
+                        job.tickets = tickets
                         self._stride.set_tickets(job_id, tickets)
 
     # -- placement and migrations -------------------------------------------------------
 
-    def _job_speeds(self, job: JobSpec) -> dict[str, float]:
+    def _job_speeds(
+        self, job: JobSpec, by_type: dict[str | None, dict[str, float]] | None = None
+    ) -> dict[str, float]:
+        """The job's speed per generation (0 where its type does not fit).
+
+        `by_type` caches the speeds of one user's jobs that have no observations of their own
+        (those differ only by type).
+        """
+        shared = by_type is not None and not self.estimator.observed(job.id)
+        if shared and by_type is not None and job.job_type in by_type:
+            return by_type[job.job_type]
         speeds = self.estimator.job_speeds(job.id, job.user, job.job_type, self.pools)
-        return {g: (v if self.estimator.fits(job.job_type, g) else 0.0) for g, v in speeds.items()}
+        speeds = {
+            g: (v if self.estimator.fits(job.job_type, g) else 0.0) for g, v in speeds.items()
+        }
+        if shared and by_type is not None:
+            by_type[job.job_type] = speeds
+        return speeds
 
     def _view(
         self, job: JobSpec, pool: Pool, speeds: Mapping[str, float], entitled: float
@@ -350,6 +369,7 @@ class GandivaFair:
                 if room < 1 - _EPS:
                     continue
                 best: tuple[float, str] | None = None
+                by_type: dict[str | None, dict[str, float]] = {}
                 for source, jobs in user.jobs.items():
                     if source == target.generation:
                         continue
@@ -358,7 +378,7 @@ class GandivaFair:
                         spec = self._jobs[job_id].spec
                         if spec.gpus > room + _EPS or spec.gpus > target.gpus:
                             continue
-                        speeds = self._job_speeds(spec)
+                        speeds = self._job_speeds(spec, by_type)
                         gain = (
                             speeds[target.generation] / speeds[source]
                             if speeds[source] > 0

@@ -99,6 +99,10 @@ class ThroughputEstimator:
             old = rates.get(generation)
             rates[generation] = rate if old is None else old + self.alpha * (rate - old)
 
+    def observed(self, job_id: str) -> bool:
+        """Whether the job has observations of its own."""
+        return job_id in self._job_rates
+
     def forget_job(self, job_id: str) -> None:
         """Drop the job's own observations (its user's stay)."""
         self._job_rates.pop(job_id, None)

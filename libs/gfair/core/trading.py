@@ -221,6 +221,8 @@ def _acceptable(
     for user in (seller, buyer):
         if gain(user, quantity) > 0:
             continue
+        if gain(user, quantity * 1e-6) <= 0:  # loses from the first unit: out at this price
+            return 0.0, user
         low, high = 0.0, quantity
         for _ in range(60):
             middle = (low + high) / 2

@@ -1,0 +1,39 @@
+"""The core stays pure (DESIGN 3.4): no I/O, no clock, no randomness of its own."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import gfair.core
+
+FORBIDDEN = {
+    "asyncio", "datetime", "io", "logging", "os", "pathlib", "random", "secrets", "shutil",
+    "socket", "subprocess", "sys", "tempfile", "threading", "time", "uuid",
+}  # fmt: skip
+FORBIDDEN_CALLS = {"open", "print", "input"}
+
+
+def _modules() -> list[Path]:
+    return sorted(Path(gfair.core.__file__).parent.glob("*.py"))
+
+
+def test_core_modules_import_no_io_clock_or_randomness() -> None:
+    offenders = []
+    for path in _modules():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in FORBIDDEN_CALLS
+            ):
+                offenders.append(f"{path.name}:{node.lineno}: {node.func.id}()")
+    assert len(_modules()) > 10
+    assert offenders == []
