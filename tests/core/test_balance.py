@@ -115,3 +115,52 @@ def test_every_move_strictly_lowers_the_potential_and_nothing_thrashes(
 
 def _state(residents: dict[str, list[Resident]]) -> frozenset[tuple[str, str]]:
     return frozenset((s, r.job_id) for s, rs in residents.items() for r in rs)
+
+
+def test_relief_moves_a_waiting_job_to_free_gpus_whatever_the_tickets() -> None:
+    servers = (Server("a", "v100", 4), Server("b", "v100", 4))
+    residents = {
+        "a": [Resident("big", 4, 1.0), Resident("small", 2, 1.0)],  # asks 6 of 4: time-slices
+        "b": [Resident("heavy", 2, 10.0)],  # heavy in tickets but 2 GPUs free
+    }
+    tickets = {s: sum(r.tickets for r in rs) for s, rs in residents.items()}
+    asked = {s: sum(r.gpus for r in rs) for s, rs in residents.items()}
+    moves = propose_migrations(servers, tickets, residents.__getitem__, 10.0, 5, asked)
+    assert moves == [Move("small", "a", "b")]
+    # Without GPU counts only tickets matter, and "b" looks far busier: nothing moves to it.
+    assert propose_migrations(servers, tickets, residents.__getitem__, 0.0, 5) == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(layout=loads, threshold=st.floats(0, 1), budget=st.integers(0, 6))
+def test_with_gpu_counts_every_move_lowers_excess_then_potential(
+    layout: list[list[tuple[int, float]]], threshold: float, budget: int
+) -> None:
+    servers = tuple(Server(f"s{i}", "v100", 8) for i in range(len(layout)))
+    residents = {
+        f"s{i}": [Resident(f"s{i}/{n}", g, t) for n, (g, t) in enumerate(jobs)]
+        for i, jobs in enumerate(layout)
+    }
+
+    def measure() -> tuple[int, float]:
+        excess = sum(max(0, sum(r.gpus for r in residents[s.id]) - s.gpus) for s in servers)
+        return excess, _potential(servers, residents)
+
+    states = {_state(residents)}
+    for _ in range(10):
+        tickets = {s: sum(r.tickets for r in rs) for s, rs in residents.items()}
+        asked = {s: sum(r.gpus for r in rs) for s, rs in residents.items()}
+        moves = propose_migrations(
+            servers, tickets, lambda s: residents[s], threshold, budget, asked
+        )
+        assert len(moves) <= budget
+        for move in moves:
+            before = measure()
+            _apply(residents, [move])
+            after = measure()
+            assert after[0] < before[0] or (after[0] == before[0] and after[1] < before[1])
+            state = _state(residents)
+            assert state not in states
+            states.add(state)
+        if not moves:
+            break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -104,3 +105,16 @@ def test_equal_gangs_get_their_water_filled_share(
     bound = size * (max(tickets) / min(tickets) + 1)
     for job, got in gpu_time.items():
         assert abs(got - quanta * share[job]) <= bound
+
+
+def test_new_tickets_rescale_what_a_job_is_ahead_by() -> None:
+    server = GangStride(1)
+    server.join("a", 1, 1.0)
+    server.join("b", 1, 0.001)  # a sliver of share: each run puts it 1000 ahead
+    for _ in range(3):
+        server.schedule()
+    assert server.passes()["b"] - server.passes()["a"] > 900
+    server.set_tickets("b", 1.0)  # the same service, counted at the new rate
+    # b was 998 ahead of a (pass 2) at 0.001 tickets: 0.998 ahead at 1 ticket.
+    assert server.passes() == {"a": 2.0, "b": pytest.approx(2.998)}
+    assert [server.schedule() for _ in range(2)] == [("a",), ("b",)]  # not a thousand quanta

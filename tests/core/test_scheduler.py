@@ -218,3 +218,30 @@ def test_invariants_under_random_arrivals_and_departures(
                 held = scheduler.entitlements()
                 for generation, gpus in cluster.gpus_per_generation().items():
                     assert sum(h[generation] for h in held.values()) <= gpus + 1e-6
+
+
+def test_jobs_go_where_their_gpus_are_free_before_sharing_a_server() -> None:
+    scheduler = GandivaFair(parse_cluster_spec("k80:2x4"), {}, TABLE)
+    first = scheduler.submit(JobSpec("big", "u", 4), 0)
+    second = scheduler.submit(JobSpec("small", "v", 2), 0)
+    assert first.servers != second.servers
+    plan = scheduler.plan(0)
+    assert {j for jobs in plan.runs.values() for j in jobs} == {"big", "small"}
+
+
+def test_a_job_on_idle_capacity_leaves_when_the_pools_users_want_it_back() -> None:
+    # "flat" gains nothing on the V100 and trades its V100 share away; "fast" buys it.
+    cluster = parse_cluster_spec("v100:1x4,k80:1x8")
+    scheduler = GandivaFair(cluster, {}, TABLE)
+    for index in range(4):
+        scheduler.submit(JobSpec(f"s{index}", "flat", 1, "Flat"), 0)
+    assert {scheduler.pool_of(f"s{i}") for i in range(4)} == {"k80", "v100"}
+    for index in range(8):
+        scheduler.submit(JobSpec(f"f{index}", "fast", 1, "Fast"), 0)
+    for quantum in range(10):
+        scheduler.plan(quantum)
+    held = scheduler.entitlements()
+    assert held["flat"]["v100"] == pytest.approx(0.0)
+    assert {scheduler.pool_of(f"s{i}") for i in range(4)} == {"k80"}
+    v100 = scheduler.plan(10).runs["v100-0"]
+    assert all(job.startswith("f") for job in v100) and len(v100) == 4

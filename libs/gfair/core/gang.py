@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
 
-from gfair.core.stride import StrideEntry, check_tickets
+from gfair.core.stride import StrideEntry, check_tickets, retick
 
 ENTRY_ORDER = attrgetter("pass_", "seq")
 
@@ -100,7 +100,7 @@ class GangStride:
         entry = self._entries[job_id]
         tickets = check_tickets(job_id, tickets)
         self._tickets += tickets - entry.tickets
-        entry.tickets = tickets
+        retick(entry, tickets, self.min_pass())
 
     def passes(self) -> dict[str, float]:
         return {job_id: e.pass_ for job_id, e in self._entries.items()}

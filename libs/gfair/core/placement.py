@@ -137,10 +137,18 @@ def _rejection_reason(gpus: int, views: Sequence[PoolView], rejections: Sequence
 
 
 def choose_servers(
-    pool: Pool, gpus: int, tickets: float, tickets_on: Mapping[str, float]
+    pool: Pool,
+    gpus: int,
+    tickets: float,
+    tickets_on: Mapping[str, float],
+    asked_on: Mapping[str, int] | None = None,
 ) -> tuple[str, ...]:
-    """Servers for a job in `pool`: the least-loaded fitting server, or whole servers."""
+    """Servers for a job in `pool`: the least-loaded fitting server, or whole servers.
+
+    Servers where the job's GPUs are still free (per `asked_on`) are preferred; see
+    `balance.least_loaded`.
+    """
     if gpus <= pool.largest_server:
-        server = least_loaded(pool.servers, tickets_on, gpus, tickets)
+        server = least_loaded(pool.servers, tickets_on, gpus, tickets, asked_on)
         return (server.id,) if server is not None else ()
-    return tuple(s.id for s in least_loaded_group(pool.servers, tickets_on, gpus))
+    return tuple(s.id for s in least_loaded_group(pool.servers, tickets_on, gpus, asked_on))

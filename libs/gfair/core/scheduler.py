@@ -339,7 +339,11 @@ class GandivaFair:
 
     def _servers_for(self, pool: Pool, job: JobSpec, user: str) -> tuple[str, ...]:
         return choose_servers(
-            pool, job.gpus, self._estimated_tickets(user, pool), self._stride.loads()
+            pool,
+            job.gpus,
+            self._estimated_tickets(user, pool),
+            self._stride.loads(),
+            self._stride.asked(),
         )
 
     def _move(self, job_id: str, pool: Pool, servers: tuple[str, ...], cause: str) -> Migration:
@@ -359,52 +363,107 @@ class GandivaFair:
         return Migration(job_id, before, servers, cause)
 
     def _pool_moves(self, budget: int, migrations: list[Migration]) -> None:
-        """Move jobs into pools where their user has unused entitlement (module doc)."""
-        for name in sorted(self._users):
-            user, entitled = self._users[name], self._entitled.get(name, {})
-            for target in self.pools.values():
-                if len(migrations) >= budget:
-                    return
-                room = entitled.get(target.generation, 0.0) - user.used[target.generation]
-                if room < 1 - _EPS:
-                    continue
-                best: tuple[float, str] | None = None
-                by_type: dict[str | None, dict[str, float]] = {}
-                for source, jobs in user.jobs.items():
-                    if source == target.generation:
+        """Move jobs into pools where their user has unused entitlement (module doc).
+
+        One move per user and target pool per round, rounds until the budget is spent or a
+        round moves nothing.
+        """
+        moved = True
+        while moved and len(migrations) < budget:
+            moved = False
+            for name in sorted(self._users):
+                for target in self.pools.values():
+                    if len(migrations) >= budget:
+                        return
+                    job_id = self._pool_move_candidate(name, target)
+                    if job_id is None:
                         continue
-                    over = user.used[source] - entitled.get(source, 0.0)
-                    for job_id in jobs:
-                        spec = self._jobs[job_id].spec
-                        if spec.gpus > room + _EPS or spec.gpus > target.gpus:
-                            continue
-                        speeds = self._job_speeds(spec, by_type)
-                        gain = (
-                            speeds[target.generation] / speeds[source]
-                            if speeds[source] > 0
-                            else float("inf")
-                        )
-                        if speeds[target.generation] <= 0 or (
-                            gain <= 1 and over < spec.gpus - _EPS
-                        ):
-                            continue
-                        if best is None or gain > best[0]:
-                            best = (gain, job_id)
-                if best is None:
+                    servers = self._servers_for(target, self._jobs[job_id].spec, name)
+                    if servers:
+                        migrations.append(self._move(job_id, target, servers, "pool"))
+                        moved = True
+                if len(migrations) < budget and self._evict_one(name, migrations):
+                    moved = True
+
+    def _evict_one(self, name: str, migrations: list[Migration]) -> bool:
+        """Move one job of `name` out of an oversubscribed pool where it holds no share.
+
+        Such a job got there on idle capacity (the `surplus` rule); once the pool's own users
+        ask for all of it, it only crowds their jobs, so it goes to the pool where its user is
+        least oversubscribed. It never comes back: pool moves only go where there is room.
+        """
+        user, entitled = self._users[name], self._entitled.get(name, {})
+        for source, jobs in user.jobs.items():
+            pool = self.pools[source]
+            if (
+                not jobs
+                or entitled.get(source, 0.0) > _EPS
+                or self._pool_demand[source] <= pool.gpus
+            ):
+                continue
+            job_id = next(iter(jobs))
+            spec = self._jobs[job_id].spec
+            speeds = self._job_speeds(spec)
+            homes = [
+                p
+                for g, p in self.pools.items()
+                if entitled.get(g, 0.0) > _EPS and speeds[g] > 0 and spec.gpus <= p.gpus
+            ]
+            if not homes:
+                continue
+            home = min(
+                homes,
+                key=lambda p: (
+                    (user.used[p.generation] + spec.gpus) / entitled[p.generation],
+                    -speeds[p.generation],
+                ),
+            )
+            servers = self._servers_for(home, spec, name)
+            if servers:
+                migrations.append(self._move(job_id, home, servers, "pool"))
+                return True
+        return False
+
+    def _pool_move_candidate(self, name: str, target: Pool) -> str | None:
+        """The job of `name` gaining most from moving into `target`, if any may move there."""
+        user, entitled = self._users[name], self._entitled.get(name, {})
+        room = entitled.get(target.generation, 0.0) - user.used[target.generation]
+        if room < 1 - _EPS:
+            return None
+        best: tuple[float, str] | None = None
+        by_type: dict[str | None, dict[str, float]] = {}
+        for source, jobs in user.jobs.items():
+            if source == target.generation:
+                continue
+            over = user.used[source] - entitled.get(source, 0.0)
+            for job_id in jobs:
+                spec = self._jobs[job_id].spec
+                if spec.gpus > room + _EPS or spec.gpus > target.gpus:
                     continue
-                spec = self._jobs[best[1]].spec
-                servers = self._servers_for(target, spec, name)
-                if servers:
-                    migrations.append(self._move(best[1], target, servers, "pool"))
+                speeds = self._job_speeds(spec, by_type)
+                if speeds[target.generation] <= 0:
+                    continue
+                gain = (
+                    speeds[target.generation] / speeds[source]
+                    if speeds[source] > 0
+                    else float("inf")
+                )
+                if gain <= 1 and over < spec.gpus - _EPS:
+                    continue  # slower there, and its own pool is not oversubscribed
+                if best is None or gain > best[0]:
+                    best = (gain, job_id)
+        return None if best is None else best[1]
 
     def _balance_moves(self, pool: Pool, budget: int, migrations: list[Migration]) -> None:
         if budget <= 0 or len(pool.servers) < 2:
             return
-        loads = self._stride.loads()
-        if spread(pool.servers, loads) <= self.config.balance_threshold:
+        loads, asked = self._stride.loads(), self._stride.asked()
+        crowded = any(asked[s.id] > s.gpus for s in pool.servers)
+        roomy = any(asked[s.id] < s.gpus for s in pool.servers)
+        if spread(pool.servers, loads) <= self.config.balance_threshold and not (crowded and roomy):
             return
         for move in propose_migrations(
-            pool.servers, loads, self._residents, self.config.balance_threshold, budget
+            pool.servers, loads, self._residents, self.config.balance_threshold, budget, asked
         ):
             migrations.append(self._move(move.job_id, pool, (move.to_server,), "balance"))
 

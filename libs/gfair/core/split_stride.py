@@ -27,7 +27,7 @@ from typing import Any
 
 from gfair.core.cluster import Cluster
 from gfair.core.gang import ENTRY_ORDER, GangStride
-from gfair.core.stride import StrideEntry, check_tickets
+from gfair.core.stride import StrideEntry, check_tickets, retick
 
 
 class SplitStride:
@@ -41,6 +41,7 @@ class SplitStride:
         self._central_floor = 0.0
         self._central_seq = 0
         self._load: dict[str, float] = dict.fromkeys(self._local, 0.0)  # `server_tickets`
+        self._asked: dict[str, int] = dict.fromkeys(self._local, 0)  # see `asked`
 
     # -- queries ------------------------------------------------------------------------
 
@@ -62,9 +63,6 @@ class SplitStride:
     def local_queue(self, server_id: str) -> GangStride:
         return self._local[server_id]
 
-    def multi_jobs_on(self, server_id: str) -> frozenset[str]:
-        return frozenset(self._multi_on.get(server_id, ()))
-
     def server_tickets(self, server_id: str) -> float:
         """Ticket load on a server: its local jobs' tickets plus, for each multi-server job
         placed on it, the job's tickets in proportion to the GPUs the server gives it."""
@@ -78,9 +76,17 @@ class SplitStride:
         """Server id -> `server_tickets`, kept up to date as jobs come, go and change tickets."""
         return self._load
 
+    def asked(self) -> Mapping[str, int]:
+        """Server id -> GPUs its placed jobs ask (a multi-server job asks its whole servers)."""
+        return self._asked
+
     def _update_load(self, servers: Iterable[str]) -> None:
         for server_id in servers:
             self._load[server_id] = self.server_tickets(server_id)
+            queue = self._local[server_id]
+            self._asked[server_id] = queue.demand + (
+                queue.gpus * len(self._multi_on[server_id]) if server_id in self._multi_on else 0
+            )
 
     def tickets(self, job_id: str) -> float:
         return self._entry(job_id).tickets
@@ -185,7 +191,7 @@ class SplitStride:
     def set_tickets(self, job_id: str, tickets: float) -> None:
         servers = self._where[job_id]
         if job_id in self._multi:
-            self._multi[job_id].tickets = check_tickets(job_id, tickets)
+            retick(self._multi[job_id], check_tickets(job_id, tickets), self._central_min_pass())
         else:
             self._local[servers[0]].set_tickets(job_id, tickets)
         self._update_load(servers)
@@ -273,4 +279,5 @@ class SplitStride:
         self._central_floor = float(data["central_floor"])
         self._central_seq = int(data["central_seq"])
         self._load = dict.fromkeys(self._local, 0.0)
+        self._asked = dict.fromkeys(self._local, 0)
         self._update_load(self._local)

@@ -52,6 +52,18 @@ class StrideEntry:
         )
 
 
+def retick(entry: StrideEntry, tickets: float, floor: float) -> None:
+    """Give `entry` new tickets, rescaling how far its pass is above `floor` (its queue's
+    minimum pass).
+
+    That distance is service already received, per ticket; measured in the new tickets it is the
+    same service. Without rescaling, a job whose tickets rise (say from a sliver of share to a
+    full one) would wait until the others caught up with a pass earned at the old rate.
+    """
+    entry.pass_ = floor + (entry.pass_ - floor) * entry.tickets / tickets
+    entry.tickets = tickets
+
+
 def check_tickets(job_id: str, tickets: float) -> float:
     if not tickets > 0:
         raise ValueError(f"job {job_id}: tickets must be > 0, got {tickets}")
@@ -94,7 +106,7 @@ class StrideQueue:
         return lag
 
     def set_tickets(self, job_id: str, tickets: float) -> None:
-        self._entries[job_id].tickets = check_tickets(job_id, tickets)
+        retick(self._entries[job_id], check_tickets(job_id, tickets), self.min_pass())
 
     def passes(self) -> dict[str, float]:
         return {job_id: e.pass_ for job_id, e in self._entries.items()}
