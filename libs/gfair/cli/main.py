@@ -15,6 +15,13 @@ from collections.abc import Sequence
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "simulate",
     "schemas",
+    "service",
+    "submit",
+    "cancel",
+    "jobs",
+    "users",
+    "nodes",
+    "why",
 )
 
 

@@ -1,0 +1,93 @@
+"""Poison messages, parked on `gfair.dlq.<stream>` with the reason they could not be handled.
+
+The record is plain JSON rather than an event envelope because the original may not be one
+(undecodable bytes). It carries everything needed to inspect and, once fixed, republish the
+original: subject, headers, payload, where it was stored and how often it was tried.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gfair.bus.topology import dead_letter_subject
+from gfair.bus.tracing import inject_context
+from gfair.bus.transport import Bus, Delivery, PubAck
+
+DEAD_LETTER_REASON_HEADER = "Gfair-Dead-Letter-Reason"
+
+
+class DeadLetterReason(StrEnum):
+    UNDECODABLE = "undecodable"  # not a JSON envelope
+    INVALID = "invalid"  # unknown type, or the payload fails its registered model
+    REJECTED = "rejected"  # the handler raised Unprocessable
+    HANDLER_FAILED = "handler_failed"  # the handler failed on its last allowed attempt
+    DELIVERY_LIMIT = "delivery_limit"  # delivered more often than allowed (crash loop)
+    PUBLISH_FAILED = "publish_failed"  # its outputs could not be published on the last attempt
+
+
+class DeadLetter(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    reason: DeadLetterReason
+    error: str
+    stream: str
+    sequence: int
+    subject: str
+    consumer: str
+    service: str
+    num_delivered: int
+    headers: dict[str, str]
+    payload: str
+    payload_encoding: Literal["utf-8", "base64"]
+    time: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @classmethod
+    def of(
+        cls,
+        delivery: Delivery,
+        *,
+        reason: DeadLetterReason,
+        error: str,
+        consumer: str,
+        service: str,
+    ) -> DeadLetter:
+        encoding: Literal["utf-8", "base64"]
+        try:
+            payload, encoding = delivery.data.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            payload, encoding = base64.b64encode(delivery.data).decode("ascii"), "base64"
+        return cls(
+            reason=reason,
+            error=error,
+            stream=delivery.stream,
+            sequence=delivery.stream_sequence,
+            subject=delivery.subject,
+            consumer=consumer,
+            service=service,
+            num_delivered=delivery.num_delivered,
+            headers=dict(delivery.headers),
+            payload=payload,
+            payload_encoding=encoding,
+        )
+
+    def original_payload(self) -> bytes:
+        if self.payload_encoding == "base64":
+            return base64.b64decode(self.payload)
+        return self.payload.encode("utf-8")
+
+
+async def publish_dead_letter(bus: Bus, record: DeadLetter) -> PubAck:
+    headers = {"Content-Type": "application/json", DEAD_LETTER_REASON_HEADER: record.reason.value}
+    inject_context(headers)
+    return await bus.publish(
+        dead_letter_subject(record.stream),
+        record.model_dump_json().encode(),
+        headers=headers,
+        # A crash between parking and acknowledging parks it again; keep one record.
+        msg_id=f"dlq-{record.stream}-{record.sequence}-{record.consumer}",
+    )

@@ -1,0 +1,89 @@
+"""Key-value buckets for service state, with revision-checked writes (compare-and-set).
+
+The one-writer-per-record rule (DESIGN 3.3) is enforced by `create` and `update`: a writer
+that lost a race gets `KvConflict` and re-reads instead of overwriting.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+_KEY = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
+
+
+class KvOperation(StrEnum):
+    PUT = "put"
+    DELETE = "delete"
+
+
+class KvConflict(RuntimeError):
+    """A create found the key present, or an update found a different latest revision."""
+
+
+class InvalidKey(ValueError):
+    pass
+
+
+def validate_key(key: str) -> None:
+    if not _KEY.match(key) or key.startswith(".") or key.endswith("."):
+        raise InvalidKey(f"key {key!r} must match [-/_=.a-zA-Z0-9]+ and not start or end with '.'")
+
+
+@dataclass(frozen=True, slots=True)
+class KvEntry:
+    key: str
+    value: bytes
+    revision: int
+    operation: KvOperation = KvOperation.PUT
+
+
+class KvWatch(Protocol):
+    """Entries as they change; iterate with `async for`, stop with `stop()` (or `async with`)."""
+
+    def __aiter__(self) -> AsyncIterator[KvEntry]: ...
+
+    async def stop(self) -> None: ...
+
+    async def __aenter__(self) -> KvWatch: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+
+class KeyValue(Protocol):
+    @property
+    def bucket(self) -> str: ...
+
+    async def get(self, key: str) -> KvEntry | None:
+        """The latest value, or None if the key never existed or was deleted."""
+        ...
+
+    async def put(self, key: str, value: bytes) -> int:
+        """Write unconditionally; returns the new revision."""
+        ...
+
+    async def create(self, key: str, value: bytes) -> int:
+        """Write only if the key holds no value; else `KvConflict`."""
+        ...
+
+    async def update(self, key: str, value: bytes, revision: int) -> int:
+        """Write only if the key's latest revision is `revision`; else `KvConflict`."""
+        ...
+
+    async def delete(self, key: str, *, revision: int | None = None) -> None:
+        """Delete (optionally only at `revision`); deleting an absent key is not an error."""
+        ...
+
+    async def keys(self) -> list[str]:
+        """Keys holding a value, sorted."""
+        ...
+
+    async def watch(self, pattern: str = ">", *, updates_only: bool = False) -> KvWatch:
+        """Current values of matching keys first (unless `updates_only`), then each change.
+
+        Deletions arrive as entries with `operation=DELETE` and an empty value.
+        """
+        ...

@@ -1,0 +1,124 @@
+"""`KeyValue` over a JetStream key-value bucket (nats-py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import nats.js.errors
+from nats.js.kv import KeyValue as NatsKeyValueBucket
+
+from gfair.bus.key_value import KvConflict, KvEntry, KvOperation, KvWatch, validate_key
+from gfair.bus.subject_filter import validate_pattern
+
+# JetStream's "wrong last sequence" errors: a revision check failed.
+_WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
+
+
+def _entry(key: str, value: bytes | None, revision: int | None, operation: str | None) -> KvEntry:
+    deleted = operation in ("DEL", "PURGE")
+    return KvEntry(
+        key=key,
+        value=b"" if deleted or value is None else value,
+        revision=revision or 0,
+        operation=KvOperation.DELETE if deleted else KvOperation.PUT,
+    )
+
+
+class _NatsWatch:
+    def __init__(self, watcher: NatsKeyValueBucket.KeyWatcher, skip_through: int) -> None:
+        self._watcher = watcher
+        # Entries at or below this revision existed before the watch (updates_only); 0 keeps all.
+        self._skip_through = skip_through
+        self._stopped = False
+
+    async def _entries(self) -> AsyncIterator[KvEntry]:
+        caught_up = False
+        async for item in self._watcher:
+            if item is None:
+                # nats-py marks the end of the initial values with None.
+                caught_up = True
+                continue
+            entry = _entry(item.key, item.value, item.revision, item.operation)
+            if entry.revision <= self._skip_through:
+                continue
+            if not caught_up and entry.operation is KvOperation.DELETE:
+                # The initial snapshot lists current values; a tombstone is not one.
+                continue
+            yield entry
+
+    def __aiter__(self) -> AsyncIterator[KvEntry]:
+        return self._entries()
+
+    async def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            await self._watcher.stop()  # type: ignore[no-untyped-call]
+
+    async def __aenter__(self) -> KvWatch:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
+class NatsKeyValue:
+    def __init__(self, bucket: NatsKeyValueBucket, name: str) -> None:
+        self._kv = bucket
+        self._name = name
+
+    @property
+    def bucket(self) -> str:
+        return self._name
+
+    async def get(self, key: str) -> KvEntry | None:
+        validate_key(key)
+        try:
+            found = await self._kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return _entry(key, found.value, found.revision, None)
+
+    async def put(self, key: str, value: bytes) -> int:
+        validate_key(key)
+        return await self._kv.put(key, value)
+
+    async def create(self, key: str, value: bytes) -> int:
+        validate_key(key)
+        try:
+            return await self._kv.create(key, value)
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            raise KvConflict(f"{self._name}/{key} exists: {exc.description}") from exc
+
+    async def update(self, key: str, value: bytes, revision: int) -> int:
+        validate_key(key)
+        try:
+            return await self._kv.update(key, value, last=revision)
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            raise KvConflict(f"{self._name}/{key} not at revision {revision}") from exc
+
+    async def delete(self, key: str, *, revision: int | None = None) -> None:
+        validate_key(key)
+        try:
+            await self._kv.delete(key, last=revision)
+        except nats.js.errors.APIError as exc:
+            if exc.err_code in _WRONG_LAST_SEQUENCE:
+                raise KvConflict(f"{self._name}/{key} not at revision {revision}") from exc
+            raise
+
+    async def keys(self) -> list[str]:
+        try:
+            return sorted(await self._kv.keys())
+        except nats.js.errors.NoKeysError:
+            return []
+
+    async def watch(self, pattern: str = ">", *, updates_only: bool = False) -> KvWatch:
+        validate_pattern(pattern)
+        skip_through = 0
+        if updates_only:
+            status = await self._kv.status()
+            skip_through = status.stream_info.state.last_seq
+        watcher = await self._kv.watch(pattern)
+        # Let the watcher's subscription start before the caller writes.
+        await asyncio.sleep(0)
+        return _NatsWatch(watcher, skip_through)

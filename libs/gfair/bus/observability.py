@@ -1,0 +1,97 @@
+"""One call per process to set up traces and logs from configuration.
+
+Traces go to an OTLP/HTTP collector (`OTEL_EXPORTER_OTLP_ENDPOINT`), to a local JSON Lines
+file (embedded mode: `GFAIR_SPAN_FILE`), or nowhere. With `GFAIR_TRACES_EXPORTER=auto` (the
+default) the collector wins when configured, then the file, then none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import Tracer
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gfair.bus.logs import LogFormat, configure_logging
+from gfair.bus.span_file import JsonlSpanExporter
+from gfair.bus.tracing import TRACER_NAME
+
+TracesExporter = Literal["auto", "otlp", "jsonl", "none"]
+
+
+class ObservabilitySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
+
+    traces_exporter: TracesExporter = "auto"
+    otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("GFAIR_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        description="Base URL of an OTLP/HTTP collector, e.g. http://localhost:4318",
+    )
+    span_file: Path | None = Field(default=None, description="JSON Lines file for spans")
+    log_level: str = "INFO"
+    log_format: LogFormat = "json"
+
+    def chosen_exporter(self) -> Literal["otlp", "jsonl", "none"]:
+        if self.traces_exporter == "otlp" and not self.otlp_endpoint:
+            raise ValueError("traces_exporter=otlp needs OTEL_EXPORTER_OTLP_ENDPOINT")
+        if self.traces_exporter == "jsonl" and self.span_file is None:
+            raise ValueError("traces_exporter=jsonl needs GFAIR_SPAN_FILE")
+        if self.traces_exporter != "auto":
+            return self.traces_exporter
+        if self.otlp_endpoint:
+            return "otlp"
+        return "jsonl" if self.span_file is not None else "none"
+
+
+@dataclass
+class Observability:
+    tracer: Tracer
+    provider: TracerProvider | None
+
+    def shutdown(self) -> None:
+        """Flush and close the exporter; call once at process exit."""
+        if self.provider is not None:
+            self.provider.shutdown()
+
+
+def _exporter(settings: ObservabilitySettings) -> SpanExporter | None:
+    match settings.chosen_exporter():
+        case "otlp":
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            assert settings.otlp_endpoint is not None
+            return OTLPSpanExporter(endpoint=settings.otlp_endpoint.rstrip("/") + "/v1/traces")
+        case "jsonl":
+            assert settings.span_file is not None
+            return JsonlSpanExporter(settings.span_file)
+        case _:
+            return None
+
+
+def configure_observability(
+    service_name: str,
+    settings: ObservabilitySettings | None = None,
+    *,
+    set_global: bool = True,
+) -> Observability:
+    """Configure logs and the tracer provider for a process named `service_name`."""
+    settings = settings or ObservabilitySettings()
+    configure_logging(service_name, level=settings.log_level, fmt=settings.log_format)
+    exporter = _exporter(settings)
+    if exporter is None:
+        return Observability(tracer=trace.get_tracer(TRACER_NAME), provider=None)
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": service_name, "service.namespace": "gfair"})
+    )
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    if set_global:
+        trace.set_tracer_provider(provider)
+    return Observability(tracer=provider.get_tracer(TRACER_NAME), provider=provider)

@@ -1,0 +1,67 @@
+"""Publishing events: envelope, trace context, and the event id as JetStream's dedup key."""
+
+from __future__ import annotations
+
+import uuid
+
+from opentelemetry.trace import Tracer
+
+from gfair.bus.tracing import default_tracer, inject_context, publish_span
+from gfair.bus.transport import Bus, PubAck
+from gfair.bus.wire import encode
+from gfair.events.envelope import Envelope, EventData
+
+# Namespace of the ids derived for a handler's outputs from the id of the event that caused them.
+_DERIVED_ID_NAMESPACE = uuid.UUID("5b0c1f0e-7c1a-4f52-9a3e-6f1a2b9d0c11")
+
+
+def derived_event_id(cause_id: str, index: int, event_type: str, subject: str) -> str:
+    """Deterministic id of a handler's `index`-th output: the same on every redelivery."""
+    return uuid.uuid5(_DERIVED_ID_NAMESPACE, f"{cause_id}/{index}/{event_type}/{subject}").hex
+
+
+class EventPublisher:
+    def __init__(self, bus: Bus, source: str, *, tracer: Tracer | None = None) -> None:
+        self._bus = bus
+        self._source = source
+        self._tracer = tracer or default_tracer()
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    async def publish(
+        self,
+        data: EventData,
+        *,
+        subject: str | None = None,
+        correlation_id: str | None = None,
+        causation: Envelope | None = None,
+        event_id: str | None = None,
+    ) -> Envelope:
+        """Wrap `data` in an envelope from this source and publish it; returns the envelope.
+
+        `subject` defaults to where the payload says it belongs (`data.subject()`).
+        """
+        envelope = Envelope.wrap(
+            data,
+            subject=subject,
+            source=self._source,
+            correlation_id=correlation_id,
+            causation=causation,
+            event_id=event_id,
+        )
+        await self.publish_envelope(envelope)
+        return envelope
+
+    async def publish_envelope(self, envelope: Envelope) -> PubAck:
+        payload, headers = encode(envelope)
+        with publish_span(self._tracer, envelope.subject, envelope, len(payload)) as span:
+            inject_context(headers)
+            ack = await self._bus.publish(
+                envelope.subject, payload, headers=headers, msg_id=envelope.id
+            )
+            span.set_attribute("gfair.stream", ack.stream)
+            span.set_attribute("gfair.stream.sequence", ack.sequence)
+            span.set_attribute("gfair.duplicate", ack.duplicate)
+        return ack

@@ -1,0 +1,240 @@
+"""A service is a table of handlers (and timers) and nothing more.
+
+    service = Service("placement")
+
+    @service.handler()  # consumer derived: GFAIR_JOBS, filter gfair.submit.*
+    async def on_submit(envelope: Envelope, data: JobSubmitted) -> list[Emit]:
+        return [Emit(JobAccepted(...))]
+
+    @service.handler(ConsumerSpec(stream="GFAIR_NODES", durable="placement-nodes",
+                                  filter_subjects=("gfair.node.*.failed",), max_attempts=10))
+    async def on_node_failed(envelope: Envelope, data: NodeFailed) -> list[Emit]: ...
+
+A handler gets the envelope and its typed payload and returns the events to publish; the
+runtime publishes them (with causation and correlation set) before it acknowledges the input,
+so a crash in between republishes them under the same ids and JetStream keeps one copy.
+Handlers must therefore be idempotent by event id and their outputs deterministic.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from gfair.bus.topology import ConsumerSpec, Topology, consumer_for
+from gfair.events.envelope import Envelope, EventData
+
+if TYPE_CHECKING:
+    from gfair.bus.runtime import ServiceRuntime
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """An event a handler or timer wants published."""
+
+    data: EventData
+    # Default: where the payload says it belongs (`data.subject()`).
+    subject: str | None = None
+    # Default: derived from the causing event's id and the output's position, so a replayed
+    # handler emits the same ids and JetStream dedup drops the repeats.
+    event_id: str | None = None
+    # Default: the causing event's correlation id (or its id when it has none).
+    correlation_id: str | None = None
+
+
+class Unprocessable(Exception):
+    """Raised by a handler for an event that can never succeed: dead-letter it, don't retry."""
+
+
+EventHandler = Callable[[Envelope, Any], Awaitable[Sequence[Emit]]]
+TimerCallback = Callable[[], Awaitable[Sequence[Emit]]]
+StartupHook = Callable[["ServiceRuntime"], Awaitable[None]]
+H = TypeVar("H", bound=EventHandler)
+T = TypeVar("T", bound=TimerCallback)
+S = TypeVar("S", bound=StartupHook)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delay before redelivering a failed event: initial * factor^(attempt-1), capped."""
+
+    initial_s: float = 0.2
+    factor: float = 2.0
+    max_s: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        return min(self.initial_s * self.factor ** max(attempt - 1, 0), self.max_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    name: str
+    consumer: ConsumerSpec
+    handler: EventHandler
+    # Payload models this handler takes; other event types on its consumer are acknowledged
+    # and skipped. Empty: every registered type.
+    accepts: tuple[type[EventData], ...] = ()
+    # Concurrent fetch-and-handle loops on the consumer in this process.
+    workers: int = 1
+    backoff: Backoff = field(default_factory=Backoff)
+
+    @property
+    def accepted_types(self) -> frozenset[str]:
+        return frozenset(model.EVENT_TYPE for model in self.accepts)
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    name: str
+    interval_s: float
+    callback: TimerCallback
+
+
+def accepted_models(handler: EventHandler) -> tuple[type[EventData], ...]:
+    """The payload models named by the annotation of a handler's second parameter."""
+    try:
+        hints = typing.get_type_hints(handler)
+    except NameError as exc:
+        raise TypeError(
+            f"cannot resolve the annotations of handler {handler.__qualname__} ({exc}); "
+            "pass accepts=... explicitly"
+        ) from exc
+    params = list(inspect.signature(handler).parameters)
+    if len(params) != 2:
+        raise TypeError(f"handler {handler.__qualname__} must take (envelope, data)")
+    hint = hints.get(params[1], EventData)
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    options = typing.get_args(hint) if union else (hint,)
+    models: list[type[EventData]] = []
+    for option in options:
+        if not (isinstance(option, type) and issubclass(option, EventData)):
+            raise TypeError(
+                f"handler {handler.__qualname__}: data annotation {hint!r} is not an EventData"
+            )
+        if option is EventData:
+            return ()
+        models.append(option)
+    return tuple(models)
+
+
+class Service:
+    def __init__(self, name: str, *, topology: Topology | None = None) -> None:
+        self.name = name
+        self._topology = topology or Topology()
+        self._routes: list[Route] = []
+        self._timers: list[Timer] = []
+        self._startup: list[StartupHook] = []
+
+    @property
+    def routes(self) -> tuple[Route, ...]:
+        return tuple(self._routes)
+
+    @property
+    def timers(self) -> tuple[Timer, ...]:
+        return tuple(self._timers)
+
+    @property
+    def startup_hooks(self) -> tuple[StartupHook, ...]:
+        return tuple(self._startup)
+
+    @property
+    def topology(self) -> Topology:
+        """The declared topology plus every route's consumer."""
+        return self._topology.merge(Topology(consumers=tuple(r.consumer for r in self._routes)))
+
+    def add_handler(
+        self,
+        handler: EventHandler,
+        consumer: ConsumerSpec | None = None,
+        *,
+        durable: str | None = None,
+        accepts: Sequence[type[EventData]] | None = None,
+        workers: int = 1,
+        backoff: Backoff | None = None,
+        name: str | None = None,
+    ) -> Route:
+        """Route a consumer's events to `handler`.
+
+        Without `consumer`, one is derived from the payload models the handler takes (its
+        annotation, or `accepts`): their stream, their subject patterns as filters, and the
+        durable name `durable` (default `<service>-<handler>`).
+        """
+        if workers < 1:
+            raise ValueError("workers must be >= 1")
+        name = name or handler.__name__
+        models = tuple(accepts) if accepts is not None else accepted_models(handler)
+        if consumer is None:
+            if durable is None:
+                durable = f"{self.name}-{name}".replace("_", "-")
+            consumer = consumer_for(models, durable=durable)
+        elif durable is not None and durable != consumer.durable:
+            raise ValueError(f"durable {durable!r} contradicts consumer {consumer.durable!r}")
+        route = Route(
+            name=name,
+            consumer=consumer,
+            handler=handler,
+            accepts=models,
+            workers=workers,
+            backoff=backoff or Backoff(),
+        )
+        if any(
+            r.consumer.durable == consumer.durable and r.consumer.stream == consumer.stream
+            for r in self._routes
+        ):
+            raise ValueError(f"durable {consumer.durable} already has a handler in {self.name}")
+        self._routes.append(route)
+        return route
+
+    def handler(
+        self,
+        consumer: ConsumerSpec | None = None,
+        *,
+        durable: str | None = None,
+        accepts: Sequence[type[EventData]] | None = None,
+        workers: int = 1,
+        backoff: Backoff | None = None,
+    ) -> Callable[[H], H]:
+        """Decorator form of `add_handler`."""
+
+        def register(handler: H) -> H:
+            self.add_handler(
+                handler,
+                consumer,
+                durable=durable,
+                accepts=accepts,
+                workers=workers,
+                backoff=backoff,
+            )
+            return handler
+
+        return register
+
+    def add_timer(
+        self, interval_s: float, callback: TimerCallback, *, name: str | None = None
+    ) -> Timer:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be > 0")
+        timer = Timer(name=name or callback.__name__, interval_s=interval_s, callback=callback)
+        self._timers.append(timer)
+        return timer
+
+    def timer(self, interval_s: float) -> Callable[[T], T]:
+        """Call the decorated coroutine every `interval_s` and publish what it returns."""
+
+        def register(callback: T) -> T:
+            self.add_timer(interval_s, callback)
+            return callback
+
+        return register
+
+    def on_start(self, hook: S) -> S:
+        """Decorator: run `hook(runtime)` once the topology exists and before any handler runs.
+
+        The place to rebuild state from buckets and stream history (DESIGN 3.3).
+        """
+        self._startup.append(hook)
+        return hook

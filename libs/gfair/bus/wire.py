@@ -1,0 +1,58 @@
+"""How an envelope travels: the contract's JSON body and headers, plus the type as a header.
+
+The type header lets a consumer (or an operator with the `nats` CLI) see what a message is
+without parsing it; the body alone is authoritative.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from pydantic import ValidationError
+
+from gfair.events.codec import encode as encode_body
+from gfair.events.codec import publish_headers, verify_subject
+from gfair.events.envelope import Envelope, EventData
+from gfair.events.errors import InvalidEvent, describe_validation_error
+from gfair.events.registry import UnknownEventType, model_for
+
+CONTENT_TYPE_HEADER = "Content-Type"
+EVENT_TYPE_HEADER = "Gfair-Event-Type"
+JSON_CONTENT_TYPE = "application/json"
+
+
+def encode(envelope: Envelope) -> tuple[bytes, dict[str, str]]:
+    headers = publish_headers(envelope)
+    headers[CONTENT_TYPE_HEADER] = JSON_CONTENT_TYPE
+    headers[EVENT_TYPE_HEADER] = envelope.type
+    return encode_body(envelope), headers
+
+
+def decode_envelope(payload: bytes) -> Envelope:
+    """Parse a message body; `InvalidEvent` (naming the field) if it is not an envelope."""
+    try:
+        return Envelope.model_validate_json(payload)
+    except ValidationError as exc:
+        raise InvalidEvent(describe_validation_error(exc, root="")) from exc
+
+
+def validated_data(envelope: Envelope, subject: str) -> EventData:
+    """The typed payload, checked against its model and against the subject it came on.
+
+    The subject check is the tenant check: alice may publish on gfair.submit.alice only, so a
+    payload for bob arriving there is refused before any handler sees it.
+    """
+    try:
+        model = model_for(envelope.type)
+    except UnknownEventType as exc:
+        raise InvalidEvent(f"type: {exc}") from exc
+    try:
+        data = model.model_validate(envelope.data)
+    except ValidationError as exc:
+        raise InvalidEvent(describe_validation_error(exc, root="data")) from exc
+    if envelope.subject != subject:
+        raise InvalidEvent(f"subject: envelope says {envelope.subject} but it arrived on {subject}")
+    # A model that does not say where it is published cannot be checked.
+    with contextlib.suppress(NotImplementedError):
+        verify_subject(data, subject)
+    return data

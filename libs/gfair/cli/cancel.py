@@ -1,0 +1,38 @@
+"""`gfair cancel JOB`: cancel a job (``USER/JOB``, or ``JOB`` with ``--user``).
+
+Waits until the job is cancelled (or ended otherwise) unless `--no-wait`. A job that already
+ended is left alone. `--json` prints ``{"user", "job_id", "state"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gfair.cli import output, session
+from gfair.client import GfairClient
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "cancel", help="cancel a job", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
+    parser.add_argument("job", metavar="JOB", help="USER/JOB, or JOB with --user")
+    session.add_user_flag(parser)
+    parser.add_argument("--reason", help="why (kept with the job)")
+    parser.add_argument("--no-wait", action="store_true", help="return once the request is sent")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS")
+    session.add_connection_flags(parser)
+    parser.set_defaults(func=lambda args: session.run(args, _cancel))
+
+
+async def _cancel(client: GfairClient, args: argparse.Namespace) -> int:
+    user, job_id = session.job_reference(args.job, args.user)
+    state = await client.cancel(
+        user, job_id, reason=args.reason, wait=not args.no_wait, timeout_s=args.timeout
+    )
+    if args.json:
+        output.print_json({"user": user, "job_id": job_id, "state": str(state)})
+    else:
+        output.console().print(f"{user}/{job_id}: {output.styled_state(state)}")
+    return session.EXIT_OK

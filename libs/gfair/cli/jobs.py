@@ -1,0 +1,101 @@
+"""`gfair jobs` lists jobs; `gfair job JOB` shows one job's record and its events.
+
+`gfair jobs --json` prints a list of job records; `gfair job --json` prints
+``{"user", "job_id", "state", "record", "events": [{"sequence", "id", "type", "time",
+"source", "subject", "data"}], "profile", "failures"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.table import Table
+
+from gfair.cli import output, session
+from gfair.client import GfairClient, JobDetails
+from gfair.events.states import JobState
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    listing = subparsers.add_parser("jobs", help="list jobs", description="List job records.")
+    listing.add_argument("--user", help="only this user's jobs")
+    listing.add_argument(
+        "--state", choices=[s.value for s in JobState], help="only jobs in this state"
+    )
+    session.add_connection_flags(listing)
+    listing.set_defaults(func=lambda args: session.run(args, _jobs))
+
+    one = subparsers.add_parser(
+        "job", help="show one job", description="Show a job's record and its events."
+    )
+    one.add_argument("job", metavar="JOB", help="USER/JOB, or JOB with --user")
+    session.add_user_flag(one)
+    session.add_connection_flags(one)
+    one.set_defaults(func=lambda args: session.run(args, _job))
+
+
+async def _jobs(client: GfairClient, args: argparse.Namespace) -> int:
+    state = JobState(args.state) if args.state else None
+    records = await client.jobs(user=args.user, state=state)
+    if args.json:
+        output.print_json([output.record_json(r) for r in records])
+    else:
+        output.console().print(output.jobs_table(records))
+    return session.EXIT_OK
+
+
+async def _job(client: GfairClient, args: argparse.Namespace) -> int:
+    user, job_id = session.job_reference(args.job, args.user)
+    details = await client.job(user, job_id)
+    if args.json:
+        output.print_json(output.details_json(details))
+        return session.EXIT_OK
+    console = output.console()
+    console.print(_summary(details))
+    events = Table(title="events")
+    for column in ("seq", "time", "event", "from", "details"):
+        events.add_column(column)
+    for event in details.events:
+        data = dict(event.envelope.data)
+        for key in ("user", "job_id"):
+            data.pop(key, None)
+        events.add_row(
+            str(event.sequence),
+            f"{event.envelope.time:%H:%M:%S.%f}"[:-3],
+            event.envelope.type.split(".")[2],
+            event.envelope.source,
+            ", ".join(f"{k}={v}" for k, v in data.items() if v not in (None, "", [], {}))[:120],
+        )
+    console.print(events)
+    return session.EXIT_OK
+
+
+def _summary(details: JobDetails) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("job", str(details.ref))
+    table.add_row("state", output.styled_state(details.state))
+    record = details.record
+    if record is not None:
+        sub = record.submission
+        table.add_row("command", " ".join(sub.command))
+        table.add_row("gpus", str(sub.gpus))
+        table.add_row("type", sub.job_type or "-")
+        table.add_row("pool", record.generation or "-")
+        table.add_row("servers", ", ".join(record.servers) or "-")
+        table.add_row("running on", ", ".join(record.nodes) or "-")
+        table.add_row("attempt", str(record.attempt))
+        table.add_row("checkpoint", str(record.last_checkpoint_step or "-"))
+        if record.reason:
+            table.add_row("reason", record.reason)
+        table.add_row("submitted", f"{sub.submitted_at:%Y-%m-%d %H:%M:%S %Z}")
+    if details.profile is not None and details.profile.measured:
+        table.add_row(
+            "measured",
+            ", ".join(
+                f"{g} {m.rate:.2f}/s/GPU ({m.samples})" for g, m in details.profile.measured.items()
+            ),
+        )
+    return table

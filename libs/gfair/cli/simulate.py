@@ -1,0 +1,245 @@
+"""`gfair simulate`: replay a job trace on a simulated cluster under one policy.
+
+    gfair simulate --trace ../shared/data/philly_trace.csv.xz \\
+        --cluster v100:64x8,p100:64x8,k80:256x4 --policy gandiva-fair \\
+        --report report.json --plot shares.png
+
+Prints a per-user table and the summary at the end; `--report` writes the full JSON report
+(`schemas/report.schema.json`), `--timeline` one JSON line per quantum per busy server, `--plot`
+each user's share over time against its entitlement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gfair.core.cluster import Cluster, parse_cluster_spec
+from gfair.gavel import load_throughputs
+from gfair.sim.plot import plot_shares
+from gfair.sim.replay import POLICY_NAMES, ReplayOptions, replay
+from gfair.sim.report import Report
+from gfair.sim.simulator import PlanError, SimulationStalled, SwitchCosts
+from gfair.sim.timeline import TimelineWriter
+from gfair.sim.trace import Trace, TraceError, read_trace
+
+# Buckets of the share series behind --plot start at this many quanta and double as needed.
+_PLOT_BUCKET_QUANTA = 10
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="replay a job trace on a simulated cluster",
+        description=(
+            "Replay a gfair or Philly CSV trace (.xz/.gz read directly) on a simulated "
+            "heterogeneous cluster under one scheduling policy, in virtual time."
+        ),
+    )
+    parser.add_argument("--trace", required=True, type=Path, help="trace CSV (gfair or Philly)")
+    parser.add_argument(
+        "--cluster", required=True, help="servers per generation, e.g. v100:4x8,p100:4x8,k80:8x4"
+    )
+    parser.add_argument("--policy", choices=POLICY_NAMES, default="gandiva-fair")
+    parser.add_argument(
+        "--quantum", type=_positive, default=60.0, metavar="SECONDS", help="default 60"
+    )
+    parser.add_argument(
+        "--tickets",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="USER=N",
+        help="tickets per user (override the trace's; others get 1)",
+    )
+    parser.add_argument("--no-trading", action="store_true", help="gandiva-fair without trading")
+    parser.add_argument("--report", type=Path, help="write the JSON report here")
+    parser.add_argument("--timeline", type=Path, help="write per-quantum JSON lines here")
+    parser.add_argument("--plot", type=Path, help="draw user shares over time (PNG)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --rate-noise (default 0)")
+    parser.add_argument(
+        "--rate-noise",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="relative noise on the rates the profiler observes (default 0: exact)",
+    )
+    parser.add_argument(
+        "--until", type=_positive, metavar="SECONDS", help="stop the clock at this trace time"
+    )
+    parser.add_argument("--jobs", type=int, metavar="N", help="replay only the first N jobs")
+    parser.add_argument(
+        "--switch-cost",
+        type=float,
+        default=SwitchCosts.resume_s,
+        metavar="SECONDS",
+        help=f"progress lost per suspend/resume (default {SwitchCosts.resume_s})",
+    )
+    parser.add_argument(
+        "--migration-cost",
+        type=float,
+        default=SwitchCosts.migration_s,
+        metavar="SECONDS",
+        help=f"progress lost per migration (default {SwitchCosts.migration_s})",
+    )
+    parser.add_argument(
+        "--throughputs", type=Path, help="Gavel throughput JSON (default: ../shared/data)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    errors = Console(stderr=True)
+    try:
+        tickets = _parse_tickets(args.tickets)
+        cluster = parse_cluster_spec(args.cluster)
+        trace = read_trace(args.trace)
+        if args.jobs is not None:
+            trace = trace.head(args.jobs)
+        throughput = load_throughputs(args.throughputs)
+        options = ReplayOptions(
+            policy=args.policy,
+            quantum_s=args.quantum,
+            trading=not args.no_trading,
+            tickets=tickets,
+            until_s=args.until,
+            costs=SwitchCosts(resume_s=args.switch_cost, migration_s=args.migration_cost),
+            seed=args.seed,
+            rate_noise=args.rate_noise,
+            series_bucket_s=args.quantum * _PLOT_BUCKET_QUANTA if args.plot else None,
+        )
+        with _timeline(args.timeline, cluster) as timeline, _progress(errors, trace) as progress:
+            outcome = replay(
+                trace, cluster, throughput, options, timeline=timeline, progress=progress
+            )
+    except (TraceError, ValueError, FileNotFoundError, PlanError, SimulationStalled) as error:
+        print(f"gfair simulate: error: {error}", file=sys.stderr)
+        return 2
+    report = outcome.report
+    if args.report is not None:
+        args.report.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
+    if args.plot is not None and outcome.series is not None:
+        plot_shares(outcome.series, args.plot, f"{report.policy} on {report.cluster['spec']}")
+    _print_summary(console, report)
+    return 0
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _parse_tickets(items: list[str]) -> dict[str, float]:
+    tickets: dict[str, float] = {}
+    for item in items:
+        user, sep, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not sep or not user or not number > 0:
+            raise ValueError(f"--tickets {item!r}: expected USER=N with N > 0")
+        tickets[user] = number
+    return tickets
+
+
+@contextmanager
+def _timeline(path: Path | None, cluster: Cluster) -> Iterator[TimelineWriter | None]:
+    if path is None:
+        yield None
+        return
+    with path.open("w", encoding="utf-8") as stream:
+        yield TimelineWriter(stream, cluster)
+
+
+@contextmanager
+def _progress(console: Console, trace: Trace) -> Iterator[Callable[[float, int], None] | None]:
+    if not console.is_terminal:
+        yield None
+        return
+    columns = (
+        TextColumn("[bold]simulating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs done, day {task.fields[day]:.1f}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("simulate", total=len(trace.jobs), day=0.0)
+        start = trace.jobs[0].submit_s if trace.jobs else 0.0
+
+        def update(now: float, finished: int) -> None:
+            bar.update(task, completed=finished, day=(now - start) / 86_400)
+
+        yield update
+
+
+def _print_summary(console: Console, report: Report) -> None:
+    table = Table(title=f"{report.policy} on {report.cluster['spec']}")
+    for column in ("user", "tickets", "entitled", "received", "throughput", "jobs", "avg JCT"):
+        table.add_column(column, justify="left" if column == "user" else "right")
+    for name, user in report.users.items():
+        table.add_row(
+            name,
+            f"{user.tickets:g}",
+            f"{user.entitled_share:.1%}",
+            f"{user.received_share:.1%}",
+            f"{user.effective_throughput:.2f}",
+            str(user.jobs),
+            _duration(user.avg_jct_s),
+        )
+    console.print(table)
+    s, t = report.summary, report.timing
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(justify="right", style="bold")
+    summary.add_column()
+    rows = [
+        ("jobs", f"{s.completed}/{s.jobs} completed, {s.rejected} rejected"),
+        (
+            "JCT",
+            f"avg {_duration(s.avg_jct_s)}  p50 {_duration(s.p50_jct_s)}  "
+            f"p95 {_duration(s.p95_jct_s)}  p99 {_duration(s.p99_jct_s)}  "
+            f"slowdown {_number(s.avg_slowdown)}",
+        ),
+        ("cluster", f"makespan {_duration(s.makespan_s)}  utilization {s.utilization:.1%}"),
+        ("fairness", f"Jain {_number(s.jain_index)}  max share error {_number(s.max_share_error)}"),
+        (
+            "switching",
+            f"{s.suspends} suspends  {s.migrations} migrations  {s.trades} trades  "
+            f"trading gain {s.trading_gain:+.1%}",
+        ),
+        (
+            "simulation",
+            f"{t.wall_s:.1f} s wall, {t.sched_cpu_s:.1f} s in the policy, "
+            f"{t.decisions} decisions over {t.quanta} quanta, {t.jobs_per_s:.0f} jobs/s",
+        ),
+    ]
+    for name, value in rows:
+        summary.add_row(name, value)
+    console.print(summary, highlight=False)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 86_400 * 2:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86_400:.1f}d"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

@@ -1,0 +1,450 @@
+"""The async Python client: submit and cancel jobs, read the cluster's state, follow a job.
+
+    async with await GfairClient.connect("nats://127.0.0.1:4222") as gfair:
+        submitted = await gfair.submit("alice", 2, ["python", "train.py"], wait="running")
+        async for event in gfair.watch("alice", submitted.job_id):
+            print(event.envelope.type)
+
+Writes are events (`JobSubmitted`, `JobCancelRequested`, `NodeUncordoned`) published exactly as
+any tool may; reads come from the services' key-value records and the job's event history. The
+client holds no state of its own, so any number of them can run side by side.
+
+Following a job reads its events from the stream, from a position on: a submission starts after
+its own stored position, so waiting on a reused job id never mistakes the old job's events for
+the new one's. New events are picked up by polling (every `poll_interval_s`), which works on
+every bus and costs one stream lookup per poll when nothing happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import getpass
+import time
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Literal, Self, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from gfair.bus.history import HistoricalEvent, read_history
+from gfair.bus.key_value import KeyValue
+from gfair.bus.publisher import EventPublisher
+from gfair.bus.transport import Bus, BusError, NoStreamForSubject, PubAck
+from gfair.client.connection import ConnectOptions, connect_bus, split_servers
+from gfair.client.errors import ClientError, NoCluster, UnknownJob, WaitTimeout
+from gfair.client.explanation import Explanation, explain
+from gfair.client.views import (
+    JobDetails,
+    PoolUsage,
+    Submitted,
+    UserSummary,
+    UsersView,
+)
+from gfair.events.envelope import Envelope, EventData
+from gfair.events.errors import describe_validation_error
+from gfair.events.jobs import JobEvent, JobPlaced, JobRejected
+from gfair.events.nodes import NodeUncordoned
+from gfair.events.states import JobState
+from gfair.events.subjects import JOBS_STREAM, job_events_pattern
+from gfair.events.submission import JobCancelRequested, JobSubmitted, new_job_id
+from gfair.state.buckets import JOBS, NODES, PROFILES, SHARES, STRIDE, job_key
+from gfair.state.job_failures import FAILURES, JobFailureRecord
+from gfair.state.job_record import JobRecord, load_job, load_jobs
+from gfair.state.node_record import NodeRecord, node_key
+from gfair.state.profile_record import JobProfileRecord, job_profile_key
+from gfair.state.share_record import SHARES_KEY, SharesRecord
+from gfair.state.stride_record import StrideRecord, load_stride
+
+WaitFor = Literal["none", "accepted", "running"]
+M = TypeVar("M", bound=BaseModel)
+
+
+class InvalidRequest(ClientError):
+    """The request itself is malformed (a bad user name, no command, ...)."""
+
+
+class GfairClient:
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        source: str = "gfair-client",
+        poll_interval_s: float = 0.2,
+        owns_bus: bool = False,
+    ) -> None:
+        self._bus = bus
+        self._publisher = EventPublisher(bus, source)
+        self._poll_interval_s = poll_interval_s
+        self._owns_bus = owns_bus
+
+    @classmethod
+    async def connect(
+        cls,
+        servers: str | Sequence[str] | None = None,
+        *,
+        options: ConnectOptions | None = None,
+        poll_interval_s: float = 0.2,
+    ) -> GfairClient:
+        """Connect to NATS (`servers`, else `GFAIR_NATS_URL`); `NotReachable` if nobody answers."""
+        options = options or ConnectOptions()
+        if servers is not None:
+            options = dataclasses.replace(options, servers=split_servers(servers))
+        bus = await connect_bus(options)
+        return cls(bus, source=options.name, poll_interval_s=poll_interval_s, owns_bus=True)
+
+    @property
+    def bus(self) -> Bus:
+        return self._bus
+
+    async def close(self) -> None:
+        if self._owns_bus:
+            await self._bus.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- writes ---------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        user: str,
+        gpus: int,
+        command: Sequence[str],
+        *,
+        tickets: float | None = None,
+        job_type: str | None = None,
+        name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        working_dir: str | None = None,
+        job_id: str | None = None,
+        max_retries: int | None = None,
+        wait: WaitFor = "accepted",
+        timeout_s: float = 30.0,
+    ) -> Submitted:
+        """Submit a job; with `wait`, return once it is accepted (or rejected), or running.
+
+        `job_id` defaults to a fresh one (`new_job_id(name)`). Raises `WaitTimeout` when the
+        awaited state does not come within `timeout_s` (the job is submitted all the same).
+        """
+        try:
+            data = JobSubmitted(
+                user=user,
+                job_id=job_id or new_job_id(name),
+                gpus=gpus,
+                command=tuple(command),
+                tickets=tickets,
+                job_type=job_type,
+                name=name,
+                env=dict(env or {}),
+                working_dir=working_dir,
+                max_retries=max_retries,
+            )
+        except ValidationError as exc:
+            raise InvalidRequest(describe_validation_error(exc, root="")) from None
+        envelope, ack = await self._publish(data)
+        submitted = Submitted(data.user, data.job_id, envelope.id, JobState.SUBMITTED)
+        if wait == "none":
+            return submitted
+        wanted = {JobState.RUNNING}
+        if wait == "accepted":
+            wanted |= {JobState.QUEUED, JobState.PLACED, JobState.SUSPENDED}
+        servers: tuple[str, ...] = ()
+        events = self._follow(data.user, data.job_id, ack.sequence + 1, timeout_s)
+        async with aclosing(events):
+            async for event in events:
+                if isinstance(event.data, JobPlaced):
+                    servers = event.data.servers
+                state = _state_of(event.data)
+                if state is None:
+                    continue
+                if isinstance(event.data, JobRejected):
+                    return Submitted(
+                        data.user,
+                        data.job_id,
+                        envelope.id,
+                        state,
+                        reason=event.data.reason,
+                        code=event.data.code,
+                    )
+                if state in wanted or state.terminal:
+                    reason = getattr(event.data, "reason", None)
+                    return Submitted(
+                        data.user, data.job_id, envelope.id, state, reason=reason, servers=servers
+                    )
+        raise WaitTimeout(
+            f"job {data.user}/{data.job_id} was submitted but not {wait} within {timeout_s:g}s"
+        )
+
+    async def cancel(
+        self,
+        user: str,
+        job_id: str,
+        *,
+        reason: str | None = None,
+        wait: bool = True,
+        timeout_s: float = 30.0,
+    ) -> JobState:
+        """Ask to cancel a job; the state it ends in (or is in, when `wait` is False).
+
+        A job that already ended is left alone and its final state returned.
+        """
+        details = await self.job(user, job_id, with_events=False)
+        if details.state.terminal:
+            return details.state
+        try:
+            data = JobCancelRequested(user=user, job_id=job_id, reason=reason)
+        except ValidationError as exc:
+            raise InvalidRequest(describe_validation_error(exc, root="")) from None
+        _, ack = await self._publish(data)
+        if not wait:
+            return details.state
+        events = self._follow(user, job_id, ack.sequence + 1, timeout_s)
+        async with aclosing(events):
+            async for event in events:
+                state = _state_of(event.data)
+                if state is not None and state.terminal:
+                    return state
+        raise WaitTimeout(f"job {user}/{job_id}: cancel requested, not done within {timeout_s:g}s")
+
+    async def uncordon(
+        self, node_id: str, *, operator: str | None = None, reason: str | None = None
+    ) -> Envelope:
+        """Clear a node's quarantine (the failure detector acts on it)."""
+        if await self._read(NODES.name, node_key(node_id), NodeRecord) is None:
+            raise ClientError(f"unknown node {node_id!r}")
+        try:
+            data = NodeUncordoned(node_id=node_id, operator=operator or _operator(), reason=reason)
+        except ValidationError as exc:
+            raise InvalidRequest(describe_validation_error(exc, root="")) from None
+        envelope, _ = await self._publish(data)
+        return envelope
+
+    async def _publish(self, data: EventData) -> tuple[Envelope, PubAck]:
+        envelope = Envelope.wrap(data, source=self._publisher.source)
+        try:
+            ack = await self._publisher.publish_envelope(envelope)
+        except NoStreamForSubject as exc:
+            raise NoCluster(
+                f"nothing stores {envelope.subject}: no gfair cluster on this NATS "
+                "(start one with `gfair up`)"
+            ) from exc
+        except BusError as exc:
+            raise ClientError(f"publishing {envelope.subject} failed: {exc}") from exc
+        return envelope, ack
+
+    # -- reads ----------------------------------------------------------------------------
+
+    async def jobs(self, user: str | None = None, state: JobState | None = None) -> list[JobRecord]:
+        """Job records, oldest first; `user` and `state` narrow them."""
+        bucket = await self._bucket(JOBS.name)
+        records = [stored.record for stored in await load_jobs(bucket, user=user)]
+        if state is not None:
+            records = [r for r in records if r.state is state]
+        return sorted(records, key=lambda r: (r.created_at, r.user, r.job_id))
+
+    async def job(self, user: str, job_id: str, *, with_events: bool = True) -> JobDetails:
+        """A job's record and events; `UnknownJob` if neither exists."""
+        stored = await load_job(await self._bucket(JOBS.name), user, job_id)
+        events: list[HistoricalEvent] = []
+        if with_events or stored is None:
+            events = [e async for e in self._history(user, job_id, 1)]
+        if stored is None and not events:
+            raise UnknownJob(f"no job {user}/{job_id}")
+        return JobDetails(
+            user=user,
+            job_id=job_id,
+            record=stored.record if stored is not None else None,
+            events=tuple(events),
+            profile=await self._read(
+                PROFILES.name, job_profile_key(user, job_id), JobProfileRecord
+            ),
+            failures=await self._read(FAILURES.name, job_key(user, job_id), JobFailureRecord),
+        )
+
+    async def nodes(self) -> list[NodeRecord]:
+        bucket = await self._bucket(NODES.name)
+        found = []
+        for key in await bucket.keys():
+            entry = await bucket.get(key)
+            if entry is not None and entry.value:
+                found.append(NodeRecord.model_validate_json(entry.value))
+        return sorted(found, key=lambda n: n.node_id)
+
+    async def users(self) -> UsersView:
+        """Each active user's fair share, entitlement and received GPU time, per pool."""
+        shares = await self._read(SHARES.name, SHARES_KEY, SharesRecord)
+        stride = await self.stride()
+        usage = stride.usage if stride is not None else {}
+        elapsed = 0.0
+        if stride is not None:
+            elapsed = max((stride.updated_at - stride.usage_since).total_seconds(), 0.0)
+        names = sorted(set(shares.users if shares is not None else ()) | set(usage))
+        pools = list(shares.capacity) if shares is not None else []
+        for pool_usage in usage.values():
+            pools += [p for p in pool_usage if p not in pools]
+        summaries = []
+        for name in names:
+            share = shares.users.get(name) if shares is not None else None
+            used = usage.get(name, {})
+            summaries.append(
+                UserSummary(
+                    user=name,
+                    tickets=share.tickets if share is not None else None,
+                    jobs=share.jobs if share is not None else 0,
+                    demand=share.demand if share is not None else 0,
+                    pools={
+                        pool: PoolUsage(
+                            pool=pool,
+                            fair=share.pools[pool].fair if share and pool in share.pools else 0.0,
+                            entitled=(
+                                share.pools[pool].entitled if share and pool in share.pools else 0.0
+                            ),
+                            gpu_seconds=used.get(pool, 0.0),
+                            received=used.get(pool, 0.0) / elapsed if elapsed > 0 else 0.0,
+                        )
+                        for pool in pools
+                    },
+                    throughput_fair=share.throughput_fair if share is not None else 0.0,
+                    throughput_entitled=share.throughput_entitled if share is not None else 0.0,
+                )
+            )
+        return UsersView(
+            users=summaries,
+            capacity=dict(shares.capacity) if shares is not None else {},
+            trades=shares.trades if shares is not None else (),
+            revision=shares.revision if shares is not None else None,
+            computed_at=shares.computed_at if shares is not None else None,
+            usage_since=stride.usage_since if stride is not None else None,
+            as_of=stride.updated_at if stride is not None else None,
+        )
+
+    async def shares(self) -> SharesRecord | None:
+        return await self._read(SHARES.name, SHARES_KEY, SharesRecord)
+
+    async def stride(self) -> StrideRecord | None:
+        stored = await load_stride(await self._bucket(STRIDE.name))
+        return stored.record if stored is not None else None
+
+    async def why(self, user: str, job_id: str) -> Explanation:
+        """Why the job is where it is: what it waits for, or how it ended."""
+        details = await self.job(user, job_id)
+        servers = details.record.servers if details.record is not None else ()
+        nodes = [
+            node
+            for node in [await self._read(NODES.name, node_key(s), NodeRecord) for s in servers]
+            if node is not None
+        ]
+        return explain(
+            details,
+            stride=await self.stride(),
+            shares=await self.shares(),
+            nodes=nodes,
+            now=datetime.now(UTC),
+        )
+
+    async def watch(
+        self,
+        user: str,
+        job_id: str,
+        *,
+        from_start: bool = True,
+        until_terminal: bool = True,
+        timeout_s: float | None = None,
+    ) -> AsyncGenerator[HistoricalEvent, None]:
+        """The job's events as they happen (from its first one, or from now on).
+
+        Ends after a terminal event when `until_terminal`, or when `timeout_s` passes.
+        """
+        start = 1
+        if not from_start:
+            async for event in self._history(user, job_id, 1):
+                start = event.sequence + 1
+        events = self._follow(user, job_id, start, timeout_s)
+        async with aclosing(events):
+            async for event in events:
+                yield event
+                state = _state_of(event.data)
+                if until_terminal and state is not None and state.terminal:
+                    return
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    async def _follow(
+        self, user: str, job_id: str, start: int, timeout_s: float | None
+    ) -> AsyncGenerator[HistoricalEvent, None]:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            # Read each batch to its end before handing any of it out: a history read left
+            # half-way when the caller stops would delete its consumer only when collected,
+            # possibly after the connection closed.
+            batch = [event async for event in self._history(user, job_id, start)]
+            for event in batch:
+                start = event.sequence + 1
+                yield event
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            pause = self._poll_interval_s
+            if deadline is not None:
+                pause = min(pause, max(deadline - time.monotonic(), 0.0))
+            await asyncio.sleep(pause)
+
+    def _history(self, user: str, job_id: str, start: int) -> AsyncGenerator[HistoricalEvent, None]:
+        return self._guarded_history(job_events_pattern(user, job_id), start)
+
+    async def _guarded_history(
+        self, pattern: str, start: int
+    ) -> AsyncGenerator[HistoricalEvent, None]:
+        history = read_history(
+            self._bus, JOBS_STREAM.name, filter_subjects=(pattern,), start_sequence=start
+        )
+        try:
+            async for event in history:
+                yield event
+        except BusError as exc:
+            raise NoCluster(f"cannot read {JOBS_STREAM.name}: {exc}") from exc
+
+    async def _bucket(self, name: str) -> KeyValue:
+        try:
+            return await self._bus.key_value(name)
+        except BusError as exc:
+            raise NoCluster(
+                f"no bucket {name}: no gfair cluster on this NATS, or it never started ({exc})"
+            ) from exc
+
+    async def _read(self, bucket: str, key: str, model: type[M]) -> M | None:
+        """One record, or None when it (or its whole bucket) does not exist."""
+        try:
+            kv = await self._bus.key_value(bucket)
+        except BusError:
+            return None
+        entry = await kv.get(key)
+        if entry is None or not entry.value:
+            return None
+        return model.model_validate_json(entry.value)
+
+
+def _state_of(data: EventData) -> JobState | None:
+    if isinstance(data, JobEvent):
+        return data.JOB_STATE
+    return None
+
+
+def _operator() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "operator"
+
+
+__all__ = ["GfairClient", "InvalidRequest", "WaitFor"]

@@ -1,0 +1,106 @@
+"""Connecting a tool to the cluster's NATS, with whatever credentials and TLS it needs.
+
+A tool fails fast when nobody answers (a service waits for its server; a user at a terminal
+wants to know now), and otherwise rides out reconnects like the services do.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client as NatsClient
+
+from gfair.bus.nats_bus import NatsBus, NatsOptions
+from gfair.client.errors import NotReachable
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+NATS_URL_ENV = "GFAIR_NATS_URL"
+
+
+def default_servers() -> tuple[str, ...]:
+    """`GFAIR_NATS_URL` (comma-separated) or the local default."""
+    return split_servers(os.environ.get(NATS_URL_ENV) or DEFAULT_NATS_URL)
+
+
+def split_servers(urls: str | Sequence[str]) -> tuple[str, ...]:
+    items = urls.split(",") if isinstance(urls, str) else list(urls)
+    servers = tuple(url.strip() for url in items if url.strip())
+    if not servers:
+        raise ValueError("no NATS server URL given")
+    return servers
+
+
+@dataclass(frozen=True)
+class ConnectOptions:
+    servers: tuple[str, ...] = field(default_factory=default_servers)
+    name: str = "gfair-client"
+    connect_timeout_s: float = 2.0
+    # nats-py also spends these on the first connection: a few, so that a tool whose server is
+    # down says so within a second instead of retrying for long.
+    max_reconnect_attempts: int = 3
+    reconnect_wait_s: float = 0.25
+    # Credentials, as nats-py takes them: a .creds file (JWT + NKey), an NKey seed file, a
+    # token, or user and password.
+    user_credentials: str | None = None
+    nkeys_seed: str | None = None
+    token: str | None = None
+    user: str | None = None
+    password: str | None = None
+    tls: ssl.SSLContext | None = None
+    tls_hostname: str | None = None
+    # Anything else `nats.connect` takes, passed through as is.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        given = {
+            "user_credentials": self.user_credentials,
+            "nkeys_seed": self.nkeys_seed,
+            "token": self.token,
+            "user": self.user,
+            "password": self.password,
+            "tls": self.tls,
+            "tls_hostname": self.tls_hostname,
+        }
+        return {key: value for key, value in given.items() if value is not None} | dict(self.extra)
+
+
+async def connect_bus(options: ConnectOptions) -> NatsBus:
+    """A `NatsBus` for a tool; `NotReachable` when no server answers within the timeout."""
+
+    async def quiet(exc: Exception) -> None:
+        # nats-py prints every connection error by default; the caller reports the outcome.
+        del exc
+
+    client = NatsClient()
+    try:
+        await client.connect(
+            servers=list(options.servers),
+            name=options.name,
+            connect_timeout=options.connect_timeout_s,  # type: ignore[arg-type]
+            reconnect_time_wait=options.reconnect_wait_s,  # type: ignore[arg-type]
+            max_reconnect_attempts=options.max_reconnect_attempts,
+            error_cb=quiet,
+            **options.connect_kwargs(),
+        )
+    except (nats.errors.Error, OSError, TimeoutError) as exc:
+        detail = str(exc) or type(exc).__name__
+        raise NotReachable(
+            f"cannot reach NATS at {', '.join(options.servers)} ({detail}); "
+            f"is the cluster up (`gfair up`)? Set --nats or {NATS_URL_ENV}."
+        ) from exc
+    return NatsBus(
+        client,
+        NatsOptions(
+            servers=options.servers,
+            name=options.name,
+            connect_timeout_s=options.connect_timeout_s,
+            reconnect_wait_s=options.reconnect_wait_s,
+            max_reconnect_attempts=options.max_reconnect_attempts,
+            publish_deadline_s=10.0,
+        ),
+    )

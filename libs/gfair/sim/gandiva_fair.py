@@ -1,0 +1,55 @@
+"""The `gandiva-fair` policy: the core's `GandivaFair` facade, driven with virtual time.
+
+Nothing is decided here; this only translates between the simulator's and the core's types and
+counts the trades that come into force.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gfair.core.cluster import Cluster
+from gfair.core.scheduler import Admission, GandivaFair, JobSpec, SchedulerConfig
+from gfair.core.throughput import ThroughputTable
+from gfair.core.trading import Trade
+from gfair.sim.policy import EVERY_QUANTUM, Decision
+from gfair.sim.trace import TraceJob
+
+
+class GandivaFairPolicy:
+    name = "gandiva-fair"
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        tickets: Mapping[str, float],
+        throughput: ThroughputTable,
+        config: SchedulerConfig | None = None,
+        default_tickets: float = 1.0,
+    ) -> None:
+        self.scheduler = GandivaFair(
+            cluster, tickets, throughput, config or SchedulerConfig(), default_tickets
+        )
+        self._trades: frozenset[Trade] = frozenset()
+
+    def submit(self, job: TraceJob, now: float) -> Admission:
+        return self.scheduler.submit(JobSpec(job.id, job.user, job.gpus, job.job_type), now)
+
+    def finish(self, job_id: str, now: float) -> None:
+        self.scheduler.finish(job_id, now)
+
+    def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
+        self.scheduler.observe(job_id, generation, rate, now)
+
+    def plan(self, now: float) -> Decision:
+        plan = self.scheduler.plan(now)
+        # The plan lists the trades in force; count the ones that were not in force before.
+        new = 0
+        if plan.trades or self._trades:
+            in_force = frozenset(plan.trades)
+            new = len(in_force - self._trades)
+            self._trades = in_force
+        return Decision(runs=plan.runs, trades=new)
+
+    def quiet_until(self, now: float) -> float:
+        return EVERY_QUANTUM

@@ -1,0 +1,1 @@
+"""Baseline policies for side-by-side comparison with Gandiva_fair (not the product core)."""

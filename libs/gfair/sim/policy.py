@@ -1,0 +1,64 @@
+"""What the simulator asks of a scheduling policy.
+
+The shape follows the core facade (`gfair.core.scheduler.GandivaFair`): jobs are submitted and
+finished with the virtual time, measured rates are reported back, and once per quantum the policy
+says which jobs hold GPUs on which server. The simulator executes that decision, charges
+switching costs, tracks progress and tells the policy when jobs complete.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from gfair.core.scheduler import Admission
+from gfair.sim.trace import TraceJob
+
+__all__ = ["EVERY_QUANTUM", "UNTIL_NEXT_EVENT", "Admission", "Decision", "Policy"]
+
+# `quiet_until` of a policy whose decision can change at any quantum.
+EVERY_QUANTUM: Final = -math.inf
+# `quiet_until` of a policy whose decision only changes when jobs arrive or finish.
+UNTIL_NEXT_EVENT: Final = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One quantum's decision.
+
+    `runs` maps a server id to the jobs holding GPUs on it; a job listed on one server uses its
+    requested GPUs there, a job listed on several servers holds all of their GPUs (gangs larger
+    than a server take whole servers). Servers left out run nothing. `trades` counts trades the
+    policy made since its previous decision.
+    """
+
+    runs: Mapping[str, tuple[str, ...]]
+    trades: int = 0
+
+
+class Policy(Protocol):
+    """A scheduler the simulator can drive. All times are virtual seconds."""
+
+    @property
+    def name(self) -> str: ...
+
+    def submit(self, job: TraceJob, now: float) -> Admission: ...
+
+    def finish(self, job_id: str, now: float) -> None: ...
+
+    def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
+        """A measured rate of `job_id` on `generation`, V100-seconds of work per second."""
+        ...
+
+    def plan(self, now: float) -> Decision: ...
+
+    def quiet_until(self, now: float) -> float:
+        """The earliest time the decision could change if no job arrives or finishes.
+
+        `EVERY_QUANTUM` for time-slicing policies; `UNTIL_NEXT_EVENT` for run-to-completion
+        ones. The simulator skips the quanta in between without asking, which is exact because
+        the policy promised they would repeat the last decision.
+        """
+        ...

@@ -1,0 +1,249 @@
+"""The simulation report: a published JSON contract (`schemas/report.schema.json`).
+
+Definitions (all times in virtual seconds, shares as fractions 0..1 of the cluster's GPUs):
+
+- A user is *active* while it has admitted, unfinished jobs. ``entitled_share`` and
+  ``received_share`` are time averages over the user's active time: its no-trading entitlement
+  (tickets, water-filled by demand among the active users) and the GPUs its jobs held.
+- ``effective_throughput``: V100-equivalent GPU-seconds of work done per second of the user's
+  active time (a job on a K80 does about 0.3 V100-seconds of work per second per GPU).
+- ``ideal_s``: the job's run time alone on the cluster's fastest generation for it;
+  slowdown = ``jct_s / ideal_s``.
+- ``jain_index``: Jain's fairness index over the users' received/entitled ratios (1 = every
+  user got exactly its entitlement; users never active are left out).
+- ``max_share_error``: the largest |received - entitled| over users, in share (0..1).
+- ``utilization``: GPU-seconds held by jobs / (cluster GPUs x makespan).
+- ``trading_gain``: relative rise of the users' summed effective throughput against the same
+  run without trading (0.0 for policies that do not trade, with ``--no-trading``, and when the
+  run made no trade, which leaves it identical to the run without).
+- ``timing.jobs_per_s``: jobs simulated per second of wall time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gfair.core.cluster import Cluster
+from gfair.sim.simulator import SimResult
+
+REPORT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class UserReport:
+    tickets: float
+    entitled_share: float
+    received_share: float
+    effective_throughput: float
+    jobs: int
+    rejected: int
+    avg_jct_s: float | None
+
+
+@dataclass(frozen=True)
+class JobReport:
+    id: str
+    user: str
+    gpus: int
+    submit_s: float
+    start_s: float | None
+    end_s: float | None
+    jct_s: float | None
+    ideal_s: float
+    status: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Summary:
+    jobs: int
+    completed: int
+    rejected: int
+    avg_jct_s: float | None
+    p50_jct_s: float | None
+    p95_jct_s: float | None
+    p99_jct_s: float | None
+    avg_slowdown: float | None
+    makespan_s: float
+    utilization: float
+    jain_index: float | None
+    max_share_error: float | None
+    suspends: int
+    migrations: int
+    trades: int
+    trading_gain: float
+
+
+@dataclass(frozen=True)
+class Timing:
+    wall_s: float
+    sched_cpu_s: float
+    quanta: int
+    decisions: int
+    jobs_per_s: float
+
+
+@dataclass(frozen=True)
+class Report:
+    version: int
+    policy: str
+    cluster: dict[str, Any]
+    quantum_s: float
+    trace: str
+    seed: int
+    users: dict[str, UserReport]
+    jobs: list[JobReport]
+    summary: Summary
+    timing: Timing
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default); None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def jain_index(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    squares = sum(v * v for v in values)
+    return (sum(values) ** 2) / (len(values) * squares) if squares > 0 else 1.0
+
+
+def cluster_spec(cluster: Cluster) -> str:
+    """The spec string of `cluster` (consecutive servers of one generation and size grouped)."""
+    groups: list[list[Any]] = []
+    for server in cluster.servers:
+        if groups and groups[-1][0] == server.generation and groups[-1][2] == server.gpus:
+            groups[-1][1] += 1
+        else:
+            groups.append([server.generation, 1, server.gpus])
+    return ",".join(f"{g}:{n}x{size}" for g, n, size in groups)
+
+
+def total_throughput(result: SimResult) -> float:
+    """Sum over users of their effective throughput (the base of `trading_gain`)."""
+    return sum(
+        account.work_gpu_s / account.active_s
+        for account in result.ledger.accounts.values()
+        if account.active_s > 0
+    )
+
+
+def build_report(
+    result: SimResult,
+    *,
+    trace: str,
+    seed: int = 0,
+    trading_gain: float = 0.0,
+) -> Report:
+    capacity = result.cluster.total_gpus
+    jct_by_user: dict[str, list[float]] = {}
+    rejected_by_user: dict[str, int] = {}
+    submitted_by_user: dict[str, int] = {}
+    jobs: list[JobReport] = []
+    jcts: list[float] = []
+    slowdowns: list[float] = []
+    for job in result.jobs:
+        submitted_by_user[job.user] = submitted_by_user.get(job.user, 0) + 1
+        jct = job.end_s - job.submit_s if job.end_s is not None else None
+        if jct is not None:
+            jcts.append(jct)
+            slowdowns.append(jct / job.ideal_s)
+            jct_by_user.setdefault(job.user, []).append(jct)
+        if job.status == "rejected":
+            rejected_by_user[job.user] = rejected_by_user.get(job.user, 0) + 1
+        jobs.append(
+            JobReport(
+                id=job.id,
+                user=job.user,
+                gpus=job.gpus,
+                submit_s=job.submit_s,
+                start_s=job.start_s,
+                end_s=job.end_s,
+                jct_s=jct,
+                ideal_s=job.ideal_s,
+                status=job.status,
+                reason=job.reason,
+            )
+        )
+    users: dict[str, UserReport] = {}
+    ratios: list[float] = []
+    errors: list[float] = []
+    for name in sorted(result.ledger.accounts):
+        account = result.ledger.accounts[name]
+        active = account.active_s
+        entitled = account.entitled_gpu_s / (capacity * active) if active > 0 else 0.0
+        received = account.gpu_s / (capacity * active) if active > 0 else 0.0
+        if active > 0 and entitled > 0:
+            ratios.append(received / entitled)
+            errors.append(abs(received - entitled))
+        user_jcts = jct_by_user.get(name, [])
+        users[name] = UserReport(
+            tickets=account.tickets,
+            entitled_share=entitled,
+            received_share=received,
+            effective_throughput=account.work_gpu_s / active if active > 0 else 0.0,
+            jobs=submitted_by_user.get(name, 0),
+            rejected=rejected_by_user.get(name, 0),
+            avg_jct_s=sum(user_jcts) / len(user_jcts) if user_jcts else None,
+        )
+    makespan = result.end_s - result.start_s
+    summary = Summary(
+        jobs=len(result.jobs),
+        completed=len(jcts),
+        rejected=sum(rejected_by_user.values()),
+        avg_jct_s=sum(jcts) / len(jcts) if jcts else None,
+        p50_jct_s=percentile(jcts, 0.50),
+        p95_jct_s=percentile(jcts, 0.95),
+        p99_jct_s=percentile(jcts, 0.99),
+        avg_slowdown=sum(slowdowns) / len(slowdowns) if slowdowns else None,
+        makespan_s=makespan,
+        utilization=result.ledger.busy_gpu_s / (capacity * makespan) if makespan > 0 else 0.0,
+        jain_index=jain_index(ratios),
+        max_share_error=max(errors) if errors else None,
+        suspends=result.suspends,
+        migrations=result.migrations,
+        trades=result.trades,
+        trading_gain=trading_gain,
+    )
+    timing = Timing(
+        wall_s=result.wall_s,
+        sched_cpu_s=result.sched_cpu_s,
+        quanta=result.quanta,
+        decisions=result.plans,
+        jobs_per_s=len(result.jobs) / result.wall_s if result.wall_s > 0 else 0.0,
+    )
+    return Report(
+        version=REPORT_VERSION,
+        policy=result.policy,
+        cluster=_cluster_json(result.cluster),
+        quantum_s=result.quantum_s,
+        trace=trace,
+        seed=seed,
+        users=users,
+        jobs=jobs,
+        summary=summary,
+        timing=timing,
+    )
+
+
+def _cluster_json(cluster: Cluster) -> dict[str, Any]:
+    per_generation: Mapping[str, int] = cluster.gpus_per_generation()
+    return {
+        "spec": cluster_spec(cluster),
+        "servers": len(cluster.servers),
+        "gpus": cluster.total_gpus,
+        "generations": dict(per_generation),
+    }

@@ -1,0 +1,80 @@
+"""What the trading auction keeps in `gfair_shares` (its only writer; DESIGN 2.4, 2.5).
+
+Keys:
+
+- ``shares`` -> `SharesRecord`: the allocation in force: every active user's share of every pool
+  before trading (its ticket share, water-filled by demand) and after, the trades that moved
+  it, and the capacities it was computed for. `gfair users` reads it; `revision` is the one
+  of the `EntitlementsUpdated` event that announced it.
+- ``job.*``, ``node.*``, ``profile.*``: the auction's inputs (active jobs, pool capacity, users'
+  speed profiles), kept so that a restarted auction resumes exactly where it stopped. They are
+  internal to the service and may change without notice; read the events instead.
+
+Shares are in GPUs and may be fractional: 1.5 GPUs of a pool is 1.5 GPUs' worth of time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gfair.events.fields import Generation, UserName
+
+SHARES_KEY = "shares"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class PoolShare(_Record):
+    fair: float = Field(ge=0, description="GPUs of share without trading (ticket share)")
+    entitled: float = Field(ge=0, description="GPUs of share after trading")
+
+
+class UserShare(_Record):
+    user: UserName
+    tickets: float = Field(gt=0)
+    jobs: int = Field(ge=0, description="Active (accepted, not finished) jobs")
+    demand: int = Field(ge=0, description="GPUs its active jobs ask for together")
+    pools: dict[Generation, PoolShare]
+    # Relative speed per pool (its fastest = 1): what it bids with.
+    speeds: dict[Generation, float] = Field(default_factory=dict)
+    # Effective throughput: share times speed over its best `demand` GPUs of share (share
+    # beyond what its jobs ask is worth nothing to it), in fastest-GPU equivalents.
+    throughput_fair: float = Field(ge=0, description="Effective throughput without trading")
+    throughput_entitled: float = Field(ge=0, description="Effective throughput after trading")
+
+    @property
+    def gain(self) -> float:
+        """Relative throughput gain from trading (0.3 = 30% faster); 0 without a baseline."""
+        if self.throughput_fair <= 0:
+            return 0.0
+        return self.throughput_entitled / self.throughput_fair - 1.0
+
+
+class TradeRecord(_Record):
+    buyer: UserName
+    seller: UserName
+    fast_pool: Generation
+    slow_pool: Generation
+    quantity: float = Field(gt=0, description="GPUs of fast-pool share the buyer got")
+    price: float = Field(gt=0, description="Slow-pool GPUs paid per fast-pool GPU")
+    buyer_bid: float
+    seller_bid: float
+
+
+class SharesRecord(_Record):
+    revision: int = Field(ge=0)
+    computed_at: datetime
+    trading: bool = True
+    min_seller_gain: float = Field(ge=0)
+    capacity: dict[Generation, int] = Field(
+        default_factory=dict, description="GPUs per pool on nodes that take work"
+    )
+    users: dict[UserName, UserShare] = Field(default_factory=dict)
+    trades: tuple[TradeRecord, ...] = ()
+    # Indices into `trades` of the trades this revision cleared anew (announced by
+    # `TradeCleared`); the others were in force already.
+    cleared: tuple[int, ...] = ()

@@ -1,0 +1,171 @@
+"""What split-stride keeps in `gfair_stride` (its only writer): one `StrideRecord`, key ``state``.
+
+One key, written after every change, so passes, GPU assignments and usage are always mutually
+consistent when split-stride restarts from it:
+
+- ``split_stride``: the core `SplitStride` snapshot (every queued job's pass and tickets, per
+  server and central);
+- ``servers``: the servers split-stride schedules (registered nodes: generation, GPU indices,
+  whether they are available);
+- ``jobs``: every placed, unfinished job: where it is placed, whether it may run now, and its
+  *residency*, the nodes where split-stride told it to run and has not yet heard it let go.
+  Residencies that are ``starting`` or ``running`` hold their GPU indices (a GPU is never in two
+  of them); ``suspending`` ones hold no GPU on their node (the node executor handles commands in
+  order, so a start after the suspend finds the GPUs free) but keep the job from starting on any
+  other node until the node confirms it released the job;
+- ``usage``: GPU-seconds per user per pool since ``usage_since`` (what `gfair users` shows).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from gfair.events.fields import (
+    Attempt,
+    Generation,
+    GpuCount,
+    GpuIndex,
+    JobId,
+    NodeId,
+    UserName,
+)
+from gfair.events.states import NodeState
+from gfair.state.buckets import job_key
+from gfair.state.job_record import RecordBucket
+
+STATE_KEY = "state"
+MAX_APPLIED_IDS = 256
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ServerRecord(_Record):
+    """A registered node as split-stride knows it (folded from the node events)."""
+
+    node_id: NodeId
+    generation: Generation
+    gpu_indices: tuple[GpuIndex, ...] = Field(min_length=1)
+    state: NodeState = NodeState.READY
+    changed_at: AwareDatetime
+
+    @property
+    def gpus(self) -> int:
+        return len(self.gpu_indices)
+
+
+class Phase(StrEnum):
+    STARTING = "starting"  # a StartCommand was sent
+    RUNNING = "running"  # the node said it started (or resumed)
+    SUSPENDING = "suspending"  # a SuspendCommand was sent; the node has not confirmed it yet
+
+    @property
+    def holds_gpus(self) -> bool:
+        return self is not Phase.SUSPENDING
+
+
+class Residency(_Record):
+    """Where split-stride last told a job to run, until the node lets it go."""
+
+    node_id: NodeId
+    phase: Phase
+    attempt: Attempt
+    gpu_indices: tuple[GpuIndex, ...]
+    since: AwareDatetime
+    quantum: int = Field(ge=0, description="Quantum of the command that set this phase")
+    pending_suspends: int = Field(
+        default=0,
+        ge=0,
+        description="Suspends sent and not yet confirmed; a confirmation of an old suspend "
+        "does not end a residency that a later start renewed",
+    )
+
+
+class StrideJob(_Record):
+    user: UserName
+    job_id: JobId
+    gpus: GpuCount
+    weight: float = Field(gt=0, description="Weight among its user's jobs")
+    generation: Generation | None = None
+    servers: tuple[NodeId, ...] = Field(default=(), description="Empty: waiting to be re-placed")
+    attempt: Attempt = 1
+    runnable_at: AwareDatetime | None = Field(
+        default=None, description="A retried job waits until then"
+    )
+    exited: bool = Field(
+        default=False, description="Its process ended; waiting for the failure detector's verdict"
+    )
+    lag: float = Field(default=0.0, description="Pass above the queue minimum when it left it")
+    tickets: float | None = Field(default=None, description="Stride tickets last given")
+    residency: tuple[Residency, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return job_key(self.user, self.job_id)
+
+    def resident_on(self, node_id: str) -> Residency | None:
+        return next((r for r in self.residency if r.node_id == node_id), None)
+
+
+class StrideRecord(_Record):
+    epoch: str = Field(description="Made when the record is first written; seeds tick event ids")
+    quantum: int = Field(default=0, ge=0, description="The next quantum to decide")
+    last_tick_at: AwareDatetime | None = None
+    split_stride: dict[str, Any] = Field(default_factory=dict)
+    servers: dict[NodeId, ServerRecord] = Field(default_factory=dict)
+    jobs: dict[str, StrideJob] = Field(default_factory=dict)
+    usage: dict[UserName, dict[Generation, float]] = Field(
+        default_factory=dict, description="GPU-seconds per user per pool"
+    )
+    usage_since: AwareDatetime
+    entitlements: dict[UserName, dict[Generation, float]] = Field(default_factory=dict)
+    entitlements_revision: int = -1
+    applied_event_ids: tuple[str, ...] = ()
+    updated_at: AwareDatetime
+
+    def running_on(self, node_id: str) -> dict[str, tuple[int, ...]]:
+        """Job key -> GPU indices of the jobs holding GPUs of `node_id`."""
+        return {
+            job.key: residency.gpu_indices
+            for job in self.jobs.values()
+            for residency in job.residency
+            if residency.node_id == node_id and residency.phase.holds_gpus
+        }
+
+    def usage_of(self, user: str) -> float:
+        return sum(self.usage.get(user, {}).values())
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json().encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> StrideRecord:
+        return cls.model_validate_json(raw)
+
+    @classmethod
+    def fresh(cls, epoch: str, now: datetime) -> StrideRecord:
+        return cls(epoch=epoch, usage_since=now, updated_at=now)
+
+
+class StoredStride(_Record):
+    record: StrideRecord
+    revision: int
+
+
+async def load_stride(bucket: RecordBucket) -> StoredStride | None:
+    entry = await bucket.get(STATE_KEY)
+    if entry is None or not entry.value:
+        return None
+    return StoredStride(record=StrideRecord.from_bytes(entry.value), revision=entry.revision)
+
+
+async def save_stride(bucket: RecordBucket, record: StrideRecord, revision: int | None) -> int:
+    """Create (`revision` None) or update at `revision`; conflicts propagate (one writer)."""
+    if revision is None:
+        return await bucket.create(STATE_KEY, record.to_bytes())
+    return await bucket.update(STATE_KEY, record.to_bytes(), revision)

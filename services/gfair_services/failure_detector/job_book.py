@@ -1,0 +1,460 @@
+"""The failure detector's view of every live job: where it runs, its attempt, its retries.
+
+An exit is classified by `gfair.core.failure.classify` and decided by `gfair.core.retry.decide`
+(per-class budgets, back-off); this book supplies the facts (retries so far, last checkpoint),
+applies the submission's own `max_retries` cap on top, and turns the decision into the job's
+next event: completed, retried (resuming from the last checkpoint) or failed. Hung jobs (no
+progress for `hang_after_s` while running) are killed and decided like an infrastructure
+failure. It reads no clock: `now` is an argument.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from gfair.core.failure import Classification, ExitFacts, classify
+from gfair.core.failure import FailureClass as CoreFailureClass
+from gfair.core.retry import RetryPolicy, decide
+from gfair.events.commands import KillCommand
+from gfair.events.fields import MAX_ATTEMPTS, MAX_STDERR_TAIL_CHARS, JobRef
+from gfair.events.jobs import (
+    JobCancelled,
+    JobCheckpointed,
+    JobCompleted,
+    JobExited,
+    JobFailed,
+    JobMigrated,
+    JobProgress,
+    JobResumed,
+    JobRetried,
+    JobStarted,
+    JobSuspended,
+)
+from gfair.events.reasons import FailureClass
+from gfair.events.states import JobState
+from gfair.events.submission import JobSubmitted
+from gfair.state.buckets import job_key
+from gfair.state.job_failures import (
+    MAX_DECISIONS_KEPT,
+    FailureDecision,
+    JobFailureRecord,
+    Outcome,
+)
+from gfair.state.node_record import NodeFailureEntry
+from gfair_services.failure_detector.change import NO_CHANGE, Change
+
+_CORE_CLASSES = frozenset(kind.value for kind in CoreFailureClass)
+
+
+@dataclass(frozen=True, slots=True)
+class ExitVerdict:
+    change: Change
+    # An infrastructure failure to hold against the node the job ran on.
+    node_failure: NodeFailureEntry | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hang:
+    """A running job that stopped making progress: `cause` names this run, for stable ids."""
+
+    job: JobRef
+    cause: str
+    change: Change
+    correlation_id: str | None = None
+
+
+def job_seed(key: str) -> int:
+    """Spreads retry delays per job, the same on every redelivery (the core is seedless)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+
+class JobBook:
+    def __init__(self, policy: RetryPolicy, *, hang_after_s: float) -> None:
+        self._policy = policy
+        self._hang_after_s = hang_after_s
+        self._records: dict[str, JobFailureRecord] = {}
+        # Progress is too frequent to write down: it lives here, and a restart grants every
+        # running job a fresh `hang_after_s` from `restore`.
+        self._last_progress: dict[str, float] = {}
+
+    # ----- state -------------------------------------------------------------------------
+
+    def restore(self, records: Iterable[JobFailureRecord], now: datetime) -> None:
+        for record in records:
+            if record.terminal is None:
+                self.add(record, now)
+
+    def add(self, record: JobFailureRecord, now: datetime) -> None:
+        self._records[record.key] = record
+        if record.running_on is not None:
+            self._last_progress[record.key] = now.timestamp()
+
+    def knows(self, user: str, job_id: str) -> bool:
+        return job_key(user, job_id) in self._records
+
+    def get(self, user: str, job_id: str) -> JobFailureRecord | None:
+        return self._records.get(job_key(user, job_id))
+
+    def apply(self, change: Change, now: datetime) -> None:
+        for record in change.jobs:
+            previous = self._records.get(record.key)
+            if record.terminal is not None:
+                # Done: kept in the bucket; a late event for it is looked up there again.
+                self._records.pop(record.key, None)
+                self._last_progress.pop(record.key, None)
+                continue
+            self._records[record.key] = record
+            started = previous is None or record.running_since != previous.running_since
+            if record.running_on is not None and started:
+                self._last_progress[record.key] = now.timestamp()
+            elif record.running_on is None:
+                self._last_progress.pop(record.key, None)
+
+    def running_on(self, node_id: str) -> tuple[JobRef, ...]:
+        return tuple(
+            JobRef(user=r.user, job_id=r.job_id)
+            for r in self._records.values()
+            if r.running_on == node_id and r.terminal is None
+        )
+
+    def live(self) -> int:
+        return sum(1 for r in self._records.values() if r.terminal is None)
+
+    # ----- lifecycle ---------------------------------------------------------------------
+
+    def submitted(self, data: JobSubmitted, now: datetime) -> Change:
+        # The first submission of an id is the one admitted; later ones are rejected duplicates.
+        record = self._live(data.user, data.job_id)
+        if record is None or record.submitted_at is not None:
+            return NO_CHANGE
+        update = {"submitted_at": now, "max_retries": data.max_retries}
+        return Change(jobs=(record.model_copy(update=update),))
+
+    def started(
+        self, data: JobStarted | JobResumed, correlation_id: str | None, now: datetime
+    ) -> Change:
+        record = self._live(data.user, data.job_id)
+        if record is None or data.attempt < record.attempt:
+            return NO_CHANGE
+        update: dict[str, object] = {
+            "attempt": data.attempt,
+            "running_on": data.node_id,
+            "running_since": now,
+            "first_started_at": record.first_started_at or now,
+            "correlation_id": record.correlation_id or correlation_id,
+        }
+        if isinstance(data, JobResumed) and data.checkpoint_step is not None:
+            update["last_checkpoint_step"] = _later(
+                record.last_checkpoint_step, data.checkpoint_step
+            )
+        return Change(jobs=(record.model_copy(update=update),))
+
+    def progressed(self, data: JobProgress, now: datetime) -> None:
+        record = self._live(data.user, data.job_id)
+        if record is None or record.running_on != data.node_id or data.attempt != record.attempt:
+            return
+        self._last_progress[record.key] = now.timestamp()
+        # Kept in memory only; written with the next change of the record.
+        self._records[record.key] = record.model_copy(
+            update={
+                "iterations": data.iterations,
+                "last_checkpoint_step": _later(record.last_checkpoint_step, data.checkpoint_step),
+            }
+        )
+
+    def checkpointed(self, data: JobCheckpointed) -> Change:
+        record = self._live(data.user, data.job_id)
+        if record is None:
+            return NO_CHANGE
+        step = _later(record.last_checkpoint_step, data.step)
+        if step == record.last_checkpoint_step:
+            return NO_CHANGE
+        return Change(jobs=(record.model_copy(update={"last_checkpoint_step": step}),))
+
+    def stopped(self, data: JobSuspended | JobMigrated) -> Change:
+        record = self._live(data.user, data.job_id)
+        node = data.node_id if isinstance(data, JobSuspended) else data.from_node
+        # A late report from a node the job has since left says nothing about where it is now.
+        if record is None or data.attempt < record.attempt or record.running_on not in (None, node):
+            return NO_CHANGE
+        return Change(
+            jobs=(
+                record.model_copy(
+                    update={
+                        "running_on": None,
+                        "running_since": None,
+                        "last_checkpoint_step": _later(
+                            record.last_checkpoint_step, data.checkpoint_step
+                        ),
+                    }
+                ),
+            )
+        )
+
+    def cancelled(self, data: JobCancelled) -> Change:
+        record = self._live(data.user, data.job_id)
+        if record is None:
+            return NO_CHANGE
+        return Change(
+            jobs=(
+                record.model_copy(
+                    update={
+                        "terminal": JobState.CANCELLED,
+                        "running_on": None,
+                        "running_since": None,
+                    }
+                ),
+            )
+        )
+
+    def node_lost(self, node_id: str, now: datetime) -> Change:
+        """The node failed: its jobs no longer run; placement re-places them."""
+        records = []
+        for record in self._records.values():
+            if record.running_on != node_id or record.terminal is not None:
+                continue
+            step = record.last_checkpoint_step
+            reason = f"node {node_id} failed; placement re-places the job, " + (
+                "from scratch" if step is None else f"resuming from step {step}"
+            )
+            records.append(
+                _noted(
+                    record.model_copy(update={"running_on": None, "running_since": None}),
+                    FailureDecision(
+                        time=now,
+                        attempt=record.attempt,
+                        outcome="node_lost",
+                        failure_class=FailureClass.INFRASTRUCTURE,
+                        reason=reason,
+                        node_id=node_id,
+                        resume_from_step=step,
+                    ),
+                )
+            )
+        return Change(jobs=tuple(records))
+
+    # ----- decisions ---------------------------------------------------------------------
+
+    def exited(self, data: JobExited, now: datetime) -> ExitVerdict:
+        record = self._live(data.user, data.job_id)
+        if record is None or data.attempt < record.attempt:
+            return ExitVerdict(NO_CHANGE)  # after the job's end, or of an attempt already decided
+        if record.running_on not in (None, data.node_id):
+            # A copy left on a node it was taken from (declared failed, re-placed meanwhile):
+            # the job lives on elsewhere; that copy's end decides nothing.
+            return ExitVerdict(NO_CHANGE)
+        # The exit may be the first the detector hears of this attempt (its start was lost).
+        record = record.model_copy(update={"attempt": data.attempt})
+        classification = classify(
+            ExitFacts(
+                exit_code=data.exit_code,
+                signal=data.signal,
+                stderr_tail=data.stderr_tail,
+                xids=tuple(data.xid_errors),
+            )
+        )
+        change = self._decide(record, classification, data.node_id, now, exit=data)
+        entry = None
+        if classification.kind is CoreFailureClass.INFRASTRUCTURE:
+            entry = NodeFailureEntry(
+                time=now,
+                failure_class=FailureClass.INFRASTRUCTURE,
+                reason=classification.reason,
+                user=data.user,
+                job_id=data.job_id,
+            )
+        return ExitVerdict(change, entry)
+
+    def fence(
+        self, node_id: str, running: Iterable[JobRef], now: datetime, *, grace_s: float
+    ) -> Change:
+        """Kill copies a node still runs of jobs that ended or run elsewhere.
+
+        A node declared failed may only have been cut off: when its heartbeats come back, the
+        jobs it lists may have been re-placed and restarted elsewhere, and must not run twice.
+        `grace_s` lets a migration's last heartbeats from the old node pass.
+        """
+        kills: list[KillCommand] = []
+        for job in running:
+            record = self._records.get(job_key(job.user, job.job_id))
+            if record is None:
+                continue
+            if record.terminal is not None:
+                reason = f"the job is {record.terminal.value}"
+            elif (
+                record.running_on not in (None, node_id)
+                and record.running_since is not None
+                and (now - record.running_since).total_seconds() > grace_s
+            ):
+                reason = (
+                    f"the job runs on {record.running_on} since "
+                    f"{record.running_since.isoformat()}; this copy must not run twice"
+                )
+            else:
+                continue
+            kills.append(
+                KillCommand(
+                    node_id=node_id,
+                    user=job.user,
+                    job_id=job.job_id,
+                    # Attempts only grow: the copy's attempt is at most the job's.
+                    attempt=record.attempt,
+                    reason=reason,
+                )
+            )
+        return Change(events=tuple(kills))
+
+    def hung(self, now: datetime) -> list[Hang]:
+        hangs: list[Hang] = []
+        for key, record in sorted(self._records.items()):
+            if record.running_on is None or record.terminal is not None:
+                continue
+            since = self._last_progress.get(key, now.timestamp())
+            silent = now.timestamp() - since
+            if silent <= self._hang_after_s:
+                continue
+            reason = (
+                f"no progress for {silent:.0f}s while running on {record.running_on} "
+                f"(hung after {self._hang_after_s:g}s)"
+            )
+            kill = KillCommand(
+                node_id=record.running_on,
+                user=record.user,
+                job_id=record.job_id,
+                attempt=record.attempt,
+                reason=reason,
+            )
+            classification = Classification(CoreFailureClass.INFRASTRUCTURE, reason, "hang")
+            decided = self._decide(record, classification, record.running_on, now, exit=None)
+            started = record.running_since.isoformat() if record.running_since else "-"
+            hangs.append(
+                Hang(
+                    job=JobRef(user=record.user, job_id=record.job_id),
+                    cause=f"hang/{key}/{record.attempt}/{started}",
+                    change=Change(events=(kill,)) + decided,
+                    correlation_id=record.correlation_id,
+                )
+            )
+        return hangs
+
+    def _decide(
+        self,
+        record: JobFailureRecord,
+        classification: Classification,
+        node_id: str,
+        now: datetime,
+        *,
+        exit: JobExited | None,
+    ) -> Change:
+        kind = FailureClass(classification.kind.value)
+        stopped: dict[str, object] = {"running_on": None, "running_since": None}
+        if classification.kind is CoreFailureClass.SUCCESS:
+            runtime = (
+                (now - record.first_started_at).total_seconds() if record.first_started_at else None
+            )
+            if runtime is None and exit is not None:
+                runtime = exit.runtime_s
+            completed = JobCompleted(
+                user=record.user,
+                job_id=record.job_id,
+                attempt=record.attempt,
+                runtime_s=max(runtime, 0.0) if runtime is not None else None,
+                iterations=record.iterations,
+            )
+            done = record.model_copy(update={**stopped, "terminal": JobState.COMPLETED})
+            note = self._note(record, "completed", kind, classification.reason, node_id, now)
+            return Change(events=(completed,), jobs=(_noted(done, note),))
+        retries = {
+            CoreFailureClass(k.value): n
+            for k, n in record.retries.items()
+            if k.value in _CORE_CLASSES
+        }
+        decision = decide(classification, retries, self._policy, seed=job_seed(record.key))
+        retry, reason = decision.retry, decision.reason
+        if retry and record.max_retries is not None and record.total_retries >= record.max_retries:
+            retry = False
+            reason = (
+                f"{kind.value}: {classification.reason}; "
+                f"the submission's max_retries ({record.max_retries}) is spent"
+            )
+        if retry and record.attempt >= MAX_ATTEMPTS:
+            retry = False
+            reason = f"{kind.value}: {classification.reason}; attempt limit {MAX_ATTEMPTS} reached"
+        if retry:
+            resume = record.last_checkpoint_step if decision.resume_from_checkpoint else None
+            retried = JobRetried(
+                user=record.user,
+                job_id=record.job_id,
+                attempt=record.attempt + 1,
+                delay_s=decision.delay_s,
+                failure_class=kind,
+                reason=reason,
+                resume_from_step=resume,
+            )
+            counts = dict(record.retries)
+            counts[kind] = counts.get(kind, 0) + 1
+            next_attempt = record.model_copy(
+                update={**stopped, "attempt": record.attempt + 1, "retries": counts}
+            )
+            note = self._note(record, "retried", kind, reason, node_id, now).model_copy(
+                update={"delay_s": decision.delay_s, "resume_from_step": resume}
+            )
+            if exit is None:
+                note = note.model_copy(update={"outcome": "hung"})
+            return Change(events=(retried,), jobs=(_noted(next_attempt, note),))
+        failed = JobFailed(
+            user=record.user,
+            job_id=record.job_id,
+            failure_class=kind,
+            reason=reason,
+            attempt=record.attempt,
+            node_id=node_id,
+            exit_code=exit.exit_code if exit else None,
+            signal=exit.signal if exit else None,
+            stderr_tail=exit.stderr_tail[-MAX_STDERR_TAIL_CHARS:] if exit else "",
+        )
+        done = record.model_copy(update={**stopped, "terminal": JobState.FAILED})
+        note = self._note(record, "failed", kind, reason, node_id, now)
+        return Change(events=(failed,), jobs=(_noted(done, note),))
+
+    @staticmethod
+    def _note(
+        record: JobFailureRecord,
+        outcome: Outcome,
+        kind: FailureClass,
+        reason: str,
+        node_id: str,
+        now: datetime,
+    ) -> FailureDecision:
+        return FailureDecision(
+            time=now,
+            attempt=record.attempt,
+            outcome=outcome,
+            failure_class=kind,
+            reason=reason,
+            node_id=node_id,
+        )
+
+    def _live(self, user: str, job_id: str) -> JobFailureRecord | None:
+        record = self._records.get(job_key(user, job_id))
+        if record is None:
+            record = JobFailureRecord(user=user, job_id=job_id)
+        return None if record.terminal is not None else record
+
+
+def _later(known: int | None, seen: int | None) -> int | None:
+    if seen is None:
+        return known
+    return seen if known is None else max(known, seen)
+
+
+def _noted(record: JobFailureRecord, decision: FailureDecision) -> JobFailureRecord:
+    return record.model_copy(
+        update={"decisions": (*record.decisions, decision)[-MAX_DECISIONS_KEPT:]}
+    )
+
+
+__all__ = ["ExitVerdict", "Hang", "JobBook", "job_seed"]

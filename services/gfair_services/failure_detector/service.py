@@ -1,0 +1,297 @@
+"""The failure detector: node liveness and quarantine, and what each job exit means.
+
+Consumers:
+- ``failure-detector-nodes`` (GFAIR_NODES): registrations and heartbeats (liveness, inventory,
+  recovery) and operators' ``uncordoned`` events (clear a quarantine);
+- ``failure-detector-jobs`` (GFAIR_JOBS): submissions (a job's own ``max_retries``), the
+  executor's lifecycle reports (where each job runs, its progress and checkpoints), ``exited``
+  (classified and decided: completed, retried or failed) and cancellations.
+
+A timer every ``check_interval_s`` moves silent nodes to suspected, then failed (listing the
+jobs that ran there), and kills and retries jobs that stopped making progress.
+
+Exactly-once effect on at-least-once delivery: every decision is published first, under ids
+derived from its cause (the input event, or the silence or hang it concerns), then written to
+the buckets (``gfair_nodes``, ``gfair_failures``), and only then applied in memory. A crash in
+between makes the redelivered input (or the next check) decide the same again; JetStream drops
+the repeated ids. Only one detector may run per cluster: it is the single writer of both
+buckets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TypeVar
+
+import structlog
+from opentelemetry import trace
+
+from gfair.bus.key_value import KeyValue, KvEntry
+from gfair.bus.publisher import derived_event_id
+from gfair.bus.runtime import ServiceRuntime
+from gfair.bus.service import Emit, Service
+from gfair.bus.topology import BucketSpec, Topology
+from gfair.events.envelope import Envelope, utc_now
+from gfair.events.jobs import (
+    JobCancelled,
+    JobCheckpointed,
+    JobExited,
+    JobMigrated,
+    JobProgress,
+    JobResumed,
+    JobStarted,
+    JobSuspended,
+)
+from gfair.events.nodes import NodeHeartbeat, NodeRegistered, NodeUncordoned
+from gfair.events.submission import JobSubmitted
+from gfair.state.buckets import job_key
+from gfair.state.job_failures import FAILURES, JobFailureRecord
+from gfair.state.node_record import BUCKET as NODES_BUCKET
+from gfair.state.node_record import NodeRecord, node_key
+from gfair_services.failure_detector.change import Change
+from gfair_services.failure_detector.job_book import JobBook
+from gfair_services.failure_detector.node_book import NodeBook
+from gfair_services.failure_detector.settings import FailureDetectorSettings
+from gfair_services.topology import cluster_topology
+
+SERVICE_NAME = "failure-detector"
+T = TypeVar("T")
+
+_log = structlog.get_logger("gfair.services.failure_detector")
+_tracer = trace.get_tracer("gfair.services.failure_detector")
+
+NodeInput = NodeRegistered | NodeHeartbeat | NodeUncordoned
+JobInput = (
+    JobSubmitted
+    | JobStarted
+    | JobResumed
+    | JobProgress
+    | JobCheckpointed
+    | JobSuspended
+    | JobMigrated
+    | JobExited
+    | JobCancelled
+)
+
+# Declared like `cluster_topology` declares its buckets, so the two merge once `gfair_failures`
+# joins `gfair.state.buckets.ALL`.
+FAILURES_BUCKET = BucketSpec(
+    name=FAILURES.name, description=f"{FAILURES.holds} (written by {FAILURES.writer})"
+)
+
+
+class FailureDetector:
+    def __init__(
+        self,
+        settings: FailureDetectorSettings | None = None,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.settings = settings or FailureDetectorSettings()
+        self._clock = clock
+        self.nodes = NodeBook(
+            self.settings.heartbeat_policy(),
+            self.settings.quarantine_policy(),
+            heartbeat_record_s=self.settings.heartbeat_record_s,
+        )
+        self.jobs = JobBook(self.settings.retry_policy(), hang_after_s=self.settings.hang_after_s)
+        # Handlers and the timer interleave at every await; one decision at a time.
+        self._lock = asyncio.Lock()
+        self._runtime: ServiceRuntime | None = None
+        self._nodes_kv: KeyValue | None = None
+        self._jobs_kv: KeyValue | None = None
+        self.service = self._build()
+
+    def _build(self) -> Service:
+        service = Service(
+            SERVICE_NAME, topology=cluster_topology().merge(Topology(buckets=(FAILURES_BUCKET,)))
+        )
+        service.on_start(self.start)
+        service.add_handler(self.on_node_event, durable="failure-detector-nodes")
+        service.add_handler(self.on_job_event, durable="failure-detector-jobs")
+        service.add_timer(self.settings.check_interval_s, self.check, name="failure-check")
+        return service
+
+    # ----- start -------------------------------------------------------------------------
+
+    async def start(self, runtime: ServiceRuntime) -> None:
+        """Rebuild both books from the buckets before any handler runs (DESIGN 3.3)."""
+        self._runtime = runtime
+        self._nodes_kv = await runtime.key_value(NODES_BUCKET)
+        self._jobs_kv = await runtime.key_value(FAILURES.name)
+        now = self._clock()
+        nodes = [
+            NodeRecord.model_validate_json(entry.value) for entry in await _entries(self._nodes_kv)
+        ]
+        jobs = [
+            JobFailureRecord.model_validate_json(entry.value)
+            for entry in await _entries(self._jobs_kv)
+        ]
+        self.nodes.restore(nodes, now)
+        self.jobs.restore(jobs, now)
+        _log.info("failure detector restored", nodes=len(nodes), live_jobs=self.jobs.live())
+
+    # ----- handlers ----------------------------------------------------------------------
+
+    async def on_node_event(self, envelope: Envelope, data: NodeInput) -> Sequence[Emit]:
+        async with self._lock:
+            now = self._clock()
+            if isinstance(data, NodeRegistered):
+                change = self.nodes.registered(data, now)
+            elif isinstance(data, NodeHeartbeat):
+                for job in data.running:
+                    await self._ensure_job(job.user, job.job_id, now)
+                change = self.nodes.heartbeat(data, now) + self.jobs.fence(
+                    data.node_id, data.running, now, grace_s=self.settings.fence_grace_s
+                )
+            else:
+                change = self.nodes.uncordon(data, now)
+                if change.empty:
+                    _log.info("uncordon of a node not quarantined ignored", node_id=data.node_id)
+            await self._commit(change, now, cause=envelope)
+        return []
+
+    async def on_job_event(self, envelope: Envelope, data: JobInput) -> Sequence[Emit]:
+        async with self._lock:
+            now = self._clock()
+            await self._ensure_job(data.user, data.job_id, now)
+            if isinstance(data, JobProgress):
+                self.jobs.progressed(data, now)
+                return []
+            if isinstance(data, JobExited):
+                change = self._decide_exit(data, now)
+            elif isinstance(data, JobSubmitted):
+                change = self.jobs.submitted(data, now)
+            elif isinstance(data, JobStarted | JobResumed):
+                correlation = envelope.correlation_id or envelope.id
+                change = self.jobs.started(data, correlation, now)
+            elif isinstance(data, JobCheckpointed):
+                change = self.jobs.checkpointed(data)
+            elif isinstance(data, JobSuspended | JobMigrated):
+                change = self.jobs.stopped(data)
+            else:
+                change = self.jobs.cancelled(data)
+            await self._commit(change, now, cause=envelope)
+        return []
+
+    def _decide_exit(self, data: JobExited, now: datetime) -> Change:
+        with _tracer.start_as_current_span(
+            "failure_detector.classify_exit",
+            attributes={
+                "gfair.user": data.user,
+                "gfair.job_id": data.job_id,
+                "gfair.server": data.node_id,
+                "gfair.attempt": data.attempt,
+            },
+        ) as span:
+            verdict = self.jobs.exited(data, now)
+            change = verdict.change
+            if verdict.node_failure is not None:
+                change = change + self.nodes.failure(data.node_id, verdict.node_failure, now)
+            for event in change.events:
+                span.add_event(event.EVENT_TYPE)
+            if change.empty:
+                _log.info(
+                    "exit of a finished job or an earlier attempt ignored",
+                    job=f"{data.user}/{data.job_id}",
+                    attempt=data.attempt,
+                )
+            return change
+
+    # ----- timer -------------------------------------------------------------------------
+
+    async def check(self) -> Sequence[Emit]:
+        """Liveness of every node, then progress of every running job."""
+        async with self._lock:
+            now = self._clock()
+            for lapse in self.nodes.check(now, self.jobs.running_on):
+                change = lapse.change
+                if lapse.failed:
+                    change = change + self.jobs.node_lost(lapse.node_id, now)
+                with _tracer.start_as_current_span(
+                    "failure_detector.node_lapse",
+                    attributes={"gfair.server": lapse.node_id, "gfair.failed": lapse.failed},
+                ):
+                    await self._commit(change, now, cause_key=lapse.cause)
+            for hang in self.jobs.hung(now):
+                with _tracer.start_as_current_span(
+                    "failure_detector.hung_job",
+                    attributes={"gfair.user": hang.job.user, "gfair.job_id": hang.job.job_id},
+                ):
+                    await self._commit(
+                        hang.change, now, cause_key=hang.cause, correlation_id=hang.correlation_id
+                    )
+        return []
+
+    # ----- commit ------------------------------------------------------------------------
+
+    async def _commit(
+        self,
+        change: Change,
+        now: datetime,
+        *,
+        cause: Envelope | None = None,
+        cause_key: str | None = None,
+        correlation_id: str | None = None,
+    ) -> None:
+        if change.empty:
+            return
+        runtime = self._started(self._runtime)
+        origin = cause.id if cause is not None else cause_key
+        assert origin is not None, "a change has a cause"
+        if cause is not None:
+            correlation_id = cause.correlation_id or cause.id
+        for index, event in enumerate(change.events):
+            subject = event.subject()
+            await runtime.publisher.publish(
+                event,
+                event_id=derived_event_id(origin, index, event.EVENT_TYPE, subject),
+                causation=cause,
+                correlation_id=correlation_id,
+            )
+            _log.info("decided", event_type=event.EVENT_TYPE, subject=subject, **_why(event))
+        nodes_kv, jobs_kv = self._started(self._nodes_kv), self._started(self._jobs_kv)
+        for node in change.nodes:
+            await nodes_kv.put(node_key(node.node_id), node.model_dump_json().encode())
+        for job in change.jobs:
+            await jobs_kv.put(job.key, job.model_dump_json().encode())
+        self.nodes.apply(change, now)
+        self.jobs.apply(change, now)
+
+    async def _ensure_job(self, user: str, job_id: str, now: datetime) -> None:
+        """Bring a job's record into memory: finished jobs are kept only in the bucket."""
+        if self.jobs.knows(user, job_id):
+            return
+        entry = await self._started(self._jobs_kv).get(job_key(user, job_id))
+        record = (
+            JobFailureRecord.model_validate_json(entry.value)
+            if entry is not None
+            else JobFailureRecord(user=user, job_id=job_id)
+        )
+        self.jobs.add(record, now)
+
+    @staticmethod
+    def _started(value: T | None) -> T:
+        if value is None:
+            raise RuntimeError("the failure detector has not started: its buckets are not open")
+        return value
+
+
+async def _entries(kv: KeyValue) -> list[KvEntry]:
+    found = []
+    for key in await kv.keys():
+        entry = await kv.get(key)
+        if entry is not None:
+            found.append(entry)
+    return found
+
+
+def _why(event: object) -> dict[str, object]:
+    fields = ("node_id", "user", "job_id", "attempt", "failure_class", "reason", "delay_s")
+    return {name: getattr(event, name) for name in fields if getattr(event, name, None) is not None}
+
+
+def build_service(settings: FailureDetectorSettings | None = None) -> Service:
+    return FailureDetector(settings).service

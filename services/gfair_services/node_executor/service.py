@@ -1,0 +1,52 @@
+"""Running a node executor: `build_service` for the convention, `serve` for a real process.
+
+The executor owns resources beyond its handlers (job processes), so its process runs `serve`:
+on SIGTERM the runtime stops taking commands, then every job is checkpointed and reported
+suspended (reason drain) while the bus is still open, and only then does the connection close.
+"""
+
+from __future__ import annotations
+
+from gfair.bus.nats_bus import NatsBus, NatsOptions
+from gfair.bus.observability import configure_observability
+from gfair.bus.runner import RunnerSettings
+from gfair.bus.runtime import ServiceRuntime
+from gfair.bus.serve import BusSettings
+from gfair.bus.service import Service
+from gfair_services.node_executor.executor import SERVICE_NAME, NodeExecutor
+from gfair_services.node_executor.settings import NodeExecutorSettings
+
+
+def build_service(settings: NodeExecutorSettings | None = None) -> Service:
+    """The executor's handlers and timers; without `serve`, its jobs are not drained on stop."""
+    return NodeExecutor(settings).service
+
+
+async def serve(
+    settings: NodeExecutorSettings | None = None, bus_settings: BusSettings | None = None
+) -> None:
+    """Run one node executor against NATS until SIGTERM/SIGINT, then drain its jobs."""
+    bus_settings = bus_settings or BusSettings()
+    executor = NodeExecutor(settings)
+    observability = configure_observability(SERVICE_NAME)
+    try:
+        bus = await NatsBus.connect(
+            NatsOptions(servers=bus_settings.servers, name=f"{SERVICE_NAME}-{executor.node_id}")
+        )
+        try:
+            runtime = ServiceRuntime(
+                executor.service,
+                bus,
+                tracer=observability.tracer,
+                settings=RunnerSettings(batch=1, fetch_timeout_s=bus_settings.fetch_timeout_s),
+            )
+            try:
+                await runtime.run(handle_signals=True)
+            finally:
+                # Before the connection closes: the drain publishes what it suspended.
+                await executor.close()
+        finally:
+            await bus.close()
+    finally:
+        await executor.close()  # a no-op after the drain; releases the GPUs if NATS failed
+        observability.shutdown()

@@ -1,0 +1,93 @@
+"""Settings of a node executor (environment `GFAIR_*`, or flags of `gfair service`)."""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+from typing import Self
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gfair.events.fields import TOKEN_REGEX
+from gfair.node.simulated import parse_gpu_spec
+
+# The same default as split-stride's, so a one-machine cluster needs no flag to agree on where
+# checkpoints are; a real cluster points both at a shared filesystem.
+DEFAULT_CHECKPOINT_ROOT = Path("/tmp/gfair/checkpoints")
+DEFAULT_WORK_ROOT = Path("/tmp/gfair/nodes")  # <this>/<node_id>
+
+
+def default_node_id() -> str:
+    """The host name, squeezed into a subject token (`gpu-07.rack3` -> `gpu-07-rack3`)."""
+    token = re.sub(r"[^A-Za-z0-9_-]+", "-", socket.gethostname()).strip("-")[:64]
+    return token or "node"
+
+
+class NodeExecutorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
+
+    node_id: str = Field(
+        default_factory=default_node_id,
+        pattern=TOKEN_REGEX,
+        description="This server's id in the cluster (default: the host name)",
+    )
+    simulate_gpus: str | None = Field(
+        default=None,
+        description="Simulate GPUs, e.g. v100:4 or v100:4,k80:2; default: real GPUs via NVML",
+    )
+    checkpoint_root: Path = Field(
+        default=DEFAULT_CHECKPOINT_ROOT,
+        description="Shared checkpoint root: a job checkpoints to <root>/<user>/<job_id>",
+    )
+    work_root: Path | None = Field(
+        default=None,
+        description="This executor's run directories and records (None: /tmp/gfair/nodes/<id>)",
+    )
+    heartbeat_s: float = Field(default=5.0, gt=0, description="Heartbeat interval")
+    telemetry_s: float = Field(default=10.0, gt=0, description="GPU telemetry interval")
+    suspend_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a job may take to checkpoint and yield before it is killed",
+    )
+    term_grace_s: float = Field(
+        default=5.0, gt=0, description="Between SIGTERM and SIGKILL when a job must stop"
+    )
+    progress_interval_s: float = Field(
+        default=1.0, gt=0, description="At most one progress report per job this often"
+    )
+    command_max_age_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Start commands older than this are stale (the job was re-placed meanwhile)",
+    )
+
+    @field_validator("simulate_gpus")
+    @classmethod
+    def _spec(cls, value: str | None) -> str | None:
+        if value is not None and value.strip():
+            parse_gpu_spec(value)
+            return value.strip()
+        return None
+
+    @field_validator("checkpoint_root", "work_root")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        # Paths travel in events (checkpoint paths), which require them absolute.
+        return value.expanduser().absolute() if value is not None else None
+
+    @model_validator(mode="after")
+    def _work_root(self) -> Self:
+        if self.work_root is None:
+            self.work_root = DEFAULT_WORK_ROOT / self.node_id
+        return self
+
+    @property
+    def work_dir(self) -> Path:
+        assert self.work_root is not None  # filled in by the validator
+        return self.work_root
+
+    def checkpoint_dir(self, user: str, job_id: str) -> Path:
+        return self.checkpoint_root / user / job_id

@@ -1,0 +1,588 @@
+"""The placement service: admission, pool and server choice, re-placement, load balancing.
+
+Consumers (durable, one worker each, so each reads its events in stream order):
+
+- ``placement-jobs`` (GFAIR_JOBS): submissions, cancel requests, and the lifecycle events that
+  keep each `JobRecord`'s state current;
+- ``placement-nodes`` (GFAIR_NODES): the node inventory (registrations and health verdicts);
+- ``placement-sched`` (GFAIR_SCHED): quantum ticks (introspection), entitlements, profiles.
+
+State lives in `gfair_jobs` (this service is its only writer); the node inventory, entitlements
+and profiles are rebuilt on start from the streams' history. The three handlers share one lock.
+
+Handlers write a record before returning the events that announce it, and the runtime publishes
+those before acknowledging the input. A crash in between redelivers the input; the record then
+already says the input was handled (`applied_event_ids`, the submission's event id), and the
+handler returns the same announcements again, which JetStream drops as duplicates (same derived
+event ids) or consumers ignore (they are idempotent by state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import structlog
+from opentelemetry import trace
+
+from gfair.bus.key_value import KeyValue, KvConflict
+from gfair.bus.runtime import ServiceRuntime
+from gfair.bus.service import Emit, Service
+from gfair.bus.topology import consumer_for
+from gfair.core.throughput import ThroughputEstimator
+from gfair.events.commands import KillCommand, MigrateCommand
+from gfair.events.envelope import Envelope, EventData
+from gfair.events.jobs import (
+    JobAccepted,
+    JobCancelled,
+    JobCheckpointed,
+    JobCompleted,
+    JobEvent,
+    JobFailed,
+    JobMigrated,
+    JobPlaced,
+    JobRejected,
+    JobResumed,
+    JobRetried,
+    JobStarted,
+    JobSuspended,
+)
+from gfair.events.nodes import NodeEvent
+from gfair.events.reasons import MigrationReason, RejectionCode
+from gfair.events.scheduling import EntitlementsUpdated, ProfileUpdated, QuantumTicked
+from gfair.events.states import JobState, NodeState
+from gfair.events.subjects import (
+    NODES_STREAM,
+    SCHED_STREAM,
+    parse_cancel_subject,
+    parse_submit_subject,
+)
+from gfair.events.submission import JobCancelRequested, JobSubmitted
+from gfair.gavel import load_throughputs
+from gfair.state import buckets
+from gfair.state.job_record import JobRecord, load_job, load_jobs, save_job
+from gfair_services.inventory import INVENTORY_EVENTS, NodeInventory
+from gfair_services.topology import cluster_topology
+
+from .admission import Refusal, check_submission
+from .book import JobBook
+from .placer import Placement, Placer
+from .settings import Settings
+
+SERVICE_NAME = "placement"
+
+JOB_EVENTS: tuple[type[EventData], ...] = (
+    JobSubmitted,
+    JobCancelRequested,
+    JobStarted,
+    JobResumed,
+    JobSuspended,
+    JobMigrated,
+    JobCheckpointed,
+    JobCompleted,
+    JobFailed,
+    JobRetried,
+)
+SCHED_EVENTS: tuple[type[EventData], ...] = (QuantumTicked, EntitlementsUpdated, ProfileUpdated)
+# Nodes whose jobs must go elsewhere.
+_LOST = (NodeState.FAILED, NodeState.QUARANTINED)
+
+_log = structlog.get_logger("gfair.placement")
+_tracer = trace.get_tracer("gfair.placement")
+
+
+def default_estimator(settings: Settings) -> ThroughputEstimator:
+    try:
+        table = load_throughputs(settings.throughputs)
+    except FileNotFoundError as error:
+        # Without measurements placement still works on the default speeds per generation.
+        _log.warning("no throughput table; using default speeds", error=str(error))
+        table = {}
+    return ThroughputEstimator(table)
+
+
+class PlacementService:
+    def __init__(self, settings: Settings, estimator: ThroughputEstimator) -> None:
+        self.settings = settings
+        self.placer = Placer(settings, estimator)
+        self.book = JobBook()
+        self.inventory = NodeInventory()
+        self._lock = asyncio.Lock()
+        self._kv: KeyValue | None = None
+
+    def service(self) -> Service:
+        """The `Service` running this state's handlers."""
+        service = Service(SERVICE_NAME, topology=cluster_topology())
+        service.add_handler(
+            self.on_job_event,
+            consumer_for(JOB_EVENTS, durable="placement-jobs"),
+            accepts=JOB_EVENTS,
+            name="jobs",
+        )
+        service.add_handler(
+            self.on_node_event,
+            consumer_for(INVENTORY_EVENTS, durable="placement-nodes"),
+            accepts=INVENTORY_EVENTS,
+            name="nodes",
+        )
+        service.add_handler(
+            self.on_sched_event,
+            consumer_for(SCHED_EVENTS, durable="placement-sched"),
+            accepts=SCHED_EVENTS,
+            name="sched",
+        )
+        service.on_start(self.start)
+        return service
+
+    @property
+    def kv(self) -> KeyValue:
+        if self._kv is None:
+            raise RuntimeError("placement has not started (no gfair_jobs bucket yet)")
+        return self._kv
+
+    # -- start: rebuild from the bucket and the streams --------------------------------------
+
+    async def start(self, runtime: ServiceRuntime) -> None:
+        self._kv = await runtime.key_value(buckets.JOBS.name)
+        for stored in await load_jobs(self._kv):
+            self.book.put(stored.record, stored.revision)
+        async for past in runtime.history(
+            NODES_STREAM.name,
+            filter_subjects=tuple(m.subject_pattern() for m in INVENTORY_EVENTS),
+            accepts=INVENTORY_EVENTS,
+        ):
+            if isinstance(past.data, NodeEvent):
+                self.inventory.apply(past.envelope, past.data)
+        async for past in runtime.history(
+            SCHED_STREAM.name,
+            filter_subjects=(
+                EntitlementsUpdated.subject_pattern(),
+                ProfileUpdated.subject_pattern(),
+            ),
+            accepts=(EntitlementsUpdated, ProfileUpdated),
+        ):
+            self._sched_input(past.data)
+        _log.info(
+            "placement state rebuilt",
+            live_jobs=len(self.book),
+            pending=len(self.book.pending()),
+            nodes=len(self.inventory),
+        )
+
+    # -- handlers -----------------------------------------------------------------------------
+
+    async def on_job_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
+        async with self._lock:
+            if isinstance(data, JobSubmitted):
+                return await self._submit(envelope, data)
+            if isinstance(data, JobCancelRequested):
+                return await self._cancel(envelope, data)
+            if isinstance(data, JobEvent):
+                return await self._lifecycle(envelope, data)
+            return []
+
+    async def on_node_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
+        async with self._lock:
+            if isinstance(data, NodeEvent):
+                change = self.inventory.apply(envelope, data)
+                if change is not None:
+                    _log.info(
+                        "node changed",
+                        node_id=change.node_id,
+                        before=change.before,
+                        after=change.after,
+                    )
+            return await self._reconcile(envelope)
+
+    async def on_sched_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
+        async with self._lock:
+            if not isinstance(data, QuantumTicked):
+                self._sched_input(data)
+                return []
+            outputs = await self._reconcile(envelope)
+            age = (datetime.now(UTC) - envelope.time).total_seconds()
+            if data.quantum % self.settings.balance_every_quanta == 0:
+                if age > self.settings.stale_tick_s:
+                    _log.info("stale tick: not balancing", quantum=data.quantum, age_s=age)
+                else:
+                    outputs += await self._balance(envelope)
+            return outputs
+
+    def _sched_input(self, data: EventData) -> None:
+        if isinstance(data, EntitlementsUpdated):
+            self.placer.entitlements_updated(data)
+        elif isinstance(data, ProfileUpdated):
+            self.placer.profile_updated(data)
+
+    # -- submissions ---------------------------------------------------------------------------
+
+    async def _submit(self, envelope: Envelope, data: JobSubmitted) -> list[Emit]:
+        at = envelope.time
+        subject_user = parse_submit_subject(envelope.subject)
+        refusal = check_submission(data, subject_user, self.settings)
+        if refusal is not None and refusal.code is RejectionCode.USER_MISMATCH:
+            # The runtime refuses such payloads before they get here; this guards direct calls.
+            # No record: the job id belongs to neither user's namespace with certainty.
+            return [Emit(JobRejected(user=subject_user, job_id=data.job_id, **_why(refusal)))]
+        live = self.book.get(f"{data.user}.{data.job_id}")
+        if live is not None:
+            if live.record.submission.event_id == envelope.id:
+                return _submission_outputs(live.record)  # a redelivery
+            return [_duplicate(live.record)]
+        record = JobRecord.accepted(envelope, data)
+        if refusal is None:
+            reason = self.placer.infeasible(record, self.inventory)
+            if reason is not None:
+                refusal = Refusal(RejectionCode.UNSATISFIABLE, reason)
+        if refusal is not None:
+            candidate = JobRecord.rejected(envelope, data, refusal.code, refusal.reason)
+        else:
+            candidate = record.with_decision(at, "admission", _admitted(data))
+            self.book.put(candidate, -1)  # counted in its user's demand while it is placed
+            try:
+                candidate = self._placed_or_pending(candidate, at)
+            finally:
+                self.book.remove(candidate.key)
+        try:
+            revision = await save_job(self.kv, candidate, None)
+        except KvConflict:
+            existing = await load_job(self.kv, data.user, data.job_id)
+            if existing is None:
+                raise  # deleted in between: the redelivery will find it free
+            if existing.record.submission.event_id == envelope.id:
+                candidate, revision = existing.record, existing.revision  # a redelivery
+            elif existing.record.state is JobState.REJECTED:
+                # A rejected job never ran: its id may be used again.
+                revision = await save_job(self.kv, candidate, existing.revision)
+            else:
+                return [_duplicate(existing.record)]
+        self.book.put(candidate, revision)
+        _log.info(
+            "submission handled",
+            user=data.user,
+            job_id=data.job_id,
+            state=candidate.state,
+            servers=candidate.servers,
+        )
+        return _submission_outputs(candidate)
+
+    # -- cancellation --------------------------------------------------------------------------
+
+    async def _cancel(self, envelope: Envelope, data: JobCancelRequested) -> list[Emit]:
+        if parse_cancel_subject(envelope.subject) != data.user:
+            return []  # the runtime refuses these too: a user cancels only its own jobs
+        stored = self.book.get(f"{data.user}.{data.job_id}") or await load_job(
+            self.kv, data.user, data.job_id
+        )
+        if stored is None:
+            _log.info("cancel of an unknown job", user=data.user, job_id=data.job_id)
+            return []
+        record = stored.record
+        if record.state is JobState.CANCELLED and record.seen(envelope.id):
+            return _cancel_outputs(record)
+        if not record.live:
+            _log.info("cancel of a finished job", user=data.user, job_id=data.job_id)
+            return []
+        at = envelope.time
+        reason = data.reason or f"cancelled by {data.user}"
+        cancelled = (
+            record.model_copy(
+                update={
+                    "state": JobState.CANCELLED,
+                    "cancelled_from": record.state,
+                    "reason": reason,
+                }
+            )
+            .noting(envelope.id)
+            .with_decision(at, "cancel", f"cancelled while {record.state}: {reason}")
+        )
+        await self._save(cancelled, stored.revision)
+        return _cancel_outputs(cancelled)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def _lifecycle(self, envelope: Envelope, data: JobEvent) -> list[Emit]:
+        stored = self.book.get(f"{data.user}.{data.job_id}")
+        if stored is None:
+            return []  # unknown, or finished: its record already holds its final state
+        record = stored.record
+        if record.seen(envelope.id):
+            # A redelivery of an event whose handling may have re-placed the job.
+            return [_placed(record)] if isinstance(data, JobRetried) and record.servers else []
+        updated = record.apply(envelope, data)
+        if updated is None:
+            return []
+        at = envelope.time
+        for node_id in updated.nodes:
+            entry = self.inventory.get(node_id)
+            if entry is not None and entry.state is NodeState.FAILED:
+                # Reported before the node was declared dead: that process is gone with it.
+                updated = updated.lost_node(node_id, at)
+        outputs: list[Emit] = []
+        match data:
+            case JobStarted() | JobResumed() if updated.servers and data.node_id in updated.nodes:
+                if data.node_id not in updated.servers:
+                    # It started where it was placed before a move (or a drain) that this
+                    # service decided in between: that node must let it go too.
+                    reason = (
+                        MigrationReason.DRAIN
+                        if self._lost(data.node_id)
+                        else MigrationReason.LOAD_BALANCE
+                    )
+                    outputs.append(_migrate(updated, data.node_id, updated.servers[0], reason))
+            case JobRetried():
+                updated = updated.with_decision(
+                    at,
+                    "retry",
+                    f"attempt {data.attempt} after {data.delay_s:.3g}s "
+                    f"({data.failure_class}): {data.reason}",
+                )
+                lost = [s for s in updated.servers if self._lost(s)]
+                if lost:
+                    updated = self._replace(updated, at, f"{', '.join(lost)} unavailable")
+                    if updated.servers:
+                        outputs.append(_placed(updated))
+            case JobFailed():
+                updated = updated.with_decision(
+                    at, "failed", f"{data.failure_class}: {data.reason}"
+                )
+            case JobCompleted():
+                updated = updated.with_decision(
+                    at, "completed", f"attempt {data.attempt} succeeded"
+                )
+        await self._save(updated, stored.revision)
+        return outputs
+
+    # -- node changes, pending jobs, balancing -------------------------------------------------
+
+    def _lost(self, node_id: str) -> bool:
+        entry = self.inventory.get(node_id)
+        return entry is not None and entry.state in _LOST
+
+    async def _reconcile(self, envelope: Envelope) -> list[Emit]:
+        """Bring placements in line with the inventory: jobs off lost nodes, pending jobs on."""
+        at = envelope.time
+        outputs = [
+            _placed(s.record) for s in self.book if s.record.seen(envelope.id) and s.record.servers
+        ]
+        for stored in list(self.book):
+            record = stored.record
+            lost = [s for s in record.servers if self._lost(s)]
+            if not lost:
+                continue
+            moved = record
+            for node_id in lost:
+                entry = self.inventory.get(node_id)
+                if entry is not None and entry.state is NodeState.FAILED:
+                    moved = moved.lost_node(node_id, at)
+            why = ", ".join(f"{n} {self.inventory.nodes[n].state}" for n in lost)
+            moved = self._replace(moved, at, why).noting(envelope.id)
+            await self._save(moved, stored.revision)
+            still_running = [n for n in lost if n in moved.nodes]
+            if moved.servers:
+                outputs += [
+                    _migrate(moved, n, moved.servers[0], MigrationReason.DRAIN)
+                    for n in still_running
+                    if n not in moved.servers
+                ]
+                outputs.append(_placed(moved))
+        for record in self.book.pending():
+            stored_pending = self.book.get(record.key)
+            assert stored_pending is not None
+            placed = self._placed_or_pending(record, at)
+            if placed == record:
+                continue
+            placed = placed.noting(envelope.id) if placed.servers else placed
+            await self._save(placed, stored_pending.revision)
+            if placed.servers:
+                outputs.append(_placed(placed))
+        return outputs
+
+    async def _balance(self, envelope: Envelope) -> list[Emit]:
+        at = envelope.time
+        outputs: list[Emit] = []
+        with _tracer.start_as_current_span("placement.balance") as span:
+            moves = self.placer.rebalance(self.inventory, self.book)
+            span.set_attribute("gfair.migrations", len(moves))
+        for move in moves:
+            stored = self.book.get(move.job_key)
+            if stored is None:
+                continue
+            record = stored.record
+            assert record.generation is not None
+            moved = (
+                record.placed(at, record.generation, (move.to_server,))
+                .noting(envelope.id)
+                .with_decision(
+                    at, "migration", f"moved {move.from_server} -> {move.to_server}: {move.reason}"
+                )
+            )
+            await self._save(moved, stored.revision)
+            if record.state is JobState.RUNNING and move.from_server in record.nodes:
+                outputs.append(
+                    _migrate(record, move.from_server, move.to_server, MigrationReason.LOAD_BALANCE)
+                )
+            outputs.append(_placed(moved))
+            _log.info(
+                "migration",
+                user=record.user,
+                job_id=record.job_id,
+                from_server=move.from_server,
+                to_server=move.to_server,
+            )
+        return outputs
+
+    # -- decisions and writes ------------------------------------------------------------------
+
+    def _placed_or_pending(self, record: JobRecord, at: datetime) -> JobRecord:
+        """`record` placed (decision noted) or, when nothing fits now, left pending."""
+        sub = record.submission
+        with _tracer.start_as_current_span("placement.place") as span:
+            span.set_attribute("gfair.user", record.user)
+            span.set_attribute("gfair.job_id", record.job_id)
+            span.set_attribute("gfair.gpus", sub.gpus)
+            result = self.placer.place(record, self.inventory, self.book)
+            if isinstance(result, Placement):
+                span.set_attribute("gfair.generation", result.generation)
+                span.set_attribute("gfair.servers", list(result.servers))
+                span.set_attribute("gfair.rule", result.rule)
+        if isinstance(result, Placement):
+            return record.placed(at, result.generation, result.servers).with_decision(
+                at,
+                "placement",
+                f"placed on {result.generation} {', '.join(result.servers)}: {result.reason}",
+                rule=result.rule,
+            )
+        text = f"waiting for GPUs: {result.reason}"
+        last = record.decisions[-1] if record.decisions else None
+        if last is not None and last.kind == "pending" and last.text == text:
+            return record  # nothing new to say
+        return record.with_decision(at, "pending", text)
+
+    def _replace(self, record: JobRecord, at: datetime, why: str) -> JobRecord:
+        stored = self.book.get(record.key)
+        revision = stored.revision if stored is not None else -1
+        unplaced = record.unplaced(at).with_decision(at, "re-placement", f"off its servers: {why}")
+        self.book.put(unplaced, revision)  # placed as a job counted on no server
+        return self._placed_or_pending(unplaced, at)
+
+    async def _save(self, record: JobRecord, revision: int | None) -> int:
+        try:
+            new_revision = await save_job(self.kv, record, revision if revision != -1 else None)
+        except KvConflict:
+            # Someone else wrote it (a second placement?): take theirs and let the runtime retry.
+            fresh = await load_job(self.kv, record.user, record.job_id)
+            if fresh is None:
+                self.book.remove(record.key)
+            else:
+                self.book.put(fresh.record, fresh.revision)
+            raise
+        self.book.put(record, new_revision)
+        return new_revision
+
+
+def _why(refusal: Refusal) -> dict[str, object]:
+    return {"code": refusal.code, "reason": refusal.reason}
+
+
+def _duplicate(existing: JobRecord) -> Emit:
+    reason = (
+        f"job id {existing.job_id} is already used by {existing.user}'s {existing.state} job "
+        f"submitted at {existing.submission.submitted_at.isoformat()}"
+    )
+    return Emit(
+        JobRejected(
+            user=existing.user,
+            job_id=existing.job_id,
+            code=RejectionCode.DUPLICATE_JOB_ID,
+            reason=reason,
+        )
+    )
+
+
+def _admitted(data: JobSubmitted) -> str:
+    kind = f", job type {data.job_type!r}" if data.job_type else ""
+    return f"accepted: {data.gpus} GPU(s){kind}"
+
+
+def _placed(record: JobRecord) -> Emit:
+    assert record.generation is not None
+    return Emit(
+        JobPlaced(
+            user=record.user,
+            job_id=record.job_id,
+            servers=record.servers,
+            generation=record.generation,
+        )
+    )
+
+
+def _migrate(record: JobRecord, node_id: str, to_node: str, reason: MigrationReason) -> Emit:
+    return Emit(
+        MigrateCommand(
+            node_id=node_id,
+            user=record.user,
+            job_id=record.job_id,
+            attempt=record.attempt,
+            to_node=to_node,
+            reason=reason,
+        )
+    )
+
+
+def _submission_outputs(record: JobRecord) -> list[Emit]:
+    if record.state is JobState.REJECTED:
+        assert record.rejection_code is not None and record.reason is not None
+        return [
+            Emit(
+                JobRejected(
+                    user=record.user,
+                    job_id=record.job_id,
+                    code=record.rejection_code,
+                    reason=record.reason,
+                )
+            )
+        ]
+    sub = record.submission
+    outputs = [
+        Emit(
+            JobAccepted(
+                user=record.user, job_id=record.job_id, gpus=sub.gpus, job_type=sub.job_type
+            )
+        )
+    ]
+    if record.servers:
+        outputs.append(_placed(record))
+    return outputs
+
+
+def _cancel_outputs(record: JobRecord) -> list[Emit]:
+    assert record.cancelled_from is not None
+    outputs: list[Emit] = [
+        Emit(
+            JobCancelled(
+                user=record.user,
+                job_id=record.job_id,
+                previous_state=record.cancelled_from,
+                reason=record.reason,
+            )
+        )
+    ]
+    for node_id in sorted({*record.servers, *record.nodes}):
+        outputs.append(
+            Emit(
+                KillCommand(
+                    node_id=node_id,
+                    user=record.user,
+                    job_id=record.job_id,
+                    attempt=record.attempt,
+                    reason=record.reason or "cancelled",
+                )
+            )
+        )
+    return outputs
+
+
+def build_service(settings: Settings | None = None) -> Service:
+    settings = settings or Settings()
+    return PlacementService(settings, default_estimator(settings)).service()

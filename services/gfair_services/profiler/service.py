@@ -1,0 +1,175 @@
+"""The profiler service: progress reports in, `ProfileUpdated` out, `gfair_profiles` kept.
+
+Consumers:
+- ``profiler-jobs`` (GFAIR_JOBS): accepted (a job's type and GPUs), progress (a measurement),
+  completed / failed / cancelled (forget the job's own measurements);
+- ``profiler-nodes`` (GFAIR_NODES): registrations (the generations the cluster offers).
+
+Every handled event is idempotent: a progress report is folded only if it is past the last one
+folded for its job, and a redelivery of the last one writes the same records and publishes the
+same profiles again (same derived ids, so JetStream keeps one copy). The job record is written
+last: it is the commit point, so a crash before it folds the report again on redelivery (at
+worst one sample counts twice in the user's running mean).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import structlog
+from opentelemetry import trace
+from pydantic import BaseModel
+
+from gfair.bus.key_value import KeyValue
+from gfair.bus.runtime import ServiceRuntime
+from gfair.bus.service import Emit, Service
+from gfair.events.envelope import Envelope
+from gfair.events.jobs import JobAccepted, JobCancelled, JobCompleted, JobFailed, JobProgress
+from gfair.events.nodes import NodeRegistered
+from gfair.state.buckets import PROFILES
+from gfair.state.profile_record import (
+    GENERATIONS_KEY,
+    GenerationsRecord,
+    JobProfileRecord,
+    TypeProfileRecord,
+    job_profile_key,
+    type_profile_key,
+)
+from gfair_services.profiler.profile_book import Fold, ProfileBook
+from gfair_services.profiler.seed import seed_table
+from gfair_services.profiler.settings import ProfilerSettings
+from gfair_services.topology import cluster_topology
+
+SERVICE_NAME = "profiler"
+
+_log = structlog.get_logger("gfair.services.profiler")
+_tracer = trace.get_tracer("gfair.services.profiler")
+
+JobEventData = JobAccepted | JobProgress | JobCompleted | JobFailed | JobCancelled
+
+
+def _encode(record: BaseModel) -> bytes:
+    return record.model_dump_json().encode()
+
+
+class Profiler:
+    def __init__(self, book: ProfileBook) -> None:
+        self.book = book
+        self._kv: KeyValue | None = None
+
+    @property
+    def kv(self) -> KeyValue:
+        if self._kv is None:
+            raise RuntimeError("the profiler has not started: its bucket is not open")
+        return self._kv
+
+    async def start(self, runtime: ServiceRuntime) -> None:
+        """Restore the book from the bucket before any handler runs (DESIGN 3.3)."""
+        self._kv = await runtime.key_value(PROFILES.name)
+        types: list[TypeProfileRecord] = []
+        jobs: list[JobProfileRecord] = []
+        generations = GenerationsRecord()
+        for key in await self.kv.keys():
+            entry = await self.kv.get(key)
+            if entry is None:
+                continue
+            if key == GENERATIONS_KEY:
+                generations = GenerationsRecord.model_validate_json(entry.value)
+            elif key.startswith("type."):
+                types.append(TypeProfileRecord.model_validate_json(entry.value))
+            elif key.startswith("job."):
+                jobs.append(JobProfileRecord.model_validate_json(entry.value))
+        self.book.restore(types, jobs, generations.generations, generations.cause_id)
+        _log.info(
+            "profiles restored",
+            type_profiles=len(types),
+            jobs=len(jobs),
+            generations=list(generations.generations),
+        )
+
+    async def on_job_event(self, envelope: Envelope, data: JobEventData) -> Sequence[Emit]:
+        if isinstance(data, JobProgress):
+            return await self._on_progress(envelope, data)
+        if isinstance(data, JobAccepted):
+            record = self.book.admit(
+                data.user, data.job_id, data.job_type, data.gpus, envelope.time
+            )
+            if record is not None:
+                await self.kv.put(job_profile_key(data.user, data.job_id), _encode(record))
+            return []
+        if self.book.forget(data.user, data.job_id):
+            await self.kv.delete(job_profile_key(data.user, data.job_id))
+        return []
+
+    async def _on_progress(self, envelope: Envelope, data: JobProgress) -> Sequence[Emit]:
+        fold = self.book.replay(data.user, data.job_id, envelope.id)
+        if fold is None:
+            if self.book.job(data.user, data.job_id) is None:
+                _log.debug("progress of an untracked job", job=str(data.job))
+                return []
+            with _tracer.start_as_current_span(
+                "profiler.observe",
+                attributes={
+                    "gfair.user": data.user,
+                    "gfair.job_id": data.job_id,
+                    "gfair.generation": data.generation,
+                    "gfair.server": data.node_id,
+                    "gfair.rate": data.minibatches_per_s,
+                },
+            ) as span:
+                fold = self.book.observe(data, envelope.id, envelope.time)
+                span.set_attribute("gfair.profiles_published", len(fold.profiles) if fold else 0)
+            if fold is None:
+                return []
+        await self._write(fold)
+        for profile in fold.profiles:
+            _log.info(
+                "profile updated",
+                user=profile.user,
+                job_id=profile.job_id,
+                job_type=profile.job_type,
+                speedups=profile.speedups,
+            )
+        return [Emit(profile) for profile in fold.profiles]
+
+    async def _write(self, fold: Fold) -> None:
+        if fold.kind is not None:
+            key = type_profile_key(fold.kind.user, fold.kind.job_type)
+            await self.kv.put(key, _encode(fold.kind))
+        await self.kv.put(job_profile_key(fold.job.user, fold.job.job_id), _encode(fold.job))
+
+    async def on_node_registered(self, envelope: Envelope, data: NodeRegistered) -> Sequence[Emit]:
+        if self.book.generations_cause == envelope.id:
+            outcome = self.book.republished(envelope.id)
+        else:
+            outcome = self.book.offer(data.generations, envelope.id, envelope.time)
+            if self.book.generations_cause != envelope.id:
+                return []  # nothing new
+        for record in outcome.records:
+            await self.kv.put(type_profile_key(record.user, record.job_type), _encode(record))
+        generations = GenerationsRecord(
+            generations=tuple(sorted(self.book.generations)), cause_id=envelope.id
+        )
+        await self.kv.put(GENERATIONS_KEY, _encode(generations))
+        _log.info(
+            "generations offered",
+            node_id=data.node_id,
+            generations=sorted(data.generations),
+            profiles_republished=len(outcome.profiles),
+        )
+        return [Emit(profile) for profile in outcome.profiles]
+
+
+def build_service(settings: ProfilerSettings | None = None) -> Service:
+    settings = settings or ProfilerSettings()
+    book = ProfileBook(
+        seed_table(settings.throughputs),
+        alpha=settings.throughput_alpha,
+        change=settings.profile_change,
+    )
+    profiler = Profiler(book)
+    service = Service(SERVICE_NAME, topology=cluster_topology())
+    service.on_start(profiler.start)
+    service.add_handler(profiler.on_job_event, durable="profiler-jobs")
+    service.add_handler(profiler.on_node_registered, durable="profiler-nodes")
+    return service

@@ -1,0 +1,26 @@
+"""Settings of the profiler (environment `GFAIR_*`, or flags of `gfair service profiler`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ProfilerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
+
+    throughputs: Path | None = Field(
+        default=None,
+        description="Gavel throughput table seeding the estimates "
+        "(default ../shared/data/gavel_throughputs.json beside the repository)",
+    )
+    profile_change: float = Field(
+        default=0.05,
+        gt=0,
+        description="Publish a profile again once a speedup moved by more than this fraction",
+    )
+    throughput_alpha: float = Field(
+        default=0.3, gt=0, le=1, description="Weight of a new measurement in the running mean"
+    )

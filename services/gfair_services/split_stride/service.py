@@ -1,0 +1,375 @@
+"""The split-stride service: owns time. Every quantum it decides what runs on every server.
+
+Consumers (durable, one worker each):
+
+- ``split-stride-jobs`` (GFAIR_JOBS): placements, retries, the node executors' reports of what
+  started and what let go, and the ends of jobs;
+- ``split-stride-nodes`` (GFAIR_NODES): the servers (the cluster is whatever registered);
+- ``split-stride-shares`` (GFAIR_SCHED): entitlements published by the trading auction.
+
+A timer every ``quantum_s`` emits `QuantumTicked`, runs the core `SplitStride` over the runnable
+jobs, and emits per server the `SuspendCommand`s of jobs leaving, then the `StartCommand`s of
+jobs entering, then its `ScheduleDecided` (see `quantum`). A newly placed job whose servers
+have idle GPUs starts at once, between ticks.
+
+State is the `StrideRecord` in `gfair_stride` (its only writer). Every handler and tick changes
+the ledger, publishes its outputs under ids derived from what caused them, and only then writes
+the record: a crash before the write replays the cause from the last record and publishes the
+same ids again, which JetStream drops as duplicates. Handlers return nothing to the runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import structlog
+from opentelemetry import trace
+
+from gfair.bus.key_value import KeyValue, KvConflict
+from gfair.bus.publisher import derived_event_id
+from gfair.bus.runtime import ServiceRuntime
+from gfair.bus.service import Emit, Service
+from gfair.bus.topology import consumer_for
+from gfair.events.commands import KillCommand, NodeCommand, StartCommand, SuspendCommand
+from gfair.events.envelope import Envelope, EventData
+from gfair.events.fields import JobRef
+from gfair.events.jobs import (
+    JobCancelled,
+    JobCompleted,
+    JobEvent,
+    JobExited,
+    JobFailed,
+    JobMigrated,
+    JobPlaced,
+    JobResumed,
+    JobRetried,
+    JobStarted,
+    JobSuspended,
+)
+from gfair.events.nodes import NodeEvent
+from gfair.events.reasons import SuspendReason
+from gfair.events.scheduling import EntitlementsUpdated, QuantumTicked, ScheduleDecided
+from gfair.state import buckets
+from gfair.state.buckets import job_key
+from gfair.state.job_record import Submission, load_job
+from gfair.state.stride_record import StrideRecord, load_stride, save_stride
+from gfair_services.inventory import INVENTORY_EVENTS
+from gfair_services.topology import cluster_topology
+
+from .ledger import Job, Ledger
+from .quantum import ServerTurn, Start, Stop, decide_quantum, start_at_once
+from .settings import Settings
+
+SERVICE_NAME = "split-stride"
+
+JOB_EVENTS: tuple[type[EventData], ...] = (
+    JobPlaced,
+    JobRetried,
+    JobStarted,
+    JobResumed,
+    JobSuspended,
+    JobMigrated,
+    JobExited,
+    JobCompleted,
+    JobFailed,
+    JobCancelled,
+)
+_TERMINAL = (JobCompleted, JobFailed, JobCancelled)
+
+_log = structlog.get_logger("gfair.split_stride")
+_tracer = trace.get_tracer("gfair.split_stride")
+
+
+class SplitStrideService:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = asyncio.Lock()
+        self._ledger: Ledger | None = None
+        self._revision: int | None = None
+        self._runtime: ServiceRuntime | None = None
+        self._stride_kv: KeyValue | None = None
+        self._jobs_kv: KeyValue | None = None
+        # What each job runs (argv, env, working dir), read once from its JobRecord.
+        self._submissions: dict[str, Submission] = {}
+
+    def service(self) -> Service:
+        service = Service(SERVICE_NAME, topology=cluster_topology())
+        service.add_handler(
+            self.on_job_event,
+            consumer_for(JOB_EVENTS, durable="split-stride-jobs"),
+            accepts=JOB_EVENTS,
+            name="jobs",
+        )
+        service.add_handler(
+            self.on_node_event,
+            consumer_for(INVENTORY_EVENTS, durable="split-stride-nodes"),
+            accepts=INVENTORY_EVENTS,
+            name="nodes",
+        )
+        service.add_handler(
+            self.on_shares_event,
+            consumer_for((EntitlementsUpdated,), durable="split-stride-shares"),
+            accepts=(EntitlementsUpdated,),
+            name="shares",
+        )
+        service.add_timer(self.settings.quantum_s, self.on_tick, name="quantum")
+        service.on_start(self.start)
+        return service
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            raise RuntimeError("split-stride has not started")
+        return self._ledger
+
+    # -- start ----------------------------------------------------------------------------------
+
+    async def start(self, runtime: ServiceRuntime) -> None:
+        self._runtime = runtime
+        self._stride_kv = await runtime.key_value(buckets.STRIDE.name)
+        self._jobs_kv = await runtime.key_value(buckets.JOBS.name)
+        await self._load()
+        _log.info(
+            "split-stride state loaded",
+            quantum=self.ledger.quantum,
+            jobs=len(self.ledger.jobs),
+            servers=len(self.ledger.inventory),
+        )
+
+    async def _load(self) -> None:
+        assert self._stride_kv is not None
+        stored = await load_stride(self._stride_kv)
+        if stored is None:
+            record = StrideRecord.fresh(uuid.uuid4().hex, datetime.now(UTC))
+            self._revision = None
+        else:
+            record, self._revision = stored.record, stored.revision
+        self._ledger = Ledger(record, self.settings)
+
+    # -- handlers -------------------------------------------------------------------------------
+
+    async def on_job_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
+        async with self._lock:
+            if self.ledger.seen(envelope.id) or not isinstance(data, JobEvent):
+                return []
+            outputs = await self._job_event(envelope, data)
+            if outputs is None:
+                return []
+            await self._commit(envelope, outputs, seed=envelope.id)
+        return []
+
+    async def _job_event(self, envelope: Envelope, data: JobEvent) -> list[EventData] | None:
+        """The events to publish, or None when nothing changed."""
+        ledger = self.ledger
+        key = job_key(data.user, data.job_id)
+        now = datetime.now(UTC)
+        match data:
+            case JobPlaced():
+                new_job = None if key in ledger.jobs else await self._new_job(data)
+                if not ledger.placed(key, data.servers, data.generation, new_job):
+                    return None
+                return await self._turns_events(start_at_once(ledger, key, now))
+            case JobRetried():
+                if not ledger.retried(data, envelope.time):
+                    return None
+                return await self._turns_events(start_at_once(ledger, key, now))
+            case JobStarted() | JobResumed():
+                return [] if ledger.confirmed(data, envelope.time) else None
+            case JobSuspended() | JobMigrated() | JobExited():
+                if not ledger.released(data):
+                    return None
+                # A job that waited for its old node to let go may start at once where it moved.
+                return await self._turns_events(start_at_once(ledger, key, now))
+            case JobCompleted() | JobFailed() | JobCancelled():
+                job = ledger.finished(data.user, data.job_id)
+                if job is None:
+                    return None
+                self._submissions.pop(key, None)
+                state = data.JOB_STATE or "over"
+                return [
+                    _kill(job, node_id, stay.attempt, f"the job is {state}")
+                    for node_id, stay in sorted(job.stays.items())
+                    if stay.holds_gpus
+                ]
+        return None
+
+    async def _new_job(self, event: JobPlaced) -> Job | None:
+        record = await load_job(self.jobs_kv, event.user, event.job_id)
+        if record is None:
+            # Placement writes the record before it announces the placement.
+            raise RuntimeError(f"no job record for placed job {event.user}/{event.job_id}")
+        if not record.record.live:
+            return None  # a late placement of a job that ended meanwhile
+        sub = record.record.submission
+        self._submissions[record.record.key] = sub
+        return Job(
+            user=event.user,
+            job_id=event.job_id,
+            gpus=sub.gpus,
+            weight=sub.weight,
+            generation=event.generation,
+            servers=event.servers,
+            attempt=record.record.attempt,
+        )
+
+    async def on_node_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
+        async with self._lock:
+            if not isinstance(data, NodeEvent) or self.ledger.seen(envelope.id):
+                return []
+            if self.ledger.node_event(envelope, data):
+                await self._commit(envelope, [], seed=envelope.id)
+        return []
+
+    async def on_shares_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
+        async with self._lock:
+            if isinstance(data, EntitlementsUpdated) and self.ledger.entitlements_event(data):
+                await self._commit(envelope, [], seed=envelope.id)
+        return []
+
+    async def on_tick(self) -> list[Emit]:
+        async with self._lock:
+            ledger = self.ledger
+            now = datetime.now(UTC)
+            with _tracer.start_as_current_span("split_stride.quantum") as span:
+                plan = decide_quantum(ledger, now)
+                span.set_attribute("gfair.quantum", plan.quantum)
+                outputs: list[EventData] = [
+                    QuantumTicked(
+                        quantum=plan.quantum, starts_at=now, length_s=self.settings.quantum_s
+                    )
+                ]
+                outputs += await self._turns_events(plan.turns, quantum=plan.quantum)
+                outputs += [_stop(stop) for stop in plan.strays]
+                starts = sum(len(t.starts) for t in plan.turns)
+                stops = sum(len(t.stops) for t in plan.turns) + len(plan.strays)
+                span.set_attribute("gfair.starts", starts)
+                span.set_attribute("gfair.stops", stops)
+            await self._commit(None, outputs, seed=f"{ledger.epoch}/quantum/{plan.quantum}")
+            if starts or stops:
+                _log.info("quantum decided", quantum=plan.quantum, starts=starts, stops=stops)
+        return []
+
+    # -- outputs --------------------------------------------------------------------------------
+
+    async def _turns_events(
+        self, turns: Sequence[ServerTurn], *, quantum: int | None = None
+    ) -> list[EventData]:
+        outputs: list[EventData] = []
+        for turn in turns:
+            outputs += [_stop(stop) for stop in turn.stops]
+            for start in turn.starts:
+                command = await self._start_command(start)
+                if command is not None:
+                    outputs.append(command)
+            decided = quantum if quantum is not None else max(self.ledger.quantum - 1, 0)
+            outputs.append(
+                ScheduleDecided(
+                    quantum=decided,
+                    server=turn.node_id,
+                    running=tuple(_ref(key) for key in turn.running),
+                    central=turn.central,
+                )
+            )
+        return outputs
+
+    async def _start_command(self, start: Start) -> StartCommand | None:
+        job = start.job
+        sub = self._submissions.get(job.key)
+        if sub is None:
+            stored = await load_job(self.jobs_kv, job.user, job.job_id)
+            if stored is None:
+                _log.error("no job record; cannot start it", job=job.key)
+                job.stays.pop(start.node_id, None)
+                return None
+            sub = self._submissions[job.key] = stored.record.submission
+        with _tracer.start_as_current_span("split_stride.start") as span:
+            span.set_attribute("gfair.user", job.user)
+            span.set_attribute("gfair.job_id", job.job_id)
+            span.set_attribute("gfair.gpus", len(start.gpu_indices))
+            span.set_attribute("gfair.server", start.node_id)
+            span.set_attribute("gfair.generation", job.generation or "")
+            span.set_attribute("gfair.attempt", job.attempt)
+        return StartCommand(
+            node_id=start.node_id,
+            user=job.user,
+            job_id=job.job_id,
+            attempt=job.attempt,
+            command=sub.command,
+            env=sub.env,
+            working_dir=sub.working_dir,
+            gpu_indices=start.gpu_indices,
+            checkpoint_dir=self.settings.checkpoint_dir(job.user, job.job_id),
+        )
+
+    async def _commit(self, cause: Envelope | None, outputs: list[EventData], *, seed: str) -> None:
+        """Publish `outputs` under ids derived from `seed`, then write the record."""
+        assert self._runtime is not None and self._stride_kv is not None
+        publisher = self._runtime.publisher
+        for data in outputs:
+            sub = self._submissions.get(_job_key_of(data) or "")
+            await publisher.publish(
+                data,
+                causation=cause,
+                correlation_id=sub.event_id if sub is not None else None,
+                event_id=derived_event_id(seed, 0, data.EVENT_TYPE, _identity(data)),
+            )
+        if cause is not None:
+            self.ledger.note(cause.id)
+        record = self.ledger.to_record(datetime.now(UTC))
+        try:
+            self._revision = await save_stride(self._stride_kv, record, self._revision)
+        except KvConflict:
+            # Another writer (a second split-stride?) moved the record: start again from it.
+            _log.error("gfair_stride changed under us; reloading")
+            await self._load()
+            raise
+
+    @property
+    def jobs_kv(self) -> KeyValue:
+        if self._jobs_kv is None:
+            raise RuntimeError("split-stride has not started")
+        return self._jobs_kv
+
+
+def _ref(key: str) -> JobRef:
+    user, _, job_id = key.partition(".")
+    return JobRef(user=user, job_id=job_id)
+
+
+def _job_key_of(data: EventData) -> str | None:
+    if isinstance(data, NodeCommand | JobEvent):
+        return job_key(data.user, data.job_id)
+    return None
+
+
+def _identity(data: EventData) -> str:
+    """What makes an output unique within its cause: subject plus the job or server."""
+    detail = _job_key_of(data)
+    if isinstance(data, ScheduleDecided):
+        detail = data.server
+    return f"{data.subject()}/{detail or ''}"
+
+
+def _kill(job: Job, node_id: str, attempt: int, reason: str) -> KillCommand:
+    return KillCommand(
+        node_id=node_id, user=job.user, job_id=job.job_id, attempt=attempt, reason=reason
+    )
+
+
+def _stop(stop: Stop) -> EventData:
+    if not isinstance(stop.reason, SuspendReason):
+        return _kill(stop.job, stop.node_id, stop.attempt, stop.reason)
+    return SuspendCommand(
+        node_id=stop.node_id,
+        user=stop.job.user,
+        job_id=stop.job.job_id,
+        attempt=stop.attempt,
+        reason=stop.reason,
+    )
+
+
+def build_service(settings: Settings | None = None) -> Service:
+    return SplitStrideService(settings or Settings()).service()

@@ -1,0 +1,79 @@
+"""Users' tickets: the one piece of tenant configuration several services must agree on.
+
+Placement, split-stride and the trading auction all derive shares from the same tickets, so
+they read them from the same settings: ``GFAIR_USER_TICKETS="alice=2,bob=1"`` (or the JSON
+object ``{"alice": 2, "bob": 1}``), and ``GFAIR_DEFAULT_TICKETS`` for everyone else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from gfair.events.subjects import SubjectError, validate_token
+
+
+def parse_user_tickets(value: Any) -> dict[str, float]:
+    """``"alice=2,bob=1"``, a JSON object or a mapping -> ``{"alice": 2.0, "bob": 1.0}``.
+
+    Raises `ValueError` naming the offending item.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return {}
+        if text.startswith("{"):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"user tickets: not a JSON object ({error})") from None
+        else:
+            pairs: dict[str, Any] = {}
+            for position, item in enumerate(text.split(","), start=1):
+                name, sep, number = item.partition("=")
+                if not sep:
+                    raise ValueError(
+                        f"user tickets item {position} ({item.strip()!r}): expected USER=TICKETS"
+                    )
+                pairs[name.strip()] = number.strip()
+            value = pairs
+    if not isinstance(value, Mapping):
+        raise ValueError("user tickets: expected USER=TICKETS[,USER=TICKETS...] or a JSON object")
+    out: dict[str, float] = {}
+    for user, raw in value.items():
+        try:
+            validate_token(str(user), what="user")
+            tickets = float(raw)
+        except (SubjectError, TypeError, ValueError) as error:
+            raise ValueError(f"user tickets of {user!r}: {error}") from None
+        if not (tickets > 0 and math.isfinite(tickets)):
+            raise ValueError(f"user tickets of {user!r}: must be a finite number > 0, not {raw}")
+        out[str(user)] = tickets
+    return out
+
+
+UserTickets = Annotated[dict[str, float], NoDecode, BeforeValidator(parse_user_tickets)]
+
+
+class TenantSettings(BaseSettings):
+    """Mixin of the tenant fields; a service's `Settings` inherits it."""
+
+    model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
+
+    user_tickets: UserTickets = Field(
+        default_factory=dict, description="Tickets per user, e.g. alice=2,bob=1"
+    )
+    default_tickets: float = Field(
+        default=1.0, gt=0, allow_inf_nan=False, description="Tickets of users not listed"
+    )
+
+    def tickets_of(self, user: str) -> float:
+        return self.user_tickets.get(user, self.default_tickets)
+
+    def tickets_map(self, users: Mapping[str, object]) -> dict[str, float]:
+        return {user: self.tickets_of(user) for user in users}

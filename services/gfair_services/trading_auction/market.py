@@ -1,0 +1,231 @@
+"""The auction's inputs and the allocation the core derives from them (DESIGN 2.4, 2.5).
+
+Inputs: the active jobs (who demands how many GPUs, of which job types), the pools (GPUs per
+generation on nodes that take work) and the users' speed profiles (from the profiler). The
+allocation composes the core exactly as the simulator's `GandivaFair` does: each active user's
+ticket share of the cluster, water-filled by demand and held as the same fraction of every pool
+(`pools.entitlements`), then second-price trades between pools (`trading.trade`) bid with the
+users' estimated speeds (`ThroughputEstimator.user_speeds`).
+
+No I/O and no clock: the service persists the inputs and passes times in.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gfair.core.cluster import generation_rank
+from gfair.core.pools import entitlements
+from gfair.core.throughput import ThroughputEstimator, ThroughputTable
+from gfair.core.trading import Trade, effective_throughput, trade
+from gfair.events.fields import Generation, GpuCount, JobId, Name, NodeId, UserName
+from gfair.state.profile_record import type_key
+from gfair.state.share_record import PoolShare, TradeRecord, UserShare
+
+# Shares are compared and stored to this many decimals (GPUs): finer differences are noise of
+# floating point, not a change worth a new revision.
+_DECIMALS = 9
+# The estimator files observations under a job id; profiles are the user's, not a job's, so
+# they go under one that no job can have (not a subject token) and are forgotten at once.
+_PROFILE_JOB = "profile:"
+# A user that cannot use the slow pool at all bids infinity; records and events carry a finite
+# stand-in far above any real speedup.
+MAX_BID = 1e6
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ActiveJob(_Input):
+    user: UserName
+    job_id: JobId
+    gpus: GpuCount
+    job_type: Name | None = None
+
+    @property
+    def key(self) -> str:
+        return f"job.{self.user}.{self.job_id}"
+
+
+class PoolNode(_Input):
+    node_id: NodeId
+    gpus: dict[Generation, int] = Field(description="GPUs per generation on the node")
+    failed: bool = False
+    # Sticky until an operator uncordons the node, whatever its heartbeats say.
+    quarantined: bool = False
+    as_of: datetime
+
+    @property
+    def key(self) -> str:
+        return f"node.{self.node_id}"
+
+    @property
+    def takes_work(self) -> bool:
+        return not (self.failed or self.quarantined)
+
+
+class SpeedProfile(_Input):
+    user: UserName
+    job_type: Name | None = None
+    rates: dict[Generation, float]
+    as_of: datetime
+
+    @property
+    def key(self) -> str:
+        return f"profile.{self.user}.{type_key(self.job_type)}"
+
+
+@dataclass(frozen=True)
+class Allocation:
+    capacity: dict[str, int]
+    users: dict[str, UserShare]
+    trades: tuple[TradeRecord, ...]
+
+
+class Market:
+    def __init__(
+        self,
+        table: ThroughputTable,
+        tickets: Callable[[str], float],
+        *,
+        trading: bool = True,
+        min_seller_gain: float = 0.10,
+    ) -> None:
+        if min_seller_gain < 0:
+            raise ValueError(f"min_seller_gain must be >= 0, got {min_seller_gain}")
+        self.tickets = tickets
+        self.trading = trading
+        self.min_seller_gain = min_seller_gain
+        # alpha 1: a profile replaces the previous one; the profiler already averaged.
+        self.estimator = ThroughputEstimator(table, alpha=1.0)
+        self.jobs: dict[tuple[str, str], ActiveJob] = {}
+        self.nodes: dict[str, PoolNode] = {}
+        self.profiles: dict[tuple[str, str | None], SpeedProfile] = {}
+
+    # -- inputs (each returns whether anything changed) -----------------------------------
+
+    def restore(
+        self,
+        jobs: Iterable[ActiveJob],
+        nodes: Iterable[PoolNode],
+        profiles: Iterable[SpeedProfile],
+    ) -> None:
+        for job in jobs:
+            self.add_job(job)
+        for node in nodes:
+            self.set_node(node)
+        for profile in profiles:
+            self.set_profile(profile)
+
+    def add_job(self, job: ActiveJob) -> bool:
+        if self.jobs.get((job.user, job.job_id)) == job:
+            return False
+        self.jobs[job.user, job.job_id] = job
+        return True
+
+    def remove_job(self, user: str, job_id: str) -> ActiveJob | None:
+        return self.jobs.pop((user, job_id), None)
+
+    def node(self, node_id: str) -> PoolNode | None:
+        return self.nodes.get(node_id)
+
+    def set_node(self, node: PoolNode) -> bool:
+        """Take a node's newer state; an older one (a late redelivery) changes nothing."""
+        old = self.nodes.get(node.node_id)
+        if old is not None and (node.as_of < old.as_of or node == old):
+            return False
+        self.nodes[node.node_id] = node
+        return old is None or (old.gpus, old.takes_work) != (node.gpus, node.takes_work)
+
+    def set_profile(self, profile: SpeedProfile) -> bool:
+        key = (profile.user, profile.job_type)
+        old = self.profiles.get(key)
+        if old is not None and (profile.as_of < old.as_of or profile.rates == old.rates):
+            return False
+        self.profiles[key] = profile
+        for generation, rate in profile.rates.items():
+            if rate > 0:
+                self.estimator.observe(
+                    _PROFILE_JOB, profile.user, profile.job_type, generation, rate
+                )
+        self.estimator.forget_job(_PROFILE_JOB)
+        return True
+
+    # -- the allocation -------------------------------------------------------------------
+
+    def capacity(self) -> dict[str, int]:
+        """GPUs per pool on nodes that take work, slowest generation first."""
+        gpus: Counter[str] = Counter()
+        for node in self.nodes.values():
+            if node.takes_work:
+                gpus.update(node.gpus)
+        return {g: gpus[g] for g in sorted(gpus, key=generation_rank) if gpus[g] > 0}
+
+    def allocate(self) -> Allocation:
+        capacity = self.capacity()
+        demand: Counter[str] = Counter()
+        counts: Counter[str] = Counter()
+        type_gpus: dict[str, Counter[str | None]] = {}
+        for job in self.jobs.values():
+            demand[job.user] += job.gpus
+            counts[job.user] += 1
+            type_gpus.setdefault(job.user, Counter())[job.job_type] += job.gpus
+        users = sorted(demand)
+        if not capacity or not users:
+            return Allocation(capacity, {}, ())
+        generations = tuple(capacity)
+        tickets = {u: self.tickets(u) for u in users}
+        fair = entitlements(capacity, tickets, {u: float(demand[u]) for u in users})
+        speeds = {u: self.estimator.user_speeds(u, type_gpus[u], generations) for u in users}
+        held: Mapping[str, Mapping[str, float]] = fair
+        trades: tuple[Trade, ...] = ()
+        if self.trading and len(generations) > 1 and len(users) > 1:
+            result = trade(
+                fair,
+                speeds,
+                generations,
+                min_seller_gain=self.min_seller_gain,
+                demands={u: float(demand[u]) for u in users},
+            )
+            held, trades = result.holdings, result.trades
+        shares = {
+            u: UserShare(
+                user=u,
+                tickets=tickets[u],
+                jobs=counts[u],
+                demand=demand[u],
+                pools={
+                    g: PoolShare(fair=_round(fair[u][g]), entitled=_round(held[u][g]))
+                    for g in generations
+                },
+                speeds={g: _round(s) for g, s in speeds[u].items()},
+                throughput_fair=_round(effective_throughput(fair[u], speeds[u], demand[u])),
+                throughput_entitled=_round(effective_throughput(held[u], speeds[u], demand[u])),
+            )
+            for u in users
+        }
+        records = tuple(_trade_record(t) for t in trades if _round(t.quantity) > 0)
+        return Allocation(capacity, shares, records)
+
+
+def _round(value: float) -> float:
+    return round(value, _DECIMALS) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+def _trade_record(t: Trade) -> TradeRecord:
+    return TradeRecord(
+        buyer=t.buyer,
+        seller=t.seller,
+        fast_pool=t.fast_pool,
+        slow_pool=t.slow_pool,
+        quantity=_round(t.quantity),
+        price=_round(t.price),
+        buyer_bid=_round(min(t.buyer_bid, MAX_BID)),
+        seller_bid=_round(min(t.seller_bid, MAX_BID)),
+    )

@@ -1,0 +1,317 @@
+"""The trading auction service: who is entitled to how much of every pool, and the trades.
+
+Consumers:
+- ``trading-auction-jobs`` (GFAIR_JOBS): accepted (a user's demand grows), completed / failed /
+  cancelled (it shrinks);
+- ``trading-auction-nodes`` (GFAIR_NODES): registered, failed, recovered, quarantined and
+  uncordoned (the pools' capacities);
+- ``trading-auction-profiles`` (GFAIR_SCHED): users' profiles from the profiler (their bids).
+
+Handlers only record inputs (in memory and in `gfair_shares`, so a restart resumes) and mark the
+market changed; each is idempotent because inputs are set-like (a job is active or not, a node
+has one newest state, a profile replaces the older one). A timer then recomputes, at most once
+per `recompute_interval_s`, and only when an input changed: a burst of a hundred submissions
+costs one auction, not a hundred. A new allocation is written first (`SharesRecord`, the next
+revision), then announced (`EntitlementsUpdated`, and `TradeCleared` for each new trade) under
+ids derived from the revision; until the announcement succeeds it is retried every tick, and a
+restarted auction announces the allocation in force again (JetStream drops the repeats within
+its duplicate window; consumers ignore revisions they have seen).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import structlog
+from opentelemetry import trace
+from pydantic import BaseModel
+
+from gfair.bus.key_value import KeyValue
+from gfair.bus.publisher import EventPublisher, derived_event_id
+from gfair.bus.runtime import ServiceRuntime
+from gfair.bus.service import Emit, Service
+from gfair.core.trading import bid
+from gfair.events.envelope import Envelope, EventData
+from gfair.events.jobs import JobAccepted, JobCancelled, JobCompleted, JobFailed
+from gfair.events.nodes import (
+    NodeFailed,
+    NodeQuarantined,
+    NodeRecovered,
+    NodeRegistered,
+    NodeUncordoned,
+)
+from gfair.events.scheduling import EntitlementsUpdated, ProfileUpdated, TradeCleared
+from gfair.state.buckets import SHARES
+from gfair.state.share_record import SHARES_KEY, SharesRecord, TradeRecord
+from gfair_services.profiler.seed import seed_table
+from gfair_services.topology import cluster_topology
+from gfair_services.trading_auction.market import (
+    MAX_BID,
+    ActiveJob,
+    Allocation,
+    Market,
+    PoolNode,
+    SpeedProfile,
+)
+from gfair_services.trading_auction.settings import TradingAuctionSettings
+
+SERVICE_NAME = "trading-auction"
+
+_log = structlog.get_logger("gfair.services.trading_auction")
+_tracer = trace.get_tracer("gfair.services.trading_auction")
+
+JobEventData = JobAccepted | JobCompleted | JobFailed | JobCancelled
+NodeEventData = NodeRegistered | NodeFailed | NodeRecovered | NodeQuarantined | NodeUncordoned
+# Trades that differ by less than this (GPUs, price) are the same trade still in force.
+_SAME_TRADE = 1e-6
+
+
+def _encode(record: BaseModel) -> bytes:
+    return record.model_dump_json().encode()
+
+
+def announcements(record: SharesRecord) -> list[EventData]:
+    """The events that announce an allocation: entitlements, then each newly cleared trade."""
+    events: list[EventData] = [
+        EntitlementsUpdated(
+            revision=record.revision,
+            entitlements={
+                user: {g: share.entitled for g, share in entry.pools.items()}
+                for user, entry in record.users.items()
+            },
+        )
+    ]
+    for index in record.cleared:
+        cleared = record.trades[index]
+        bids: dict[str, float] = {}
+        for user, entry in record.users.items():
+            value = bid(entry.speeds, cleared.slow_pool, cleared.fast_pool)
+            if value is not None and value > 0:
+                bids[user] = min(value, MAX_BID)
+        # The bids the auction actually ranked (before speeds were rounded for the record).
+        bids[cleared.buyer] = cleared.buyer_bid
+        bids[cleared.seller] = cleared.seller_bid
+        events.append(
+            TradeCleared(
+                buyer=cleared.buyer,
+                seller=cleared.seller,
+                fast_pool=cleared.fast_pool,
+                slow_pool=cleared.slow_pool,
+                quantity=cleared.quantity,
+                price=cleared.price,
+                bids=bids,
+            )
+        )
+    return events
+
+
+def _same_trade(a: TradeRecord, b: TradeRecord) -> bool:
+    return (
+        (a.buyer, a.seller, a.fast_pool, a.slow_pool)
+        == (b.buyer, b.seller, b.fast_pool, b.slow_pool)
+        and abs(a.quantity - b.quantity) < _SAME_TRADE
+        and abs(a.price - b.price) < _SAME_TRADE
+    )
+
+
+class Auction:
+    def __init__(self, market: Market) -> None:
+        self.market = market
+        self.current: SharesRecord | None = None
+        # An allocation written but not (known to be) announced yet.
+        self.pending: SharesRecord | None = None
+        self.dirty = False
+        self._kv: KeyValue | None = None
+        self._publisher: EventPublisher | None = None
+
+    @property
+    def kv(self) -> KeyValue:
+        if self._kv is None:
+            raise RuntimeError("the trading auction has not started: its bucket is not open")
+        return self._kv
+
+    async def start(self, runtime: ServiceRuntime) -> None:
+        """Restore inputs and the allocation in force from the bucket (DESIGN 3.3)."""
+        self._kv = await runtime.key_value(SHARES.name)
+        self._publisher = runtime.publisher
+        jobs: list[ActiveJob] = []
+        nodes: list[PoolNode] = []
+        profiles: list[SpeedProfile] = []
+        for key in await self.kv.keys():
+            entry = await self.kv.get(key)
+            if entry is None:
+                continue
+            if key == SHARES_KEY:
+                self.current = SharesRecord.model_validate_json(entry.value)
+            elif key.startswith("job."):
+                jobs.append(ActiveJob.model_validate_json(entry.value))
+            elif key.startswith("node."):
+                nodes.append(PoolNode.model_validate_json(entry.value))
+            elif key.startswith("profile."):
+                profiles.append(SpeedProfile.model_validate_json(entry.value))
+        self.market.restore(jobs, nodes, profiles)
+        # Announce what is in force again (it may not have gone out before a crash), and check
+        # whether inputs recorded after the last allocation change it.
+        self.pending = self.current
+        self.dirty = True
+        _log.info(
+            "market restored",
+            revision=self.current.revision if self.current else None,
+            jobs=len(jobs),
+            nodes=len(nodes),
+            profiles=len(profiles),
+        )
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    async def on_job_event(self, envelope: Envelope, data: JobEventData) -> Sequence[Emit]:
+        if isinstance(data, JobAccepted):
+            job = ActiveJob(
+                user=data.user, job_id=data.job_id, gpus=data.gpus, job_type=data.job_type
+            )
+            if self.market.add_job(job):
+                await self.kv.put(job.key, _encode(job))
+                self.dirty = True
+            return []
+        removed = self.market.remove_job(data.user, data.job_id)
+        if removed is not None:
+            await self.kv.delete(removed.key)
+            self.dirty = True
+        return []
+
+    async def on_node_event(self, envelope: Envelope, data: NodeEventData) -> Sequence[Emit]:
+        old = self.market.node(data.node_id)
+        if isinstance(data, NodeRegistered):
+            gpus: dict[str, int] = {}
+            for gpu in data.gpus:
+                gpus[gpu.generation] = gpus.get(gpu.generation, 0) + 1
+            node = PoolNode(
+                node_id=data.node_id,
+                gpus=gpus,
+                quarantined=old.quarantined if old is not None else False,
+                as_of=envelope.time,
+            )
+        elif old is None:
+            return []  # no inventory known: it never registered as far as the auction knows
+        elif isinstance(data, NodeFailed):
+            node = old.model_copy(update={"failed": True, "as_of": envelope.time})
+        elif isinstance(data, NodeRecovered):
+            node = old.model_copy(update={"failed": False, "as_of": envelope.time})
+        elif isinstance(data, NodeQuarantined):
+            node = old.model_copy(update={"quarantined": True, "as_of": envelope.time})
+        else:
+            node = old.model_copy(update={"quarantined": False, "as_of": envelope.time})
+        if node == old or (old is not None and node.as_of < old.as_of):
+            return []
+        changed = self.market.set_node(node)
+        await self.kv.put(node.key, _encode(node))
+        self.dirty |= changed
+        return []
+
+    async def on_profile(self, envelope: Envelope, data: ProfileUpdated) -> Sequence[Emit]:
+        if data.job_id is not None:
+            return []  # a single job's profile; users bid with their user profiles
+        profile = SpeedProfile(
+            user=data.user, job_type=data.job_type, rates=dict(data.rates), as_of=envelope.time
+        )
+        if self.market.set_profile(profile):
+            await self.kv.put(profile.key, _encode(profile))
+            self.dirty = True
+        return []
+
+    # -- the auction ----------------------------------------------------------------------
+
+    async def tick(self) -> Sequence[Emit]:
+        if self.pending is not None:
+            await self._announce(self.pending)
+        if self.dirty:
+            self.dirty = False
+            try:
+                await self.recompute(datetime.now(UTC))
+            except BaseException:
+                self.dirty = True
+                raise
+        return []
+
+    async def recompute(self, now: datetime) -> SharesRecord | None:
+        """Run the auction; write and announce the allocation if it differs from the last."""
+        with _tracer.start_as_current_span("trading.allocate") as span:
+            allocation = self.market.allocate()
+            span.set_attribute("gfair.users", len(allocation.users))
+            span.set_attribute("gfair.pools", ",".join(allocation.capacity))
+            span.set_attribute("gfair.trades", len(allocation.trades))
+        if self._same_as_current(allocation):
+            return None
+        previous = self.current.trades if self.current is not None else ()
+        record = SharesRecord(
+            revision=(self.current.revision if self.current is not None else 0) + 1,
+            computed_at=now,
+            trading=self.market.trading,
+            min_seller_gain=self.market.min_seller_gain,
+            capacity=allocation.capacity,
+            users=allocation.users,
+            trades=allocation.trades,
+            cleared=tuple(
+                i
+                for i, t in enumerate(allocation.trades)
+                if not any(_same_trade(t, p) for p in previous)
+            ),
+        )
+        await self.kv.put(SHARES_KEY, _encode(record))
+        self.current = self.pending = record
+        _log.info(
+            "allocation changed",
+            revision=record.revision,
+            capacity=record.capacity,
+            entitlements={
+                u: {g: round(s.entitled, 3) for g, s in e.pools.items()}
+                for u, e in record.users.items()
+            },
+            trades=len(record.trades),
+            cleared=len(record.cleared),
+        )
+        await self._announce(record)
+        return record
+
+    def _same_as_current(self, allocation: Allocation) -> bool:
+        current = self.current
+        if current is None:
+            return not (allocation.capacity or allocation.users)
+        return (current.capacity, current.users, current.trades) == (
+            allocation.capacity,
+            allocation.users,
+            allocation.trades,
+        )
+
+    async def _announce(self, record: SharesRecord) -> None:
+        if self._publisher is None:
+            raise RuntimeError("the trading auction has not started: it cannot publish")
+        cause = f"{SHARES.name}/{record.revision}/{record.computed_at.isoformat()}"
+        for index, event in enumerate(announcements(record)):
+            subject = event.subject()
+            await self._publisher.publish(
+                event,
+                event_id=derived_event_id(cause, index, event.EVENT_TYPE, subject),
+                correlation_id=cause,
+            )
+        if self.pending is record:
+            self.pending = None
+
+
+def build_service(settings: TradingAuctionSettings | None = None) -> Service:
+    settings = settings or TradingAuctionSettings()
+    market = Market(
+        seed_table(settings.throughputs),
+        settings.tickets_of,
+        trading=settings.trading,
+        min_seller_gain=settings.min_seller_gain,
+    )
+    auction = Auction(market)
+    service = Service(SERVICE_NAME, topology=cluster_topology())
+    service.on_start(auction.start)
+    service.add_handler(auction.on_job_event, durable="trading-auction-jobs")
+    service.add_handler(auction.on_node_event, durable="trading-auction-nodes")
+    service.add_handler(auction.on_profile, durable="trading-auction-profiles")
+    service.add_timer(settings.recompute_interval_s, auction.tick, name="auction")
+    return service

@@ -1,0 +1,30 @@
+"""Settings of the trading auction (environment `GFAIR_*`, or flags of `gfair service`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from gfair_services.tenants import TenantSettings
+
+
+class TradingAuctionSettings(TenantSettings):
+    throughputs: Path | None = Field(
+        default=None,
+        description="Gavel throughput table for users nobody has profiled yet "
+        "(default ../shared/data/gavel_throughputs.json beside the repository)",
+    )
+    trading: bool = Field(
+        default=True, description="Trade share between pools; off: plain ticket shares"
+    )
+    min_seller_gain: float = Field(
+        default=0.10,
+        ge=0,
+        description="Least relative gain a seller must make on a trade (DESIGN 2.5)",
+    )
+    recompute_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often changed inputs are turned into a new allocation (debounce)",
+    )

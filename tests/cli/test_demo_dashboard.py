@@ -1,0 +1,69 @@
+"""The demo's measurements: received share over a sliding window, and the plain report line."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from gfair.cli.demo_dashboard import ShareWindow, Snapshot, Tally, plain_line
+from gfair.cli.demo_workload import JOBS, USERS, tickets_setting
+from gfair.state.share_record import PoolShare, SharesRecord, UserShare
+
+
+def test_received_share_is_the_usage_rate_over_the_window() -> None:
+    window = ShareWindow(window_s=10.0)
+    window.add(0.0, {"alice": {"v100": 0.0}})
+    assert window.received() == {}
+    window.add(5.0, {"alice": {"v100": 10.0}})  # 2 GPUs for 5 s
+    assert window.received()["alice"]["v100"] == pytest.approx(2.0)
+    window.add(10.0, {"alice": {"v100": 30.0}, "bob": {"k80": 4.0}})  # then 4 GPUs
+    assert window.received()["alice"]["v100"] == pytest.approx(3.0)
+    assert window.received()["bob"]["k80"] == pytest.approx(0.4)
+    # Older samples slide out: from t=10 to t=20 alice held 1 GPU.
+    window.add(15.0, {"alice": {"v100": 35.0}})
+    window.add(20.0, {"alice": {"v100": 40.0}})
+    assert window.received()["alice"]["v100"] == pytest.approx(1.0)
+
+
+def test_plain_line_reports_entitled_against_received() -> None:
+    shares = SharesRecord(
+        revision=3,
+        computed_at=datetime.now(UTC),
+        min_seller_gain=0.1,
+        capacity={"k80": 4, "v100": 4},
+        users={
+            "alice": UserShare(
+                user="alice",
+                tickets=1,
+                jobs=2,
+                demand=2,
+                pools={
+                    "k80": PoolShare(fair=1, entitled=0.5),
+                    "v100": PoolShare(fair=1, entitled=1.5),
+                },
+                throughput_fair=1,
+                throughput_entitled=1.2,
+            )
+        },
+    )
+    snapshot = Snapshot(
+        elapsed_s=42,
+        duration_s=120,
+        shares=shares,
+        stride=None,
+        jobs=[],
+        received={"alice": {"v100": 1.25, "k80": 0.5}},
+        tally=Tally(),
+        speedups={"alice": "6x"},
+    )
+    line = plain_line(snapshot)
+    assert line.startswith("[  42s]")
+    assert "alice ent 2.0 rcv 1.8" in line
+
+
+def test_the_workload_contends_and_names_every_user_once() -> None:
+    assert {job.user for job in JOBS} == {user.name for user in USERS}
+    assert sum(job.gpus for job in JOBS) > 16  # more than the demo cluster's GPUs
+    assert len({job.name for job in JOBS}) == len(JOBS)
+    assert tickets_setting() == "vision=1,nlp=2,rl=1,recsys=2"

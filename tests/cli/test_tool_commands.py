@@ -1,0 +1,175 @@
+"""The tool commands (`gfair submit`, `jobs`, `job`, `cancel`, `why`, `users`, `nodes`) on a
+real nats-server running the control plane: JSON shapes, tables, errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from client.live_cluster import control_plane_thread, registration
+from gfair.bus.logs import configure_logging
+from gfair.cli.main import main
+
+COMMAND = ["--", "python", "-m", "gfair.sdk.synthetic", "--iterations", "10"]
+
+
+class Gfair:
+    """Runs `gfair ...` in this process against one cluster, capturing what it prints."""
+
+    def __init__(self, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+        self.url = url
+        self.capsys = capsys
+
+    def __call__(self, *argv: str) -> tuple[int, str, str]:
+        self.capsys.readouterr()
+        code = main(self.with_flags(argv, "--nats", self.url))
+        out, err = self.capsys.readouterr()
+        return code, out, err
+
+    @staticmethod
+    def with_flags(argv: tuple[str, ...], *flags: str) -> list[str]:
+        """`flags` added before the job's command (after `--` everything is the command's)."""
+        cut = argv.index("--") if "--" in argv else len(argv)
+        return [*argv[:cut], *flags, *argv[cut:]]
+
+    def json(self, *argv: str) -> Any:
+        code, out, err = self(*self.with_flags(argv, "--json"))
+        assert code == 0, err
+        return json.loads(out)
+
+    def submit(self, user: str, *flags: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.json("submit", "--user", user, "--gpus", "1", *flags, *COMMAND)
+        return found
+
+
+@pytest.fixture
+def quiet_services(tmp_path: Path) -> Iterator[None]:
+    """Services log to a file, not to the stdout the commands print their JSON on."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    with (tmp_path / "services.log").open("w") as log:
+        configure_logging("test-control-plane", level="WARNING", stream=log)
+        try:
+            yield
+        finally:
+            structlog.configure(**saved)
+            root.handlers[:], root.level = handlers, level
+
+
+@pytest.fixture
+def gfair(
+    nats_url: str,
+    capsys: pytest.CaptureFixture[str],
+    quiet_services: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Gfair]:
+    monkeypatch.setenv("COLUMNS", "200")  # tables as wide as a real terminal's
+    nodes = (registration("v100-0", "v100"), registration("k80-0", "k80"))
+    with control_plane_thread(nats_url, *nodes):
+        yield Gfair(nats_url, capsys)
+
+
+pytestmark = pytest.mark.nats
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        time.sleep(0.1)
+
+
+def test_submit_then_list_show_explain_and_cancel(gfair: Gfair) -> None:
+    submitted = gfair.submit("alice", "--name", "resnet", "--env", "SEED=1")
+    assert set(submitted) == {"user", "job_id", "event_id", "state", "reason", "code", "servers"}
+    assert submitted["state"] in ("queued", "placed") and submitted["user"] == "alice"
+    job_id = submitted["job_id"]
+
+    eventually(lambda: any(r["job_id"] == job_id for r in gfair.json("jobs", "--user", "alice")))
+    (record,) = gfair.json("jobs", "--user", "alice")
+    assert record["submission"]["env"] == {"SEED": "1"}
+    assert record["submission"]["command"] == COMMAND[1:]
+    assert "applied_event_ids" not in record
+    assert gfair.json("jobs", "--user", "bob") == []
+
+    shown = gfair.json("job", f"alice/{job_id}")
+    assert set(shown) == {"user", "job_id", "state", "record", "events", "profile", "failures"}
+    assert shown["events"][0]["type"] == "gfair.job.accepted.v1"
+    assert set(shown["events"][0]) == {
+        "sequence",
+        "id",
+        "type",
+        "time",
+        "source",
+        "subject",
+        "data",
+    }
+    assert gfair.json("job", job_id, "--user", "alice")["job_id"] == job_id
+
+    why = gfair.json("why", f"alice/{job_id}")
+    assert set(why) == {"user", "job_id", "state", "headline", "reasons"}
+    assert why["headline"].startswith(f"alice/{job_id}")
+
+    code, out, _ = gfair("jobs")
+    assert code == 0 and f"alice/{job_id}" in out
+
+    cancelled = gfair.json("cancel", f"alice/{job_id}")
+    assert cancelled == {"user": "alice", "job_id": job_id, "state": "cancelled"}
+    eventually(lambda: gfair.json("jobs", "--state", "cancelled") != [])
+
+
+def test_users_and_nodes(gfair: Gfair) -> None:
+    gfair.submit("alice", "--job-type", "ResNet-50 (batch size 32)")
+    gfair.submit("bob", "--job-type", "A3C")
+
+    def both_entitled() -> bool:
+        users = gfair.json("users")["users"]
+        return {u["user"] for u in users if u["entitled"] > 0} == {"alice", "bob"}
+
+    eventually(both_entitled)
+    view = gfair.json("users")
+    assert view["capacity"] == {"k80": 4, "v100": 4}
+    alice = next(u for u in view["users"] if u["user"] == "alice")
+    assert set(alice["pools"]) == {"k80", "v100"}
+    assert set(alice["pools"]["v100"]) == {"fair", "entitled", "gpu_seconds", "received"}
+    code, out, _ = gfair("users")
+    assert code == 0 and "alice" in out and "bob" in out
+
+    eventually(lambda: {n["node_id"] for n in gfair.json("nodes")} == {"k80-0", "v100-0"})
+    code, out, _ = gfair("nodes")
+    assert code == 0 and "v100-0" in out
+    uncordoned = gfair.json("nodes", "uncordon", "v100-0")
+    assert uncordoned["node_id"] == "v100-0" and uncordoned["event_id"]
+
+
+def test_errors_have_messages_and_exit_codes(gfair: Gfair) -> None:
+    code, _, err = gfair("job", "alice/never-submitted")
+    assert code == 1 and "no job alice/never-submitted" in err
+    code, _, err = gfair("job", "never-submitted")
+    assert code == 1 and "--user" in err
+    code, _, err = gfair("nodes", "uncordon", "no-such-node")
+    assert code == 1 and "unknown node" in err
+    code, out, err = gfair("submit", "--json", "--user", "alice", "--gpus", "64", *COMMAND)
+    assert code == 1 and json.loads(out)["state"] == "rejected"
+    code, _, err = gfair("submit", "--user", "alice", "--gpus", "1")
+    assert code == 2 and "command" in err
+    code, _, err = gfair("submit", "--user", "alice", "--gpus", "1", "--env", "NOEQUALS", *COMMAND)
+    assert code == 1 and "NAME=VALUE" in err
+    code, _, err = gfair("submit", "--user", "alice", "--gpus", "1", "--wait", "--timeout", "1",
+                         *COMMAND)  # fmt: skip
+    assert code == 4 and "not running" in err
+
+
+def test_an_unreachable_server_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["jobs", "--nats", "nats://127.0.0.1:1"])
+    assert code == 3
+    assert "cannot reach NATS" in capsys.readouterr().err

@@ -1,0 +1,102 @@
+"""Shared by the placement and split-stride service tests: events to feed, outputs to read."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from gfair.bus.memory_bus import InMemoryBus
+from gfair.bus.publisher import EventPublisher
+from gfair.bus.runner import RunnerSettings
+from gfair.events.codec import decode
+from gfair.events.envelope import Envelope, EventData
+from gfair.events.nodes import GpuInfo, NodeRegistered
+from gfair.events.submission import JobSubmitted
+
+FAST = RunnerSettings(batch=50, fetch_timeout_s=0.02, error_pause_s=0.02)
+E = TypeVar("E", bound=EventData)
+
+
+def registered(node_id: str, generation: str = "v100", gpus: int = 4) -> NodeRegistered:
+    return NodeRegistered(
+        node_id=node_id,
+        hostname=node_id,
+        gpus=tuple(
+            GpuInfo(
+                index=i,
+                uuid=f"GPU-{node_id}-{i}",
+                name=f"Simulated {generation}",
+                generation=generation,
+                memory_bytes=16 << 30,
+            )
+            for i in range(gpus)
+        ),
+        heartbeat_interval_s=1.0,
+        simulated=True,
+    )
+
+
+def submitted(user: str, job_id: str, gpus: int = 1, **fields: object) -> JobSubmitted:
+    values: dict[str, object] = {
+        "user": user,
+        "job_id": job_id,
+        "gpus": gpus,
+        "command": ("python", "-c", "pass"),
+    }
+    values.update(fields)
+    return JobSubmitted.model_validate(values)
+
+
+class Probe:
+    """A tool on the bus: publishes events and reads back what services published."""
+
+    def __init__(self, bus: InMemoryBus) -> None:
+        self.bus = bus
+        self.tool = EventPublisher(bus, "test-tool")
+
+    async def publish(self, data: EventData, *, subject: str | None = None) -> Envelope:
+        return await self.tool.publish(data, subject=subject)
+
+    def events(self, stream: str, kind: type[E]) -> list[tuple[Envelope, E]]:
+        found: list[tuple[Envelope, E]] = []
+        for message in self.bus.stream_messages(stream):
+            decoded = decode(message.data)
+            if isinstance(decoded.data, kind):
+                found.append((decoded.envelope, decoded.data))
+        return found
+
+    def payloads(self, stream: str, kind: type[E]) -> list[E]:
+        return [data for _, data in self.events(stream, kind)]
+
+    async def wait_for(
+        self,
+        stream: str,
+        kind: type[E],
+        check: Callable[[list[E]], bool] = bool,
+        timeout_s: float = 5.0,
+    ) -> list[E]:
+        """Poll until the `kind` events in `stream` satisfy `check`; return them."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.payloads(stream, kind)
+            if check(found):
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{kind.__name__} in {stream} never satisfied the check; got {found}"
+                )
+            await asyncio.sleep(0.01)
+
+    async def settle(self, seconds: float = 0.15) -> None:
+        """Let consumers drain what was published (for asserting that nothing happened)."""
+        await asyncio.sleep(seconds)
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        await asyncio.sleep(0.01)

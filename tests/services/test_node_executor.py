@@ -1,0 +1,582 @@
+"""The node executor: commands in, job processes run, job and node events out.
+
+Most tests run on the in-memory bus with simulated GPUs and tiny job processes; the ones
+marked `nats` run the executor on a real nats-server, one of them as its own process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gfair.bus.dead_letter import DeadLetter, DeadLetterReason
+from gfair.bus.memory_bus import InMemoryBus
+from gfair.bus.nats_bus import NatsBus, NatsOptions
+from gfair.bus.publisher import EventPublisher
+from gfair.bus.runner import RunnerSettings
+from gfair.bus.runtime import ServiceRuntime
+from gfair.bus.server import EmbeddedNatsServer
+from gfair.bus.topology import DEAD_LETTER_STREAM
+from gfair.bus.transport import Bus
+from gfair.events.commands import (
+    KillCommand,
+    MigrateCommand,
+    ResumeCommand,
+    StartCommand,
+    SuspendCommand,
+)
+from gfair.events.envelope import Envelope, EventData
+from gfair.events.fields import JobRef
+from gfair.events.jobs import (
+    JobCheckpointed,
+    JobExited,
+    JobMigrated,
+    JobProgress,
+    JobResumed,
+    JobStarted,
+    JobSuspended,
+)
+from gfair.events.nodes import NodeHeartbeat, NodeRegistered, NodeTelemetry
+from gfair.events.reasons import MigrationReason, SuspendReason
+from gfair.node.run_directory import RunDirectory
+from gfair.node.simulated import SimulatedGpus
+from gfair.sdk.environment import ENV_CONTROL_DIR
+from gfair_services.node_executor import CANNOT_START_EXIT_CODE, NodeExecutor, Settings
+from gfair_services.topology import cluster_topology
+
+FAST = RunnerSettings(batch=1, fetch_timeout_s=0.02, error_pause_s=0.02)
+NODE = "n1"
+SYNTHETIC = (sys.executable, "-m", "gfair.sdk.synthetic", "--job-type", "ResNet-50 (batch size 32)")
+# A process that ignores yield requests: it only stops when signalled.
+SLEEPER = (sys.executable, "-c", "import time; time.sleep(120)")
+JOB_EVENTS = (JobStarted, JobResumed, JobProgress, JobCheckpointed, JobSuspended, JobMigrated)
+
+
+def make_settings(tmp_path: Path, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "node_id": NODE,
+        "simulate_gpus": "v100:2,k80:1",
+        "checkpoint_root": tmp_path / "checkpoints",
+        "work_root": tmp_path / "work",
+        # The tests call the timers themselves.
+        "heartbeat_s": 3600.0,
+        "telemetry_s": 3600.0,
+        "suspend_timeout_s": 0.5,
+        "term_grace_s": 0.5,
+        "progress_interval_s": 0.2,
+    } | overrides
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def start_command(
+    tmp_path: Path,
+    job_id: str,
+    argv: tuple[str, ...],
+    gpus: tuple[int, ...] = (0,),
+    *,
+    attempt: int = 1,
+    user: str = "alice",
+) -> StartCommand:
+    return StartCommand(
+        node_id=NODE,
+        user=user,
+        job_id=job_id,
+        attempt=attempt,
+        command=argv,
+        gpu_indices=gpus,
+        checkpoint_dir=str(tmp_path / "checkpoints" / user / job_id),
+    )
+
+
+class Node:
+    """An executor on a bus, and the scheduler's side of the conversation with it."""
+
+    def __init__(self, bus: Bus, executor: NodeExecutor, gpus: SimulatedGpus) -> None:
+        self.bus = bus
+        self.executor = executor
+        self.gpus = gpus
+        self.scheduler = EventPublisher(bus, "split-stride")
+
+    async def send(self, command: EventData, *, time_: datetime | None = None) -> Envelope:
+        envelope = Envelope.wrap(command, source="split-stride", time=time_)
+        await self.scheduler.publish_envelope(envelope)
+        return envelope
+
+    async def envelopes(self, *types: type[EventData]) -> list[Envelope]:
+        """What the executor published so far, of `types`, in stream order (stream by stream)."""
+        wanted = {t.EVENT_TYPE for t in types}
+        found: list[Envelope] = []
+        for stream in ("GFAIR_JOBS", "GFAIR_NODES"):
+            async for message in self.bus.history(stream):
+                envelope = Envelope.model_validate_json(message.data)
+                if envelope.source == "node-executor" and envelope.type in wanted:
+                    found.append(envelope)
+        return found
+
+    async def events(self, *types: type[EventData], job_id: str | None = None) -> list[EventData]:
+        models = {t.EVENT_TYPE: t for t in types}
+        found: list[EventData] = []
+        for envelope in await self.envelopes(*types):
+            data = models[envelope.type].model_validate(envelope.data)
+            if job_id is None or getattr(data, "job_id", None) == job_id:
+                found.append(data)
+        return found
+
+    async def wait_for(
+        self,
+        kind: type[EventData],
+        *,
+        job_id: str | None = None,
+        count: int = 1,
+        timeout_s: float = 20.0,
+    ) -> list[EventData]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = await self.events(kind, job_id=job_id)
+            if len(found) >= count:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{count} x {kind.__name__} not published in {timeout_s}s")
+            await asyncio.sleep(0.02)
+
+    async def dead_letters(self) -> list[DeadLetter]:
+        return [
+            DeadLetter.model_validate_json(m.data)
+            async for m in self.bus.history(DEAD_LETTER_STREAM)
+        ]
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if await check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        await asyncio.sleep(0.02)
+
+
+def spawn(argv: Sequence[str], **options: object) -> subprocess.Popen[bytes]:
+    # Starting a process takes a fork and an exec: fine for a test to do inline.
+    return subprocess.Popen(argv, **options)  # type: ignore[call-overload,no-any-return]
+
+
+async def settle(node: Node, seconds: float = 0.3) -> None:
+    """Give the executor time to act on what was sent (for asserting that nothing happens)."""
+    await asyncio.sleep(seconds)
+
+
+async def _count_at_least(found: Awaitable[Sequence[object]], count: int) -> bool:
+    return len(await found) >= count
+
+
+async def _now(value: bool) -> bool:
+    return value
+
+
+@pytest.fixture
+async def memory_bus() -> AsyncIterator[InMemoryBus]:
+    bus = InMemoryBus()
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+@pytest.fixture
+def gpus() -> SimulatedGpus:
+    return SimulatedGpus("v100:2,k80:1", node_id=NODE)
+
+
+async def running_node(bus: Bus, settings: Settings, gpus: SimulatedGpus) -> AsyncIterator[Node]:
+    executor = NodeExecutor(settings, gpus=gpus)
+    runtime = ServiceRuntime(executor.service, bus, settings=FAST)
+    await runtime.start()
+    try:
+        yield Node(bus, executor, gpus)
+    finally:
+        await runtime.stop()
+        await executor.close()
+
+
+@pytest.fixture
+async def node(memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus) -> AsyncIterator[Node]:
+    async for started in running_node(memory_bus, make_settings(tmp_path), gpus):
+        yield started
+
+
+# ----- registration, heartbeats, telemetry ----------------------------------------------------
+
+
+async def test_registers_its_gpus_and_heartbeats_its_jobs(node: Node, tmp_path: Path) -> None:
+    (registered,) = await node.events(NodeRegistered)
+    assert isinstance(registered, NodeRegistered)
+    assert [(g.index, g.generation) for g in registered.gpus] == [
+        (0, "v100"),
+        (1, "v100"),
+        (2, "k80"),
+    ]
+    assert registered.simulated
+    assert registered.heartbeat_interval_s == 3600.0
+
+    (first,) = [e.data for e in await node.executor.heartbeat()]
+    assert isinstance(first, NodeHeartbeat)
+    assert (first.seq, first.running) == (0, ())
+    await node.send(start_command(tmp_path, "sleepy", SLEEPER, (1,)))
+    await node.wait_for(JobStarted)
+    (second,) = [e.data for e in await node.executor.heartbeat()]
+    assert isinstance(second, NodeHeartbeat)
+    assert (second.seq, second.running) == (1, (JobRef(user="alice", job_id="sleepy"),))
+
+
+async def test_telemetry_follows_busy_gpus_and_reports_xids_once(
+    node: Node, tmp_path: Path
+) -> None:
+    await node.send(start_command(tmp_path, "busy", SLEEPER, (1,)))
+    await node.wait_for(JobStarted)
+    node.gpus.inject_xid(2, 79)
+    (emit,) = await node.executor.telemetry()
+    telemetry = emit.data
+    assert isinstance(telemetry, NodeTelemetry)
+    by_index = {sample.index: sample for sample in telemetry.gpus}
+    assert by_index[1].utilization_pct > 90 and by_index[0].utilization_pct == 0
+    assert by_index[2].xid_events == (79,)
+    (again,) = await node.executor.telemetry()
+    assert isinstance(again.data, NodeTelemetry)
+    assert all(sample.xid_events == () for sample in again.data.gpus)
+
+
+# ----- starting -------------------------------------------------------------------------------
+
+
+async def test_a_repeated_start_is_a_no_op(node: Node, tmp_path: Path) -> None:
+    command = start_command(tmp_path, "once", SLEEPER, (0,))
+    first = await node.send(command)
+    await node.wait_for(JobStarted)
+    await node.send(command)  # the scheduler says it again
+    # A redelivery of the very command that started it announces it again, under the same id.
+    await node.executor.on_command(first, command)
+    await settle(node)
+    assert len(await node.events(JobStarted)) == 1
+    assert len(node.executor.running()) == 1
+
+
+async def test_program_that_cannot_start_is_reported_as_exited(node: Node, tmp_path: Path) -> None:
+    await node.send(start_command(tmp_path, "typo", ("/no/such/trainer", "--lr", "0.1")))
+    (exited,) = await node.wait_for(JobExited)
+    assert isinstance(exited, JobExited)
+    assert exited.exit_code == CANNOT_START_EXIT_CODE
+    assert "/no/such/trainer" in exited.stderr_tail
+    assert await node.events(JobStarted) == []
+
+
+async def test_impossible_starts_are_dead_lettered_with_the_reason(
+    node: Node, tmp_path: Path
+) -> None:
+    await node.send(start_command(tmp_path, "ghost-gpu", SLEEPER, (7,)))
+    await node.send(start_command(tmp_path, "mixed", SLEEPER, (1, 2)))
+    wrong_dir = start_command(tmp_path, "elsewhere", SLEEPER).model_copy(
+        update={"checkpoint_dir": "/somewhere/else/alice/elsewhere"}
+    )
+    await node.send(wrong_dir)
+    await eventually(lambda: _count_at_least(node.dead_letters(), 3))
+    letters = await node.dead_letters()
+    assert [letter.reason for letter in letters] == [DeadLetterReason.REJECTED] * 3
+    assert "has no GPU [7]" in letters[0].error
+    assert "mix generations" in letters[1].error
+    assert "checkpoint root" in letters[2].error
+    assert node.executor.running() == []
+
+
+async def test_stale_start_is_ignored(node: Node, tmp_path: Path) -> None:
+    old = datetime.now(UTC) - timedelta(minutes=10)
+    await node.send(start_command(tmp_path, "late", SLEEPER), time_=old)
+    await settle(node)
+    assert await node.events(JobStarted, JobExited) == []
+    assert node.executor.running() == []
+
+
+async def test_start_on_gpus_still_held_suspends_the_holder_first(
+    node: Node, tmp_path: Path
+) -> None:
+    await node.send(start_command(tmp_path, "holder", SLEEPER, (0,), user="bob"))
+    await node.wait_for(JobStarted, job_id="holder")
+    await node.send(start_command(tmp_path, "newcomer", SLEEPER, (0,)))
+    await node.wait_for(JobStarted, job_id="newcomer")
+    events = await node.events(JobStarted, JobSuspended)
+    assert [(type(e).__name__, getattr(e, "job_id", "")) for e in events] == [
+        ("JobStarted", "holder"),
+        ("JobSuspended", "holder"),
+        ("JobStarted", "newcomer"),
+    ]
+    assert [job.job.job_id for job in node.executor.running()] == ["newcomer"]
+
+
+# ----- stopping -------------------------------------------------------------------------------
+
+
+async def test_crash_is_reported_with_stderr_and_xids(node: Node, tmp_path: Path) -> None:
+    crash = (
+        sys.executable,
+        "-c",
+        "import sys, time; time.sleep(0.5); sys.stderr.write('Xid 79: fallen off the bus\\n');"
+        " sys.exit(3)",
+    )
+    await node.send(start_command(tmp_path, "crashy", crash, (1,)))
+    await node.wait_for(JobStarted)
+    node.gpus.inject_xid(1, 79)  # on its GPU
+    node.gpus.inject_xid(0, 48)  # on another job's GPU: not its business
+    (exited,) = await node.wait_for(JobExited)
+    assert isinstance(exited, JobExited)
+    assert (exited.exit_code, exited.signal, exited.attempt) == (3, None, 1)
+    assert "fallen off the bus" in exited.stderr_tail
+    assert exited.xid_errors == (79,)
+    assert exited.runtime_s >= 0.4
+    assert node.executor.running() == []
+
+
+async def test_kill_stops_the_job_without_reporting_an_exit(node: Node, tmp_path: Path) -> None:
+    await node.send(start_command(tmp_path, "hung", SLEEPER, (0,)))
+    await node.wait_for(JobStarted)
+    await node.send(
+        KillCommand(node_id=NODE, user="alice", job_id="hung", attempt=1, reason="no progress")
+    )
+    await eventually(lambda: _now(not node.executor.running()))
+    await settle(node)
+    assert node.executor.running() == []
+    assert await node.events(JobExited, JobSuspended) == []
+
+
+async def test_commands_for_jobs_not_here_change_nothing(node: Node, tmp_path: Path) -> None:
+    for command in (
+        SuspendCommand(node_id=NODE, user="alice", job_id="nobody", attempt=1),
+        KillCommand(node_id=NODE, user="alice", job_id="nobody", attempt=1, reason="x"),
+        MigrateCommand(
+            node_id=NODE,
+            user="alice",
+            job_id="nobody",
+            attempt=1,
+            to_node="n2",
+            reason=MigrationReason.LOAD_BALANCE,
+        ),
+    ):
+        await node.send(command)
+    await node.send(
+        ResumeCommand(node_id=NODE, user="alice", job_id="nobody", attempt=1, gpu_indices=(0,))
+    )
+    await eventually(lambda: _count_at_least(node.dead_letters(), 1))
+    (letter,) = await node.dead_letters()
+    assert "never started" in letter.error
+    assert await node.events(*JOB_EVENTS, JobExited) == []
+
+
+async def test_commands_of_an_earlier_attempt_are_ignored(node: Node, tmp_path: Path) -> None:
+    await node.send(start_command(tmp_path, "retried", SLEEPER, (0,), attempt=2))
+    await node.wait_for(JobStarted)
+    await node.send(SuspendCommand(node_id=NODE, user="alice", job_id="retried", attempt=1))
+    await node.send(start_command(tmp_path, "retried", SLEEPER, (1,), attempt=1))
+    await settle(node)
+    (job,) = node.executor.running()
+    assert (job.attempt, job.gpu_indices) == (2, (0,))
+    assert len(await node.events(JobStarted, JobSuspended)) == 1
+
+
+async def test_migrate_checkpoints_and_announces_the_move(node: Node, tmp_path: Path) -> None:
+    await node.send(start_command(tmp_path, "mover", SLEEPER, (0,)))
+    await node.wait_for(JobStarted)
+    await node.send(
+        MigrateCommand(
+            node_id=NODE,
+            user="alice",
+            job_id="mover",
+            attempt=1,
+            to_node="n2",
+            reason=MigrationReason.LOAD_BALANCE,
+        )
+    )
+    (migrated,) = await node.wait_for(JobMigrated)
+    assert isinstance(migrated, JobMigrated)
+    assert (migrated.from_node, migrated.to_node, migrated.attempt) == (NODE, "n2", 1)
+    # The job did not yield by itself: it was stopped, which is still the stop that was asked.
+    assert await node.events(JobExited, JobSuspended) == []
+    assert node.executor.running() == []
+
+
+async def test_close_drains_every_job(
+    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
+) -> None:
+    async for node in running_node(memory_bus, make_settings(tmp_path), gpus):
+        await node.send(start_command(tmp_path, "a", SLEEPER, (0,)))
+        await node.send(start_command(tmp_path, "b", SLEEPER, (1,), user="bob"))
+        await node.wait_for(JobStarted, count=2)
+    # Leaving `running_node` stopped the runtime and closed the executor.
+    drained = [e for e in await Node(memory_bus, node.executor, gpus).events(JobSuspended)]
+    assert sorted((e.user, e.job_id, e.reason) for e in drained if isinstance(e, JobSuspended)) == [
+        ("alice", "a", SuspendReason.DRAIN),
+        ("bob", "b", SuspendReason.DRAIN),
+    ]
+
+
+async def test_restart_stops_orphans_and_reports_them_suspended(
+    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
+) -> None:
+    settings = make_settings(tmp_path)
+    # What a SIGKILLed executor leaves behind: a recorded run whose process still runs.
+    run = RunDirectory.create(settings.work_dir / "runs" / "carol", "orphan")
+    process = spawn(
+        SLEEPER,
+        start_new_session=True,
+        env={**os.environ, ENV_CONTROL_DIR: str(run.control_dir)},
+    )
+    try:
+        run.write_launch(
+            {
+                "node_id": NODE,
+                "job_id": "orphan",
+                "attempt": 3,
+                "pid": process.pid,
+                "pgid": process.pid,
+            }
+        )
+        async for node in running_node(memory_bus, settings, gpus):
+            (suspended,) = await node.wait_for(JobSuspended)
+            assert isinstance(suspended, JobSuspended)
+            assert (suspended.user, suspended.job_id, suspended.attempt) == ("carol", "orphan", 3)
+            assert suspended.reason is SuspendReason.DRAIN
+            assert process.wait(timeout=10) != 0
+            # Registration comes first: consumers know the node before hearing about its jobs.
+            (registration,) = await node.envelopes(NodeRegistered)
+            (report,) = await node.envelopes(JobSuspended)
+            assert registration.time <= report.time
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+# ----- on a real nats-server ------------------------------------------------------------------
+
+
+async def nats_bus(server: EmbeddedNatsServer) -> Bus:
+    return await NatsBus.connect(NatsOptions(servers=(server.url,)))
+
+
+@pytest.mark.nats
+async def test_synthetic_job_start_progress_suspend_resume_complete(
+    nats_server: EmbeddedNatsServer, tmp_path: Path, gpus: SimulatedGpus
+) -> None:
+    bus = await nats_bus(nats_server)
+    try:
+        settings = make_settings(tmp_path, suspend_timeout_s=10.0)
+        async for node in running_node(bus, settings, gpus):
+            # 20 steps/s, 60 steps: 3 s of training with a checkpoint every 10 steps.
+            argv = (
+                *SYNTHETIC,
+                "--iterations",
+                "60",
+                "--steps-per-s",
+                "20",
+                "--checkpoint-every",
+                "10",
+            )
+            await node.send(start_command(tmp_path, "resnet", argv, (0, 1)))
+            await node.wait_for(JobProgress, count=2)
+            await node.send(SuspendCommand(node_id=NODE, user="alice", job_id="resnet", attempt=1))
+            (suspended,) = await node.wait_for(JobSuspended)
+            assert isinstance(suspended, JobSuspended)
+            assert suspended.reason is SuspendReason.TIME_SLICE
+            assert suspended.checkpoint_step is not None and 0 < suspended.checkpoint_step < 60
+
+            await node.send(start_command(tmp_path, "resnet", argv, (0, 1)))
+            (resumed,) = await node.wait_for(JobResumed)
+            assert isinstance(resumed, JobResumed)
+            assert resumed.checkpoint_step == suspended.checkpoint_step
+            (exited,) = await node.wait_for(JobExited, timeout_s=30.0)
+            assert isinstance(exited, JobExited)
+            assert exited.exit_code == 0
+
+            history = await node.events(*JOB_EVENTS, JobExited, job_id="resnet")
+            kinds = [type(e).__name__ for e in history]
+            suspend_at = kinds.index("JobSuspended")
+            resume_at = kinds.index("JobResumed")
+            assert kinds[0] == "JobStarted"
+            assert "JobProgress" in kinds[1:suspend_at]
+            # The yield's checkpoint is published before the suspension it made possible...
+            yield_checkpoint = [
+                i
+                for i, e in enumerate(history[:suspend_at])
+                if isinstance(e, JobCheckpointed) and e.step == suspended.checkpoint_step
+            ]
+            assert yield_checkpoint
+            # ...nothing of the first run comes after it, and the second run starts resumed.
+            assert resume_at == suspend_at + 1
+            assert kinds[-1] == "JobExited"
+            assert kinds.count("JobStarted") == 1 and kinds.count("JobExited") == 1
+            progress = [e for e in history if isinstance(e, JobProgress)]
+            assert all(p.generation == "v100" and p.minibatches_per_s > 0 for p in progress)
+            after = [e for e in history[resume_at:] if isinstance(e, JobProgress)]
+            assert after and min(p.iterations for p in after) >= suspended.checkpoint_step
+            checkpoints = [e for e in history if isinstance(e, JobCheckpointed)]
+            assert checkpoints[-1].step == 60
+    finally:
+        await bus.close()
+
+
+@pytest.mark.nats
+async def test_sigterm_drains_jobs_before_the_process_exits(
+    nats_server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        "GFAIR_NATS_URL": nats_server.url,
+        "GFAIR_LOG_LEVEL": "WARNING",
+    }
+    process = spawn(
+        [
+            sys.executable,
+            "-m",
+            "gfair_services.node_executor",
+            "--node-id",
+            NODE,
+            "--simulate-gpus",
+            "v100:2",
+            "--checkpoint-root",
+            str(tmp_path / "checkpoints"),
+            "--work-root",
+            str(tmp_path / "work"),
+            "--suspend-timeout-s",
+            "10",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    bus = await nats_bus(nats_server)
+    try:
+        await bus.ensure_topology(cluster_topology())
+        node = Node(bus, executor=None, gpus=SimulatedGpus("v100:2"))  # type: ignore[arg-type]
+        await node.wait_for(NodeRegistered, timeout_s=30.0)
+        argv = (*SYNTHETIC, "--iterations", "100000", "--steps-per-s", "50")
+        await node.send(start_command(tmp_path, "longrun", argv, (0,)))
+        await node.wait_for(JobProgress, timeout_s=30.0)
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(process.wait, 30) == 0
+        (suspended,) = await node.events(JobSuspended)
+        assert isinstance(suspended, JobSuspended)
+        assert suspended.reason is SuspendReason.DRAIN
+        assert suspended.checkpoint_step is not None and suspended.checkpoint_step > 0
+        assert await node.events(JobExited) == []
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        await bus.close()

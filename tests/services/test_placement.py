@@ -1,0 +1,386 @@
+"""The placement service on the in-memory bus: admission, placement, re-placement, balancing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+
+import pytest
+
+from gfair.bus.memory_bus import InMemoryBus
+from gfair.bus.runtime import ServiceRuntime
+from gfair.core.throughput import ThroughputEstimator
+from gfair.events.commands import KillCommand, MigrateCommand
+from gfair.events.envelope import Envelope
+from gfair.events.jobs import (
+    JobAccepted,
+    JobCancelled,
+    JobCheckpointed,
+    JobCompleted,
+    JobPlaced,
+    JobRejected,
+    JobRetried,
+    JobStarted,
+)
+from gfair.events.nodes import NodeFailed, NodeQuarantined
+from gfair.events.reasons import FailureClass, MigrationReason, RejectionCode
+from gfair.events.scheduling import EntitlementsUpdated, QuantumTicked
+from gfair.events.states import JobState
+from gfair.events.submission import JobCancelRequested
+from gfair.state.buckets import JOBS
+from gfair.state.job_record import JobRecord, load_job
+from gfair_services.placement import PlacementService, Settings
+
+from .scheduling_harness import FAST, Probe, eventually, registered, submitted
+
+RESNET = "ResNet-50 (batch size 32)"
+# K80 is 3x slower than V100 for this type; "big" does not fit on K80 at all.
+TABLE = {RESNET: {"k80": 1.0, "v100": 3.0}, "big": {"k80": 0.0, "v100": 1.0}}
+JOBS_STREAM = "GFAIR_JOBS"
+COMMANDS = "GFAIR_COMMANDS"
+
+
+@asynccontextmanager
+async def placement(
+    bus: InMemoryBus, settings: Settings | None = None
+) -> AsyncIterator[PlacementService]:
+    state = PlacementService(settings or Settings(), ThroughputEstimator(TABLE))
+    async with ServiceRuntime(state.service(), bus, settings=FAST):
+        yield state
+
+
+@pytest.fixture
+def bus() -> InMemoryBus:
+    return InMemoryBus()
+
+
+@pytest.fixture
+def probe(bus: InMemoryBus) -> Probe:
+    return Probe(bus)
+
+
+async def record(bus: InMemoryBus, user: str, job_id: str) -> JobRecord:
+    stored = await load_job(await bus.key_value(JOBS.name), user, job_id)
+    assert stored is not None, f"no record for {user}/{job_id}"
+    return stored.record
+
+
+def placed_on(probe: Probe, job_id: str) -> list[tuple[str, ...]]:
+    return [p.servers for p in probe.payloads(JOBS_STREAM, JobPlaced) if p.job_id == job_id]
+
+
+async def register(probe: Probe, state: PlacementService, *nodes: tuple[str, int]) -> None:
+    """Register nodes ("v100-0", 4) and wait until placement knows them."""
+    for node_id, gpus in nodes:
+        await probe.publish(registered(node_id, node_id.split("-")[0], gpus))
+    await eventually(lambda: all(n in state.inventory for n, _ in nodes))
+
+
+async def tick(probe: Probe, quantum: int) -> None:
+    await probe.publish(QuantumTicked(quantum=quantum, starts_at=datetime.now(UTC), length_s=1.0))
+
+
+async def test_a_job_is_accepted_placed_and_recorded(bus: InMemoryBus, probe: Probe) -> None:
+    async with placement(bus) as state:
+        await register(probe, state, ("v100-0", 4))
+        await register(probe, state, ("v100-1", 4))
+        await probe.publish(
+            submitted("alice", "j1", 2, job_type=RESNET, env={"SEED": "7"}, tickets=2.0)
+        )
+        placed = await probe.wait_for(JOBS_STREAM, JobPlaced)
+    accepted = probe.payloads(JOBS_STREAM, JobAccepted)
+    assert [(a.job_id, a.gpus, a.job_type) for a in accepted] == [("j1", 2, RESNET)]
+    assert placed[0].generation == "v100" and placed[0].servers in (("v100-0",), ("v100-1",))
+    saved = await record(bus, "alice", "j1")
+    assert saved.state is JobState.PLACED
+    assert saved.servers == placed[0].servers
+    assert saved.submission.command == ("python", "-c", "pass")
+    assert saved.submission.env == {"SEED": "7"} and saved.submission.weight == 2.0
+    assert [d.kind for d in saved.decisions] == ["admission", "placement"]
+    assert saved.decisions[-1].rule == "unused-entitlement"
+
+
+async def test_jobs_spread_over_the_least_loaded_servers(bus: InMemoryBus, probe: Probe) -> None:
+    async with placement(bus) as state:
+        await register(probe, state, *((f"v100-{n}", 2) for n in range(3)))
+        for n in range(6):
+            await probe.publish(submitted("alice", f"j{n}", 1))
+        placed = await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 6)
+    per_server: dict[str, int] = {}
+    for p in placed:
+        (server,) = p.servers
+        per_server[server] = per_server.get(server, 0) + 1
+    assert per_server == {"v100-0": 2, "v100-1": 2, "v100-2": 2}
+
+
+async def test_a_job_goes_to_the_fastest_pool_it_fits(bus: InMemoryBus, probe: Probe) -> None:
+    async with placement(bus) as state:
+        await register(probe, state, ("k80-0", 4))
+        await register(probe, state, ("v100-0", 4))
+        await probe.publish(submitted("alice", "fast", 1, job_type=RESNET))
+        await probe.publish(submitted("bob", "big", 1, job_type="big"))
+        placed = await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 2)
+    assert {p.job_id: p.generation for p in placed} == {"fast": "v100", "big": "v100"}
+
+
+async def test_submissions_breaking_the_limits_are_rejected_with_reasons(
+    bus: InMemoryBus, probe: Probe
+) -> None:
+    settings = Settings(max_job_gpus=16, max_job_tickets=10, allowed_users="alice,bob")
+    async with placement(bus, settings) as state:
+        await register(probe, state, ("v100-0", 4))
+        await register(probe, state, ("k80-0", 4))
+        await probe.publish(submitted("alice", "too-many", 17))
+        await probe.publish(submitted("alice", "unsatisfiable", 9))
+        await probe.publish(submitted("alice", "heavy", 1, tickets=11.0))
+        await probe.publish(submitted("mallory", "sneaky", 1))
+        await probe.publish(submitted("bob", "nofit", 8, job_type="big"))
+        rejected = await probe.wait_for(JOBS_STREAM, JobRejected, lambda found: len(found) == 5)
+    by_job = {r.job_id: r for r in rejected}
+    assert by_job["too-many"].code is RejectionCode.INVALID
+    assert "at most 16" in by_job["too-many"].reason
+    assert by_job["unsatisfiable"].code is RejectionCode.UNSATISFIABLE
+    assert "needs 9 GPUs" in by_job["unsatisfiable"].reason
+    assert by_job["heavy"].code is RejectionCode.INVALID
+    assert by_job["sneaky"].code is RejectionCode.UNKNOWN_USER
+    # "big" fits only on v100, which has 4 GPUs: 8 can never run anywhere.
+    assert by_job["nofit"].code is RejectionCode.UNSATISFIABLE
+    assert probe.payloads(JOBS_STREAM, JobAccepted) == []
+    saved = await record(bus, "alice", "unsatisfiable")
+    assert saved.state is JobState.REJECTED and saved.rejection_code is RejectionCode.UNSATISFIABLE
+
+
+async def test_a_duplicate_job_id_is_rejected_and_the_first_job_kept(
+    bus: InMemoryBus, probe: Probe
+) -> None:
+    async with placement(bus) as state:
+        await register(probe, state, ("v100-0", 4))
+        await probe.publish(submitted("alice", "j1", 1))
+        await probe.wait_for(JOBS_STREAM, JobPlaced)
+        await probe.publish(submitted("alice", "j1", 2, command=("other",)))
+        (rejected,) = await probe.wait_for(JOBS_STREAM, JobRejected)
+        # Another user's namespace is separate: bob may use the same id.
+        await probe.publish(submitted("bob", "j1", 1))
+        await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 2)
+    assert rejected.code is RejectionCode.DUPLICATE_JOB_ID
+    saved = await record(bus, "alice", "j1")
+    assert saved.submission.gpus == 1 and saved.state is JobState.PLACED
+
+
+async def test_a_rejected_job_id_may_be_submitted_again(bus: InMemoryBus, probe: Probe) -> None:
+    async with placement(bus, Settings(max_job_gpus=2)) as state:
+        await register(probe, state, ("v100-0", 4))
+        await probe.publish(submitted("alice", "j1", 3))
+        await probe.wait_for(JOBS_STREAM, JobRejected)
+        await probe.publish(submitted("alice", "j1", 2))
+        await probe.wait_for(JOBS_STREAM, JobPlaced)
+    assert (await record(bus, "alice", "j1")).state is JobState.PLACED
+
+
+async def test_a_redelivered_submission_repeats_its_outputs_without_a_new_write(
+    bus: InMemoryBus, probe: Probe
+) -> None:
+    state = PlacementService(Settings(), ThroughputEstimator(TABLE))
+    runtime = ServiceRuntime(state.service(), bus, settings=FAST)
+    await runtime.prepare()
+    await state.start(runtime)
+    node = Envelope.wrap(registered("v100-0", "v100", 4), source="test")
+    await state.on_node_event(node, registered("v100-0", "v100", 4))
+    job = submitted("alice", "j1", 1)
+    envelope = Envelope.wrap(job, source="test")
+    first = await state.on_job_event(envelope, job)
+    revision = (await state.kv.get("alice.j1")).revision  # type: ignore[union-attr]
+    again = await state.on_job_event(envelope, job)
+    assert [e.data for e in again] == [e.data for e in first]
+    assert [type(e.data) for e in first] == [JobAccepted, JobPlaced]
+    assert (await state.kv.get("alice.j1")).revision == revision  # type: ignore[union-attr]
+
+
+async def test_a_job_waits_until_a_node_it_fits_registers(bus: InMemoryBus, probe: Probe) -> None:
+    async with placement(bus) as state:
+        await probe.publish(submitted("alice", "early", 4))
+        await probe.wait_for(JOBS_STREAM, JobAccepted)
+        await register(probe, state, ("v100-0", 2))
+        await probe.settle()
+        assert placed_on(probe, "early") == []
+        waiting = await record(bus, "alice", "early")
+        assert waiting.state is JobState.QUEUED and waiting.pending
+        assert waiting.decisions[-1].kind == "pending"
+        await register(probe, state, ("v100-1", 4))
+        await probe.wait_for(JOBS_STREAM, JobPlaced)
+    assert placed_on(probe, "early") == [("v100-1",)]
+
+
+async def test_a_gang_larger_than_a_server_takes_whole_servers(
+    bus: InMemoryBus, probe: Probe
+) -> None:
+    async with placement(bus) as state:
+        await register(probe, state, *((f"v100-{n}", 4) for n in range(3)))
+        await probe.publish(submitted("alice", "small", 1))
+        await probe.wait_for(JOBS_STREAM, JobPlaced)
+        await probe.publish(submitted("alice", "gang", 8))
+        await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 2)
+    (small,) = placed_on(probe, "small")
+    (gang,) = placed_on(probe, "gang")
+    assert len(gang) == 2 and not set(gang) & set(small)
+
+
+async def test_jobs_of_a_failed_node_are_placed_elsewhere(bus: InMemoryBus, probe: Probe) -> None:
+    async with placement(bus) as state:
+        await register(probe, state, ("v100-0", 4))
+        await probe.publish(submitted("alice", "j1", 2))
+        await probe.wait_for(JOBS_STREAM, JobPlaced)
+        await register(probe, state, ("v100-1", 4))
+        await probe.publish(
+            JobStarted(user="alice", job_id="j1", node_id="v100-0", gpu_indices=(0, 1), attempt=1)
+        )
+        await probe.publish(NodeFailed(node_id="v100-0", reason="no heartbeat for 30s"))
+        await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 2)
+    assert placed_on(probe, "j1") == [("v100-0",), ("v100-1",)]
+    saved = await record(bus, "alice", "j1")
+    assert saved.servers == ("v100-1",) and saved.nodes == ()
+    assert saved.state is JobState.PLACED
+    assert any("v100-0 failed" in d.text for d in saved.decisions)
+    # A dead node gets no commands.
+    assert probe.payloads(COMMANDS, MigrateCommand) == []
+
+
+async def test_a_quarantined_node_is_drained_of_its_running_jobs(
+    bus: InMemoryBus, probe: Probe
+) -> None:
+    async with placement(bus) as state:
+        await register(probe, state, ("v100-0", 4))
+        await probe.publish(submitted("alice", "j1", 1))
+        await probe.wait_for(JOBS_STREAM, JobPlaced)
+        await register(probe, state, ("v100-1", 4))
+        await probe.publish(
+            JobStarted(user="alice", job_id="j1", node_id="v100-0", gpu_indices=(0,), attempt=1)
+        )
+        await probe.publish(
+            NodeQuarantined(node_id="v100-0", reason="3 GPU errors", recent_failures=3)
+        )
+        (migrate,) = await probe.wait_for(COMMANDS, MigrateCommand)
+    assert (migrate.node_id, migrate.to_node) == ("v100-0", "v100-1")
+    assert migrate.reason is MigrationReason.DRAIN
+    assert placed_on(probe, "j1")[-1] == ("v100-1",)
+
+
+async def test_a_cancel_kills_the_job_on_its_nodes_once(bus: InMemoryBus, probe: Probe) -> None:
+    async with placement(bus) as state:
+        await register(probe, state, ("v100-0", 4))
+        await probe.publish(submitted("alice", "j1", 1))
+        await probe.wait_for(JOBS_STREAM, JobPlaced)
+        await probe.publish(
+            JobStarted(user="alice", job_id="j1", node_id="v100-0", gpu_indices=(0,), attempt=1)
+        )
+        await probe.publish(JobCancelRequested(user="alice", job_id="j1", reason="wrong data"))
+        await probe.publish(JobCancelRequested(user="alice", job_id="j1"))
+        (cancelled,) = await probe.wait_for(JOBS_STREAM, JobCancelled)
+        await probe.settle()
+    assert cancelled.previous_state is JobState.RUNNING and cancelled.reason == "wrong data"
+    kills = probe.payloads(COMMANDS, KillCommand)
+    assert [(k.node_id, k.job_id) for k in kills] == [("v100-0", "j1")]
+    assert len(probe.payloads(JOBS_STREAM, JobCancelled)) == 1
+    assert (await record(bus, "alice", "j1")).state is JobState.CANCELLED
+
+
+async def test_lifecycle_events_keep_the_record_current(bus: InMemoryBus, probe: Probe) -> None:
+    async with placement(bus) as state:
+        await register(probe, state, ("v100-0", 4))
+        await probe.publish(submitted("alice", "j1", 1))
+        await probe.wait_for(JOBS_STREAM, JobPlaced)
+        await probe.publish(
+            JobStarted(user="alice", job_id="j1", node_id="v100-0", gpu_indices=(0,), attempt=1)
+        )
+        await probe.publish(
+            JobCheckpointed(
+                user="alice", job_id="j1", node_id="v100-0", attempt=1, step=40, path="/ck/40"
+            )
+        )
+        await probe.publish(
+            JobRetried(
+                user="alice",
+                job_id="j1",
+                attempt=2,
+                delay_s=1.0,
+                failure_class=FailureClass.OUT_OF_MEMORY,
+                reason="CUDA out of memory",
+                resume_from_step=40,
+            )
+        )
+        await probe.publish(JobCompleted(user="alice", job_id="j1", attempt=2))
+        await probe.settle()
+        saved = await record(bus, "alice", "j1")
+        assert "alice.j1" not in state.book
+    assert saved.state is JobState.COMPLETED
+    assert saved.attempt == 2 and saved.last_checkpoint_step == 40
+    assert saved.failure_class is FailureClass.OUT_OF_MEMORY
+    assert [d.kind for d in saved.decisions][-2:] == ["retry", "completed"]
+
+
+async def test_ticks_move_jobs_from_a_crowded_server_to_an_idle_one(
+    bus: InMemoryBus, probe: Probe
+) -> None:
+    settings = Settings(balance_every_quanta=2, migration_budget=4)
+    async with placement(bus, settings) as state:
+        await register(probe, state, ("v100-0", 4))
+        for n in range(4):
+            await probe.publish(submitted("alice", f"j{n}", 1))
+        await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 4)
+        await probe.publish(
+            JobStarted(user="alice", job_id="j0", node_id="v100-0", gpu_indices=(0,), attempt=1)
+        )
+        await register(probe, state, ("v100-1", 4))
+        await tick(probe, 1)  # not a balancing tick
+        await probe.settle()
+        assert len(probe.payloads(JOBS_STREAM, JobPlaced)) == 4
+        await tick(probe, 2)
+        await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 6)
+        await tick(probe, 4)  # balanced now: nothing more moves
+        await probe.settle()
+    moved = probe.payloads(JOBS_STREAM, JobPlaced)[4:]
+    assert len(moved) == 2 and all(p.servers == ("v100-1",) for p in moved)
+    # Only a running job needs its node to checkpoint and let go.
+    migrations = probe.payloads(COMMANDS, MigrateCommand)
+    running_moved = [m for m in moved if m.job_id == "j0"]
+    assert [(m.job_id, m.to_node) for m in migrations] == [
+        (m.job_id, "v100-1") for m in running_moved
+    ]
+    saved = await record(bus, "alice", moved[0].job_id)
+    assert saved.decisions[-1].kind == "migration"
+
+
+async def test_published_entitlements_steer_the_pool_choice(bus: InMemoryBus, probe: Probe) -> None:
+    async with placement(bus) as state:
+        await register(probe, state, ("k80-0", 4))
+        await register(probe, state, ("v100-0", 4))
+        # The auction sold all of alice's V100 share: her next job goes where she holds share.
+        await probe.publish(
+            EntitlementsUpdated(
+                revision=1,
+                entitlements={"alice": {"k80": 4.0, "v100": 0.0}, "bob": {"v100": 4.0}},
+            )
+        )
+        await probe.settle()
+        await probe.publish(submitted("alice", "j1", 1, job_type=RESNET))
+        (placed,) = await probe.wait_for(JOBS_STREAM, JobPlaced)
+    assert placed.generation == "k80"
+
+
+async def test_a_restarted_placement_rebuilds_its_view(bus: InMemoryBus, probe: Probe) -> None:
+    async with placement(bus) as state:
+        await register(probe, state, ("v100-0", 2))
+        await register(probe, state, ("v100-1", 2))
+        await probe.publish(submitted("alice", "j1", 2))
+        await probe.wait_for(JOBS_STREAM, JobPlaced)
+    async with placement(bus) as state:
+        assert set(state.inventory.nodes) == {"v100-0", "v100-1"}
+        assert "alice.j1" in state.book
+        await probe.publish(submitted("alice", "j1", 1))
+        await probe.publish(submitted("alice", "j2", 2))
+        await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 2)
+        await probe.wait_for(JOBS_STREAM, JobRejected)
+    (first,) = placed_on(probe, "j1")
+    (second,) = placed_on(probe, "j2")
+    assert first != second  # the restarted service knew where j1 was

@@ -1,0 +1,458 @@
+"""The split-stride service on the in-memory bus: quanta, GPU assignment, residency, restarts.
+
+The service's own timer is set far beyond the test, and ticks are driven by calling `on_tick`,
+so every quantum boundary is where the test puts it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from gfair.bus.memory_bus import InMemoryBus
+from gfair.bus.runtime import ServiceRuntime
+from gfair.events.commands import KillCommand, StartCommand, SuspendCommand
+from gfair.events.envelope import Envelope
+from gfair.events.jobs import (
+    JobCancelled,
+    JobExited,
+    JobMigrated,
+    JobPlaced,
+    JobRetried,
+    JobStarted,
+    JobSuspended,
+)
+from gfair.events.nodes import NodeFailed, NodeQuarantined
+from gfair.events.reasons import FailureClass, MigrationReason, SuspendReason
+from gfair.events.scheduling import QuantumTicked, ScheduleDecided
+from gfair.events.states import JobState
+from gfair.state.buckets import JOBS, STRIDE
+from gfair.state.job_record import JobRecord, save_job
+from gfair.state.stride_record import Phase, load_stride
+from gfair_services.split_stride import Settings, SplitStrideService
+
+from .scheduling_harness import FAST, Probe, eventually, registered, submitted
+
+COMMANDS = "GFAIR_COMMANDS"
+SCHED = "GFAIR_SCHED"
+NEVER = 3600.0  # the service's own timer: ticks come from the tests
+
+
+@pytest.fixture
+def bus() -> InMemoryBus:
+    return InMemoryBus()
+
+
+@pytest.fixture
+def probe(bus: InMemoryBus) -> Probe:
+    return Probe(bus)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(quantum_s=NEVER, checkpoint_root=tmp_path / "ck")
+
+
+@asynccontextmanager
+async def split_stride(bus: InMemoryBus, settings: Settings) -> AsyncIterator[SplitStrideService]:
+    state = SplitStrideService(settings)
+    async with ServiceRuntime(state.service(), bus, settings=FAST):
+        yield state
+
+
+async def register(probe: Probe, state: SplitStrideService, *nodes: tuple[str, int]) -> None:
+    for node_id, gpus in nodes:
+        await probe.publish(registered(node_id, node_id.split("-")[0], gpus))
+    await eventually(lambda: all(n in state.ledger.inventory for n, _ in nodes))
+
+
+async def place(
+    probe: Probe,
+    state: SplitStrideService,
+    user: str,
+    job_id: str,
+    servers: tuple[str, ...],
+    gpus: int = 1,
+    **fields: object,
+) -> None:
+    """What placement does: write the job's record, then announce the placement."""
+    data = submitted(user, job_id, gpus, **fields)
+    envelope = Envelope.wrap(data, source="test")
+    generation = servers[0].split("-")[0]
+    record = JobRecord.accepted(envelope, data).placed(envelope.time, generation, servers)
+    await save_job(await probe.bus.key_value(JOBS.name), record, None)
+    await probe.publish(JobPlaced(user=user, job_id=job_id, servers=servers, generation=generation))
+    await eventually(lambda: f"{user}.{job_id}" in state.ledger.jobs)
+
+
+def starts(probe: Probe) -> list[StartCommand]:
+    return probe.payloads(COMMANDS, StartCommand)
+
+
+def suspends(probe: Probe) -> list[SuspendCommand]:
+    return probe.payloads(COMMANDS, SuspendCommand)
+
+
+def decisions(probe: Probe, quantum: int) -> dict[str, ScheduleDecided]:
+    return {d.server: d for d in probe.payloads(SCHED, ScheduleDecided) if d.quantum == quantum}
+
+
+async def started(probe: Probe, command: StartCommand) -> None:
+    """The node executor's report for `command`."""
+    await probe.publish(
+        JobStarted(
+            user=command.user,
+            job_id=command.job_id,
+            node_id=command.node_id,
+            gpu_indices=command.gpu_indices,
+            attempt=command.attempt,
+        )
+    )
+
+
+async def test_a_placed_job_starts_at_once_on_idle_gpus(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 4))
+        await place(
+            probe,
+            state,
+            "alice",
+            "j1",
+            ("v100-0",),
+            2,
+            env={"SEED": "1"},
+            working_dir="/work",
+        )
+        (start,) = await probe.wait_for(COMMANDS, StartCommand)
+    assert (start.node_id, start.gpu_indices, start.attempt) == ("v100-0", (0, 1), 1)
+    assert start.command == ("python", "-c", "pass") and start.env == {"SEED": "1"}
+    assert start.working_dir == "/work"
+    assert start.checkpoint_dir == str(settings.checkpoint_root / "alice" / "j1")
+    (decided,) = probe.payloads(SCHED, ScheduleDecided)
+    assert [str(ref) for ref in decided.running] == ["alice/j1"]
+
+
+async def test_jobs_time_slice_one_gpu_and_never_share_it(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        await place(probe, state, "alice", "a", ("v100-0",))
+        await place(probe, state, "bob", "b", ("v100-0",))
+        (first,) = await probe.wait_for(COMMANDS, StartCommand)
+        assert first.job_id == "a"  # b found no idle GPU
+        runs = []
+        for quantum in range(4):
+            await state.on_tick()
+            runs.append([str(r) for r in decisions(probe, quantum)["v100-0"].running])
+    # One GPU, equal tickets: they alternate, one at a time.
+    assert all(len(run) == 1 for run in runs)
+    assert Counter(job for run in runs for job in run) == {"alice/a": 2, "bob/b": 2}
+    commands = probe.events(COMMANDS, SuspendCommand) + probe.events(COMMANDS, StartCommand)
+    commands.sort(key=lambda pair: pair[0].time)
+    holder: str | None = None
+    for _, command in commands:
+        # Every start comes after the suspend of whoever held the GPU.
+        if isinstance(command, StartCommand):
+            assert holder is None, f"{command.job_id} started while {holder} held GPU 0"
+            holder = command.job_id
+        else:
+            assert command.job_id == holder and command.reason is SuspendReason.TIME_SLICE
+            holder = None
+
+
+async def test_users_get_gpu_time_in_proportion_to_their_tickets(
+    bus: InMemoryBus, probe: Probe, tmp_path: Path
+) -> None:
+    settings = Settings(
+        quantum_s=NEVER, checkpoint_root=tmp_path, user_tickets="alice=2,bob=1,carol=1"
+    )
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 2))
+        for user in ("alice", "bob", "carol"):
+            for n in range(2):
+                await place(probe, state, user, f"{user}{n}", ("v100-0",))
+        for _ in range(40):
+            await state.on_tick()
+    quanta: Counter[str] = Counter()
+    for quantum in range(40):
+        # A decision amended mid-quantum (an at-once start) is replaced by the later one.
+        for decided in decisions(probe, quantum).values():
+            quanta.update(ref.user for ref in decided.running)
+    total = sum(quanta.values())
+    assert total == 40 * 2
+    assert quanta["alice"] / total == pytest.approx(0.5, abs=0.04)
+    assert quanta["bob"] / total == pytest.approx(0.25, abs=0.04)
+    assert quanta["carol"] / total == pytest.approx(0.25, abs=0.04)
+
+
+async def test_a_gang_starts_on_all_its_servers_in_one_quantum(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 4), ("v100-1", 4))
+        await place(probe, state, "alice", "local", ("v100-0",), 4)
+        await place(probe, state, "bob", "gang", ("v100-0", "v100-1"), 8)
+        await probe.wait_for(COMMANDS, StartCommand)  # local took v100-0 at once
+        for _ in range(4):
+            await state.on_tick()
+        gang_quanta = [
+            q
+            for q in range(4)
+            if any(str(r) == "bob/gang" for r in decisions(probe, q)["v100-0"].running)
+        ]
+    assert gang_quanta, "the gang never ran"
+    for quantum in gang_quanta:
+        both = decisions(probe, quantum)
+        assert both["v100-0"].central and both["v100-1"].central
+        assert [str(r) for r in both["v100-1"].running] == ["bob/gang"]
+    gang_starts = [s for s in starts(probe) if s.job_id == "gang"]
+    assert {s.node_id: s.gpu_indices for s in gang_starts[:2]} == {
+        "v100-0": (0, 1, 2, 3),
+        "v100-1": (0, 1, 2, 3),
+    }
+
+
+async def test_a_moved_job_starts_on_its_new_server_only_after_the_old_one_let_go(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 2), ("v100-1", 2))
+        await place(probe, state, "alice", "j1", ("v100-0",))
+        (first,) = await probe.wait_for(COMMANDS, StartCommand)
+        await started(probe, first)
+        await eventually(
+            lambda: state.ledger.jobs["alice.j1"].stays["v100-0"].phase is Phase.RUNNING
+        )
+        await probe.publish(
+            JobPlaced(user="alice", job_id="j1", servers=("v100-1",), generation="v100")
+        )
+        await eventually(lambda: state.ledger.jobs["alice.j1"].servers == ("v100-1",))
+        await state.on_tick()
+        (suspend,) = suspends(probe)
+        assert (suspend.node_id, suspend.reason) == ("v100-0", SuspendReason.MIGRATION)
+        assert len(starts(probe)) == 1  # not yet on v100-1: v100-0 still holds it
+        await state.on_tick()
+        assert len(starts(probe)) == 1
+        await probe.publish(
+            JobMigrated(
+                user="alice",
+                job_id="j1",
+                from_node="v100-0",
+                to_node="v100-1",
+                reason=MigrationReason.LOAD_BALANCE,
+                attempt=1,
+                checkpoint_step=12,
+            )
+        )
+        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2)
+    assert starts(probe)[-1].node_id == "v100-1"
+
+
+async def test_an_exited_job_waits_for_its_verdict_and_a_retry_starts_the_next_attempt(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        await place(probe, state, "alice", "j1", ("v100-0",))
+        (first,) = await probe.wait_for(COMMANDS, StartCommand)
+        await started(probe, first)
+        await probe.publish(
+            JobExited(
+                user="alice", job_id="j1", node_id="v100-0", attempt=1, exit_code=1, runtime_s=3
+            )
+        )
+        await eventually(lambda: state.ledger.jobs["alice.j1"].exited)
+        await state.on_tick()
+        assert len(starts(probe)) == 1  # no verdict yet: it does not run
+        await probe.publish(
+            JobRetried(
+                user="alice",
+                job_id="j1",
+                attempt=2,
+                delay_s=0,
+                failure_class=FailureClass.INFRASTRUCTURE,
+                reason="GPU fell off the bus",
+            )
+        )
+        second = (await probe.wait_for(COMMANDS, StartCommand, lambda f: len(f) == 2))[-1]
+    assert second.attempt == 2 and second.gpu_indices == (0,)
+
+
+async def test_a_retry_waits_out_its_delay(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        await place(probe, state, "alice", "j1", ("v100-0",))
+        (first,) = await probe.wait_for(COMMANDS, StartCommand)
+        await probe.publish(
+            JobExited(
+                user="alice", job_id="j1", node_id="v100-0", attempt=1, exit_code=1, runtime_s=1
+            )
+        )
+        await probe.publish(
+            JobRetried(
+                user="alice",
+                job_id="j1",
+                attempt=2,
+                delay_s=0.3,
+                failure_class=FailureClass.USER_ERROR,
+                reason="exit 1",
+            )
+        )
+        await eventually(lambda: state.ledger.jobs["alice.j1"].attempt == 2)
+        await state.on_tick()
+        assert len(starts(probe)) == 1
+        await probe.settle(0.35)
+        await state.on_tick()
+    assert [s.attempt for s in starts(probe)] == [1, 2]
+
+
+async def test_an_ended_job_is_killed_where_it_runs_and_frees_its_gpus(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        await place(probe, state, "alice", "j1", ("v100-0",))
+        await place(probe, state, "bob", "j2", ("v100-0",))
+        (first,) = await probe.wait_for(COMMANDS, StartCommand)
+        await probe.publish(
+            JobCancelled(user="alice", job_id="j1", previous_state=JobState.RUNNING)
+        )
+        (kill,) = await probe.wait_for(COMMANDS, KillCommand)
+        assert (kill.node_id, kill.job_id) == ("v100-0", "j1")
+        await state.on_tick()
+    assert [s.job_id for s in starts(probe)] == ["j1", "j2"]
+    assert suspends(probe) == []  # the GPU was free: nothing to take it from
+
+
+async def test_jobs_on_a_failed_node_wait_for_a_new_placement(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 2), ("v100-1", 2))
+        await place(probe, state, "alice", "j1", ("v100-0",))
+        (first,) = await probe.wait_for(COMMANDS, StartCommand)
+        await started(probe, first)
+        await probe.publish(NodeFailed(node_id="v100-0", reason="no heartbeats"))
+        await eventually(lambda: not state.ledger.jobs["alice.j1"].stays)
+        await state.on_tick()
+        assert len(starts(probe)) == 1
+        assert "v100-0" not in decisions(probe, 0)
+        await probe.publish(
+            JobPlaced(user="alice", job_id="j1", servers=("v100-1",), generation="v100")
+        )
+        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2)
+    assert starts(probe)[-1].node_id == "v100-1"
+    assert suspends(probe) == []  # a dead node gets no suspend
+
+
+async def test_a_quarantined_node_is_drained(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 2))
+        await place(probe, state, "alice", "j1", ("v100-0",))
+        (first,) = await probe.wait_for(COMMANDS, StartCommand)
+        await started(probe, first)
+        await probe.publish(
+            NodeQuarantined(node_id="v100-0", reason="XID 79 three times", recent_failures=3)
+        )
+        await eventually(lambda: not state.ledger.inventory.nodes["v100-0"].schedulable)
+        await state.on_tick()
+        (suspend,) = await probe.wait_for(COMMANDS, SuspendCommand)
+        await state.on_tick()
+    assert (suspend.node_id, suspend.reason) == ("v100-0", SuspendReason.DRAIN)
+    assert len(suspends(probe)) == 1
+
+
+async def test_an_old_suspend_confirmed_after_a_new_start_keeps_the_job_running(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        await place(probe, state, "alice", "a", ("v100-0",))
+        await place(probe, state, "bob", "b", ("v100-0",))
+        await probe.wait_for(COMMANDS, StartCommand)
+        await state.on_tick()  # a suspended, b started
+        await state.on_tick()  # b suspended, a started again: a's first suspend unconfirmed
+        a = state.ledger.jobs["alice.a"].stays["v100-0"]
+        assert (a.phase, a.pending_suspends) == (Phase.STARTING, 1)
+        await probe.publish(
+            JobSuspended(
+                user="alice",
+                job_id="a",
+                node_id="v100-0",
+                attempt=1,
+                reason=SuspendReason.TIME_SLICE,
+            )
+        )
+        await eventually(lambda: state.ledger.jobs["alice.a"].stays["v100-0"].pending_suspends == 0)
+        assert state.ledger.jobs["alice.a"].stays["v100-0"].phase is Phase.STARTING
+
+
+async def test_a_restarted_split_stride_continues_where_it_stopped(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        await place(probe, state, "alice", "a", ("v100-0",))
+        await place(probe, state, "bob", "b", ("v100-0",))
+        await probe.wait_for(COMMANDS, StartCommand)
+        for _ in range(3):
+            await state.on_tick()
+        before = state.ledger.to_record(state.ledger.last_tick_at)  # type: ignore[arg-type]
+    async with split_stride(bus, settings) as state:
+        after = state.ledger.to_record(before.updated_at)
+        assert after.model_dump(exclude={"updated_at"}) == before.model_dump(
+            exclude={"updated_at"}
+        )
+        await state.on_tick()
+    ticks = probe.payloads(SCHED, QuantumTicked)
+    assert [t.quantum for t in ticks] == [0, 1, 2, 3]
+    # Strict alternation carries on across the restart.
+    holders = [
+        str(decisions(probe, q)["v100-0"].running[0]) for q in range(4)
+    ]
+    assert holders[0] != holders[1] != holders[2] != holders[3]
+    stored = await load_stride(await bus.key_value(STRIDE.name))
+    assert stored is not None and stored.record.quantum == 4
+
+
+async def test_usage_counts_gpu_seconds_per_user_and_pool(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 4))
+        await place(probe, state, "alice", "a", ("v100-0",), 3)
+        await place(probe, state, "bob", "b", ("v100-0",), 1)
+        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2)
+        await state.on_tick()
+        await probe.settle(0.3)
+        await state.on_tick()
+        usage = state.ledger.usage
+    assert set(usage) == {"alice", "bob"} and set(usage["alice"]) == {"v100"}
+    assert usage["alice"]["v100"] == pytest.approx(3 * usage["bob"]["v100"], rel=0.01)
+    assert usage["bob"]["v100"] >= 0.3
+
+
+async def test_a_repeated_placement_is_handled_once(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 2))
+        await place(probe, state, "alice", "j1", ("v100-0",))
+        (first,) = await probe.wait_for(COMMANDS, StartCommand)
+        placed = JobPlaced(user="alice", job_id="j1", servers=("v100-0",), generation="v100")
+        envelope = Envelope.wrap(placed, source="test")
+        await state.on_job_event(envelope, placed)
+        await state.on_job_event(envelope, placed)
+        await probe.settle()
+    assert starts(probe) == [first]

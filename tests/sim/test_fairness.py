@@ -1,0 +1,113 @@
+"""Gandiva_fair's guarantees, measured on backlogged workloads through the simulator.
+
+Shares are measured over [warm-up, end] in whole 10-minute buckets of the share series; every
+user has far more work queued than the experiment lasts, so everyone stays active throughout.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gfair.core.cluster import parse_cluster_spec
+from gfair.core.throughput import ThroughputTable
+from gfair.sim.ledger import WindowTotals
+from gfair.sim.replay import ReplayOptions, replay
+from gfair.sim.speed import SpeedModel
+from gfair.sim.trace import Trace
+
+from .workloads import backlog
+
+WARM_UP_S = 3_600.0
+END_S = 6 * 3_600.0
+BUCKET_S = 600.0
+
+# Gavel 1-GPU job types whose V100/K80 speedups are the closest to the paper's 6x, 4x, 2x and
+# 1.2x (the table has nothing between 1.05x and 1.65x, so the low gainer is at 1.05x).
+GAINERS = {
+    "u6x": "ResNet-50 (batch size 32)",  # 6.30x
+    "u4x": "LM (batch size 40)",  # 3.93x
+    "u2x": "A3C",  # 2.09x
+    "u1x": "Recommendation (batch size 8192)",  # 1.05x
+}
+
+
+def shares(
+    trace: Trace, spec: str, throughput: ThroughputTable, **options: object
+) -> dict[str, WindowTotals]:
+    cluster = parse_cluster_spec(spec)
+    outcome = replay(
+        trace,
+        cluster,
+        throughput,
+        ReplayOptions(until_s=END_S, series_bucket_s=BUCKET_S, **options),  # type: ignore[arg-type]
+    )
+    assert outcome.series is not None
+    assert all(job.status == "unfinished" for job in outcome.result.jobs)
+    return outcome.series.window(WARM_UP_S, END_S)
+
+
+def test_four_backlogged_users_get_a_quarter_each(throughput: ThroughputTable) -> None:
+    # Mixed gang sizes, so gang-aware stride and load balancing both matter.
+    trace = backlog(["a", "b", "c", "d"], 24, sizes=(1, 2, 4, 1))
+    measured = shares(trace, "v100:4x8", throughput)
+    for user, totals in measured.items():
+        assert totals.entitled_share == pytest.approx(0.25)
+        assert totals.received_share == pytest.approx(0.25, abs=0.02), user
+
+
+def test_tickets_four_to_one_split_eighty_twenty(throughput: ThroughputTable) -> None:
+    trace = backlog(["rich", "poor"], 40, sizes=(1, 2, 1), tickets={"rich": 4, "poor": 1})
+    measured = shares(trace, "v100:4x8", throughput)
+    assert measured["rich"].received_share == pytest.approx(0.80, abs=0.02)
+    assert measured["poor"].received_share == pytest.approx(0.20, abs=0.02)
+
+
+def test_the_chosen_job_types_have_the_papers_speedups(speeds: SpeedModel) -> None:
+    speedups = {u: 1 / speeds.speed(t, "k80") for u, t in GAINERS.items()}
+    assert speedups["u6x"] == pytest.approx(6.0, abs=0.5)
+    assert speedups["u4x"] == pytest.approx(4.0, abs=0.5)
+    assert speedups["u2x"] == pytest.approx(2.0, abs=0.5)
+    assert speedups["u1x"] == pytest.approx(1.2, abs=0.25)
+
+
+@pytest.fixture(scope="module")
+def trading_runs(throughput: ThroughputTable) -> tuple[dict[str, float], dict[str, float]]:
+    """Each user's effective throughput with and without trading, V100 + K80 cluster."""
+    trace = backlog(list(GAINERS), 24, job_types=GAINERS)
+    spec = "v100:4x8,k80:8x4"
+    traded = shares(trace, spec, throughput, trading=True)
+    untraded = shares(trace, spec, throughput, trading=False)
+    return (
+        {user: totals.throughput for user, totals in traded.items()},
+        {user: totals.throughput for user, totals in untraded.items()},
+    )
+
+
+def test_trading_leaves_nobody_worse_off_and_raises_the_total(
+    trading_runs: tuple[dict[str, float], dict[str, float]],
+) -> None:
+    traded, untraded = trading_runs
+    for user in GAINERS:
+        assert traded[user] >= untraded[user] * 0.99, user
+    assert sum(traded.values()) > 1.1 * sum(untraded.values())
+    # The seller of fast-GPU share (least V100 speedup) gains the most, as in the paper.
+    assert traded["u1x"] / untraded["u1x"] == pytest.approx(1.30, abs=0.10)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the core's auction also lets u4x and u2x trade, so the V100 share is spread over three "
+        "buyers: measured gains u6x +10%, u4x +18%, u2x +6%, u1x +30% (paper: about +30% for "
+        "u6x and u1x, the others unaffected)"
+    ),
+)
+def test_paper_result_highest_and_lowest_gainers_gain_about_30_percent(
+    trading_runs: tuple[dict[str, float], dict[str, float]],
+) -> None:
+    traded, untraded = trading_runs
+    gain = {user: traded[user] / untraded[user] - 1 for user in GAINERS}
+    assert gain["u6x"] == pytest.approx(0.30, abs=0.10)
+    assert gain["u1x"] == pytest.approx(0.30, abs=0.10)
+    assert gain["u4x"] == pytest.approx(0.0, abs=0.05)
+    assert gain["u2x"] == pytest.approx(0.0, abs=0.05)
