@@ -47,9 +47,13 @@ from gfair.events.jobs import (
 )
 from gfair.events.nodes import NodeHeartbeat, NodeRegistered, NodeTelemetry
 from gfair.events.reasons import MigrationReason, SuspendReason
+from gfair.events.states import JobState
+from gfair.events.submission import JobSubmitted
 from gfair.node.run_directory import RunDirectory
 from gfair.node.simulated import SimulatedGpus
 from gfair.sdk.environment import ENV_CONTROL_DIR
+from gfair.state.buckets import JOBS
+from gfair.state.job_record import JobRecord, save_job
 from gfair_services.node_executor import CANNOT_START_EXIT_CODE, NodeExecutor, Settings
 from gfair_services.topology import cluster_topology
 
@@ -305,6 +309,25 @@ async def test_stale_start_is_ignored(node: Node, tmp_path: Path) -> None:
     assert node.executor.running() == []
 
 
+async def test_start_the_job_record_has_overtaken_is_ignored(node: Node, tmp_path: Path) -> None:
+    jobs = await node.bus.key_value(JOBS.name)
+    for job_id, update in (
+        ("finished", {"state": JobState.COMPLETED}),
+        ("moved", {"state": JobState.PLACED, "servers": ("n2",)}),
+        ("retried", {"state": JobState.QUEUED, "attempt": 2}),
+        ("here", {"state": JobState.PLACED, "servers": (NODE,)}),
+    ):
+        submitted = JobSubmitted(user="alice", job_id=job_id, gpus=1, command=SLEEPER)
+        record = JobRecord.accepted(Envelope.wrap(submitted, source="test"), submitted)
+        await save_job(jobs, record.model_copy(update=update), None)
+    for job_id, gpu in (("finished", 0), ("moved", 1), ("retried", 0), ("here", 1)):
+        await node.send(start_command(tmp_path, job_id, SLEEPER, (gpu,)))
+    (started,) = await node.wait_for(JobStarted)
+    await settle(node)
+    assert isinstance(started, JobStarted) and started.job_id == "here"
+    assert [run.job.job_id for run in node.executor.running()] == ["here"]
+
+
 async def test_start_on_gpus_still_held_suspends_the_holder_first(
     node: Node, tmp_path: Path
 ) -> None:
@@ -388,6 +411,28 @@ async def test_commands_of_an_earlier_attempt_are_ignored(node: Node, tmp_path: 
     (job,) = node.executor.running()
     assert (job.attempt, job.gpu_indices) == (2, (0,))
     assert len(await node.events(JobStarted, JobSuspended)) == 1
+
+
+async def test_suspend_then_resume_with_the_last_start_command(node: Node, tmp_path: Path) -> None:
+    await node.send(start_command(tmp_path, "sliced", SLEEPER, (0,)))
+    await node.wait_for(JobStarted)
+    suspend = SuspendCommand(node_id=NODE, user="alice", job_id="sliced", attempt=1)
+    first = await node.send(suspend)
+    (suspended,) = await node.wait_for(JobSuspended)
+    assert isinstance(suspended, JobSuspended)
+    # The sleeper never checkpoints: it was stopped after the timeout, with nothing to resume.
+    assert suspended.checkpoint_step is None
+    await node.executor.on_command(first, suspend)  # a redelivery restates, under the same id
+    assert len(await node.events(JobSuspended)) == 1
+
+    await node.send(
+        ResumeCommand(node_id=NODE, user="alice", job_id="sliced", attempt=1, gpu_indices=(1,))
+    )
+    started = await node.wait_for(JobStarted, count=2)
+    assert isinstance(started[-1], JobStarted)
+    assert started[-1].gpu_indices == (1,)
+    (run,) = node.executor.running()
+    assert run.gpu_indices == (1,)
 
 
 async def test_migrate_checkpoints_and_announces_the_move(node: Node, tmp_path: Path) -> None:

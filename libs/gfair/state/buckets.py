@@ -19,8 +19,13 @@ STRIDE = Bucket(
 )
 PROFILES = Bucket("gfair_profiles", "profiler", "measured rates per user/job type per generation")
 SHARES = Bucket("gfair_shares", "trading-auction", "per-user per-pool entitlements and trades")
+FAILURES = Bucket(
+    "gfair_failures",
+    "failure-detector",
+    "one JobFailureRecord per job (attempts, retries per class, decisions), key '<user>.<job_id>'",
+)
 
-ALL: tuple[Bucket, ...] = (JOBS, NODES, STRIDE, PROFILES, SHARES)
+ALL: tuple[Bucket, ...] = (JOBS, NODES, STRIDE, PROFILES, SHARES, FAILURES)
 
 
 def job_key(user: str, job_id: str) -> str:

@@ -16,13 +16,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from gfair.events.fields import Attempt, JobId, NodeId, Reason, UserName
 from gfair.events.reasons import FailureClass
 from gfair.events.states import JobState
-from gfair.state.buckets import Bucket, job_key
-
-FAILURES = Bucket(
-    "gfair_failures",
-    "failure-detector",
-    "one JobFailureRecord per job (attempts, retries per class, decisions), key '<user>.<job_id>'",
-)
+from gfair.state.buckets import FAILURES, job_key
 BUCKET = FAILURES.name
 MAX_DECISIONS_KEPT = 20
 

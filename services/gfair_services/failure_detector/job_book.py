@@ -1,35 +1,30 @@
 """The failure detector's view of every live job: where it runs, its attempt, its retries.
 
-An exit is classified by `gfair.core.failure.classify` and decided by `gfair.core.retry.decide`
-(per-class budgets, back-off); this book supplies the facts (retries so far, last checkpoint),
-applies the submission's own `max_retries` cap on top, and turns the decision into the job's
-next event: completed, retried (resuming from the last checkpoint) or failed. Hung jobs (no
-progress for `hang_after_s` while running) are killed and decided like an infrastructure
-failure. It reads no clock: `now` is an argument.
+An exit is classified by `gfair.core.failure.classify` and decided by `failure_decision`;
+this book supplies the facts (attempt, retries so far, last checkpoint) and keeps the outcome.
+Hung jobs (no progress for `hang_after_s` while running) are killed and decided like an
+infrastructure failure; copies a node runs of jobs that live elsewhere are fenced (killed).
+It reads no clock: `now` is an argument.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from gfair.core.failure import Classification, ExitFacts, classify
 from gfair.core.failure import FailureClass as CoreFailureClass
-from gfair.core.retry import RetryPolicy, decide
+from gfair.core.retry import RetryPolicy
 from gfair.events.commands import KillCommand
-from gfair.events.fields import MAX_ATTEMPTS, MAX_STDERR_TAIL_CHARS, JobRef
+from gfair.events.fields import JobRef
 from gfair.events.jobs import (
     JobCancelled,
     JobCheckpointed,
-    JobCompleted,
     JobExited,
-    JobFailed,
     JobMigrated,
     JobProgress,
     JobResumed,
-    JobRetried,
     JobStarted,
     JobSuspended,
 )
@@ -37,16 +32,10 @@ from gfair.events.reasons import FailureClass
 from gfair.events.states import JobState
 from gfair.events.submission import JobSubmitted
 from gfair.state.buckets import job_key
-from gfair.state.job_failures import (
-    MAX_DECISIONS_KEPT,
-    FailureDecision,
-    JobFailureRecord,
-    Outcome,
-)
+from gfair.state.job_failures import FailureDecision, JobFailureRecord
 from gfair.state.node_record import NodeFailureEntry
 from gfair_services.failure_detector.change import NO_CHANGE, Change
-
-_CORE_CLASSES = frozenset(kind.value for kind in CoreFailureClass)
+from gfair_services.failure_detector.failure_decision import decide_failure, noted
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +53,6 @@ class Hang:
     cause: str
     change: Change
     correlation_id: str | None = None
-
-
-def job_seed(key: str) -> int:
-    """Spreads retry delays per job, the same on every redelivery (the core is seedless)."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
 
 class JobBook:
@@ -221,7 +205,7 @@ class JobBook:
                 "from scratch" if step is None else f"resuming from step {step}"
             )
             records.append(
-                _noted(
+                noted(
                     record.model_copy(update={"running_on": None, "running_since": None}),
                     FailureDecision(
                         time=now,
@@ -256,7 +240,7 @@ class JobBook:
                 xids=tuple(data.xid_errors),
             )
         )
-        change = self._decide(record, classification, data.node_id, now, exit=data)
+        change = decide_failure(record, classification, data.node_id, now, self._policy, exit=data)
         entry = None
         if classification.kind is CoreFailureClass.INFRASTRUCTURE:
             entry = NodeFailureEntry(
@@ -328,7 +312,9 @@ class JobBook:
                 reason=reason,
             )
             classification = Classification(CoreFailureClass.INFRASTRUCTURE, reason, "hang")
-            decided = self._decide(record, classification, record.running_on, now, exit=None)
+            decided = decide_failure(
+                record, classification, record.running_on, now, self._policy, exit=None
+            )
             started = record.running_since.isoformat() if record.running_since else "-"
             hangs.append(
                 Hang(
@@ -339,104 +325,6 @@ class JobBook:
                 )
             )
         return hangs
-
-    def _decide(
-        self,
-        record: JobFailureRecord,
-        classification: Classification,
-        node_id: str,
-        now: datetime,
-        *,
-        exit: JobExited | None,
-    ) -> Change:
-        kind = FailureClass(classification.kind.value)
-        stopped: dict[str, object] = {"running_on": None, "running_since": None}
-        if classification.kind is CoreFailureClass.SUCCESS:
-            runtime = (
-                (now - record.first_started_at).total_seconds() if record.first_started_at else None
-            )
-            if runtime is None and exit is not None:
-                runtime = exit.runtime_s
-            completed = JobCompleted(
-                user=record.user,
-                job_id=record.job_id,
-                attempt=record.attempt,
-                runtime_s=max(runtime, 0.0) if runtime is not None else None,
-                iterations=record.iterations,
-            )
-            done = record.model_copy(update={**stopped, "terminal": JobState.COMPLETED})
-            note = self._note(record, "completed", kind, classification.reason, node_id, now)
-            return Change(events=(completed,), jobs=(_noted(done, note),))
-        retries = {
-            CoreFailureClass(k.value): n
-            for k, n in record.retries.items()
-            if k.value in _CORE_CLASSES
-        }
-        decision = decide(classification, retries, self._policy, seed=job_seed(record.key))
-        retry, reason = decision.retry, decision.reason
-        if retry and record.max_retries is not None and record.total_retries >= record.max_retries:
-            retry = False
-            reason = (
-                f"{kind.value}: {classification.reason}; "
-                f"the submission's max_retries ({record.max_retries}) is spent"
-            )
-        if retry and record.attempt >= MAX_ATTEMPTS:
-            retry = False
-            reason = f"{kind.value}: {classification.reason}; attempt limit {MAX_ATTEMPTS} reached"
-        if retry:
-            resume = record.last_checkpoint_step if decision.resume_from_checkpoint else None
-            retried = JobRetried(
-                user=record.user,
-                job_id=record.job_id,
-                attempt=record.attempt + 1,
-                delay_s=decision.delay_s,
-                failure_class=kind,
-                reason=reason,
-                resume_from_step=resume,
-            )
-            counts = dict(record.retries)
-            counts[kind] = counts.get(kind, 0) + 1
-            next_attempt = record.model_copy(
-                update={**stopped, "attempt": record.attempt + 1, "retries": counts}
-            )
-            note = self._note(record, "retried", kind, reason, node_id, now).model_copy(
-                update={"delay_s": decision.delay_s, "resume_from_step": resume}
-            )
-            if exit is None:
-                note = note.model_copy(update={"outcome": "hung"})
-            return Change(events=(retried,), jobs=(_noted(next_attempt, note),))
-        failed = JobFailed(
-            user=record.user,
-            job_id=record.job_id,
-            failure_class=kind,
-            reason=reason,
-            attempt=record.attempt,
-            node_id=node_id,
-            exit_code=exit.exit_code if exit else None,
-            signal=exit.signal if exit else None,
-            stderr_tail=exit.stderr_tail[-MAX_STDERR_TAIL_CHARS:] if exit else "",
-        )
-        done = record.model_copy(update={**stopped, "terminal": JobState.FAILED})
-        note = self._note(record, "failed", kind, reason, node_id, now)
-        return Change(events=(failed,), jobs=(_noted(done, note),))
-
-    @staticmethod
-    def _note(
-        record: JobFailureRecord,
-        outcome: Outcome,
-        kind: FailureClass,
-        reason: str,
-        node_id: str,
-        now: datetime,
-    ) -> FailureDecision:
-        return FailureDecision(
-            time=now,
-            attempt=record.attempt,
-            outcome=outcome,
-            failure_class=kind,
-            reason=reason,
-            node_id=node_id,
-        )
 
     def _live(self, user: str, job_id: str) -> JobFailureRecord | None:
         record = self._records.get(job_key(user, job_id))
@@ -451,10 +339,4 @@ def _later(known: int | None, seen: int | None) -> int | None:
     return seen if known is None else max(known, seen)
 
 
-def _noted(record: JobFailureRecord, decision: FailureDecision) -> JobFailureRecord:
-    return record.model_copy(
-        update={"decisions": (*record.decisions, decision)[-MAX_DECISIONS_KEPT:]}
-    )
-
-
-__all__ = ["ExitVerdict", "Hang", "JobBook", "job_seed"]
+__all__ = ["ExitVerdict", "Hang", "JobBook"]

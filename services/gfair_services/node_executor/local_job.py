@@ -1,4 +1,4 @@
-"""One run of a job on this node, as the executor tracks it between commands and exits."""
+"""Runs of jobs on this node, as the executor tracks them between commands and exits."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from enum import StrEnum
 from opentelemetry.context import Context
 
 from gfair.events.fields import JobRef
+from gfair.events.jobs import JobSuspended
+from gfair.events.reasons import SuspendReason
+from gfair.node.lifecycle import SuspendResult
 
 
 class RunStatus(StrEnum):
@@ -26,6 +29,8 @@ class StopKind(StrEnum):
 
 @dataclass
 class LocalJob:
+    """One run: from the start that launched its process to that process's exit."""
+
     job: JobRef
     attempt: int
     gpu_indices: tuple[int, ...]
@@ -43,10 +48,46 @@ class LocalJob:
     checkpoint_step: int | None = None
     # The checkpoint step this run resumed from; None for a fresh start.
     resumed_from: int | None = None
-    # Set by the event relay once the run's exit (its last event) has been published or
+    # Set by the report relay once the run's exit (its last report) has been published, or
     # recognised as the stop that was asked for.
     exit_handled: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def running(self) -> bool:
         return self.status is RunStatus.RUNNING
+
+    def suspended(
+        self, node_id: str, reason: SuspendReason, result: SuspendResult | None
+    ) -> JobSuspended:
+        """`result` of the suspend that stopped it; None to restate what the run left."""
+        step = self.checkpoint_step
+        if result is not None:
+            step = result.checkpoint.step if result.checkpoint else None
+        return JobSuspended(
+            user=self.job.user,
+            job_id=self.job.job_id,
+            node_id=node_id,
+            attempt=self.attempt,
+            reason=reason,
+            checkpoint_step=step,
+            duration_s=result.switch_s if result is not None else None,
+        )
+
+
+class RunTable:
+    """The latest run of each job on this node."""
+
+    def __init__(self) -> None:
+        self._runs: dict[JobRef, LocalJob] = {}
+
+    def get(self, job: JobRef) -> LocalJob | None:
+        return self._runs.get(job)
+
+    def put(self, run: LocalJob) -> None:
+        self._runs[run.job] = run
+
+    def running(self) -> list[LocalJob]:
+        return [run for run in self._runs.values() if run.running]
+
+    def busy_gpus(self) -> frozenset[int]:
+        return frozenset(i for run in self.running() for i in run.gpu_indices)

@@ -88,6 +88,9 @@ class UserSupervisors:
         except BaseException as exc:
             if not host.ready.done():
                 host.ready.set_exception(exc)
+                # Not kept: the next command for this user tries again.
+                if self._hosts.get(user) is host:
+                    del self._hosts[user]
             raise
 
     async def _pump(self, user: str, supervisor: JobSupervisor) -> None:

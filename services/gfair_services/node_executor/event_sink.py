@@ -1,0 +1,72 @@
+"""Where the executor's events go: one publish at a time, under stable ids where possible.
+
+Commands and the report relay publish through the same lock, which is what orders a run's
+events (see `executor`). An event caused by a command gets an id derived from the command's,
+and one with a `key` (an exit, a checkpoint, a drain) an id derived from the key, so doing it
+again publishes nothing new: JetStream drops the repeated id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from opentelemetry import context as otel_context
+
+from gfair.bus.publisher import derived_event_id
+from gfair.bus.runtime import ServiceRuntime
+from gfair.events.envelope import Envelope, EventData
+from gfair_services.node_executor.local_job import LocalJob
+
+
+class EventSink:
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self._runtime: ServiceRuntime | None = None
+
+    def bind(self, runtime: ServiceRuntime) -> None:
+        self._runtime = runtime
+
+    async def publish(
+        self,
+        data: EventData,
+        *,
+        cause: Envelope | None = None,
+        key: str | None = None,
+        correlation_id: str | None = None,
+    ) -> None:
+        async with self.lock:
+            await self.send(data, cause=cause, key=key, correlation_id=correlation_id)
+
+    async def publish_for(
+        self, run: LocalJob | None, data: EventData, *, key: str | None = None
+    ) -> None:
+        """A report of `run`, in the trace and correlation of the command that started it."""
+        if run is None:
+            await self.publish(data, key=key)
+            return
+        token = otel_context.attach(run.trace_context)
+        try:
+            await self.publish(data, key=key, correlation_id=run.correlation_id)
+        finally:
+            otel_context.detach(token)
+
+    async def send(
+        self,
+        data: EventData,
+        *,
+        cause: Envelope | None = None,
+        key: str | None = None,
+        correlation_id: str | None = None,
+    ) -> None:
+        """Publish now; the caller holds `lock`."""
+        if self._runtime is None:
+            raise RuntimeError("the node executor has not started")
+        subject = data.subject()
+        origin = cause.id if cause is not None else key
+        # One event per (type, subject) per cause: the position needs no counting.
+        event_id = derived_event_id(origin, 0, data.EVENT_TYPE, subject) if origin else None
+        if cause is not None:
+            correlation_id = cause.correlation_id or cause.id
+        await self._runtime.publisher.publish(
+            data, event_id=event_id, causation=cause, correlation_id=correlation_id
+        )

@@ -1,0 +1,219 @@
+"""What each command for this node means, given what runs here.
+
+- start: launch the run; a repeat of a start already in effect is a no-op (its redelivery
+  re-announces it); the same job on other GPUs is suspended and moved; a newer attempt replaces
+  an older run; another job still holding the GPUs is suspended first (commands come in order,
+  so the newest word on those GPUs is this start). Starts older than `command_max_age_s`, and
+  starts the job's record has overtaken (it ended, was retried, or was re-placed elsewhere:
+  `start_guard`), are stale: sent before an outage of this executor, they would run it twice.
+- resume: a start with the command line of the job's last start here.
+- suspend / migrate: checkpoint and stop, then report `suspended` / `migrated`.
+- kill: stop without a checkpoint; nothing is reported (whoever asked decided what follows).
+
+A command about an attempt older than the run here is ignored. Commands for jobs not running
+here change nothing, except a resume of a job never started here and starts that cannot be
+carried out (GPUs this node lacks, a mix of generations, a checkpoint directory outside this
+node's root), which are dead-lettered with the reason: they are scheduler or configuration bugs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import structlog
+
+from gfair.bus.service import Unprocessable
+from gfair.events import jobs as events
+from gfair.events.commands import (
+    KillCommand,
+    MigrateCommand,
+    NodeCommand,
+    ResumeCommand,
+    StartCommand,
+    SuspendCommand,
+)
+from gfair.events.envelope import Envelope
+from gfair.events.reasons import SuspendReason
+from gfair.node.gpu import GpuInfo
+from gfair_services.node_executor.event_sink import EventSink
+from gfair_services.node_executor.local_job import LocalJob, RunStatus, RunTable
+from gfair_services.node_executor.run_control import RunControl
+from gfair_services.node_executor.settings import NodeExecutorSettings
+from gfair_services.node_executor.start_guard import StartGuard
+
+_log = structlog.get_logger("gfair.services.node_executor")
+
+Command = StartCommand | SuspendCommand | ResumeCommand | MigrateCommand | KillCommand
+
+
+class _Superseded(Exception):
+    """A command about an attempt this node has already moved past."""
+
+
+class JobCommands:
+    def __init__(
+        self,
+        settings: NodeExecutorSettings,
+        inventory: Mapping[int, GpuInfo],
+        runs: RunTable,
+        sink: EventSink,
+        control: RunControl,
+        guard: StartGuard,
+        clock: Callable[[], float],
+    ) -> None:
+        self._settings = settings
+        self._node_id = settings.node_id
+        self._inventory = inventory
+        self._runs = runs
+        self._sink = sink
+        self._control = control
+        self._guard = guard
+        self._clock = clock
+
+    async def handle(self, envelope: Envelope, command: Command) -> None:
+        if isinstance(command, StartCommand | ResumeCommand) and self._stale(envelope):
+            return
+        try:
+            if isinstance(command, StartCommand):
+                await self._start(envelope, command)
+            elif isinstance(command, ResumeCommand):
+                await self._resume(envelope, command)
+            elif isinstance(command, SuspendCommand):
+                await self._suspend(envelope, command)
+            elif isinstance(command, MigrateCommand):
+                await self._migrate(envelope, command)
+            else:
+                await self._kill(command)
+        except _Superseded:
+            return
+
+    def generation_of(self, gpu_indices: tuple[int, ...]) -> str:
+        """The one generation of these GPUs of this node; `Unprocessable` otherwise."""
+        missing = sorted(set(gpu_indices) - set(self._inventory))
+        if missing:
+            raise Unprocessable(
+                f"node {self._node_id} has no GPU {missing} (it has {sorted(self._inventory)})"
+            )
+        generations = {self._inventory[i].generation for i in gpu_indices}
+        if len(generations) != 1:
+            raise Unprocessable(
+                f"GPUs {list(gpu_indices)} of node {self._node_id} mix generations "
+                f"{sorted(generations)}: a gang runs on one generation"
+            )
+        return generations.pop()
+
+    def _stale(self, envelope: Envelope) -> bool:
+        age = self._clock() - envelope.time.timestamp()
+        if age <= self._settings.command_max_age_s:
+            return False
+        _log.warning("stale start ignored", event_id=envelope.id, age_s=round(age, 1))
+        return True
+
+    def _current(self, command: NodeCommand) -> LocalJob | None:
+        """This node's run of the job; `_Superseded` if the command is about an earlier attempt."""
+        run = self._runs.get(command.job)
+        if run is not None and command.attempt < run.attempt:
+            _log.info(
+                "command for an earlier attempt ignored",
+                job=str(command.job),
+                command=command.command_name(),
+                attempt=command.attempt,
+                current=run.attempt,
+            )
+            raise _Superseded
+        return run
+
+    async def _start(self, envelope: Envelope, command: StartCommand) -> None:
+        current = self._current(command)
+        if current is not None and current.running and await self._control.still_running(current):
+            same = sorted(current.gpu_indices) == sorted(command.gpu_indices)
+            if same and command.attempt == current.attempt:
+                if envelope.id == current.start_event_id:  # redelivered: announce again
+                    started = self._control.start_event(current, 0.0)
+                    await self._sink.publish(started, cause=envelope)
+                return
+            if command.attempt > current.attempt:
+                await self._control.kill_run(current, f"superseded by attempt {command.attempt}")
+            else:
+                await self._suspend_run(envelope, current, SuspendReason.TIME_SLICE)
+        if await self._guard.outdated(command) is not None:
+            return
+        generation = self.generation_of(tuple(command.gpu_indices))
+        expected = self._settings.checkpoint_dir(command.user, command.job_id)
+        if Path(command.checkpoint_dir) != expected:
+            raise Unprocessable(
+                f"checkpoint dir {command.checkpoint_dir} is not {expected}: the scheduler's "
+                f"checkpoint root differs from node {self._node_id}'s "
+                f"({self._settings.checkpoint_root})"
+            )
+        wanted = set(command.gpu_indices)
+        for occupant in self._runs.running():
+            held = wanted & set(occupant.gpu_indices)
+            if occupant.job != command.job and held:
+                _log.warning(
+                    "GPUs still held by another job: suspending it",
+                    job=str(occupant.job),
+                    gpus=sorted(held),
+                )
+                await self._suspend_run(envelope, occupant, SuspendReason.TIME_SLICE)
+        await self._control.launch(envelope, command, generation)
+
+    async def _resume(self, envelope: Envelope, command: ResumeCommand) -> None:
+        last = self._control.launches.load(command.job)
+        if last is None:
+            raise Unprocessable(
+                f"node {self._node_id} never started {command.job}: a resume needs the job's "
+                "command line from an earlier start here; send a start command instead"
+            )
+        start = last.model_copy(
+            update={"gpu_indices": command.gpu_indices, "attempt": command.attempt}
+        )
+        await self._start(envelope, start)
+
+    async def _suspend(self, envelope: Envelope, command: SuspendCommand) -> None:
+        run = self._current(command)
+        if run is not None and run.stop_event_id == envelope.id and not run.running:
+            # Redelivered after it took effect: announce again, under the same id.
+            restated = run.suspended(self._node_id, command.reason, None)
+            await self._sink.publish(restated, cause=envelope)
+            return
+        if run is None or not run.running:
+            _log.info("suspend of a job not running here ignored", job=str(command.job))
+            return
+        await self._suspend_run(envelope, run, command.reason)
+
+    async def _suspend_run(self, envelope: Envelope, run: LocalJob, reason: SuspendReason) -> None:
+        result = await self._control.yield_run(run, envelope.id)
+        if result is not None:
+            await self._sink.publish(run.suspended(self._node_id, reason, result), cause=envelope)
+
+    async def _migrate(self, envelope: Envelope, command: MigrateCommand) -> None:
+        run = self._current(command)
+        if run is None or run.status is RunStatus.EXITED:
+            _log.info("migrate of a job not here ignored", job=str(command.job))
+            return
+        if run.running:
+            result = await self._control.yield_run(run, envelope.id)
+            if result is None:
+                return  # it ended on its own meanwhile; its exit was reported
+            run.checkpoint_step = result.checkpoint.step if result.checkpoint else None
+        # A job already suspended here needs nothing but the announcement: its checkpoint is
+        # in the shared directory the target node reads.
+        migrated = events.JobMigrated(
+            user=command.user,
+            job_id=command.job_id,
+            from_node=self._node_id,
+            to_node=command.to_node,
+            reason=command.reason,
+            attempt=run.attempt,
+            checkpoint_step=run.checkpoint_step,
+        )
+        await self._sink.publish(migrated, cause=envelope)
+
+    async def _kill(self, command: KillCommand) -> None:
+        run = self._current(command)
+        if run is None or not run.running:
+            _log.info("kill of a job not running here ignored", job=str(command.job))
+            return
+        await self._control.kill_run(run, command.reason)

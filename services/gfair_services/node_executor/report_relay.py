@@ -1,0 +1,136 @@
+"""What the job supervisors report, relayed as job events.
+
+Progress (with the run's GPU generation, once a rate is known), checkpoints, and the end of a
+run. An end the scheduler did not ask for is `exited`, with the stderr tail and the XID errors
+seen on the run's GPUs, for the failure detector to classify; an end it asked for (a yield, a
+kill) is left to the command that asked, which reports it once the relay has seen it.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from gfair.events import jobs as events
+from gfair.events.fields import MAX_STDERR_TAIL_CHARS, JobRef
+from gfair.events.reasons import SuspendReason
+from gfair.node import lifecycle
+from gfair.node.gpu import GpuBackend
+from gfair_services.node_executor.event_sink import EventSink
+from gfair_services.node_executor.gpu_report import XidLog
+from gfair_services.node_executor.local_job import LocalJob, RunStatus, RunTable, StopKind
+
+_log = structlog.get_logger("gfair.services.node_executor")
+
+
+class ReportRelay:
+    def __init__(
+        self, node_id: str, runs: RunTable, sink: EventSink, gpus: GpuBackend, xids: XidLog
+    ) -> None:
+        self._node_id = node_id
+        self._runs = runs
+        self._sink = sink
+        self._gpus = gpus
+        self._xids = xids
+
+    async def __call__(self, user: str, report: lifecycle.JobEvent) -> None:
+        run = self._runs.get(JobRef(user=user, job_id=report.job_id))
+        if isinstance(report, lifecycle.JobProgress):
+            await self._progress(user, run, report)
+        elif isinstance(report, lifecycle.JobCheckpointed):
+            await self._checkpointed(user, run, report)
+        else:
+            await self._exited(user, run, report)
+
+    async def _progress(
+        self, user: str, run: LocalJob | None, report: lifecycle.JobProgress
+    ) -> None:
+        if run is None or not run.running or report.rate_per_s is None:
+            return  # no rate yet (two reports make one), or a run already over
+        await self._sink.publish_for(
+            run,
+            events.JobProgress(
+                user=user,
+                job_id=report.job_id,
+                node_id=self._node_id,
+                generation=run.generation,
+                attempt=report.attempt,
+                minibatches_per_s=report.rate_per_s,
+                iterations=report.steps,
+                checkpoint_step=report.checkpoint_step,
+                window_s=report.window_s or None,
+            ),
+        )
+
+    async def _checkpointed(
+        self, user: str, run: LocalJob | None, report: lifecycle.JobCheckpointed
+    ) -> None:
+        checkpoint = report.checkpoint
+        if run is not None:
+            run.checkpoint_step = checkpoint.step
+        await self._sink.publish_for(
+            run,
+            events.JobCheckpointed(
+                user=user,
+                job_id=report.job_id,
+                node_id=self._node_id,
+                attempt=report.attempt,
+                step=checkpoint.step,
+                path=str(checkpoint.path.absolute()),
+            ),
+            key=f"{self._node_id}/checkpoint/{checkpoint.path}",
+        )
+
+    async def _exited(self, user: str, run: LocalJob | None, report: lifecycle.JobExited) -> None:
+        # The XID that killed a job is usually raised as it dies: look now, not at the next
+        # telemetry sample.
+        self._xids.add(self._gpus.poll_xid_errors())
+        if run is not None and report.checkpoint is not None:
+            run.checkpoint_step = report.checkpoint.step
+        asked = run is not None and (
+            (run.stop is StopKind.YIELD and report.yielded)
+            or (run.stop is StopKind.KILL and report.terminated_by is not None)
+        )
+        try:
+            if asked:
+                return
+            if run is not None and report.yielded:
+                # Yielded with no command of ours: the supervisor's own shutdown asked (a drain
+                # that did not get to it first). A yield must never read as an exit 0.
+                asked = True
+                drained = run.suspended(self._node_id, SuspendReason.DRAIN, None)
+                key = f"{self._node_id}/yield/{run.job}/{run.started_at!r}"
+                await self._sink.publish_for(run, drained, key=key)
+                return
+            await self._report_exit(user, run, report)
+        finally:
+            if run is not None:
+                run.status = RunStatus.STOPPED if asked else RunStatus.EXITED
+                run.exit_handled.set()
+
+    async def _report_exit(
+        self, user: str, run: LocalJob | None, report: lifecycle.JobExited
+    ) -> None:
+        gpus = run.gpu_indices if run is not None else ()
+        started = run.started_at if run is not None else report.time - report.duration_s
+        await self._sink.publish_for(
+            run,
+            events.JobExited(
+                user=user,
+                job_id=report.job_id,
+                node_id=self._node_id,
+                attempt=report.attempt,
+                exit_code=report.exit_code,
+                signal=report.signal,
+                runtime_s=max(report.duration_s, 0.0),
+                stderr_tail=report.stderr_tail[-MAX_STDERR_TAIL_CHARS:],
+                xid_errors=self._xids.during(gpus, started, report.time),
+            ),
+            key=f"{self._node_id}/exit/{user}/{report.job_id}/{report.attempt}/{started!r}",
+        )
+        _log.info(
+            "job exited",
+            job=f"{user}/{report.job_id}",
+            exit_code=report.exit_code,
+            signal=report.signal,
+            completed=report.completed,
+        )

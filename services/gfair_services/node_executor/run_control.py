@@ -1,0 +1,163 @@
+"""Launching and stopping runs of jobs on this node's GPUs, through the user's supervisor.
+
+Each operation returns once its effect is complete *and reported*: a launch once the run's
+`started`/`resumed` is published (under the sink's lock, so no report of the run can precede
+it), a stop once the report relay has handled the run's exit (so its last checkpoint is
+published before whatever the caller announces next).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import structlog
+from opentelemetry import context as otel_context
+
+from gfair.events import jobs as events
+from gfair.events.commands import StartCommand
+from gfair.events.envelope import Envelope
+from gfair.events.fields import MAX_STDERR_TAIL_CHARS
+from gfair.node import lifecycle
+from gfair.node.gpu import GpuInfo
+from gfair.node.launch import CheckpointRef, JobLaunch
+from gfair.node.supervisor import JobStartError
+from gfair.sdk.checkpoint import CheckpointStore
+from gfair_services.node_executor.event_sink import EventSink
+from gfair_services.node_executor.launch_book import LaunchBook
+from gfair_services.node_executor.local_job import LocalJob, RunStatus, RunTable, StopKind
+from gfair_services.node_executor.settings import NodeExecutorSettings
+from gfair_services.node_executor.user_supervisors import UserSupervisors
+
+# What a shell answers for a command it cannot run; the failure detector reads it as the
+# program's own failure (a missing interpreter or working directory is the submitter's).
+CANNOT_START_EXIT_CODE = 127
+
+_log = structlog.get_logger("gfair.services.node_executor")
+
+
+class RunControl:
+    def __init__(
+        self,
+        settings: NodeExecutorSettings,
+        inventory: Mapping[int, GpuInfo],
+        runs: RunTable,
+        sink: EventSink,
+        supervisors: UserSupervisors,
+    ) -> None:
+        self._settings = settings
+        self._node_id = settings.node_id
+        self._inventory = inventory
+        self._runs = runs
+        self._sink = sink
+        self._supervisors = supervisors
+        self.launches = LaunchBook(settings.work_dir / "launches")
+
+    async def launch(self, cause: Envelope, command: StartCommand, generation: str) -> None:
+        """Start the run, from the job's newest checkpoint when it has one."""
+        checkpoints = self._settings.checkpoint_dir(command.user, command.job_id)
+        latest = CheckpointStore(checkpoints).latest()
+        resume = CheckpointRef.of(latest) if latest is not None else None
+        launch = JobLaunch(
+            job_id=command.job_id,
+            argv=tuple(command.command),
+            gpu_indices=tuple(command.gpu_indices),
+            generation=generation,
+            attempt=command.attempt,
+            env=dict(command.env),
+            gpu_uuids=tuple(self._inventory[i].uuid for i in command.gpu_indices),
+            workdir=Path(command.working_dir) if command.working_dir else None,
+            resume_from=resume,
+        )
+        self.launches.save(command)
+        supervisor = await self._supervisors.get(command.user)
+        began = time.monotonic()
+        async with self._sink.lock:
+            try:
+                handle = await supervisor.start(launch)
+            except (JobStartError, OSError) as exc:
+                _log.warning("job could not start", job=str(command.job), error=str(exc))
+                await self._sink.send(self._cannot_start(command, exc), cause=cause)
+                return
+            run = LocalJob(
+                job=command.job,
+                attempt=command.attempt,
+                gpu_indices=tuple(command.gpu_indices),
+                generation=generation,
+                started_at=handle.started_at,
+                start_event_id=cause.id,
+                correlation_id=cause.correlation_id or cause.id,
+                trace_context=otel_context.get_current(),
+                checkpoint_step=resume.step if resume else None,
+                resumed_from=resume.step if resume else None,
+            )
+            self._runs.put(run)
+            await self._sink.send(self.start_event(run, time.monotonic() - began), cause=cause)
+        _log.info(
+            "job started",
+            job=str(command.job),
+            attempt=command.attempt,
+            gpus=list(command.gpu_indices),
+            generation=generation,
+            resumed_from_step=resume.step if resume else None,
+        )
+
+    async def yield_run(
+        self, run: LocalJob, cause_id: str | None
+    ) -> lifecycle.SuspendResult | None:
+        """Checkpoint and stop the run; None when it ended on its own instead (reported)."""
+        run.stop = StopKind.YIELD
+        run.stop_event_id = cause_id
+        supervisor = await self._supervisors.get(run.job.user)
+        result = await supervisor.suspend(run.job.job_id, self._settings.suspend_timeout_s)
+        await self._exit_handled(run)
+        return result if run.status is RunStatus.STOPPED else None
+
+    async def kill_run(self, run: LocalJob, reason: str) -> None:
+        run.stop = StopKind.KILL
+        supervisor = await self._supervisors.get(run.job.user)
+        await supervisor.kill(run.job.job_id, reason)
+        await self._exit_handled(run)
+        _log.info("job killed", job=str(run.job), reason=reason)
+
+    async def still_running(self, run: LocalJob) -> bool:
+        """Whether its process lives; if not, returns once its exit has been reported."""
+        supervisor = await self._supervisors.get(run.job.user)
+        if any(handle.job_id == run.job.job_id for handle in supervisor.running()):
+            return True
+        await self._exit_handled(run)
+        return False
+
+    async def _exit_handled(self, run: LocalJob) -> None:
+        # The supervisor hands the exit to the relay before it returns; this only waits for
+        # the relay to get to it. The bound guards against a relay that died.
+        limit = self._settings.suspend_timeout_s + self._settings.term_grace_s + 10.0
+        try:
+            await asyncio.wait_for(run.exit_handled.wait(), limit)
+        except TimeoutError:
+            _log.error("exit of a stopped job never reached the relay", job=str(run.job))
+
+    def start_event(self, run: LocalJob, took_s: float) -> events.JobStarted | events.JobResumed:
+        common = {
+            "user": run.job.user,
+            "job_id": run.job.job_id,
+            "node_id": self._node_id,
+            "gpu_indices": run.gpu_indices,
+            "attempt": run.attempt,
+        }
+        if run.resumed_from is None:
+            return events.JobStarted(**common)
+        return events.JobResumed(**common, checkpoint_step=run.resumed_from, duration_s=took_s)
+
+    def _cannot_start(self, command: StartCommand, error: Exception) -> events.JobExited:
+        return events.JobExited(
+            user=command.user,
+            job_id=command.job_id,
+            node_id=self._node_id,
+            attempt=command.attempt,
+            exit_code=CANNOT_START_EXIT_CODE,
+            runtime_s=0.0,
+            stderr_tail=f"gfair node {self._node_id}: {error}"[-MAX_STDERR_TAIL_CHARS:],
+        )
