@@ -17,6 +17,7 @@ from gfair.events.fields import Attempt, JobId, NodeId, Reason, UserName
 from gfair.events.reasons import FailureClass
 from gfair.events.states import JobState
 from gfair.state.buckets import FAILURES, job_key
+
 BUCKET = FAILURES.name
 MAX_DECISIONS_KEPT = 20
 
