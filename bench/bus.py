@@ -13,9 +13,15 @@ in the same run, with the producer and the consumer on separate connections:
   handler, ack), with the no-op tracer, and again with an SDK tracer provider exporting through
   a batch processor (to a discarding exporter), i.e. with tracing on.
 
-Every path carries the same event (a ``NodeHeartbeat`` envelope, ~300 bytes) on the same
-subject. Latency is from the call to publish to the start of handling; events/s is events over
-the time from the first publish to the last handled. Each run is bounded by ``--time-limit``.
+Every path carries the same event (a ``NodeHeartbeat`` envelope, ~300 bytes). Latency is from
+the call to publish to the start of handling; events/s is events over the time from the first
+publish to the last handled; cpu us/ev is this process's CPU time (producer and consumer
+together) per event. Each publisher awaits its publish before the next, as services do; core
+NATS publishes do not wait for anything, so its latency is the queue behind the whole burst.
+With 8 publishers the consumers fall behind and latency is mostly queueing. Producer and
+consumer share one process and event loop (and, on a small machine, the server's cores), so
+the numbers are a lower bound on what separate processes achieve. Each run is bounded by
+``--time-limit``.
 """
 
 from __future__ import annotations

@@ -70,11 +70,11 @@ async def test_a_server_restart_mid_stream_loses_and_doubles_nothing(
 
     @service.handler(ConsumerSpec(stream=STREAM, durable="counter", ack_wait_s=2.0))
     async def on_ping(envelope: Envelope, data: Pinged) -> list[Emit]:
-        handled[data.key] += 1
         # A write whose reply was lost in the restart fails here and succeeds on the retry
         # with a conflict: either way the effect is recorded exactly once.
         with contextlib.suppress(KvConflict):
             await effects.create(f"e.{envelope.id}", b"1")
+        handled[data.key] += 1
         return []
 
     runtime = ServiceRuntime(service, bus, settings=FAST, extra_topology=TOPOLOGY)

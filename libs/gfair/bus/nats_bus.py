@@ -22,17 +22,16 @@ import nats.errors
 import nats.js.errors
 import structlog
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext, api
+from nats.js import api
 
 from gfair.bus.key_value import KeyValue
+from gfair.bus.nats_consumer import NatsPullConsumer, consumer_config
 from gfair.bus.nats_kv import NatsKeyValue
 from gfair.bus.subject_filter import validate_subject
 from gfair.bus.topology import BucketSpec, ConsumerSpec, StreamSpec, Topology
 from gfair.bus.transport import (
     MSG_ID_HEADER,
     BusError,
-    Delivery,
     NoStreamForSubject,
     PubAck,
     PullConsumer,
@@ -76,106 +75,6 @@ def _stream_config(spec: StreamSpec) -> api.StreamConfig:
     )
 
 
-def _consumer_config(spec: ConsumerSpec) -> api.ConsumerConfig:
-    filters = list(spec.filter_subjects)
-    return api.ConsumerConfig(
-        name=spec.durable,
-        durable_name=spec.durable,
-        description=spec.description or None,
-        deliver_policy=api.DeliverPolicy(spec.deliver_policy.value),
-        opt_start_seq=spec.start_sequence,
-        ack_policy=api.AckPolicy.EXPLICIT,
-        ack_wait=spec.ack_wait_s,
-        # The runner counts attempts and dead-letters; the server must never give up silently.
-        max_deliver=-1,
-        filter_subject=filters[0] if len(filters) == 1 else None,
-        filter_subjects=filters if len(filters) > 1 else None,
-        max_ack_pending=spec.max_ack_pending,
-    )
-
-
-class _NatsDelivery:
-    __slots__ = ("_headers", "_msg", "_num_delivered", "_stream", "_stream_sequence")
-
-    def __init__(self, msg: Msg) -> None:
-        self._msg = msg
-        meta = msg.metadata
-        self._stream = meta.stream
-        self._stream_sequence = meta.sequence.stream
-        self._num_delivered = meta.num_delivered
-        self._headers: Mapping[str, str] = msg.headers or {}
-
-    @property
-    def subject(self) -> str:
-        return self._msg.subject
-
-    @property
-    def data(self) -> bytes:
-        return self._msg.data
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        return self._headers
-
-    @property
-    def stream(self) -> str:
-        return self._stream
-
-    @property
-    def stream_sequence(self) -> int:
-        return self._stream_sequence
-
-    @property
-    def num_delivered(self) -> int:
-        return self._num_delivered
-
-    async def ack(self) -> None:
-        await self._msg.ack()
-
-    async def nak(self, delay_s: float | None = None) -> None:
-        await self._msg.nak(delay=delay_s)
-
-    async def in_progress(self) -> None:
-        await self._msg.in_progress()
-
-    async def term(self) -> None:
-        await self._msg.term()
-
-
-class _NatsPullConsumer:
-    def __init__(
-        self, bus: NatsBus, spec: ConsumerSpec, sub: JetStreamContext.PullSubscription
-    ) -> None:
-        self._bus = bus
-        self._spec = spec
-        self._sub = sub
-
-    @property
-    def spec(self) -> ConsumerSpec:
-        return self._spec
-
-    async def fetch(self, batch: int, timeout_s: float) -> list[Delivery]:
-        try:
-            msgs = await self._sub.fetch(batch, timeout=timeout_s)
-        except nats.errors.TimeoutError:
-            return []
-        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError) as exc:
-            # Reconnects are invisible here; a closed connection never comes back.
-            raise BusError(f"consumer {self._spec.durable}: connection closed") from exc
-        except nats.js.errors.NotFoundError:
-            # The consumer vanished (deleted by an operator, or a memory-backed server
-            # restarted): declare it again and carry on from its deliver policy.
-            _log.warning("consumer missing, recreating", consumer=self._spec.durable)
-            await self._bus.ensure_consumer(self._spec)
-            return []
-        return [_NatsDelivery(m) for m in msgs]
-
-    async def close(self) -> None:
-        closed = (nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError)
-        with contextlib.suppress(*closed):
-            await self._sub.unsubscribe()
-
-
 _TRANSIENT_API_ERRORS = (
     nats.errors.TimeoutError,
     nats.errors.NoRespondersError,
@@ -183,23 +82,35 @@ _TRANSIENT_API_ERRORS = (
 )
 
 
+class _ConnectionEvents:
+    """Connection callbacks; quiet once the bus itself is closing the connection."""
+
+    def __init__(self) -> None:
+        self.closing = False
+
+    async def on_error(self, exc: Exception) -> None:
+        if not self.closing:
+            _log.warning("nats connection error", error=repr(exc))
+
+    async def on_disconnected(self) -> None:
+        if not self.closing:
+            _log.warning("nats disconnected")
+
+    async def on_reconnected(self) -> None:
+        _log.info("nats reconnected")
+
+
 class NatsBus:
     def __init__(self, nc: NatsClient, options: NatsOptions) -> None:
         self._nc = nc
+        self._events = _ConnectionEvents()
+        self._pulls: set[NatsPullConsumer] = set()
         self._js = nc.jetstream(timeout=options.api_timeout_s)
         self._options = options
 
     @classmethod
     async def connect(cls, options: NatsOptions) -> NatsBus:
-        async def on_error(exc: Exception) -> None:
-            _log.warning("nats connection error", error=repr(exc))
-
-        async def on_disconnected() -> None:
-            _log.warning("nats disconnected")
-
-        async def on_reconnected() -> None:
-            _log.info("nats reconnected", server=str(nc.connected_url))
-
+        events = _ConnectionEvents()
         deadline = time.monotonic() + options.initial_connect_deadline_s
         while True:
             nc = NatsClient()
@@ -211,11 +122,13 @@ class NatsBus:
                     reconnect_time_wait=options.reconnect_wait_s,  # type: ignore[arg-type]
                     max_reconnect_attempts=options.max_reconnect_attempts,
                     drain_timeout=options.drain_timeout_s,  # type: ignore[arg-type]
-                    error_cb=on_error,
-                    disconnected_cb=on_disconnected,
-                    reconnected_cb=on_reconnected,
+                    error_cb=events.on_error,
+                    disconnected_cb=events.on_disconnected,
+                    reconnected_cb=events.on_reconnected,
                 )
-                return cls(nc, options)
+                bus = cls(nc, options)
+                bus._events = events
+                return bus
             except (nats.errors.NoServersError, OSError, TimeoutError) as exc:
                 if time.monotonic() >= deadline:
                     raise BusError(f"cannot connect to {list(options.servers)}: {exc}") from exc
@@ -285,7 +198,7 @@ class NatsBus:
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
         try:
-            config = _consumer_config(spec)
+            config = consumer_config(spec)
             await self._api(
                 f"add consumer {spec.durable}", lambda: self._js.add_consumer(spec.stream, config)
             )
@@ -370,19 +283,36 @@ class NatsBus:
     async def consume(self, spec: ConsumerSpec) -> PullConsumer:
         await self.ensure_consumer(spec)
         sub = await self._js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
-        return _NatsPullConsumer(self, spec, sub)
+        pull = NatsPullConsumer(
+            spec, sub, recreate=self.ensure_consumer, on_close=self._pulls.discard
+        )
+        self._pulls.add(pull)
+        return pull
 
     async def key_value(self, bucket: str) -> KeyValue:
         try:
             kv = await self._api(f"bucket {bucket}", lambda: self._js.key_value(bucket))
         except nats.js.errors.BucketNotFoundError:
             raise BusError(f"no key-value bucket {bucket!r}; declare it in the topology") from None
-        return NatsKeyValue(kv, bucket)
+        return NatsKeyValue(kv, bucket, self)
 
-    async def history(
+    def history(
         self, stream: str, *, filter_subjects: tuple[str, ...] = (), start_sequence: int = 1
     ) -> AsyncIterator[StoredMessage]:
-        """Read through an ephemeral, unacknowledged consumer that is deleted afterwards."""
+        return self.read(stream, filter_subjects=filter_subjects, start_sequence=start_sequence)
+
+    async def read(
+        self,
+        stream: str,
+        *,
+        filter_subjects: tuple[str, ...] = (),
+        start_sequence: int = 1,
+        last_per_subject: bool = False,
+    ) -> AsyncIterator[StoredMessage]:
+        """Read through an ephemeral, unacknowledged consumer that is deleted afterwards.
+
+        With `last_per_subject`, only the latest message of each subject (a bucket's keys).
+        """
         try:
             info = await self._api(f"stream {stream}", lambda: self._js.stream_info(stream))
             end = info.state.last_seq
@@ -395,9 +325,13 @@ class NatsBus:
         config = api.ConsumerConfig(
             name=name,
             deliver_policy=(
-                api.DeliverPolicy.BY_START_SEQUENCE if start_sequence > 1 else api.DeliverPolicy.ALL
+                api.DeliverPolicy.LAST_PER_SUBJECT
+                if last_per_subject
+                else api.DeliverPolicy.BY_START_SEQUENCE
+                if start_sequence > 1
+                else api.DeliverPolicy.ALL
             ),
-            opt_start_seq=start_sequence if start_sequence > 1 else None,
+            opt_start_seq=start_sequence if start_sequence > 1 and not last_per_subject else None,
             ack_policy=api.AckPolicy.NONE,
             filter_subject=filters[0] if len(filters) == 1 else None,
             filter_subjects=filters if len(filters) > 1 else None,
@@ -416,9 +350,11 @@ class NatsBus:
             while not done:
                 try:
                     msgs = await sub.fetch(256, timeout=self._options.api_timeout_s)
-                except nats.errors.TimeoutError:
+                except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
+                    # 503: in a cluster a new consumer answers only once it has a leader.
                     if time.monotonic() - progress_at > self._options.publish_deadline_s:
                         raise BusError(f"reading the history of {stream} stalled") from None
+                    await asyncio.sleep(self._options.reconnect_wait_s)
                     continue
                 progress_at = time.monotonic()
                 for msg in msgs:
@@ -447,6 +383,11 @@ class NatsBus:
     async def close(self) -> None:
         if self._nc.is_closed:
             return
+        self._events.closing = True
+        # A pull subscription holding an unread status message would stall the drain until
+        # its timeout; nothing more will be fetched, so release them first.
+        for pull in list(self._pulls):
+            await pull.close()
         if self._nc.is_connected:
             try:
                 await self._nc.drain()

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import nats.js.errors
 from nats.js.kv import KeyValue as NatsKeyValueBucket
 
 from gfair.bus.key_value import KvConflict, KvEntry, KvOperation, KvWatch, validate_key
 from gfair.bus.subject_filter import validate_pattern
+from gfair.bus.transport import StoredMessage
 
+_KV_OPERATION = "KV-Operation"
+_DELETED = frozenset({"DEL", "PURGE"})
 # JetStream's "wrong last sequence" errors: a revision check failed.
 _WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
 
 
 def _entry(key: str, value: bytes | None, revision: int | None, operation: str | None) -> KvEntry:
-    deleted = operation in ("DEL", "PURGE")
+    deleted = operation in _DELETED
     return KvEntry(
         key=key,
         value=b"" if deleted or value is None else value,
@@ -62,10 +66,22 @@ class _NatsWatch:
         await self.stop()
 
 
+class StreamReader(Protocol):
+    def read(
+        self,
+        stream: str,
+        *,
+        filter_subjects: tuple[str, ...] = (),
+        start_sequence: int = 1,
+        last_per_subject: bool = False,
+    ) -> AsyncIterator[StoredMessage]: ...
+
+
 class NatsKeyValue:
-    def __init__(self, bucket: NatsKeyValueBucket, name: str) -> None:
+    def __init__(self, bucket: NatsKeyValueBucket, name: str, reader: StreamReader) -> None:
         self._kv = bucket
         self._name = name
+        self._reader = reader
 
     @property
     def bucket(self) -> str:
@@ -107,10 +123,17 @@ class NatsKeyValue:
             raise
 
     async def keys(self) -> list[str]:
-        try:
-            return sorted(await self._kv.keys())
-        except nats.js.errors.NoKeysError:
-            return []
+        # nats-py's keys() decides it has seen everything from a consumer-info snapshot that can
+        # race the subscription and come back empty; reading the last message of each key up to
+        # the bucket's end at call time cannot.
+        prefix = f"$KV.{self._name}."
+        alive: dict[str, bool] = {}
+        async for message in self._reader.read(
+            f"KV_{self._name}", filter_subjects=(f"{prefix}>",), last_per_subject=True
+        ):
+            operation = message.headers.get(_KV_OPERATION)
+            alive[message.subject[len(prefix) :]] = operation not in _DELETED
+        return sorted(key for key, present in alive.items() if present)
 
     async def watch(self, pattern: str = ">", *, updates_only: bool = False) -> KvWatch:
         validate_pattern(pattern)
