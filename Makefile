@@ -16,8 +16,8 @@ demo: $(STAMP)
 	$(BIN)/gfair demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check libs services tests bench
-	$(BIN)/ruff format --check libs services tests bench
+	$(BIN)/ruff check libs services tests bench scripts examples
+	$(BIN)/ruff format --check libs services tests bench scripts examples
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)

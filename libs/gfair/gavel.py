@@ -6,7 +6,8 @@ generations hold gangs spread over servers. Only the "alone" rates are read. A z
 the job does not fit on that generation, and is kept as 0.0 so the core can say so.
 
 The file is found beside the repository (``<repo>/../shared/data/``) unless the environment
-variable ``GFAIR_THROUGHPUTS`` names another path.
+variable ``GFAIR_THROUGHPUTS`` names another path; without either, the packaged copy of the
+alone rates is used.
 """
 
 from __future__ import annotations
@@ -20,12 +21,18 @@ ENV_THROUGHPUTS = "GFAIR_THROUGHPUTS"
 _UNCONSOLIDATED = "_unconsolidated"
 
 
+# The same measurements without the packed-pair rates, shipped inside the package for installs
+# that have no shared folder beside them (the container image); see scripts/derive_gavel_table.py.
+PACKAGED_THROUGHPUTS = Path(__file__).resolve().parent / "data" / "gavel_alone.json"
+
+
 def default_throughputs_path() -> Path:
     configured = os.environ.get(ENV_THROUGHPUTS)
     if configured:
         return Path(configured)
     repo_root = Path(__file__).resolve().parents[2]
-    return Path(os.path.normpath(repo_root / ".." / "shared" / "data" / "gavel_throughputs.json"))
+    shared = Path(os.path.normpath(repo_root / ".." / "shared" / "data" / "gavel_throughputs.json"))
+    return shared if shared.is_file() else PACKAGED_THROUGHPUTS
 
 
 def load_scaled_throughputs(
