@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -173,3 +174,21 @@ def test_an_unreachable_server_exits_3(capsys: pytest.CaptureFixture[str]) -> No
     code = main(["jobs", "--nats", "nats://127.0.0.1:1"])
     assert code == 3
     assert "cannot reach NATS" in capsys.readouterr().err
+
+
+def test_follow_prints_events_until_the_job_ends(gfair: Gfair) -> None:
+    job_id = gfair.submit("alice")["job_id"]
+    codes: list[int] = []
+    follower = threading.Thread(
+        target=lambda: codes.append(
+            main(["job", f"alice/{job_id}", "--follow", "--json", "--nats", gfair.url])
+        )
+    )
+    follower.start()
+    time.sleep(1.0)  # it prints what happened so far, then waits
+    assert follower.is_alive()
+    assert main(["cancel", f"alice/{job_id}", "--no-wait", "--nats", gfair.url]) == 0
+    follower.join(20)
+    assert not follower.is_alive() and codes == [0]
+    out = gfair.capsys.readouterr().out
+    assert '"type": "gfair.job.cancelled.v1"' in out

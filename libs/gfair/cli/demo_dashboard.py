@@ -108,12 +108,13 @@ def job_counts(jobs: list[JobRecord], user: str) -> tuple[int, int, int]:
 def users_table(snapshot: Snapshot) -> Table:
     pools = pools_of(snapshot)
     table = Table(
-        title="fair share: entitled (after trading) vs received (last window), GPUs",
+        title="fair share: entitled (after trading, what its jobs can use) vs received "
+        "(last window), in GPUs",
         title_justify="left",
     )
     table.add_column("user")
     table.add_column("tickets", justify="right")
-    table.add_column("V100 gain", justify="right")
+    table.add_column("V100 speedup", justify="right")
     table.add_column("run/wait/done", justify="center")
     for pool in pools:
         table.add_column(f"{pool} ent/rcv", justify="right")
@@ -133,11 +134,11 @@ def users_table(snapshot: Snapshot) -> Table:
             snapshot.speedups.get(user, "?"),
             f"{running}/{waiting}/{done}",
         ]
+        usable = share.usable() if share else {}
         for pool in pools:
-            entitled = share.pools[pool].entitled if share and pool in share.pools else 0.0
-            row.append(f"{entitled:.2f}/{received.get(pool, 0.0):.2f}")
+            row.append(f"{usable.get(pool, 0.0):.2f}/{received.get(pool, 0.0):.2f}")
         fair = sum(p.fair for p in share.pools.values()) if share else 0.0
-        entitled_total = sum(p.entitled for p in share.pools.values()) if share else 0.0
+        entitled_total = sum(usable.values())
         row += [
             f"{fair:.2f}",
             f"{entitled_total:.2f}",
@@ -205,7 +206,7 @@ def plain_line(snapshot: Snapshot) -> str:
     parts = []
     for user in sorted(set(snapshot.speedups) | set(snapshot.received)):
         share = shares.get(user)
-        entitled = sum(p.entitled for p in share.pools.values()) if share else 0.0
+        entitled = sum(share.usable().values()) if share else 0.0
         received = sum(snapshot.received.get(user, {}).values())
         parts.append(f"{user} ent {entitled:.1f} rcv {received:.1f}")
     tally = snapshot.tally

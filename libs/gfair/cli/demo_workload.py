@@ -75,20 +75,21 @@ USERS: tuple[DemoUser, ...] = (
 
 def _jobs() -> tuple[DemoJob, ...]:
     jobs: list[DemoJob] = []
-    # Lengths spread from a sixth to two thirds of the demo: the short ones finish early and
-    # free GPUs, the long ones keep every user active to the end.
-    spread = (0.15, 0.25, 0.35, 0.5, 0.65, 0.3, 0.45, 0.2)
+    # Lengths (V100 time) from a tenth of the demo to more than all of it: with every user
+    # getting a fraction of a GPU per job, the short ones finish and free GPUs, the long ones
+    # keep every user asking for more than its share to the end.
+    spread = (0.1, 0.5, 0.8, 0.2, 1.0, 0.6, 1.2, 0.3)
     for count, user in ((5, "vision"), (4, "nlp"), (4, "rl"), (8, "recsys")):
         job_type = next(u.job_type for u in USERS if u.name == user)
         jobs += [
             DemoJob(user, f"{user}-{i}", job_type, 1, spread[i % len(spread)]) for i in range(count)
         ]
-    jobs.append(DemoJob("nlp", "nlp-gang", LM20, 4, 0.3))
+    jobs.append(DemoJob("nlp", "nlp-gang", LM20, 4, 0.5))
     # Arrivals later on: shares are recomputed, jobs placed where their users have room.
     jobs += [
-        DemoJob("vision", "vision-late-0", RESNET50, 1, 0.25, at=0.35),
-        DemoJob("vision", "vision-late-1", RESNET50, 1, 0.3, at=0.35),
-        DemoJob("rl", "rl-late-0", A3C, 1, 0.2, at=0.4),
+        DemoJob("vision", "vision-late-0", RESNET50, 1, 0.3, at=0.35),
+        DemoJob("vision", "vision-late-1", RESNET50, 1, 0.6, at=0.35),
+        DemoJob("rl", "rl-late-0", A3C, 1, 0.4, at=0.4),
     ]
     return tuple(jobs)
 

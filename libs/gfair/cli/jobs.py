@@ -1,6 +1,8 @@
 """`gfair jobs` lists jobs; `gfair job JOB` shows one job's record and its events.
 
-`gfair jobs --json` prints a list of job records; `gfair job --json` prints
+`gfair job JOB --follow` then prints the job's events as they come, until it ends (one JSON
+object per event with `--json`). `gfair jobs --json` prints a list of job records;
+`gfair job --json` prints
 ``{"user", "job_id", "state", "record", "events": [{"sequence", "id", "type", "time",
 "source", "subject", "data"}], "profile", "failures"}``.
 """
@@ -12,6 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
+from gfair.bus.history import HistoricalEvent
 from gfair.cli import output, session
 from gfair.client import GfairClient, JobDetails
 from gfair.events.states import JobState
@@ -30,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "job", help="show one job", description="Show a job's record and its events."
     )
     one.add_argument("job", metavar="JOB", help="USER/JOB, or JOB with --user")
+    one.add_argument(
+        "--follow", action="store_true", help="then print its events as they come, until it ends"
+    )
     session.add_user_flag(one)
     session.add_connection_flags(one)
     one.set_defaults(func=lambda args: session.run(args, _job))
@@ -50,25 +56,38 @@ async def _job(client: GfairClient, args: argparse.Namespace) -> int:
     details = await client.job(user, job_id)
     if args.json:
         output.print_json(output.details_json(details))
-        return session.EXIT_OK
-    console = output.console()
-    console.print(_summary(details))
-    events = Table(title="events")
-    for column in ("seq", "time", "event", "from", "details"):
-        events.add_column(column)
-    for event in details.events:
-        data = dict(event.envelope.data)
-        for key in ("user", "job_id"):
-            data.pop(key, None)
-        events.add_row(
-            str(event.sequence),
-            f"{event.envelope.time:%H:%M:%S.%f}"[:-3],
-            event.envelope.type.split(".")[2],
-            event.envelope.source,
-            ", ".join(f"{k}={v}" for k, v in data.items() if v not in (None, "", [], {}))[:120],
-        )
-    console.print(events)
+    else:
+        console = output.console()
+        console.print(_summary(details))
+        events = Table(title="events")
+        for column in ("seq", "time", "event", "from", "details"):
+            events.add_column(column)
+        for event in details.events:
+            events.add_row(*_event_cells(event))
+        console.print(events)
+    if args.follow and not details.state.terminal:
+        after = details.events[-1].sequence if details.events else 0
+        async for event in client.watch(user, job_id):
+            if event.sequence <= after:
+                continue
+            if args.json:
+                output.print_json(output.event_json(event))
+            else:
+                output.console().print("  ".join(_event_cells(event)))
     return session.EXIT_OK
+
+
+def _event_cells(event: HistoricalEvent) -> tuple[str, ...]:
+    data = dict(event.envelope.data)
+    for key in ("user", "job_id"):
+        data.pop(key, None)
+    return (
+        str(event.sequence),
+        f"{event.envelope.time:%H:%M:%S.%f}"[:-3],
+        event.envelope.type.split(".")[2],
+        event.envelope.source,
+        ", ".join(f"{k}={v}" for k, v in data.items() if v not in (None, "", [], {}))[:120],
+    )
 
 
 def _summary(details: JobDetails) -> Table:

@@ -16,12 +16,14 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "simulate",
     "schemas",
     "service",
+    "up",
     "submit",
     "cancel",
     "jobs",
     "users",
     "nodes",
     "why",
+    "demo",
 )
 
 

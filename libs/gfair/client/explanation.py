@@ -23,6 +23,8 @@ from gfair.state.stride_record import StrideRecord
 
 # Decisions of the job's record repeated at the end of an explanation, newest last.
 RECENT_DECISIONS = 5
+# Passes closer than this are equal (floating point sums of GPUs/tickets).
+_PASS_EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -145,21 +147,23 @@ def _on_server(key: str, gpus: int, server: str, stride: StrideRecord) -> list[R
     if mine is not None and len(entries) > 1:
         lowest_key = min(entries, key=lambda k: (entries[k][0], k))
         lowest = entries[lowest_key][0]
-        if mine[0] > lowest + 1e-12:
+        if mine[0] > lowest + _PASS_EPS:
             reasons.append(
                 Reason(
                     "stride",
                     f"on {server} its pass {mine[0]:.4g} is above the lowest, {lowest:.4g} "
-                    f"({_job_name(lowest_key)}): lower passes run first; each quantum it waits "
-                    f"its pass stays while the others' grow by GPUs/tickets",
+                    f"({_job_name(lowest_key)}): lower passes run first; while it waits its "
+                    "pass stays and the running jobs' passes grow",
                 )
             )
         else:
+            tied = sum(1 for k, e in entries.items() if k != key and e[0] <= mine[0] + _PASS_EPS)
+            ties = f", tied with {tied} other job(s) (ties go by arrival)" if tied else ""
             reasons.append(
                 Reason(
                     "stride",
-                    f"on {server} it has the lowest pass ({mine[0]:.4g}): it runs next quantum "
-                    "unless a multi-server gang claims the whole server",
+                    f"on {server} it has the lowest pass ({mine[0]:.4g}){ties}: it runs as soon "
+                    "as its GPUs fit and no multi-server gang claims the server",
                 )
             )
     info = stride.servers.get(server)
@@ -174,7 +178,7 @@ def _on_server(key: str, gpus: int, server: str, stride: StrideRecord) -> list[R
             reasons.append(
                 Reason(
                     "gang",
-                    f"needs {gpus} GPUs at once; {server} has {free} of {info.gpus} free, "
+                    f"needs {_gpus(gpus)} at once; {server} has {free} of {info.gpus} free, "
                     f"held by {others}",
                 )
             )
@@ -194,6 +198,10 @@ def _queue(snapshot: Mapping[str, Any], server: str) -> dict[str, tuple[float, i
         if server in entry.get("servers", ()):
             out[str(entry["id"])] = (float(entry["pass"]), int(entry["gpus"]))
     return out
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" + ("" if count == 1 else "s")
 
 
 def _job_name(key: str) -> str:

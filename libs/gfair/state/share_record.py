@@ -46,6 +46,20 @@ class UserShare(_Record):
     throughput_fair: float = Field(ge=0, description="Effective throughput without trading")
     throughput_entitled: float = Field(ge=0, description="Effective throughput after trading")
 
+    def usable(self) -> dict[str, float]:
+        """Entitlement per pool that its jobs can use: its best `demand` GPUs, fastest first.
+
+        Trading may leave a seller holding more slow-pool share than its jobs ask (it was paid
+        in it); only what its jobs can run on counts for it, as in the auction's own valuation.
+        """
+        left = float(self.demand)
+        usable: dict[str, float] = {}
+        for pool in sorted(self.pools, key=lambda p: -self.speeds.get(p, 0.0)):
+            take = min(self.pools[pool].entitled, max(left, 0.0))
+            usable[pool] = take
+            left -= take
+        return usable
+
     @property
     def gain(self) -> float:
         """Relative throughput gain from trading (0.3 = 30% faster); 0 without a baseline."""

@@ -1,0 +1,156 @@
+"""`gfair up`: a whole gfair cluster on this machine, with simulated GPUs, until Ctrl-C.
+
+    gfair up --cluster v100:2x4,k80:2x4 --quantum 3 --tickets alice=2 bob=1
+
+Starts an embedded nats-server (unless --nats names one), creates the streams and buckets, then
+the six services, one node executor per server of the spec, and waits until all are up. Logs go
+to <data-dir>/logs, spans to <data-dir>/traces/spans.jsonl. Ctrl-C or SIGTERM stops it all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from gfair.embedded_cluster import ClusterError, ClusterOptions, EmbeddedCluster
+from gfair_services.tenants import parse_user_tickets
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "up",
+        help="run a whole gfair cluster on this machine (simulated GPUs)",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--cluster",
+        default="v100:2x4,k80:2x4",
+        help="servers per generation, e.g. v100:2x4,k80:2x4 (default)",
+    )
+    parser.add_argument(
+        "--quantum", type=_positive, default=3.0, metavar="SECONDS", help="default 3"
+    )
+    parser.add_argument(
+        "--nats", metavar="URL", help="use this NATS server instead of starting one"
+    )
+    parser.add_argument("--data-dir", type=Path, default=Path(".gfair"), help="default ./.gfair")
+    parser.add_argument("--span-file", type=Path, help="default <data-dir>/traces/spans.jsonl")
+    parser.add_argument(
+        "--tickets",
+        nargs="+",
+        default=[],
+        metavar="USER=TICKETS",
+        help="users' tickets, e.g. alice=2 bob=1 (others: 1)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a service setting for every process, e.g. --set fail_after_s=10",
+    )
+    parser.add_argument("--log-level", default="INFO", help="default INFO")
+    parser.set_defaults(func=_run)
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+    return value
+
+
+def _env(settings: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in settings:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--set {item!r}: expected NAME=VALUE")
+        env[f"GFAIR_{name.strip().upper()}"] = value
+    return env
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        options = ClusterOptions(
+            cluster=args.cluster,
+            quantum_s=args.quantum,
+            data_dir=args.data_dir,
+            nats_url=args.nats,
+            span_file=args.span_file,
+            user_tickets=parse_user_tickets(",".join(args.tickets)),
+            log_level=args.log_level.upper(),
+            env=_env(args.settings),
+        )
+        options.servers()  # the spec is checked before anything starts
+    except ValueError as error:
+        print(f"gfair up: {error}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_up(options))
+    except ClusterError as error:
+        print(f"gfair up: {error}", file=sys.stderr)
+        return 1
+
+
+async def _up(options: ClusterOptions) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+
+    def on_signal() -> None:
+        if not stop.is_set():
+            stop.set()
+            print("\nstopping...", file=sys.stderr, flush=True)
+
+    def on_signal_while_starting() -> None:
+        on_signal()
+        main.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal_while_starting)
+    cluster = EmbeddedCluster(options)
+    try:
+        await cluster.start()
+    except asyncio.CancelledError:
+        return 130
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal)
+        _print_summary(cluster)
+        await stop.wait()
+    finally:
+        await cluster.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    return 0
+
+
+def _print_summary(cluster: EmbeddedCluster) -> None:
+    options = cluster.options
+    gpus = ", ".join(
+        f"{g}: {len(cluster.servers.by_generation(g))} servers, {n} GPUs"
+        for g, n in cluster.servers.gpus_per_generation().items()
+    )
+    lines = [
+        "gfair cluster is up",
+        f"  NATS         {cluster.nats_url}",
+        f"  GPUs         {gpus} (simulated)",
+        f"  quantum      {options.quantum_s:g} s",
+        f"  data         {cluster.data_dir}",
+        f"  logs         {cluster.logs_dir}",
+        f"  spans        {cluster.span_file}",
+        f"  checkpoints  {cluster.checkpoint_root}",
+        "  processes    "
+        + ", ".join(f"{name} ({child.pid})" for name, child in cluster.children.items()),
+        "",
+        f"  export GFAIR_NATS_URL={cluster.nats_url}",
+        "  then: gfair submit ..., gfair jobs, gfair users; Ctrl-C stops the cluster",
+    ]
+    print("\n".join(lines), flush=True)
