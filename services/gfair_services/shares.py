@@ -9,9 +9,9 @@ agree on both, so both compute them here, from the core:
   water-filled by tickets, capped by demand, held as the same fraction of every pool). Mixing the
   two would compare GPUs of different divisions, so it is one or the other for everybody.
 - A job's stride tickets in pool P are its user's share of P divided among the user's jobs in P
-  in proportion to their weights (`tickets.proportional_fractions`; equal weights unless the
-  user gave some, DESIGN 1.1). A job in a pool where its user holds no share (placed there on
-  idle capacity) gets `surplus_weight` times its user's average: it runs on what others leave.
+  in proportion to their weights (equal unless the user gave some, DESIGN 1.1). A job in a pool
+  where its user holds no share (placed there on idle capacity) gets `surplus_weight` times its
+  user's average: it runs on what others leave idle.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gfair.core.pools import entitlements
-from gfair.core.tickets import proportional_fractions
 
 Shares = Mapping[str, Mapping[str, float]]  # user -> pool -> GPUs of share
 
@@ -53,6 +52,28 @@ def user_shares(
     return entitlements(pool_gpus, {user: tickets[user] for user in active}, active)
 
 
+def group_rate(
+    held: Mapping[str, float],
+    pool: str,
+    members: int,
+    weight_sum: float,
+    jobs_of_user: int,
+    surplus_weight: float = DEFAULT_SURPLUS_WEIGHT,
+) -> float:
+    """Stride tickets per unit of weight of a user's `members` jobs in `pool` (module doc).
+
+    `held` is the user's share per pool, `weight_sum` its jobs' weights there, `jobs_of_user`
+    how many jobs it has in all pools.
+    """
+    if members <= 0 or weight_sum <= 0:
+        return 0.0
+    share = held.get(pool, 0.0)
+    if share <= _EPS:
+        average = sum(held.values()) / max(jobs_of_user, 1)
+        share = surplus_weight * (average if average > _EPS else 1.0) * members
+    return share / weight_sum
+
+
 def job_tickets(
     shares: Shares, jobs: Iterable[ActiveJob], surplus_weight: float = DEFAULT_SURPLUS_WEIGHT
 ) -> dict[str, float]:
@@ -64,12 +85,14 @@ def job_tickets(
         jobs_of_user[job.user] += 1
     out: dict[str, float] = {}
     for (user, pool), members in groups.items():
-        held = shares.get(user, {})
-        share = held.get(pool, 0.0)
-        if share <= _EPS:
-            average = sum(held.values()) / jobs_of_user[user]
-            share = surplus_weight * (average if average > _EPS else 1.0) * len(members)
-        fractions = proportional_fractions({job.key: job.weight for job in members})
+        rate = group_rate(
+            shares.get(user, {}),
+            pool,
+            len(members),
+            sum(job.weight for job in members),
+            jobs_of_user[user],
+            surplus_weight,
+        )
         for job in members:
-            out[job.key] = share * fractions[job.key]
+            out[job.key] = rate * job.weight
     return out

@@ -193,7 +193,7 @@ async def test_a_redelivered_submission_repeats_its_outputs_without_a_new_write(
     revision = (await state.kv.get("alice.j1")).revision  # type: ignore[union-attr]
     again = await state.on_job_event(envelope, job)
     assert [e.data for e in again] == [e.data for e in first]
-    assert [type(e.data) for e in first] == [JobAccepted, JobPlaced]
+    assert [e.data.EVENT_TYPE for e in first] == [JobAccepted.EVENT_TYPE, JobPlaced.EVENT_TYPE]
     assert (await state.kv.get("alice.j1")).revision == revision  # type: ignore[union-attr]
 
 

@@ -20,7 +20,7 @@ from gfair.core.throughput import ThroughputEstimator
 from gfair.events.scheduling import EntitlementsUpdated, ProfileUpdated
 from gfair.state.job_record import JobRecord
 from gfair_services.inventory import NodeInventory
-from gfair_services.shares import ActiveJob, job_tickets, user_shares
+from gfair_services.shares import user_shares
 
 from .book import JobBook
 from .settings import Settings
@@ -128,20 +128,8 @@ class Placer:
             return Unplaceable(choice.reason)
         pool = pools[choice.pool]
         servers = {s.id: s for s in pool.servers}
-        tickets = book.tickets(shares, self._settings.surplus_weight)
-        mine = job_tickets(
-            shares,
-            [
-                *(
-                    ActiveJob(r.key, r.user, pool.generation, r.submission.weight)
-                    for r in book.placed_in(pool.generation)
-                    if r.user == record.user
-                ),
-                ActiveJob(record.key, record.user, pool.generation, sub.weight),
-            ],
-            self._settings.surplus_weight,
-        )[record.key]
-        load = book.ticket_load(servers, tickets)
+        mine = self._placed_rate(book, shares, record, pool.generation) * sub.weight
+        load = book.ticket_load(servers, shares)
         chosen = choose_servers(pool, sub.gpus, mine, load)
         if not chosen:
             return Unplaceable(
@@ -153,25 +141,34 @@ class Placer:
             pool.generation, chosen, choice.rule, f"{choice.reason}; on {where} ({how})"
         )
 
+    @staticmethod
+    def _placed_rate(
+        book: JobBook, shares: Mapping[str, Mapping[str, float]], record: JobRecord, pool: str
+    ) -> float:
+        """Tickets per weight the job will have in `pool` (it joins its user's jobs there)."""
+        group = (record.user, pool)
+        if record.generation == pool and record.servers:
+            return book.rate(shares, group)  # already counted there
+        return book.rate(shares, group, joining=record.submission.weight)
+
     def rebalance(self, inventory: NodeInventory, book: JobBook) -> list[Move]:
         """Moves that even out ticket load among each pool's ready servers (core balancer)."""
         pools = inventory.pools(ready_only=True)
         shares = self.shares(book, pools)
-        tickets = book.tickets(shares, self._settings.surplus_weight)
         budget = self._settings.migration_budget
         moves: list[Move] = []
         for pool in pools.values():
             if len(moves) >= budget or len(pool.servers) < 2:
                 continue
             servers: dict[str, Server] = {s.id: s for s in pool.servers}
-            load = book.ticket_load(servers, tickets)
+            load = book.ticket_load(servers, shares)
             if spread(pool.servers, load) <= self._settings.balance_threshold:
                 continue
 
             def residents_of(server_id: str) -> list[Resident]:
                 # Gangs weigh on their servers (in `load`) but only move whole, after failures.
                 return [
-                    Resident(r.key, r.gpus, tickets.get(r.key, 0.0))
+                    Resident(r.key, r.gpus, book.tickets_of(r, shares))
                     for r in book.on_server(server_id)
                     if len(r.servers) == 1
                 ]

@@ -87,6 +87,10 @@ SCHED_EVENTS: tuple[type[EventData], ...] = (QuantumTicked, EntitlementsUpdated,
 # Nodes whose jobs must go elsewhere.
 _LOST = (NodeState.FAILED, NodeState.QUARANTINED)
 
+# A crashed instance's unacknowledged events come back after this long. Handlers take
+# milliseconds (and the runtime keeps a long one alive), so a short wait speeds up recovery.
+ACK_WAIT_S = 5.0
+
 _log = structlog.get_logger("gfair.placement")
 _tracer = trace.get_tracer("gfair.placement")
 
@@ -105,7 +109,7 @@ class PlacementService:
     def __init__(self, settings: Settings, estimator: ThroughputEstimator) -> None:
         self.settings = settings
         self.placer = Placer(settings, estimator)
-        self.book = JobBook()
+        self.book = JobBook(settings.surplus_weight)
         self.inventory = NodeInventory()
         self._lock = asyncio.Lock()
         self._kv: KeyValue | None = None
@@ -115,19 +119,19 @@ class PlacementService:
         service = Service(SERVICE_NAME, topology=cluster_topology())
         service.add_handler(
             self.on_job_event,
-            consumer_for(JOB_EVENTS, durable="placement-jobs"),
+            consumer_for(JOB_EVENTS, durable="placement-jobs", ack_wait_s=ACK_WAIT_S),
             accepts=JOB_EVENTS,
             name="jobs",
         )
         service.add_handler(
             self.on_node_event,
-            consumer_for(INVENTORY_EVENTS, durable="placement-nodes"),
+            consumer_for(INVENTORY_EVENTS, durable="placement-nodes", ack_wait_s=ACK_WAIT_S),
             accepts=INVENTORY_EVENTS,
             name="nodes",
         )
         service.add_handler(
             self.on_sched_event,
-            consumer_for(SCHED_EVENTS, durable="placement-sched"),
+            consumer_for(SCHED_EVENTS, durable="placement-sched", ack_wait_s=ACK_WAIT_S),
             accepts=SCHED_EVENTS,
             name="sched",
         )

@@ -89,6 +89,30 @@ class Job:
     def key(self) -> str:
         return job_key(self.user, self.job_id)
 
+    def signature(self) -> tuple[object, ...]:
+        """Everything persisted about the job, to tell whether it changed."""
+        return (
+            self.servers,
+            self.generation,
+            self.attempt,
+            self.runnable_at,
+            self.exited,
+            self.lag,
+            self.tickets,
+            tuple(
+                (
+                    s.node_id,
+                    s.phase,
+                    s.attempt,
+                    s.gpu_indices,
+                    s.since,
+                    s.quantum,
+                    s.pending_suspends,
+                )
+                for s in self.stays.values()
+            ),
+        )
+
     def gpus_on(self, server_id: str, sizes: dict[str, int]) -> int:
         """GPUs the gang uses on `server_id`: spread as evenly as the servers allow."""
         if len(self.servers) == 1:
@@ -121,6 +145,7 @@ class Ledger:
         )
         self.jobs: dict[str, Job] = {key: _job(j) for key, j in record.jobs.items()}
         self._applied: deque[str] = deque(record.applied_event_ids, maxlen=MAX_APPLIED_IDS)
+        self._records: dict[str, tuple[tuple[object, ...], StrideJob]] = {}
         self.stride = self._new_stride(record.split_stride)
 
     # -- persistence ----------------------------------------------------------------------
@@ -141,7 +166,7 @@ class Ledger:
                 )
                 for e in self.inventory.nodes.values()
             },
-            jobs={key: _record(job) for key, job in self.jobs.items()},
+            jobs={key: self._job_record(key, job) for key, job in self.jobs.items()},
             usage=self.usage,
             usage_since=self.usage_since,
             entitlements=self.entitlements,
@@ -149,6 +174,17 @@ class Ledger:
             applied_event_ids=tuple(self._applied),
             updated_at=now,
         )
+
+    def _job_record(self, key: str, job: Job) -> StrideJob:
+        # Most jobs did not change since the last write; building their records again would
+        # make every write cost as much as the whole cluster.
+        signature = job.signature()
+        cached = self._records.get(key)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        record = _record(job)
+        self._records[key] = (signature, record)
+        return record
 
     def seen(self, event_id: str) -> bool:
         return event_id in self._applied
@@ -205,16 +241,21 @@ class Ledger:
 
     def sync(self, now: datetime) -> None:
         """Queue exactly the runnable jobs (at the right place), then give them their tickets."""
-        for key, job in self.jobs.items():
-            should = self.runnable(job, now)
-            if key in self.stride and (not should or self.stride.placement(key) != job.servers):
-                self._dequeue(key)
-            if should and key not in self.stride:
-                try:
-                    self.stride.add(key, job.servers, job.gpus, job.tickets or 1.0, job.lag)
-                except ValueError as error:
-                    _log.warning("job cannot be queued", job=key, error=str(error))
+        for key in self.jobs:
+            self.sync_job(key, now)
         self._retick()
+
+    def sync_job(self, key: str, now: datetime) -> None:
+        """Queue or dequeue one job; its tickets are settled at the next `sync`."""
+        job = self.jobs[key]
+        should = self.runnable(job, now)
+        if key in self.stride and (not should or self.stride.placement(key) != job.servers):
+            self._dequeue(key)
+        if should and key not in self.stride:
+            try:
+                self.stride.add(key, job.servers, job.gpus, job.tickets or 1.0, job.lag)
+            except ValueError as error:
+                _log.warning("job cannot be queued", job=key, error=str(error))
 
     def _retick(self) -> None:
         queued = [self.jobs[key] for key in self.stride.placements()]
@@ -304,6 +345,9 @@ class Ledger:
         job = self.jobs.get(job_key(event.user, event.job_id))
         if job is None:
             return False
+        node = self.inventory.get(event.node_id)
+        if node is not None and node.state is NodeState.FAILED:
+            return False  # reported before the node was declared dead; it died with it
         stay = job.stays.get(event.node_id)
         if stay is None:
             # A start split-stride does not remember asking for: track what really runs.

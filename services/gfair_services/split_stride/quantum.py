@@ -118,7 +118,9 @@ def decide_quantum(ledger: Ledger, now: datetime) -> QuantumPlan:
 
 def start_at_once(ledger: Ledger, key: str, now: datetime) -> list[ServerTurn]:
     """Start `key` now if its servers have the idle GPUs it needs; the turns it takes."""
-    ledger.sync(now)
+    if key not in ledger.jobs:
+        return []
+    ledger.sync_job(key, now)
     job = ledger.jobs.get(key)
     if job is None or not ledger.queued(key) or any(s.holds_gpus for s in job.stays.values()):
         return []

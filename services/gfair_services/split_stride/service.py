@@ -79,6 +79,10 @@ JOB_EVENTS: tuple[type[EventData], ...] = (
 )
 _TERMINAL = (JobCompleted, JobFailed, JobCancelled)
 
+# A crashed instance's unacknowledged events come back after this long. Handlers take
+# milliseconds (and the runtime keeps a long one alive), so a short wait speeds up recovery.
+ACK_WAIT_S = 5.0
+
 _log = structlog.get_logger("gfair.split_stride")
 _tracer = trace.get_tracer("gfair.split_stride")
 
@@ -99,19 +103,21 @@ class SplitStrideService:
         service = Service(SERVICE_NAME, topology=cluster_topology())
         service.add_handler(
             self.on_job_event,
-            consumer_for(JOB_EVENTS, durable="split-stride-jobs"),
+            consumer_for(JOB_EVENTS, durable="split-stride-jobs", ack_wait_s=ACK_WAIT_S),
             accepts=JOB_EVENTS,
             name="jobs",
         )
         service.add_handler(
             self.on_node_event,
-            consumer_for(INVENTORY_EVENTS, durable="split-stride-nodes"),
+            consumer_for(INVENTORY_EVENTS, durable="split-stride-nodes", ack_wait_s=ACK_WAIT_S),
             accepts=INVENTORY_EVENTS,
             name="nodes",
         )
         service.add_handler(
             self.on_shares_event,
-            consumer_for((EntitlementsUpdated,), durable="split-stride-shares"),
+            consumer_for(
+                (EntitlementsUpdated,), durable="split-stride-shares", ack_wait_s=ACK_WAIT_S
+            ),
             accepts=(EntitlementsUpdated,),
             name="shares",
         )

@@ -1,0 +1,69 @@
+"""SIGKILLed scheduler services come back and nothing is lost or run twice (DESIGN 2.6, 3.3)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+import pytest
+
+from gfair.events.codec import decode
+from gfair.events.jobs import JobExited, JobMigrated, JobResumed, JobStarted, JobSuspended
+from gfair.events.states import JobState
+from gfair.events.subjects import JOBS_STREAM
+
+from .conftest import RESNET, StartCluster, client_of, synthetic
+from .test_job_life import finished
+
+pytestmark = [pytest.mark.nats, pytest.mark.slow]
+
+
+async def test_killing_placement_and_split_stride_loses_no_job_and_shares_no_gpu(
+    start_cluster: StartCluster,
+) -> None:
+    async with (
+        start_cluster(cluster="v100:1x2", quantum_s=1.0) as cluster,
+        client_of(cluster) as client,
+    ):
+        jobs = [f"j{n}" for n in range(4)]
+        for job_id in jobs[:2]:
+            await client.submit(
+                "alice",
+                1,
+                synthetic(duration_s=25, speed_scale=10),
+                job_type=RESNET,
+                job_id=job_id,
+            )
+        await asyncio.sleep(1.5)
+        cluster.kill("split_stride")
+        for job_id in jobs[2:]:  # submitted while placement is down and coming back
+            cluster.kill("placement")
+            await client.submit(
+                "alice",
+                1,
+                synthetic(duration_s=25, speed_scale=10),
+                job_type=RESNET,
+                job_id=job_id,
+                wait="none",
+            )
+        await asyncio.sleep(2.0)
+        cluster.kill("split_stride")
+        states = await asyncio.gather(*(finished(client, "alice", j, 90) for j in jobs))
+        history = [decode(m.data) async for m in client.bus.history(JOBS_STREAM.name)]
+    assert states == [JobState.COMPLETED] * 4
+    # Replay the node's reports: a GPU index is never held by two jobs at once.
+    held: dict[int, str] = {}
+    holding: dict[str, tuple[int, ...]] = defaultdict(tuple)
+    for event in history:
+        data = event.data
+        if isinstance(data, JobStarted | JobResumed):
+            for index in data.gpu_indices:
+                assert held.get(index) in (None, data.job_id), (
+                    f"{data.job_id} started on GPU {index} held by {held[index]}"
+                )
+                held[index] = data.job_id
+            holding[data.job_id] = data.gpu_indices
+        elif isinstance(data, JobSuspended | JobExited | JobMigrated):
+            for index in holding.pop(data.job_id, ()):
+                held.pop(index, None)
+    assert cluster.children["split_stride"].starts == 3
