@@ -123,8 +123,13 @@ class EmbeddedNatsServer:
         stack = contextlib.ExitStack()
         log = stack.enter_context(self.log_path.open("ab"))
         try:
+            # Its own session: a terminal's Ctrl-C reaches the owner, which drains its clients
+            # before stopping the broker, instead of killing the broker under them.
             self._process = subprocess.Popen(
-                self._command(ports_dir), stdout=log, stderr=subprocess.STDOUT
+                self._command(ports_dir),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         except OSError as exc:
             stack.close()
