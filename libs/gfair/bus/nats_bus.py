@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import nats
 import nats.errors
@@ -45,6 +48,33 @@ T = TypeVar("T")
 _STREAM_NAME_IN_USE = 10058
 
 
+DEFAULT_INBOX_PREFIX = "_INBOX"
+_INBOX_USER = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def inbox_prefix_for(user: str) -> str:
+    """Where replies to `user`'s requests go: `_INBOX_<user>`.
+
+    The shipped authorization lets a tenant subscribe to its own `_INBOX_<tenant>.>` only. On
+    the shared `_INBOX.>` a tenant could read the replies to everybody's requests, and those
+    include JetStream acks and the messages a pull consumer hands out: other users' events.
+    """
+    if not _INBOX_USER.fullmatch(user):
+        raise ValueError(f"no inbox prefix for NATS user {user!r}: not a subject token")
+    return f"{DEFAULT_INBOX_PREFIX}_{user}"
+
+
+def redact_url(url: str) -> str:
+    """`url` without the password or token it may carry (nats://user:secret@host)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+
+
 @dataclass(frozen=True, slots=True)
 class NatsOptions:
     servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
@@ -58,6 +88,103 @@ class NatsOptions:
     publish_attempt_timeout_s: float = 2.0
     publish_deadline_s: float = 30.0
     drain_timeout_s: float = 10.0
+    # Credentials, at most one kind: user (and password), a token, a .creds file (user JWT and
+    # NKey seed, decentralised auth) or an NKey seed file. Secrets stay out of repr and logs.
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    user_credentials: str | None = None
+    nkeys_seed: str | None = None
+    # TLS: a CA to trust (else the system's), a client certificate and key for servers that
+    # verify clients, and the name to expect on the server's certificate when it differs from
+    # the URL's host. Any of them, or a tls:// URL, turns TLS on.
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_hostname: str | None = None
+    # Start TLS before the server says anything (server side: `tls { handshake_first: true }`),
+    # so nothing, credentials included, ever crosses the link in plaintext.
+    tls_handshake_first: bool = False
+    # None: `_INBOX_<user>` when a user is given (see `inbox_prefix_for`), else NATS's `_INBOX`.
+    inbox_prefix: str | None = None
+
+    def __post_init__(self) -> None:
+        kinds = [
+            kind
+            for kind, given in (
+                ("user", self.user is not None),
+                ("token", self.token is not None),
+                ("user_credentials", self.user_credentials is not None),
+                ("nkeys_seed", self.nkeys_seed is not None),
+            )
+            if given
+        ]
+        if len(kinds) > 1:
+            raise ValueError(f"NATS credentials: give one of {' / '.join(kinds)}, not several")
+        if self.password is not None and self.user is None:
+            raise ValueError("NATS credentials: a password needs a user")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("NATS TLS: a client certificate and its key go together")
+        if self.inbox_prefix is not None and not _INBOX_USER.fullmatch(self.inbox_prefix):
+            raise ValueError(f"NATS inbox prefix {self.inbox_prefix!r} is not a subject token")
+
+    @property
+    def uses_tls(self) -> bool:
+        files = (self.tls_ca_file, self.tls_cert_file, self.tls_hostname)
+        return (
+            self.tls_handshake_first
+            or any(f is not None for f in files)
+            or any(urlsplit(url).scheme == "tls" for url in self.servers)
+        )
+
+    @property
+    def effective_inbox_prefix(self) -> str:
+        if self.inbox_prefix is not None:
+            return self.inbox_prefix
+        if self.user is not None and _INBOX_USER.fullmatch(self.user):
+            return inbox_prefix_for(self.user)
+        return DEFAULT_INBOX_PREFIX
+
+    def redacted_servers(self) -> list[str]:
+        return [redact_url(url) for url in self.servers]
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """Client-side TLS, or None when none is asked for; `BusError` names a bad file."""
+        if not self.uses_tls:
+            return None
+        try:
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.tls_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise BusError(f"NATS TLS: cannot load CA file {self.tls_ca_file}: {exc}") from exc
+        if self.tls_cert_file is not None and self.tls_key_file is not None:
+            try:
+                context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise BusError(
+                    f"NATS TLS: cannot load client certificate {self.tls_cert_file} "
+                    f"with key {self.tls_key_file}: {exc}"
+                ) from exc
+        return context
+
+    def auth_kwargs(self) -> dict[str, Any]:
+        """Credentials, TLS and inbox prefix as `nats.connect` keyword arguments."""
+        kwargs: dict[str, Any] = {
+            key: value
+            for key, value in (
+                ("user", self.user),
+                ("password", self.password),
+                ("token", self.token),
+                ("user_credentials", self.user_credentials),
+                ("nkeys_seed", self.nkeys_seed),
+                ("tls", self.tls_context()),
+                ("tls_hostname", self.tls_hostname),
+            )
+            if value is not None
+        }
+        if self.tls_handshake_first:
+            kwargs["tls_handshake_first"] = True
+        kwargs["inbox_prefix"] = self.effective_inbox_prefix
+        return kwargs
 
 
 def _stream_config(spec: StreamSpec) -> api.StreamConfig:
@@ -82,13 +209,37 @@ _TRANSIENT_API_ERRORS = (
 )
 
 
+# How the server says it will never let these credentials in; nats-py reports it through the
+# error callback only, and retries.
+_REFUSALS = ("authorization violation", "authentication", "authorization failed")
+_CUT_HANDSHAKE = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+
+
+def _refusal(exc: Exception) -> str | None:
+    """Why a connection attempt can never succeed as configured, or None if retrying may help."""
+    if isinstance(exc, nats.errors.AuthorizationError):
+        return "the server refused the credentials"
+    # A link cut mid-handshake (EOF, reset) may heal; a refused certificate will not.
+    if isinstance(exc, ssl.SSLError) and not isinstance(exc, _CUT_HANDSHAKE):
+        return f"TLS handshake failed: {exc}"
+    text = str(exc).lower()
+    if isinstance(exc, nats.errors.Error) and any(word in text for word in _REFUSALS):
+        return f"the server refused the credentials ({exc})"
+    return None
+
+
 class _ConnectionEvents:
     """Connection callbacks; quiet once the bus itself is closing the connection."""
 
     def __init__(self) -> None:
         self.closing = False
+        # Set on the first refusal (bad credentials, failed TLS) while still connecting.
+        self.refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     async def on_error(self, exc: Exception) -> None:
+        reason = _refusal(exc)
+        if reason is not None and not self.refused.done():
+            self.refused.set_result(reason)
         if not self.closing:
             _log.warning("nats connection error", error=repr(exc))
 
@@ -100,22 +251,54 @@ class _ConnectionEvents:
         _log.info("nats reconnected")
 
 
+def _tls_in_use(nc: NatsClient, options: NatsOptions) -> bool:
+    """Whether the connection nats-py made is encrypted.
+
+    nats-py upgrades to TLS only when the server's INFO requires it, whatever the URL scheme or
+    the TLS options say; without this check a `tls://` URL to a plaintext server, or to someone
+    in between who strips the requirement, would quietly run in the clear. The check comes
+    after the credentials went out; only `tls_handshake_first` keeps them from ever doing so.
+    """
+    info: Mapping[str, Any] = getattr(nc, "_server_info", None) or {}
+    return options.tls_handshake_first or bool(info.get("tls_required"))
+
+
+async def _abandon(
+    nc: NatsClient, connecting: asyncio.Future[None], events: _ConnectionEvents
+) -> None:
+    """Give up a connection attempt: stop nats-py's retries and release the client."""
+    events.closing = True
+    connecting.cancel()
+    with contextlib.suppress(asyncio.CancelledError, nats.errors.Error, OSError, TimeoutError):
+        await connecting
+    with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
+        await nc.close()
+
+
 class NatsBus:
     def __init__(self, nc: NatsClient, options: NatsOptions) -> None:
         self._nc = nc
-        self._events = _ConnectionEvents()
+        self._events: _ConnectionEvents | None = None
         self._pulls: set[NatsPullConsumer] = set()
         self._js = nc.jetstream(timeout=options.api_timeout_s)
         self._options = options
 
     @classmethod
     async def connect(cls, options: NatsOptions) -> NatsBus:
-        events = _ConnectionEvents()
+        """Connect, trying for up to `initial_connect_deadline_s` while no server answers.
+
+        Credentials the server refuses and a TLS handshake that fails raise `BusError` at once:
+        retrying cannot fix them. Errors name the servers, never a secret.
+        """
+        where = ", ".join(options.redacted_servers())
         deadline = time.monotonic() + options.initial_connect_deadline_s
         while True:
+            events = _ConnectionEvents()
             nc = NatsClient()
-            try:
-                await nc.connect(
+            # nats-py retries a first connection like a reconnect, up to max_reconnect_attempts
+            # (forever with -1), refused credentials included; the deadline bounds it here.
+            connecting = asyncio.ensure_future(
+                nc.connect(
                     servers=list(options.servers),
                     name=options.name,
                     connect_timeout=options.connect_timeout_s,  # type: ignore[arg-type]
@@ -125,14 +308,40 @@ class NatsBus:
                     error_cb=events.on_error,
                     disconnected_cb=events.on_disconnected,
                     reconnected_cb=events.on_reconnected,
+                    **options.auth_kwargs(),
                 )
+            )
+            try:
+                await asyncio.wait(
+                    (connecting, events.refused),
+                    timeout=max(0.0, deadline - time.monotonic()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            except BaseException:
+                await _abandon(nc, connecting, events)
+                raise
+            if connecting.done() and connecting.exception() is None:
+                if options.uses_tls and not _tls_in_use(nc, options):
+                    await _abandon(nc, connecting, events)
+                    raise BusError(
+                        f"cannot connect to NATS at {where}: TLS was asked for but the server "
+                        "does not use it; refusing to go on in plaintext"
+                    )
                 bus = cls(nc, options)
                 bus._events = events
                 return bus
-            except (nats.errors.NoServersError, OSError, TimeoutError) as exc:
-                if time.monotonic() >= deadline:
-                    raise BusError(f"cannot connect to {list(options.servers)}: {exc}") from exc
-                await asyncio.sleep(options.reconnect_wait_s)
+            refusal = events.refused.result() if events.refused.done() else None
+            problem = f"no answer in {options.initial_connect_deadline_s:g} s"
+            if refusal is None and connecting.done():
+                exc = connecting.exception()
+                refusal = _refusal(exc) if isinstance(exc, Exception) else None
+                problem = repr(exc)
+            await _abandon(nc, connecting, events)
+            if refusal is not None:
+                raise BusError(f"cannot connect to NATS at {where}: {refusal}")
+            if time.monotonic() >= deadline:
+                raise BusError(f"cannot connect to NATS at {where}: {problem}")
+            await asyncio.sleep(options.reconnect_wait_s)
 
     @property
     def client(self) -> NatsClient:
@@ -383,7 +592,8 @@ class NatsBus:
     async def close(self) -> None:
         if self._nc.is_closed:
             return
-        self._events.closing = True
+        if self._events is not None:
+            self._events.closing = True
         # A pull subscription holding an unread status message would stall the drain until
         # its timeout; nothing more will be fetched, so release them first.
         for pull in list(self._pulls):

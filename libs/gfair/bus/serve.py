@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Self
 
-from pydantic import Field
+from pydantic import Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gfair.bus.nats_bus import NatsBus, NatsOptions
@@ -15,10 +16,40 @@ from gfair.bus.service import Service
 
 
 class BusSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
+    """Where the bus is and how to log in to it, from `GFAIR_*` environment variables.
+
+    Credentials are one of `GFAIR_NATS_USER` (+ `GFAIR_NATS_PASSWORD`), `GFAIR_NATS_TOKEN`,
+    `GFAIR_NATS_CREDS` or `GFAIR_NATS_NKEY_SEED`; `GFAIR_NATS_TLS_CA`, `GFAIR_NATS_TLS_CERT` and
+    `GFAIR_NATS_TLS_KEY` (or a `tls://` URL) turn TLS on. Empty variables count as unset.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore", env_ignore_empty=True)
 
     nats_url: str = Field(
         default="nats://127.0.0.1:4222", description="Comma-separated NATS server URLs"
+    )
+    nats_user: str | None = Field(default=None, description="NATS user name")
+    nats_password: SecretStr | None = Field(default=None, description="Password of the NATS user")
+    nats_token: SecretStr | None = Field(default=None, description="NATS authentication token")
+    nats_creds: FilePath | None = Field(
+        default=None, description="NATS .creds file: user JWT and NKey seed"
+    )
+    nats_nkey_seed: FilePath | None = Field(default=None, description="File holding an NKey seed")
+    nats_tls_ca: FilePath | None = Field(
+        default=None, description="CA certificate(s) to verify the NATS server with (PEM)"
+    )
+    nats_tls_cert: FilePath | None = Field(
+        default=None, description="Client certificate for servers that verify clients (PEM)"
+    )
+    nats_tls_key: FilePath | None = Field(default=None, description="Key of the client certificate")
+    nats_tls_hostname: str | None = Field(
+        default=None, description="Name expected on the server certificate, if not the URL host"
+    )
+    nats_tls_first: bool = Field(
+        default=False, description="TLS handshake before anything else (server: handshake_first)"
+    )
+    nats_inbox_prefix: str | None = Field(
+        default=None, description="Reply subject prefix; default _INBOX_<user> with a user"
     )
     fetch_batch: int = Field(default=10, ge=1)
     fetch_timeout_s: float = Field(default=1.0, gt=0)
@@ -26,6 +57,37 @@ class BusSettings(BaseSettings):
     @property
     def servers(self) -> tuple[str, ...]:
         return tuple(url.strip() for url in self.nats_url.split(",") if url.strip())
+
+    @model_validator(mode="after")
+    def _options_are_consistent(self) -> Self:
+        self.nats_options()  # the same rules, reported as a validation error at startup
+        return self
+
+    def nats_options(self, name: str | None = None) -> NatsOptions:
+        """The connection options these settings describe, for a client called `name`."""
+
+        def text(path: object | None) -> str | None:
+            return None if path is None else str(path)
+
+        return NatsOptions(
+            servers=self.servers,
+            name=name,
+            user=self.nats_user,
+            password=_reveal(self.nats_password),
+            token=_reveal(self.nats_token),
+            user_credentials=text(self.nats_creds),
+            nkeys_seed=text(self.nats_nkey_seed),
+            tls_ca_file=text(self.nats_tls_ca),
+            tls_cert_file=text(self.nats_tls_cert),
+            tls_key_file=text(self.nats_tls_key),
+            tls_hostname=self.nats_tls_hostname,
+            tls_handshake_first=self.nats_tls_first,
+            inbox_prefix=self.nats_inbox_prefix,
+        )
+
+
+def _reveal(secret: SecretStr | None) -> str | None:
+    return None if secret is None else secret.get_secret_value()
 
 
 async def serve(
@@ -37,7 +99,7 @@ async def serve(
     bus_settings = bus_settings or BusSettings()
     observability = configure_observability(service.name, observability_settings)
     try:
-        bus = await NatsBus.connect(NatsOptions(servers=bus_settings.servers, name=service.name))
+        bus = await NatsBus.connect(bus_settings.nats_options(name=service.name))
         try:
             runtime = ServiceRuntime(
                 service,
