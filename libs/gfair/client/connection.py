@@ -15,7 +15,8 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client as NatsClient
 
-from gfair.bus.nats_bus import NatsBus, NatsOptions
+from gfair.bus.nats_bus import NatsBus, NatsOptions, inbox_prefix_for
+from gfair.bus.serve import BusSettings
 from gfair.client.errors import NotReachable
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
@@ -57,6 +58,8 @@ class ConnectOptions:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def connect_kwargs(self) -> dict[str, Any]:
+        """Credentials and TLS: those given here, else the `GFAIR_NATS_*` ones services use."""
+        from_environment = BusSettings().nats_options(name=self.name).auth_kwargs()
         given = {
             "user_credentials": self.user_credentials,
             "nkeys_seed": self.nkeys_seed,
@@ -66,7 +69,11 @@ class ConnectOptions:
             "tls": self.tls,
             "tls_hostname": self.tls_hostname,
         }
-        return {key: value for key, value in given.items() if value is not None} | dict(self.extra)
+        explicit = {key: value for key, value in given.items() if value is not None}
+        if self.user is not None:
+            # A tenant may only read replies on its own inbox (deploy/nats/auth.conf).
+            explicit["inbox_prefix"] = inbox_prefix_for(self.user)
+        return from_environment | explicit | dict(self.extra)
 
 
 async def connect_bus(options: ConnectOptions) -> NatsBus:
