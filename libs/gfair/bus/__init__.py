@@ -10,6 +10,7 @@ from gfair.bus.history import HistoricalEvent, read_history
 from gfair.bus.key_value import KeyValue, KvConflict, KvEntry, KvOperation, KvWatch
 from gfair.bus.logs import add_trace_context, configure_logging
 from gfair.bus.memory_bus import InMemoryBus
+from gfair.bus.metrics import GfairMetrics, JsonlMetricExporter, configure_metrics, gfair_metrics
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.observability import Observability, ObservabilitySettings, configure_observability
 from gfair.bus.publisher import EventPublisher, derived_event_id
@@ -32,6 +33,7 @@ from gfair.bus.topology import (
     dead_letter_stream,
     dead_letter_subject,
 )
+from gfair.bus.tracing import current_traceparent, job_attributes, span_in_trace, trace_links
 from gfair.bus.transport import (
     Bus,
     BusError,
@@ -58,8 +60,10 @@ __all__ = [
     "EmbeddedNatsServer",
     "Emit",
     "EventPublisher",
+    "GfairMetrics",
     "HistoricalEvent",
     "InMemoryBus",
+    "JsonlMetricExporter",
     "JsonlSpanExporter",
     "KeyValue",
     "KvConflict",
@@ -88,13 +92,19 @@ __all__ = [
     "Unprocessable",
     "add_trace_context",
     "configure_logging",
+    "configure_metrics",
     "configure_observability",
     "consumer_for",
     "contract_streams",
+    "current_traceparent",
     "dead_letter_stream",
     "dead_letter_subject",
     "derived_event_id",
+    "gfair_metrics",
+    "job_attributes",
     "main",
     "read_history",
     "serve",
+    "span_in_trace",
+    "trace_links",
 ]

@@ -1,8 +1,10 @@
-"""One call per process to set up traces and logs from configuration.
+"""One call per process to set up traces, metrics and logs from configuration.
 
 Traces go to an OTLP/HTTP collector (`OTEL_EXPORTER_OTLP_ENDPOINT`), to a local JSON Lines
 file (embedded mode: `GFAIR_SPAN_FILE`), or nowhere. With `GFAIR_TRACES_EXPORTER=auto` (the
-default) the collector wins when configured, then the file, then none.
+default) the collector wins when configured, then the file, then none. Metrics
+(`gfair.bus.metrics`) follow the same rule (`GFAIR_METRICS_EXPORTER`): the collector, else
+`GFAIR_METRICS_FILE` (default: ``metrics.jsonl`` beside the span file), else none.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -20,10 +23,12 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gfair.bus.logs import LogFormat, configure_logging
+from gfair.bus.metrics import configure_metrics
 from gfair.bus.span_file import JsonlSpanExporter
 from gfair.bus.tracing import TRACER_NAME
 
 TracesExporter = Literal["auto", "otlp", "jsonl", "none"]
+MetricsExporter = TracesExporter
 
 
 class ObservabilitySettings(BaseSettings):
@@ -36,8 +41,29 @@ class ObservabilitySettings(BaseSettings):
         description="Base URL of an OTLP/HTTP collector, e.g. http://localhost:4318",
     )
     span_file: Path | None = Field(default=None, description="JSON Lines file for spans")
+    metrics_exporter: MetricsExporter = "auto"
+    metrics_file: Path | None = Field(
+        default=None, description="JSON Lines file for metrics (default: beside the span file)"
+    )
+    metrics_interval_s: float = Field(default=10.0, gt=0, description="Metrics export period")
     log_level: str = "INFO"
     log_format: LogFormat = "json"
+
+    def metrics_path(self) -> Path | None:
+        if self.metrics_file is not None:
+            return self.metrics_file
+        return self.span_file.with_name("metrics.jsonl") if self.span_file is not None else None
+
+    def chosen_metrics_exporter(self) -> Literal["otlp", "jsonl", "none"]:
+        if self.metrics_exporter == "otlp" and not self.otlp_endpoint:
+            raise ValueError("metrics_exporter=otlp needs OTEL_EXPORTER_OTLP_ENDPOINT")
+        if self.metrics_exporter == "jsonl" and self.metrics_path() is None:
+            raise ValueError("metrics_exporter=jsonl needs GFAIR_METRICS_FILE or GFAIR_SPAN_FILE")
+        if self.metrics_exporter != "auto":
+            return self.metrics_exporter
+        if self.otlp_endpoint:
+            return "otlp"
+        return "jsonl" if self.metrics_path() is not None else "none"
 
     def chosen_exporter(self) -> Literal["otlp", "jsonl", "none"]:
         if self.traces_exporter == "otlp" and not self.otlp_endpoint:
@@ -55,11 +81,14 @@ class ObservabilitySettings(BaseSettings):
 class Observability:
     tracer: Tracer
     provider: TracerProvider | None
+    meter_provider: MeterProvider | None = None
 
     def shutdown(self) -> None:
-        """Flush and close the exporter; call once at process exit."""
+        """Flush and close the exporters; call once at process exit."""
         if self.provider is not None:
             self.provider.shutdown()
+        if self.meter_provider is not None:
+            self.meter_provider.shutdown()
 
 
 def _exporter(settings: ObservabilitySettings) -> SpanExporter | None:
@@ -85,13 +114,18 @@ def configure_observability(
     """Configure logs and the tracer provider for a process named `service_name`."""
     settings = settings or ObservabilitySettings()
     configure_logging(service_name, level=settings.log_level, fmt=settings.log_format)
+    meter_provider = configure_metrics(service_name, settings, set_global=set_global)
     exporter = _exporter(settings)
     if exporter is None:
-        return Observability(tracer=trace.get_tracer(TRACER_NAME), provider=None)
+        return Observability(
+            tracer=trace.get_tracer(TRACER_NAME), provider=None, meter_provider=meter_provider
+        )
     provider = TracerProvider(
         resource=Resource.create({"service.name": service_name, "service.namespace": "gfair"})
     )
     provider.add_span_processor(BatchSpanProcessor(exporter))
     if set_global:
         trace.set_tracer_provider(provider)
-    return Observability(tracer=provider.get_tracer(TRACER_NAME), provider=provider)
+    return Observability(
+        tracer=provider.get_tracer(TRACER_NAME), provider=provider, meter_provider=meter_provider
+    )

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from opentelemetry.trace import Tracer
 
-from gfair.bus.tracing import default_tracer, inject_context, publish_span
+from gfair.bus.tracing import (
+    default_tracer,
+    inject_context,
+    propagated_context,
+    publish_span,
+)
 from gfair.bus.transport import Bus, PubAck
 from gfair.bus.wire import encode
 from gfair.events.envelope import Envelope, EventData
@@ -38,10 +44,14 @@ class EventPublisher:
         correlation_id: str | None = None,
         causation: Envelope | None = None,
         event_id: str | None = None,
+        trace_parent: str | None = None,
+        links: Sequence[str | None] = (),
     ) -> Envelope:
         """Wrap `data` in an envelope from this source and publish it; returns the envelope.
 
         `subject` defaults to where the payload says it belongs (`data.subject()`).
+        `trace_parent` (a W3C traceparent) makes the publish part of that trace, e.g. the
+        job's, when it is not caused by one of the job's events; `links` names related traces.
         """
         envelope = Envelope.wrap(
             data,
@@ -51,13 +61,26 @@ class EventPublisher:
             causation=causation,
             event_id=event_id,
         )
-        await self.publish_envelope(envelope)
+        await self.publish_envelope(envelope, trace_parent=trace_parent, links=links)
         return envelope
 
-    async def publish_envelope(self, envelope: Envelope) -> PubAck:
+    async def publish_envelope(
+        self,
+        envelope: Envelope,
+        *,
+        trace_parent: str | None = None,
+        links: Sequence[str | None] = (),
+    ) -> PubAck:
         payload, headers = encode(envelope)
-        with publish_span(self._tracer, envelope.subject, envelope, len(payload)) as span:
-            inject_context(headers)
+        with publish_span(
+            self._tracer,
+            envelope.subject,
+            envelope,
+            len(payload),
+            trace_parent=trace_parent,
+            links=links,
+        ) as span:
+            inject_context(headers, propagated_context(span))
             ack = await self._bus.publish(
                 envelope.subject, payload, headers=headers, msg_id=envelope.id
             )

@@ -6,7 +6,9 @@ Every delivery ends in exactly one of four ways:
 - skipped: an event type this handler does not take, acked;
 - retried: the handler (or publishing its outputs) failed; nak with a growing delay;
 - dead-lettered: poison (undecodable, invalid, rejected, or out of attempts) is parked on
-  `gfair.dlq.<stream>` with the reason, then acked so the consumer moves on.
+  `gfair.dlq.<stream>` with the reason, then acked so the consumer moves on. An undecodable or
+  invalid input is first answered through the route's `on_invalid` hook, when it has one (a
+  submitter hears why its job was refused instead of waiting for an answer that never comes).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from gfair.bus.dead_letter import DeadLetter, DeadLetterReason, publish_dead_letter
 from gfair.bus.publisher import EventPublisher, derived_event_id
-from gfair.bus.service import Emit, Route, Unprocessable
+from gfair.bus.service import Emit, InvalidInput, Route, Unprocessable
+from gfair.bus.subject_filter import covers
 from gfair.bus.tracing import annotate_event, process_span
 from gfair.bus.transport import Bus, BusError, Delivery, PullConsumer
 from gfair.bus.wire import decode_envelope, validated_data
@@ -92,6 +95,29 @@ def is_registered(event_type: str) -> bool:
     except UnknownEventType:
         return False
     return True
+
+
+def belongs_on(event_type: str, subject: str) -> bool:
+    """Whether events of a registered `event_type` are ever published on `subject`.
+
+    A handler skips the other kinds of event on its subjects; an event on a subject its kind
+    is never published on (a job report on a submission subject) is not another handler's
+    business but an invalid input, and is refused like one.
+    """
+    try:
+        pattern = model_for(event_type).subject_pattern()
+    except NotImplementedError:
+        return True  # a model that does not say where it is published cannot be checked
+    return covers(pattern, subject)
+
+
+def invalid_answer_id(stream: str, sequence: int, index: int, event_type: str, subject: str) -> str:
+    """Id of the `index`-th answer to the refused input stored at `sequence` of `stream`.
+
+    Derived from where the input is stored, since its own id may be missing or forged; the
+    same on every redelivery, so a repeated answer is dropped as a duplicate.
+    """
+    return derived_event_id(f"{stream}/{sequence}", index, event_type, subject)
 
 
 class HandlerRunner:
@@ -175,16 +201,25 @@ class HandlerRunner:
         try:
             envelope = decode_envelope(delivery.data)
         except InvalidEvent as exc:
-            return await self._dead_letter(delivery, span, DeadLetterReason.UNDECODABLE, exc.reason)
+            return await self._refuse(
+                delivery, span, DeadLetterReason.UNDECODABLE, exc.reason, envelope=None
+            )
         annotate_event(span, envelope)
-        if self._accepted and envelope.type not in self._accepted and is_registered(envelope.type):
+        if (
+            self._accepted
+            and envelope.type not in self._accepted
+            and is_registered(envelope.type)
+            and belongs_on(envelope.type, delivery.subject)
+        ):
             # Another kind of event on the same subjects: someone else's business.
             await delivery.ack()
             return Outcome.SKIPPED
         try:
             data = validated_data(envelope, delivery.subject)
         except InvalidEvent as exc:
-            return await self._dead_letter(delivery, span, DeadLetterReason.INVALID, exc.reason)
+            return await self._refuse(
+                delivery, span, DeadLetterReason.INVALID, exc.reason, envelope=envelope
+            )
         try:
             outputs = await self._call(envelope, data, delivery)
         except Unprocessable as exc:
@@ -193,8 +228,11 @@ class HandlerRunner:
             span.record_exception(exc)
             return await self._retry(delivery, span, DeadLetterReason.HANDLER_FAILED, exc)
         try:
-            for output in outputs_to_envelopes(envelope, outputs, self._service):
-                await self._publisher.publish_envelope(output)
+            envelopes = outputs_to_envelopes(envelope, outputs, self._service)
+            for emit, output in zip(outputs, envelopes, strict=True):
+                await self._publisher.publish_envelope(
+                    output, trace_parent=emit.trace_parent, links=emit.links
+                )
         except Exception as exc:
             span.record_exception(exc)
             return await self._retry(delivery, span, DeadLetterReason.PUBLISH_FAILED, exc)
@@ -213,6 +251,66 @@ class HandlerRunner:
         if outputs is None:
             raise TypeError(f"handler {self._route.name} returned None; return [] for no events")
         return outputs
+
+    async def _refuse(
+        self,
+        delivery: Delivery,
+        span: Span,
+        reason: DeadLetterReason,
+        error: str,
+        *,
+        envelope: Envelope | None,
+    ) -> Outcome:
+        """An input that can never be handled: answer it if the route says how, dead-letter it.
+
+        The answer goes first: a crash before the dead letter redelivers the input, which
+        answers again under the same ids (dropped as duplicates) and is then parked.
+        """
+        try:
+            for output in self._answers(delivery, envelope, error):
+                await self._publisher.publish_envelope(output)
+        except Exception as exc:
+            span.record_exception(exc)
+            return await self._retry(delivery, span, DeadLetterReason.PUBLISH_FAILED, exc)
+        return await self._dead_letter(delivery, span, reason, error)
+
+    def _answers(self, delivery: Delivery, envelope: Envelope | None, error: str) -> list[Envelope]:
+        hook = self._route.on_invalid
+        if hook is None:
+            return []
+        invalid = InvalidInput(
+            subject=delivery.subject, payload=delivery.data, envelope=envelope, reason=error
+        )
+        try:
+            outputs = hook(invalid)
+        except Exception as exc:
+            # The dead letter still records why; a broken hook must not keep poison around.
+            self._log.error("on_invalid hook failed", error=repr(exc), subject=delivery.subject)
+            return []
+        answers = []
+        for index, emit in enumerate(outputs):
+            subject = emit.subject or emit.data.subject()
+            correlation = emit.correlation_id or (
+                (envelope.correlation_id or envelope.id) if envelope is not None else None
+            )
+            answers.append(
+                Envelope.wrap(
+                    emit.data,
+                    subject=subject,
+                    source=self._service,
+                    causation=envelope,
+                    correlation_id=correlation,
+                    event_id=emit.event_id
+                    or invalid_answer_id(
+                        delivery.stream,
+                        delivery.stream_sequence,
+                        index,
+                        emit.data.EVENT_TYPE,
+                        subject,
+                    ),
+                )
+            )
+        return answers
 
     async def _retry(
         self, delivery: Delivery, span: Span, reason: DeadLetterReason, exc: Exception

@@ -127,6 +127,8 @@ class ServiceRuntime:
                         subject=emit.subject,
                         correlation_id=emit.correlation_id,
                         event_id=emit.event_id,
+                        trace_parent=emit.trace_parent,
+                        links=emit.links,
                     )
             except Exception as exc:
                 self._log.error("timer failed", timer=timer.name, error=repr(exc))

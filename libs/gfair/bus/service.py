@@ -22,7 +22,7 @@ import inspect
 import types
 import typing
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gfair.bus.topology import ConsumerSpec, Topology, consumer_for
@@ -44,13 +44,39 @@ class Emit:
     event_id: str | None = None
     # Default: the causing event's correlation id (or its id when it has none).
     correlation_id: str | None = None
+    # The W3C traceparent of the trace this event belongs to (a job's, kept by the service
+    # from `current_traceparent()`); default: the trace of whatever is running (the handled
+    # event's, or a new one for a timer). See `gfair.bus.tracing.join_trace`.
+    trace_parent: str | None = None
+    # Traceparents of other traces to link the publish to (the jobs a per-server decision
+    # is about, say).
+    links: tuple[str, ...] = ()
 
 
 class Unprocessable(Exception):
     """Raised by a handler for an event that can never succeed: dead-letter it, don't retry."""
 
 
+@dataclass(frozen=True, slots=True)
+class InvalidInput:
+    """A message a route refused before its handler ran: not an envelope, or not a valid event.
+
+    What a route's `on_invalid` hook gets to answer the sender with (see `Route.on_invalid`).
+    """
+
+    subject: str
+    payload: bytes
+    # The envelope when the body is one (its payload or subject is what is wrong); None when
+    # the body is not an envelope at all.
+    envelope: Envelope | None
+    # What is wrong, naming the field path (as in the dead letter).
+    reason: str
+
+
 EventHandler = Callable[[Envelope, Any], Awaitable[Sequence[Emit]]]
+# Pure: it may only say what to answer; the runtime publishes the answer, then dead-letters
+# the input as usual, so an invalid input changes no state anywhere.
+InvalidHandler = Callable[[InvalidInput], Sequence[Emit]]
 TimerCallback = Callable[[], Awaitable[Sequence[Emit]]]
 StartupHook = Callable[["ServiceRuntime"], Awaitable[None]]
 H = TypeVar("H", bound=EventHandler)
@@ -81,6 +107,9 @@ class Route:
     # Concurrent fetch-and-handle loops on the consumer in this process.
     workers: int = 1
     backoff: Backoff = field(default_factory=Backoff)
+    # Answers an input refused as undecodable or invalid (a rejection event to the sender of a
+    # bad submission, say) before it is dead-lettered. None: the dead letter is the only answer.
+    on_invalid: InvalidHandler | None = None
 
     @property
     def accepted_types(self) -> frozenset[str]:
@@ -156,12 +185,17 @@ class Service:
         workers: int = 1,
         backoff: Backoff | None = None,
         name: str | None = None,
+        on_invalid: InvalidHandler | None = None,
+        ack_wait_s: float | None = None,
     ) -> Route:
         """Route a consumer's events to `handler`.
 
         Without `consumer`, one is derived from the payload models the handler takes (its
         annotation, or `accepts`): their stream, their subject patterns as filters, and the
-        durable name `durable` (default `<service>-<handler>`).
+        durable name `durable` (default `<service>-<handler>`). `ack_wait_s` sets the
+        consumer's ack wait (how soon a crashed process's unacknowledged events go to another
+        one), whether the consumer is derived or given. `on_invalid` answers refused inputs
+        (see `Route.on_invalid`).
         """
         if workers < 1:
             raise ValueError("workers must be >= 1")
@@ -173,6 +207,8 @@ class Service:
             consumer = consumer_for(models, durable=durable)
         elif durable is not None and durable != consumer.durable:
             raise ValueError(f"durable {durable!r} contradicts consumer {consumer.durable!r}")
+        if ack_wait_s is not None:
+            consumer = replace(consumer, ack_wait_s=ack_wait_s)
         route = Route(
             name=name,
             consumer=consumer,
@@ -180,6 +216,7 @@ class Service:
             accepts=models,
             workers=workers,
             backoff=backoff or Backoff(),
+            on_invalid=on_invalid,
         )
         if any(
             r.consumer.durable == consumer.durable and r.consumer.stream == consumer.stream
@@ -197,6 +234,8 @@ class Service:
         accepts: Sequence[type[EventData]] | None = None,
         workers: int = 1,
         backoff: Backoff | None = None,
+        on_invalid: InvalidHandler | None = None,
+        ack_wait_s: float | None = None,
     ) -> Callable[[H], H]:
         """Decorator form of `add_handler`."""
 
@@ -208,6 +247,8 @@ class Service:
                 accepts=accepts,
                 workers=workers,
                 backoff=backoff,
+                on_invalid=on_invalid,
+                ack_wait_s=ack_wait_s,
             )
             return handler
 

@@ -23,7 +23,9 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "users",
     "nodes",
     "why",
+    "trace",
     "demo",
+    "tenants",
 )
 
 

@@ -70,6 +70,11 @@ class Submission(_Record):
 
     event_id: str = Field(description="Envelope id of the JobSubmitted; a redelivery repeats it")
     submitted_at: AwareDatetime
+    trace_parent: str | None = Field(
+        default=None,
+        description="W3C traceparent of the job's trace (placement's handling of the "
+        "submission); events about the job that no job event caused join that trace",
+    )
     gpus: GpuCount
     command: Argv
     tickets: Tickets | None = None
@@ -80,10 +85,13 @@ class Submission(_Record):
     max_retries: int | None = None
 
     @classmethod
-    def of(cls, envelope: Envelope, data: JobSubmitted) -> Submission:
+    def of(
+        cls, envelope: Envelope, data: JobSubmitted, trace_parent: str | None = None
+    ) -> Submission:
         return cls(
             event_id=envelope.id,
             submitted_at=envelope.time,
+            trace_parent=trace_parent,
             gpus=data.gpus,
             command=data.command,
             tickets=data.tickets,
@@ -149,13 +157,15 @@ class JobRecord(_Record):
         return self.live and not self.servers
 
     @classmethod
-    def accepted(cls, envelope: Envelope, data: JobSubmitted) -> JobRecord:
+    def accepted(
+        cls, envelope: Envelope, data: JobSubmitted, *, trace_parent: str | None = None
+    ) -> JobRecord:
         """The record of a freshly admitted job: queued, on no servers yet."""
         return cls(
             user=data.user,
             job_id=data.job_id,
             state=JobState.QUEUED,
-            submission=Submission.of(envelope, data),
+            submission=Submission.of(envelope, data, trace_parent),
             created_at=envelope.time,
             updated_at=envelope.time,
             applied_event_ids=(envelope.id,),

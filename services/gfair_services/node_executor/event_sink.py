@@ -12,10 +12,21 @@ import asyncio
 
 from opentelemetry import context as otel_context
 
+from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.events.envelope import Envelope, EventData
+from gfair.events.reasons import MigrationReason, SuspendReason
 from gfair_services.node_executor.local_job import LocalJob
+
+
+def count_suspend(node_id: str, reason: SuspendReason) -> None:
+    """A job this node checkpointed and stopped (counted once, where it happened)."""
+    gfair_metrics().suspends.add(1, {"node": node_id, "reason": reason.value})
+
+
+def count_migration(node_id: str, reason: MigrationReason) -> None:
+    gfair_metrics().migrations.add(1, {"node": node_id, "reason": reason.value})
 
 
 class EventSink:

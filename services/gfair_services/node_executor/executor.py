@@ -30,6 +30,7 @@ import structlog
 from opentelemetry import trace
 
 import gfair
+from gfair.bus.metrics import gfair_metrics
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service, Unprocessable
 from gfair.bus.topology import ConsumerSpec
@@ -45,7 +46,7 @@ from gfair.node.gpu import GpuBackend, GpuSample, XidError
 from gfair.node.orphans import ReapedRun
 from gfair.node.supervisor import SupervisorConfig
 from gfair.state.buckets import JOBS
-from gfair_services.node_executor.event_sink import EventSink
+from gfair_services.node_executor.event_sink import EventSink, count_suspend
 from gfair_services.node_executor.gpu_report import XidLog, inventory_event, telemetry_samples
 from gfair_services.node_executor.job_commands import Command, JobCommands
 from gfair_services.node_executor.local_job import LocalJob, RunTable
@@ -205,7 +206,8 @@ class NodeExecutor:
         result = await self._control.yield_run(run, None)
         if result is not None:
             drained = run.suspended(self.node_id, SuspendReason.DRAIN, result)
-            await self._sink.publish(drained, key=key)
+            await self._sink.publish_for(run, drained, key=key)
+            count_suspend(self.node_id, SuspendReason.DRAIN)
 
     # ----- commands ----------------------------------------------------------------------
 
@@ -214,12 +216,13 @@ class NodeExecutor:
             raise Unprocessable(f"command for node {command.node_id} reached {self.node_id}")
         attributes: dict[str, str | int | list[int]] = {
             "gfair.user": command.user,
-            "gfair.job_id": command.job_id,
-            "gfair.server": self.node_id,
+            "gfair.job.id": command.job_id,
+            "gfair.node": self.node_id,
             "gfair.attempt": command.attempt,
         }
         if isinstance(command, StartCommand | ResumeCommand):
-            attributes["gfair.gpus"] = list(command.gpu_indices)
+            attributes["gfair.gpus"] = len(command.gpu_indices)
+            attributes["gfair.gpu.indices"] = list(command.gpu_indices)
             known = [i for i in command.gpu_indices if i in self._inventory]
             generations = {self._inventory[i].generation for i in known}
             if len(generations) == 1:
@@ -242,10 +245,24 @@ class NodeExecutor:
     async def telemetry(self) -> Sequence[Emit]:
         samples, xids = await anyio.to_thread.run_sync(self._read_gpus, self._runs.busy_gpus())
         self._xids.add(xids)
+        self._record_utilization(samples)
         gpus = telemetry_samples(samples, self._xids.take_unreported(self._inventory))
         if not gpus:
             return []
         return [Emit(NodeTelemetry(node_id=self.node_id, gpus=gpus))]
+
+    def _record_utilization(self, samples: Sequence[GpuSample]) -> None:
+        gauge = gfair_metrics().gpu_utilization
+        for sample in samples:
+            gpu = self._inventory.get(sample.index)
+            if sample.error is not None or sample.utilization_pct is None or gpu is None:
+                continue
+            attributes: dict[str, str | int] = {
+                "node": self.node_id,
+                "gpu": sample.index,
+                "generation": gpu.generation,
+            }
+            gauge.set(min(max(sample.utilization_pct / 100.0, 0.0), 1.0), attributes)
 
     def _read_gpus(self, busy: frozenset[int]) -> tuple[list[GpuSample], list[XidError]]:
         return self._gpus.sample(busy), self._gpus.poll_xid_errors()

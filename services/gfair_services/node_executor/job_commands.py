@@ -36,7 +36,7 @@ from gfair.events.commands import (
 from gfair.events.envelope import Envelope
 from gfair.events.reasons import SuspendReason
 from gfair.node.gpu import GpuInfo
-from gfair_services.node_executor.event_sink import EventSink
+from gfair_services.node_executor.event_sink import EventSink, count_migration, count_suspend
 from gfair_services.node_executor.local_job import LocalJob, RunStatus, RunTable
 from gfair_services.node_executor.run_control import RunControl
 from gfair_services.node_executor.settings import NodeExecutorSettings
@@ -187,6 +187,7 @@ class JobCommands:
         result = await self._control.yield_run(run, envelope.id)
         if result is not None:
             await self._sink.publish(run.suspended(self._node_id, reason, result), cause=envelope)
+            count_suspend(self._node_id, reason)
 
     async def _migrate(self, envelope: Envelope, command: MigrateCommand) -> None:
         run = self._current(command)
@@ -210,6 +211,8 @@ class JobCommands:
             checkpoint_step=run.checkpoint_step,
         )
         await self._sink.publish(migrated, cause=envelope)
+        # A redelivered migrate announces again and counts again: metrics are not the record.
+        count_migration(self._node_id, command.reason)
 
     async def _kill(self, command: KillCommand) -> None:
         run = self._current(command)

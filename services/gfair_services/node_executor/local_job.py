@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from opentelemetry.context import Context
+from opentelemetry.trace import Span, Status, StatusCode
 
 from gfair.events.fields import JobRef
 from gfair.events.jobs import JobSuspended
 from gfair.events.reasons import SuspendReason
-from gfair.node.lifecycle import SuspendResult
+from gfair.node.lifecycle import JobExited, SuspendResult
 
 
 class RunStatus(StrEnum):
@@ -39,8 +40,10 @@ class LocalJob:
     # The command that started this run: its redelivery re-announces the start.
     start_event_id: str
     correlation_id: str
-    # The trace the start command belonged to, so this run's reports join the job's trace.
+    # The run's span (from launch to exit) in the trace the start command belonged to: its
+    # reports (progress, checkpoints, exit) are published under it, in the job's trace.
     trace_context: Context
+    span: Span | None = None
     status: RunStatus = RunStatus.RUNNING
     stop: StopKind | None = None
     # The command that asked for the stop: its redelivery restates the outcome.
@@ -55,6 +58,29 @@ class LocalJob:
     @property
     def running(self) -> bool:
         return self.status is RunStatus.RUNNING
+
+    def end_span(self, ended: JobExited) -> None:
+        """Close the run's span with how it ended; later calls do nothing."""
+        span, self.span = self.span, None
+        if span is None:
+            return
+        if ended.yielded:
+            end = "yielded" if self.stop is StopKind.YIELD else "drained"
+        elif self.stop is StopKind.KILL and ended.terminated_by is not None:
+            end = "killed"
+        else:
+            end = "completed" if ended.completed else "exited"
+        span.set_attribute("gfair.run.end", end)
+        span.set_attribute("gfair.steps", ended.steps)
+        if ended.exit_code is not None:
+            span.set_attribute("gfair.exit_code", ended.exit_code)
+        if ended.signal is not None:
+            span.set_attribute("gfair.signal", ended.signal)
+        if self.checkpoint_step is not None:
+            span.set_attribute("gfair.checkpoint_step", self.checkpoint_step)
+        if end == "exited" and (ended.exit_code != 0 or ended.signal is not None):
+            span.set_status(Status(StatusCode.ERROR, ended.reason or "the job process failed"))
+        span.end(end_time=int(ended.time * 1e9))
 
     def suspended(
         self, node_id: str, reason: SuspendReason, result: SuspendResult | None

@@ -15,7 +15,7 @@ from gfair.events.fields import MAX_STDERR_TAIL_CHARS, JobRef
 from gfair.events.reasons import SuspendReason
 from gfair.node import lifecycle
 from gfair.node.gpu import GpuBackend
-from gfair_services.node_executor.event_sink import EventSink
+from gfair_services.node_executor.event_sink import EventSink, count_suspend
 from gfair_services.node_executor.gpu_report import XidLog
 from gfair_services.node_executor.local_job import LocalJob, RunStatus, RunTable, StopKind
 
@@ -100,11 +100,13 @@ class ReportRelay:
                 drained = run.suspended(self._node_id, SuspendReason.DRAIN, None)
                 key = f"{self._node_id}/yield/{run.job}/{run.started_at!r}"
                 await self._sink.publish_for(run, drained, key=key)
+                count_suspend(self._node_id, SuspendReason.DRAIN)
                 return
             await self._report_exit(user, run, report)
         finally:
             if run is not None:
                 run.status = RunStatus.STOPPED if asked else RunStatus.EXITED
+                run.end_span(report)
                 run.exit_handled.set()
 
     async def _report_exit(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import structlog
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from gfair.events import jobs as events
 from gfair.events.commands import StartCommand
@@ -36,6 +37,7 @@ from gfair_services.node_executor.user_supervisors import UserSupervisors
 CANNOT_START_EXIT_CODE = 127
 
 _log = structlog.get_logger("gfair.services.node_executor")
+_tracer = trace.get_tracer("gfair.services.node_executor")
 
 
 class RunControl:
@@ -81,6 +83,20 @@ class RunControl:
                 _log.warning("job could not start", job=str(command.job), error=str(exc))
                 await self._sink.send(self._cannot_start(command, exc), cause=cause)
                 return
+            span = _tracer.start_span(
+                "node_executor.run",
+                start_time=int(handle.started_at * 1e9),
+                attributes={
+                    "gfair.user": command.user,
+                    "gfair.job.id": command.job_id,
+                    "gfair.node": self._node_id,
+                    "gfair.gpus": len(command.gpu_indices),
+                    "gfair.gpu.indices": list(command.gpu_indices),
+                    "gfair.generation": generation,
+                    "gfair.attempt": command.attempt,
+                    **({"gfair.resumed_from": resume.step} if resume else {}),
+                },
+            )
             run = LocalJob(
                 job=command.job,
                 attempt=command.attempt,
@@ -89,12 +105,18 @@ class RunControl:
                 started_at=handle.started_at,
                 start_event_id=cause.id,
                 correlation_id=cause.correlation_id or cause.id,
-                trace_context=otel_context.get_current(),
+                trace_context=trace.set_span_in_context(span),
+                span=span,
                 checkpoint_step=resume.step if resume else None,
                 resumed_from=resume.step if resume else None,
             )
             self._runs.put(run)
-            await self._sink.send(self.start_event(run, time.monotonic() - began), cause=cause)
+            token = otel_context.attach(run.trace_context)
+            try:
+                started = self.start_event(run, time.monotonic() - began)
+                await self._sink.send(started, cause=cause)
+            finally:
+                otel_context.detach(token)
         _log.info(
             "job started",
             job=str(command.job),

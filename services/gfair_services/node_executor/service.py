@@ -7,7 +7,7 @@ suspended (reason drain) while the bus is still open, and only then does the con
 
 from __future__ import annotations
 
-from gfair.bus.nats_bus import NatsBus, NatsOptions
+from gfair.bus.nats_bus import NatsBus
 from gfair.bus.observability import configure_observability
 from gfair.bus.runner import RunnerSettings
 from gfair.bus.runtime import ServiceRuntime
@@ -30,8 +30,9 @@ async def serve(
     executor = NodeExecutor(settings)
     observability = configure_observability(SERVICE_NAME)
     try:
+        # The same credentials and TLS as every other service (GFAIR_NATS_USER, ...).
         bus = await NatsBus.connect(
-            NatsOptions(servers=bus_settings.servers, name=f"{SERVICE_NAME}-{executor.node_id}")
+            bus_settings.nats_options(name=f"{SERVICE_NAME}-{executor.node_id}")
         )
         try:
             runtime = ServiceRuntime(

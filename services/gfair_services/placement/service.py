@@ -29,6 +29,7 @@ from gfair.bus.key_value import KeyValue, KvConflict
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
 from gfair.bus.topology import consumer_for
+from gfair.bus.tracing import current_traceparent
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand, MigrateCommand
 from gfair.events.envelope import Envelope, EventData
@@ -64,7 +65,7 @@ from gfair.state.job_record import JobRecord, load_job, load_jobs, save_job
 from gfair_services.inventory import INVENTORY_EVENTS, NodeInventory
 from gfair_services.topology import cluster_topology
 
-from .admission import Refusal, check_submission
+from .admission import Refusal, answer_invalid_submission, check_submission
 from .book import JobBook
 from .placer import Placement, Placer
 from .settings import Settings
@@ -86,10 +87,6 @@ JOB_EVENTS: tuple[type[EventData], ...] = (
 SCHED_EVENTS: tuple[type[EventData], ...] = (QuantumTicked, EntitlementsUpdated, ProfileUpdated)
 # Nodes whose jobs must go elsewhere.
 _LOST = (NodeState.FAILED, NodeState.QUARANTINED)
-
-# A crashed instance's unacknowledged events come back after this long. Handlers take
-# milliseconds (and the runtime keeps a long one alive), so a short wait speeds up recovery.
-ACK_WAIT_S = 5.0
 
 _log = structlog.get_logger("gfair.placement")
 _tracer = trace.get_tracer("gfair.placement")
@@ -116,24 +113,30 @@ class PlacementService:
 
     def service(self) -> Service:
         """The `Service` running this state's handlers."""
-        service = Service(SERVICE_NAME, topology=cluster_topology())
+        ack_wait_s = self.settings.ack_wait_s
+        service = Service(SERVICE_NAME, topology=cluster_topology(replicas=self.settings.replicas))
         service.add_handler(
             self.on_job_event,
-            consumer_for(JOB_EVENTS, durable="placement-jobs", ack_wait_s=ACK_WAIT_S),
+            consumer_for(JOB_EVENTS, durable="placement-jobs"),
             accepts=JOB_EVENTS,
             name="jobs",
+            # A submission the contract refuses never reaches the handler: answer it here.
+            on_invalid=answer_invalid_submission,
+            ack_wait_s=ack_wait_s,
         )
         service.add_handler(
             self.on_node_event,
-            consumer_for(INVENTORY_EVENTS, durable="placement-nodes", ack_wait_s=ACK_WAIT_S),
+            consumer_for(INVENTORY_EVENTS, durable="placement-nodes"),
             accepts=INVENTORY_EVENTS,
             name="nodes",
+            ack_wait_s=ack_wait_s,
         )
         service.add_handler(
             self.on_sched_event,
-            consumer_for(SCHED_EVENTS, durable="placement-sched", ack_wait_s=ACK_WAIT_S),
+            consumer_for(SCHED_EVENTS, durable="placement-sched"),
             accepts=SCHED_EVENTS,
             name="sched",
+            ack_wait_s=ack_wait_s,
         )
         service.on_start(self.start)
         return service
@@ -233,7 +236,8 @@ class PlacementService:
             if live.record.submission.event_id == envelope.id:
                 return _submission_outputs(live.record)  # a redelivery
             return [_duplicate(live.record)]
-        record = JobRecord.accepted(envelope, data)
+        # Later events about the job (a placement once GPUs free up, a move) join this trace.
+        record = JobRecord.accepted(envelope, data, trace_parent=current_traceparent())
         if refusal is None:
             reason = self.placer.infeasible(record, self.inventory)
             if reason is not None:
@@ -517,7 +521,8 @@ def _placed(record: JobRecord) -> Emit:
             job_id=record.job_id,
             servers=record.servers,
             generation=record.generation,
-        )
+        ),
+        trace_parent=record.submission.trace_parent,
     )
 
 
@@ -530,7 +535,8 @@ def _migrate(record: JobRecord, node_id: str, to_node: str, reason: MigrationRea
             attempt=record.attempt,
             to_node=to_node,
             reason=reason,
-        )
+        ),
+        trace_parent=record.submission.trace_parent,
     )
 
 
@@ -569,7 +575,8 @@ def _cancel_outputs(record: JobRecord) -> list[Emit]:
                 job_id=record.job_id,
                 previous_state=record.cancelled_from,
                 reason=record.reason,
-            )
+            ),
+            trace_parent=record.submission.trace_parent,
         )
     ]
     for node_id in sorted({*record.servers, *record.nodes}):
@@ -581,7 +588,8 @@ def _cancel_outputs(record: JobRecord) -> list[Emit]:
                     job_id=record.job_id,
                     attempt=record.attempt,
                     reason=record.reason or "cancelled",
-                )
+                ),
+                trace_parent=record.submission.trace_parent,
             )
         )
     return outputs

@@ -21,6 +21,7 @@ same ids again, which JetStream drops as duplicates. Handlers return nothing to 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ import structlog
 from opentelemetry import trace
 
 from gfair.bus.key_value import KeyValue, KvConflict
+from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
@@ -79,10 +81,6 @@ JOB_EVENTS: tuple[type[EventData], ...] = (
 )
 _TERMINAL = (JobCompleted, JobFailed, JobCancelled)
 
-# A crashed instance's unacknowledged events come back after this long. Handlers take
-# milliseconds (and the runtime keeps a long one alive), so a short wait speeds up recovery.
-ACK_WAIT_S = 5.0
-
 _log = structlog.get_logger("gfair.split_stride")
 _tracer = trace.get_tracer("gfair.split_stride")
 
@@ -100,26 +98,28 @@ class SplitStrideService:
         self._submissions: dict[str, Submission] = {}
 
     def service(self) -> Service:
-        service = Service(SERVICE_NAME, topology=cluster_topology())
+        ack_wait_s = self.settings.ack_wait_s
+        service = Service(SERVICE_NAME, topology=cluster_topology(replicas=self.settings.replicas))
         service.add_handler(
             self.on_job_event,
-            consumer_for(JOB_EVENTS, durable="split-stride-jobs", ack_wait_s=ACK_WAIT_S),
+            consumer_for(JOB_EVENTS, durable="split-stride-jobs"),
             accepts=JOB_EVENTS,
             name="jobs",
+            ack_wait_s=ack_wait_s,
         )
         service.add_handler(
             self.on_node_event,
-            consumer_for(INVENTORY_EVENTS, durable="split-stride-nodes", ack_wait_s=ACK_WAIT_S),
+            consumer_for(INVENTORY_EVENTS, durable="split-stride-nodes"),
             accepts=INVENTORY_EVENTS,
             name="nodes",
+            ack_wait_s=ack_wait_s,
         )
         service.add_handler(
             self.on_shares_event,
-            consumer_for(
-                (EntitlementsUpdated,), durable="split-stride-shares", ack_wait_s=ACK_WAIT_S
-            ),
+            consumer_for((EntitlementsUpdated,), durable="split-stride-shares"),
             accepts=(EntitlementsUpdated,),
             name="shares",
+            ack_wait_s=ack_wait_s,
         )
         service.add_timer(self.settings.quantum_s, self.on_tick, name="quantum")
         service.on_start(self.start)
@@ -240,7 +240,10 @@ class SplitStrideService:
             ledger = self.ledger
             now = datetime.now(UTC)
             with _tracer.start_as_current_span("split_stride.quantum") as span:
+                began = time.perf_counter()
                 plan = decide_quantum(ledger, now)
+                gfair_metrics().record_quantum(time.perf_counter() - began, _waiting(ledger))
+                gfair_metrics().record_shares(_held(ledger), ledger.entitlements)
                 span.set_attribute("gfair.quantum", plan.quantum)
                 outputs: list[EventData] = [
                     QuantumTicked(
@@ -253,7 +256,8 @@ class SplitStrideService:
                 stops = sum(len(t.stops) for t in plan.turns) + len(plan.strays)
                 span.set_attribute("gfair.starts", starts)
                 span.set_attribute("gfair.stops", stops)
-            await self._commit(None, outputs, seed=f"{ledger.epoch}/quantum/{plan.quantum}")
+                # Inside the tick's span: its commands join their jobs' traces linked to it.
+                await self._commit(None, outputs, seed=f"{ledger.epoch}/quantum/{plan.quantum}")
             if starts or stops:
                 _log.info("quantum decided", quantum=plan.quantum, starts=starts, stops=stops)
         return []
@@ -316,11 +320,15 @@ class SplitStrideService:
         publisher = self._runtime.publisher
         for data in outputs:
             sub = self._submissions.get(_job_key_of(data) or "")
+            # A job's commands join its trace; a server's decision links the jobs it runs.
+            running = data.running if isinstance(data, ScheduleDecided) else ()
             await publisher.publish(
                 data,
                 causation=cause,
                 correlation_id=sub.event_id if sub is not None else None,
                 event_id=derived_event_id(seed, 0, data.EVENT_TYPE, _identity(data)),
+                trace_parent=sub.trace_parent if sub is not None else None,
+                links=[self._trace_parent(job_key(r.user, r.job_id)) for r in running],
             )
         if cause is not None:
             self.ledger.note(cause.id)
@@ -333,11 +341,35 @@ class SplitStrideService:
             await self._load()
             raise
 
+    def _trace_parent(self, key: str) -> str | None:
+        sub = self._submissions.get(key)
+        return sub.trace_parent if sub is not None else None
+
     @property
     def jobs_kv(self) -> KeyValue:
         if self._jobs_kv is None:
             raise RuntimeError("split-stride has not started")
         return self._jobs_kv
+
+
+def _waiting(ledger: Ledger) -> int:
+    """Runnable jobs that hold no GPUs after the quantum's decision: the queue."""
+    return sum(
+        1
+        for key, job in ledger.jobs.items()
+        if ledger.queued(key) and not any(s.holds_gpus for s in job.stays.values())
+    )
+
+
+def _held(ledger: Ledger) -> dict[str, dict[str, float]]:
+    """GPUs each user holds per pool now (its received share)."""
+    held: dict[str, dict[str, float]] = {}
+    for job in ledger.jobs.values():
+        gpus = sum(len(s.gpu_indices) for s in job.stays.values() if s.holds_gpus)
+        if gpus and job.generation is not None:
+            pools = held.setdefault(job.user, {})
+            pools[job.generation] = pools.get(job.generation, 0.0) + gpus
+    return held
 
 
 def _ref(key: str) -> JobRef:
