@@ -14,6 +14,12 @@ once, then the children; the cluster is ready when every executor has registered
 start and every service is pulling from its consumers. A child that dies is restarted with
 growing back-off (services rebuild their state from the bus, DESIGN 3.3). Stop: SIGTERM to every
 child, SIGKILL to those still alive after a grace period, then nats-server.
+
+With ``brokers=3`` the cluster runs three nats-servers joined by routes into one JetStream
+cluster (stores ``<data-dir>/nats/n<i>``), every stream and bucket with three replicas, and
+gives every child all three URLs: losing any one broker loses no event, and the clients
+reconnect to the others by themselves. `kill_broker` and `restart_broker` stage that loss;
+`kill(name, restart=False)` and `revive` stage a node or service that stays down a while.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,7 +47,8 @@ from gfair.bus.server import EmbeddedNatsServer, NatsServerConfig
 from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.events.nodes import NodeRegistered
 from gfair.events.subjects import NODES_STREAM, STREAMS
-from gfair_services.topology import cluster_topology
+from gfair.sdk.environment import ENV_CONTROL_DIR
+from gfair_services.topology import MAX_REPLICAS, cluster_topology
 
 _log = structlog.get_logger("gfair.embedded_cluster")
 
@@ -53,6 +61,8 @@ SCHEDULER_SERVICES: tuple[str, ...] = (
     "split_stride",
 )
 NODE_EXECUTOR = "node_executor"
+# A JetStream cluster needs a quorum of its brokers; three survive the loss of one.
+BROKER_CLUSTER_NAME = "gfair"
 
 
 class ClusterError(RuntimeError):
@@ -76,6 +86,27 @@ class ClusterOptions:
     ready_timeout_s: float = 60.0
     stop_grace_s: float = 15.0
     restart_children: bool = True
+    # nats-servers to start when no `nats_url` is given: 1, or 3 for a local JetStream cluster.
+    brokers: int = 1
+    # Replicas of every stream and bucket (GFAIR_REPLICAS of every child); None: one per
+    # broker, at most 3.
+    replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.brokers < 1:
+            raise ValueError(f"brokers must be >= 1, not {self.brokers}")
+        if self.brokers > 1 and self.nats_url is not None:
+            raise ValueError("brokers are started only without nats_url; give one or the other")
+        if self.replicas is not None and not 1 <= self.replicas <= MAX_REPLICAS:
+            raise ValueError(f"replicas must be within 1..{MAX_REPLICAS}, not {self.replicas}")
+        if self.nats_url is None and self.stream_replicas > self.brokers:
+            raise ValueError(
+                f"{self.stream_replicas} replicas need as many brokers; {self.brokers} started"
+            )
+
+    @property
+    def stream_replicas(self) -> int:
+        return self.replicas if self.replicas is not None else min(self.brokers, 3)
 
     def servers(self) -> Cluster:
         return parse_cluster_spec(self.cluster)
@@ -93,6 +124,9 @@ class Child:
         self.starts = 0
         self.crashes: list[int] = []  # exit codes of unexpected exits
         self.kills = 0  # exits asked for by `EmbeddedCluster.kill`, not yet seen
+        # Killed on purpose and left down until `EmbeddedCluster.revive`.
+        self.held = False
+        self.exit_seen = False  # the watchdog has accounted for this incarnation's exit
         self._log: IO[bytes] | None = None
 
     @property
@@ -122,6 +156,11 @@ class Child:
             start_new_session=True,
         )
         self.starts += 1
+        self.exit_seen = False
+
+    @property
+    def restarts(self) -> int:
+        return max(self.starts - 1, 0)
 
     def signal(self, sig: signal.Signals) -> None:
         if self.alive:
@@ -150,7 +189,7 @@ class EmbeddedCluster:
         self.span_file = (
             self.options.span_file or self.data_dir / "traces" / "spans.jsonl"
         ).absolute()
-        self._nats: EmbeddedNatsServer | None = None
+        self._brokers: list[EmbeddedNatsServer] = []
         self._nats_url = self.options.nats_url
         self.children: dict[str, Child] = {}
         self._watchdog: asyncio.Task[None] | None = None
@@ -164,6 +203,11 @@ class EmbeddedCluster:
         if self._nats_url is None:
             raise ClusterError("the cluster has not started")
         return self._nats_url
+
+    @property
+    def broker_urls(self) -> tuple[str, ...]:
+        """Client URLs of the brokers this cluster started (empty with an external one)."""
+        return tuple(broker.url for broker in self._brokers)
 
     @property
     def node_ids(self) -> tuple[str, ...]:
@@ -192,6 +236,7 @@ class EmbeddedCluster:
                 "GFAIR_QUANTUM_S": f"{self.options.quantum_s:g}",
                 "GFAIR_CHECKPOINT_ROOT": str(self.checkpoint_root),
                 "GFAIR_HEARTBEAT_S": f"{self.options.heartbeat_s:g}",
+                "GFAIR_REPLICAS": str(self.options.stream_replicas),
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -222,16 +267,11 @@ class EmbeddedCluster:
             folder.mkdir(parents=True, exist_ok=True)
         try:
             if self._nats_url is None:
-                self._nats = EmbeddedNatsServer(
-                    NatsServerConfig(
-                        store_dir=self.data_dir / "nats",
-                        log_file=self.logs_dir / "nats-server.log",
-                    )
-                )
-                self._nats_url = await asyncio.to_thread(self._nats.start)
-            bus = await NatsBus.connect(NatsOptions(servers=(self.nats_url,), name="gfair-up"))
+                self._nats_url = await self._start_brokers()
+            servers = tuple(url for url in self.nats_url.split(",") if url)
+            bus = await NatsBus.connect(NatsOptions(servers=servers, name="gfair-up"))
             try:
-                await bus.ensure_topology(cluster_topology())
+                await bus.ensure_topology(cluster_topology(replicas=self.options.stream_replicas))
                 self._spawn_all()
                 self._watchdog = asyncio.create_task(self._watch(), name="gfair-up-watchdog")
                 await self._wait_ready(bus)
@@ -241,6 +281,42 @@ class EmbeddedCluster:
             await self.stop()
             raise
         _log.info("cluster ready", nats=self.nats_url, nodes=len(self.node_ids))
+
+    async def _start_brokers(self) -> str:
+        """Start the embedded broker(s); their client URLs, comma-separated."""
+        count = self.options.brokers
+        if count == 1:
+            configs = [
+                NatsServerConfig(
+                    store_dir=self.data_dir / "nats", log_file=self.logs_dir / "nats-server.log"
+                )
+            ]
+        else:
+            routes = tuple(f"nats://127.0.0.1:{_free_port()}" for _ in range(count))
+            configs = [
+                NatsServerConfig(
+                    store_dir=self.data_dir / "nats" / f"n{index}",
+                    server_name=f"gfair-n{index}",
+                    cluster_name=BROKER_CLUSTER_NAME,
+                    cluster_listen=routes[index],
+                    routes=routes,
+                    log_file=self.logs_dir / f"nats-server-{index}.log",
+                )
+                for index in range(count)
+            ]
+        self._brokers = [EmbeddedNatsServer(config) for config in configs]
+        urls = [await asyncio.to_thread(broker.start) for broker in self._brokers]
+        return ",".join(urls)
+
+    async def kill_broker(self, index: int) -> None:
+        """SIGKILL one of the brokers this cluster started, as a crash would."""
+        await asyncio.to_thread(self._brokers[index].kill)
+        _log.warning("broker killed", broker=index)
+
+    async def restart_broker(self, index: int) -> None:
+        """Start a stopped broker again on its ports, with its store (it catches up)."""
+        await asyncio.to_thread(self._brokers[index].start)
+        _log.info("broker restarted", broker=index)
 
     def _spawn_all(self) -> None:
         base = self.child_env()
@@ -253,7 +329,7 @@ class EmbeddedCluster:
                 {
                     "GFAIR_NODE_ID": server.id,
                     "GFAIR_SIMULATE_GPUS": f"{server.generation}:{server.gpus}",
-                    "GFAIR_WORK_ROOT": str(self.data_dir / "nodes" / server.id),
+                    "GFAIR_WORK_ROOT": str(self.node_work_root(server.id)),
                 }
             )
             self.children[server.id] = Child(
@@ -274,7 +350,8 @@ class EmbeddedCluster:
                         f"({child.log_path}) ends:\n{child.log_tail()}"
                     )
             if waiting_nodes:
-                waiting_nodes -= await self._registered_since(bus)
+                assert self.started_at is not None
+                waiting_nodes -= await self._registered_since(bus, self.started_at)
             if waiting_services:
                 waiting_services -= await self._consuming(bus, waiting_services)
             if time.monotonic() > deadline:
@@ -286,8 +363,7 @@ class EmbeddedCluster:
             if waiting_nodes or waiting_services:
                 await asyncio.sleep(0.1)
 
-    async def _registered_since(self, bus: NatsBus) -> set[str]:
-        assert self.started_at is not None
+    async def _registered_since(self, bus: NatsBus, since: datetime) -> set[str]:
         found: set[str] = set()
         async for past in read_history(
             bus,
@@ -295,7 +371,7 @@ class EmbeddedCluster:
             filter_subjects=(NodeRegistered.subject_pattern(),),
             accepts=(NodeRegistered,),
         ):
-            if past.envelope.time >= self.started_at and isinstance(past.data, NodeRegistered):
+            if past.envelope.time >= since and isinstance(past.data, NodeRegistered):
                 found.add(past.data.node_id)
         return found
 
@@ -321,8 +397,9 @@ class EmbeddedCluster:
         while not self._stopping:
             await asyncio.sleep(0.5)
             for child in self.children.values():
-                if self._stopping or child.alive or child.process is None:
+                if self._stopping or child.alive or child.process is None or child.exit_seen:
                     continue
+                child.exit_seen = True
                 code = child.process.returncode
                 if child.kills:
                     child.kills -= 1
@@ -331,7 +408,7 @@ class EmbeddedCluster:
                     _log.warning(
                         "child exited", child=child.name, code=code, log=str(child.log_path)
                     )
-                if not self.options.restart_children:
+                if child.held or not self.options.restart_children:
                     continue
                 delay = backoff.get(child.name, 0.5)
                 backoff[child.name] = min(delay * 2, 30.0)
@@ -340,12 +417,69 @@ class EmbeddedCluster:
                     child.start()
                     _log.info("child restarted", child=child.name, pid=child.pid)
 
-    def kill(self, name: str) -> None:
-        """SIGKILL one child, as a crash would; the watchdog restarts it (not a crash)."""
+    def kill(self, name: str, *, restart: bool = True) -> None:
+        """SIGKILL one child, as a crash would; the watchdog restarts it (not a crash).
+
+        With `restart=False` it stays down (a node that is gone) until `revive(name)`.
+        """
         child = self.children[name]
         if child.alive:
             child.kills += 1
+            child.held = not restart
             child.signal(signal.SIGKILL)
+
+    def kill_node(self, node_id: str) -> int:
+        """The server dies: SIGKILL its executor (left down until `revive`) and its jobs.
+
+        Job processes run in sessions of their own and would outlive their executor; on a
+        dead server they die with it. Returns how many job processes were killed (Linux:
+        found through /proc by the control directory the executor gave them).
+        """
+        self.kill(node_id, restart=False)
+        marker = f"{ENV_CONTROL_DIR}={self.node_work_root(node_id)}/".encode()
+        killed = 0
+        for pid in _pids_with_environ(marker):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        _log.warning("node killed", node=node_id, jobs_killed=killed)
+        return killed
+
+    def node_work_root(self, node_id: str) -> Path:
+        return self.data_dir / "nodes" / node_id
+
+    def revive(self, name: str) -> None:
+        """Start again a child killed with `restart=False` (a lost node coming back)."""
+        child = self.children[name]
+        child.held = False
+        if not child.alive and not self._stopping:
+            child.start()
+            _log.info("child revived", child=child.name, pid=child.pid)
+
+    async def wait_serving(self, name: str, since: datetime, timeout_s: float = 60.0) -> float:
+        """Until child `name` serves again after `since`; the seconds it took from `since`.
+
+        A node executor serves once it has registered after `since`; a service once a live
+        process of it pulls from its consumers.
+        """
+        servers = tuple(url for url in self.nats_url.split(",") if url)
+        bus = await NatsBus.connect(NatsOptions(servers=servers, name="gfair-up-probe"))
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                child = self.children[name]
+                if child.alive:
+                    if child.module == NODE_EXECUTOR:
+                        if name in await self._registered_since(bus, since):
+                            break
+                    elif await self._consuming(bus, {name.replace("_", "-")}):
+                        break
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"{name} not serving {timeout_s:g}s after {since}")
+                await asyncio.sleep(0.1)
+        finally:
+            await bus.close()
+        return (datetime.now(UTC) - since).total_seconds()
 
     # -- stop -----------------------------------------------------------------------------------
 
@@ -357,9 +491,9 @@ class EmbeddedCluster:
                 await self._watchdog
             self._watchdog = None
         await self._stop_children(list(self.children.values()))
-        if self._nats is not None:
-            await asyncio.to_thread(self._nats.stop)
-            self._nats = None
+        for broker in self._brokers:
+            await asyncio.to_thread(broker.stop)
+        self._brokers = []
 
     async def _stop_children(self, children: Sequence[Child]) -> None:
         for child in children:
@@ -378,3 +512,26 @@ class EmbeddedCluster:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     await asyncio.to_thread(child.process.wait, 5.0)
             child.close_log()
+
+
+def _free_port() -> int:
+    """A port free right now, for a broker's cluster routes (which must be known up front)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _pids_with_environ(marker: bytes) -> list[int]:
+    """Processes whose environment holds `marker` (``NAME=value`` prefix); Linux only."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if any(item.startswith(marker) for item in environ.split(b"\0")):
+            found.append(int(entry.name))
+    return found

@@ -138,11 +138,11 @@ async def test_submissions_breaking_the_limits_are_rejected_with_reasons(
         await probe.publish(submitted("bob", "nofit", 8, job_type="big"))
         rejected = await probe.wait_for(JOBS_STREAM, JobRejected, lambda found: len(found) == 5)
     by_job = {r.job_id: r for r in rejected}
-    assert by_job["too-many"].code is RejectionCode.INVALID
+    assert by_job["too-many"].code is RejectionCode.LIMIT_EXCEEDED
     assert "at most 16" in by_job["too-many"].reason
     assert by_job["unsatisfiable"].code is RejectionCode.UNSATISFIABLE
     assert "needs 9 GPUs" in by_job["unsatisfiable"].reason
-    assert by_job["heavy"].code is RejectionCode.INVALID
+    assert by_job["heavy"].code is RejectionCode.LIMIT_EXCEEDED
     assert by_job["sneaky"].code is RejectionCode.UNKNOWN_USER
     # "big" fits only on v100, which has 4 GPUs: 8 can never run anywhere.
     assert by_job["nofit"].code is RejectionCode.UNSATISFIABLE

@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of --rate-noise (default 0)")
     parser.add_argument(
         "--rate-noise",
-        type=float,
+        type=_non_negative,
         default=0.0,
         metavar="FRACTION",
         help="relative noise on the rates the profiler observes (default 0: exact)",
@@ -76,17 +76,19 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--until", type=_positive, metavar="SECONDS", help="stop the clock at this trace time"
     )
-    parser.add_argument("--jobs", type=int, metavar="N", help="replay only the first N jobs")
+    parser.add_argument(
+        "--jobs", type=_count, metavar="N", help="replay only the first N jobs by submission"
+    )
     parser.add_argument(
         "--switch-cost",
-        type=float,
+        type=_non_negative,
         default=SwitchCosts.resume_s,
         metavar="SECONDS",
         help=f"progress lost per suspend/resume (default {SwitchCosts.resume_s})",
     )
     parser.add_argument(
         "--migration-cost",
-        type=float,
+        type=_non_negative,
         default=SwitchCosts.migration_s,
         metavar="SECONDS",
         help=f"progress lost per migration (default {SwitchCosts.migration_s})",
@@ -134,10 +136,34 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _number_arg(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
 def _positive(text: str) -> float:
-    value = float(text)
+    value = _number_arg(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = _number_arg(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
     return value
 
 

@@ -26,6 +26,9 @@ class RejectionCode(StrEnum):
     USER_MISMATCH = "user_mismatch"
     UNKNOWN_USER = "unknown_user"
     DUPLICATE_JOB_ID = "duplicate_job_id"
+    # Within the contract, but beyond an operator's limit on one submission (GPUs, command or
+    # environment size, tickets).
+    LIMIT_EXCEEDED = "limit_exceeded"
     # More GPUs than any pool of the cluster has: it could never run.
     UNSATISFIABLE = "unsatisfiable"
 

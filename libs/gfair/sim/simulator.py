@@ -49,6 +49,10 @@ class SwitchCosts:
     resume_s: float = 0.5
     migration_s: float = 3.0
 
+    def __post_init__(self) -> None:
+        if not (self.resume_s >= 0 and self.migration_s >= 0):
+            raise ValueError("switching costs must be >= 0 s")
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -295,15 +299,15 @@ class Simulator:
         self._sched_cpu += time.process_time() - began
         if not admission.accepted:
             self._outcomes[spec.id] = JobOutcome(
-                spec.id,
-                spec.user,
-                spec.gpus,
-                spec.submit_s,
-                None,
-                None,
-                self._ideal(spec),
-                "rejected",
-                admission.reason,
+                id=spec.id,
+                user=spec.user,
+                gpus=spec.gpus,
+                submit_s=spec.submit_s,
+                start_s=None,
+                end_s=None,
+                ideal_s=self._ideal(spec),
+                status="rejected",
+                reason=admission.reason,
             )
             self.ledger.account(spec.user)
             return
@@ -341,16 +345,20 @@ class Simulator:
 
     def _start(self, job: _Job, servers: tuple[str, ...], now: float) -> None:
         costs = self.config.costs
-        if job.start_s is None:
-            job.start_s = now
-            overhead = 0.0
-        elif servers != job.last_servers:
-            overhead = costs.migration_s
-            self._migrations += 1
-        else:
+        if servers == job.last_servers:
+            # Resuming in place, the common case when time-slicing: same speed, already seen.
             overhead = costs.resume_s
-        generations = {self._server_generation[server] for server in servers}
-        job.speed = self.speeds.gang_speed(job.spec.job_type, generations)
+        else:
+            if job.start_s is None:
+                job.start_s = now
+                overhead = 0.0
+            else:
+                overhead = costs.migration_s
+                self._migrations += 1
+            generations = {self._server_generation[server] for server in servers}
+            job.speed = self.speeds.gang_speed(job.spec.job_type, generations)
+            if any((job.spec.id, g) not in self._observed for g in generations):
+                self._unobserved.append(job)
         job.servers = servers
         job.seg_start = now
         job.since = now + overhead
@@ -358,8 +366,6 @@ class Simulator:
         heapq.heappush(
             self._completions, (job.since + job.remaining / job.speed, job.epoch, job.spec.id)
         )
-        if any((job.spec.id, generation) not in self._observed for generation in generations):
-            self._unobserved.append(job)
 
     def _observe(self, now: float) -> None:
         """Report the rate of jobs that ran a quantum on a generation new to them.
@@ -392,40 +398,42 @@ class Simulator:
         changed.update(server for server in previous if server not in runs)
         changed.update(self._vacated)
         self._vacated.clear()
-        touched: dict[str, _Job] = {}
-        new_servers: dict[str, set[str]] = {}
+        jobs = self._jobs
+        # Job -> its servers after this decision, for the jobs whose servers change.
+        moving: dict[str, set[str]] = {}
         for server in changed:
-            wanted = runs.get(server, ())
-            held = self._runs.get(server, [])
-            difference = set(held).symmetric_difference(wanted)
-            if not difference:
+            wanted = set(runs.get(server, ()))
+            held = set(self._runs.get(server, ()))
+            if wanted == held:
                 continue
             if server not in self._server_gpus:
                 raise PlanError(f"{self.policy.name}: unknown server {server!r}")
-            for job_id in difference:
-                job = self._jobs.get(job_id)
-                if job is None or job.end_s is not None:
-                    raise PlanError(
-                        f"{self.policy.name}: server {server} runs {job_id!r}, which is not an "
-                        "admitted unfinished job"
-                    )
-                if job_id not in touched:
-                    touched[job_id] = job
-                    new_servers[job_id] = set(job.servers)
+            for job_id in wanted ^ held:
+                servers = moving.get(job_id)
+                if servers is None:
+                    job = jobs.get(job_id)
+                    if job is None or job.end_s is not None:
+                        raise PlanError(
+                            f"{self.policy.name}: server {server} runs {job_id!r}, which is "
+                            "not an admitted unfinished job"
+                        )
+                    servers = moving[job_id] = set(job.servers)
                 if job_id in wanted:
-                    new_servers[job_id].add(server)
+                    servers.add(server)
                 else:
-                    new_servers[job_id].discard(server)
-        for job_id, job in touched.items():
-            servers = tuple(sorted(new_servers[job_id]))
-            if servers == job.servers:
+                    servers.discard(server)
+        for job_id, server_set in moving.items():
+            job = jobs[job_id]
+            placed = tuple(sorted(server_set)) if len(server_set) > 1 else tuple(server_set)
+            if placed == job.servers:
                 continue
             was_running = bool(job.servers)
             if was_running:
                 self._stop(job, now)
-            if servers:
-                self._check_gang(job, servers)
-                self._start(job, servers, now)
+            if placed:
+                if len(placed) > 1:  # one server: `_check_capacity` covers it
+                    self._check_gang(job, placed)
+                self._start(job, placed, now)
             elif was_running:
                 self._suspends += 1
         for server in changed:
@@ -469,6 +477,7 @@ class Simulator:
         return spec.duration_s / self.speeds.fastest(spec.job_type, self.cluster.generations)
 
     def _result(self, now: float, start: float, wall_start: float) -> SimResult:
+        """Close the books at `now`; jobs not yet submitted when the clock stopped are left out."""
         for job in self._jobs.values():
             if job.servers:
                 self._stop(job, now)
@@ -481,14 +490,14 @@ class Simulator:
                 job = self._jobs[spec.id]
                 status = "completed" if job.end_s is not None else "unfinished"
                 outcome = JobOutcome(
-                    spec.id,
-                    spec.user,
-                    spec.gpus,
-                    spec.submit_s,
-                    job.start_s,
-                    job.end_s,
-                    self._ideal(spec),
-                    status,
+                    id=spec.id,
+                    user=spec.user,
+                    gpus=spec.gpus,
+                    submit_s=spec.submit_s,
+                    start_s=job.start_s,
+                    end_s=job.end_s,
+                    ideal_s=self._ideal(spec),
+                    status=status,
                 )
                 if job.end_s is not None:
                     last_end = max(last_end, job.end_s)

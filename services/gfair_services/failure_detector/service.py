@@ -29,18 +29,20 @@ import structlog
 from opentelemetry import trace
 
 from gfair.bus.key_value import KeyValue, KvEntry
+from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
-from gfair.bus.topology import BucketSpec, Topology
 from gfair.events.envelope import Envelope, utc_now
 from gfair.events.jobs import (
     JobCancelled,
     JobCheckpointed,
     JobExited,
+    JobFailed,
     JobMigrated,
     JobProgress,
     JobResumed,
+    JobRetried,
     JobStarted,
     JobSuspended,
 )
@@ -75,12 +77,6 @@ JobInput = (
     | JobCancelled
 )
 
-# Declared like `cluster_topology` declares its buckets, so the two merge once `gfair_failures`
-# joins `gfair.state.buckets.ALL`.
-FAILURES_BUCKET = BucketSpec(
-    name=FAILURES.name, description=f"{FAILURES.holds} (written by {FAILURES.writer})"
-)
-
 
 class FailureDetector:
     def __init__(
@@ -105,12 +101,16 @@ class FailureDetector:
         self.service = self._build()
 
     def _build(self) -> Service:
-        service = Service(
-            SERVICE_NAME, topology=cluster_topology().merge(Topology(buckets=(FAILURES_BUCKET,)))
-        )
+        # `gfair_failures` is one of `gfair.state.buckets.ALL`, replicated like the others.
+        service = Service(SERVICE_NAME, topology=cluster_topology(replicas=self.settings.replicas))
         service.on_start(self.start)
-        service.add_handler(self.on_node_event, durable="failure-detector-nodes")
-        service.add_handler(self.on_job_event, durable="failure-detector-jobs")
+        ack_wait_s = self.settings.ack_wait_s
+        service.add_handler(
+            self.on_node_event, durable="failure-detector-nodes", ack_wait_s=ack_wait_s
+        )
+        service.add_handler(
+            self.on_job_event, durable="failure-detector-jobs", ack_wait_s=ack_wait_s
+        )
         service.add_timer(self.settings.check_interval_s, self.check, name="failure-check")
         return service
 
@@ -252,6 +252,11 @@ class FailureDetector:
                 correlation_id=correlation_id,
             )
             _log.info("decided", event_type=event.EVENT_TYPE, subject=subject, **_why(event))
+            if isinstance(event, JobRetried | JobFailed):
+                decision = "retried" if isinstance(event, JobRetried) else "failed"
+                gfair_metrics().failures.add(
+                    1, {"failure_class": event.failure_class.value, "decision": decision}
+                )
         nodes_kv, jobs_kv = self._started(self._nodes_kv), self._started(self._jobs_kv)
         for node in change.nodes:
             await nodes_kv.put(node_key(node.node_id), node.model_dump_json().encode())

@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Self
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from gfair.core.failure import FailureClass
 from gfair.core.health import HeartbeatPolicy, QuarantinePolicy
 from gfair.core.retry import BackOff, RetryPolicy
+from gfair_services.topology import TopologySettings
 
 
-class FailureDetectorSettings(BaseSettings):
+class FailureDetectorSettings(TopologySettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
     suspect_after_s: float = Field(

@@ -10,6 +10,7 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 
 from gfair_services.shares import DEFAULT_SURPLUS_WEIGHT
 from gfair_services.tenants import TenantSettings
+from gfair_services.topology import TopologySettings
 
 
 def _names(value: object) -> object:
@@ -18,7 +19,7 @@ def _names(value: object) -> object:
     return value
 
 
-class Settings(TenantSettings):
+class Settings(TenantSettings, TopologySettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
     max_job_gpus: int = Field(default=256, ge=1, description="Largest gang a user may ask for")

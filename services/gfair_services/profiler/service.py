@@ -168,8 +168,12 @@ def build_service(settings: ProfilerSettings | None = None) -> Service:
         change=settings.profile_change,
     )
     profiler = Profiler(book)
-    service = Service(SERVICE_NAME, topology=cluster_topology())
+    service = Service(SERVICE_NAME, topology=cluster_topology(replicas=settings.replicas))
     service.on_start(profiler.start)
-    service.add_handler(profiler.on_job_event, durable="profiler-jobs")
-    service.add_handler(profiler.on_node_registered, durable="profiler-nodes")
+    service.add_handler(
+        profiler.on_job_event, durable="profiler-jobs", ack_wait_s=settings.ack_wait_s
+    )
+    service.add_handler(
+        profiler.on_node_registered, durable="profiler-nodes", ack_wait_s=settings.ack_wait_s
+    )
     return service

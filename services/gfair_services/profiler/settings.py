@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from gfair_services.topology import TopologySettings
 
 
-class ProfilerSettings(BaseSettings):
+class ProfilerSettings(TopologySettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
     throughputs: Path | None = Field(

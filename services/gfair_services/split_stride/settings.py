@@ -9,9 +9,10 @@ from pydantic_settings import SettingsConfigDict
 
 from gfair_services.shares import DEFAULT_SURPLUS_WEIGHT
 from gfair_services.tenants import TenantSettings
+from gfair_services.topology import TopologySettings
 
 
-class Settings(TenantSettings):
+class Settings(TenantSettings, TopologySettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
     quantum_s: float = Field(default=60.0, gt=0, description="Length of a time-slice quantum")

@@ -28,6 +28,7 @@ from opentelemetry import trace
 from pydantic import BaseModel
 
 from gfair.bus.key_value import KeyValue
+from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import EventPublisher, derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
@@ -295,6 +296,10 @@ class Auction:
                 event_id=derived_event_id(cause, index, event.EVENT_TYPE, subject),
                 correlation_id=cause,
             )
+            if isinstance(event, TradeCleared):
+                gfair_metrics().trades.add(
+                    1, {"fast_pool": event.fast_pool, "slow_pool": event.slow_pool}
+                )
         if self.pending is record:
             self.pending = None
 
@@ -308,10 +313,15 @@ def build_service(settings: TradingAuctionSettings | None = None) -> Service:
         min_seller_gain=settings.min_seller_gain,
     )
     auction = Auction(market)
-    service = Service(SERVICE_NAME, topology=cluster_topology())
+    ack_wait_s = settings.ack_wait_s
+    service = Service(SERVICE_NAME, topology=cluster_topology(replicas=settings.replicas))
     service.on_start(auction.start)
-    service.add_handler(auction.on_job_event, durable="trading-auction-jobs")
-    service.add_handler(auction.on_node_event, durable="trading-auction-nodes")
-    service.add_handler(auction.on_profile, durable="trading-auction-profiles")
+    service.add_handler(auction.on_job_event, durable="trading-auction-jobs", ack_wait_s=ack_wait_s)
+    service.add_handler(
+        auction.on_node_event, durable="trading-auction-nodes", ack_wait_s=ack_wait_s
+    )
+    service.add_handler(
+        auction.on_profile, durable="trading-auction-profiles", ack_wait_s=ack_wait_s
+    )
     service.add_timer(settings.recompute_interval_s, auction.tick, name="auction")
     return service

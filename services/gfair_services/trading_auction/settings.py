@@ -7,9 +7,10 @@ from pathlib import Path
 from pydantic import Field
 
 from gfair_services.tenants import TenantSettings
+from gfair_services.topology import TopologySettings
 
 
-class TradingAuctionSettings(TenantSettings):
+class TradingAuctionSettings(TenantSettings, TopologySettings):
     throughputs: Path | None = Field(
         default=None,
         description="Gavel throughput table for users nobody has profiled yet "

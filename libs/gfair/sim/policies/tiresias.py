@@ -4,9 +4,10 @@ A job's priority is its attained service in GPU-seconds (GPUs x time run: the tw
 discretized into queues: it starts in queue 0 and drops to queue k when its service passes
 `thresholds_gpu_s[k-1]`. Queues are served in order, first come first served within a queue;
 jobs are placed greedily in that order, and one that does not fit is skipped so smaller ones
-behind it can use the room (work-conserving). Scheduling is preemptive: a running job that no
-longer makes the cut is suspended, and a job that stays keeps its servers when they are still
-free in the new plan (otherwise it moves, which the simulator charges as a migration).
+behind it can use the room (work-conserving). Scheduling is preemptive: a waiting job takes
+free GPUs or evicts running jobs of lower priority, lowest first; running jobs are never moved,
+and a preempted job resumes where it ran if that is free, anywhere else otherwise (which the
+simulator charges as a migration).
 
 Starvation guard (as in Tiresias): a job in a lower queue that has waited longer than
 `promote_knob` times the time it has run is promoted back to queue 0, its service count for
@@ -48,7 +49,7 @@ class TiresiasConfig:
 
 
 class _Entry:
-    __slots__ = ("attained", "executed_s", "queue", "seq", "spec", "waiting_since")
+    __slots__ = ("attained", "executed_s", "last", "queue", "seq", "spec", "waiting_since")
 
     def __init__(self, spec: TraceJob, seq: int, now: float) -> None:
         self.spec = spec
@@ -57,6 +58,7 @@ class _Entry:
         self.attained = 0.0  # GPU-seconds counted towards demotion (reset on promotion)
         self.executed_s = 0.0  # wall seconds run, for the starvation guard
         self.waiting_since = now
+        self.last: Placement | None = None  # where it ran before it was preempted
 
 
 class Tiresias:
@@ -138,52 +140,79 @@ class Tiresias:
 
     def _fill_free(self) -> bool:
         """Start waiting jobs in free GPUs; True when all of them fit (nothing to preempt)."""
-        all_fit = True
+        # Whether a gang fits only gets harder with its size, so once `gpus` did not fit, no
+        # bigger job will either: skipping them keeps a long queue cheap.
+        smallest_misfit = math.inf
         for entry in sorted(self._waiting.values(), key=_priority):
-            placement = self._occupancy.place(entry.spec.gpus, self._ranked(entry))
+            if entry.spec.gpus >= smallest_misfit:
+                continue
+            placement = self._place(entry)
             if placement is None:
-                all_fit = False
+                smallest_misfit = entry.spec.gpus
                 continue
             self._begin(entry, placement)
-        return all_fit
+        return math.isinf(smallest_misfit)
 
     def _replan(self, now: float, running: set[str]) -> None:
-        """Recompute the whole run set in priority order (jobs keep free servers).
+        """Preempt in priority order; `running` holds the jobs that ran before this decision.
 
-        `running` holds the jobs that ran before this decision: those left out are preempted
-        and start waiting now.
+        Running jobs keep their places. Visiting the others in priority order, each takes free
+        room, or else releases running jobs of lower priority, lowest first, until it fits.
+        Released jobs whose places it did not need get them back; the others are suspended (and
+        if it cannot fit at all, everyone gets their place back). Nothing is ever moved.
         """
-        previous = dict(self._running.placements)
-        for job_id in previous:
-            self._running.stop(job_id)
-        self._occupancy = Occupancy(self._cluster)
-        chosen: dict[str, Placement] = {}
-        for entry in sorted(self._entries.values(), key=_priority):
-            if self._occupancy.free_total == 0:
+        ordered = sorted(self._entries.values(), key=_priority)
+        holding = set(self._running.placements)  # `running` and those `_fill_free` started
+        victims = [entry for entry in ordered if entry.spec.id in holding]
+        visited = 0  # victims[:visited] have higher priority than the job being placed
+        evicted: set[str] = set()
+        # As in `_fill_free`; later jobs also have fewer victims, so a misfit stays one.
+        smallest_misfit = math.inf
+        for entry in ordered:
+            job_id = entry.spec.id
+            if job_id in holding:
+                visited += 1
+                continue
+            if self._occupancy.free_total == 0 and visited == len(victims):
                 break
-            placement = None
-            old = previous.get(entry.spec.id)
-            if old is not None:
-                placement = self._occupancy.take(old.servers, entry.spec.gpus)
+            if entry.spec.gpus >= smallest_misfit:
+                continue
+            placement = self._place(entry)
+            freed: list[_Entry] = []
+            index = len(victims) - 1
+            while placement is None and index >= visited:
+                victim = victims[index]
+                index -= 1
+                if victim.spec.id in evicted:
+                    continue
+                freed.append(victim)
+                self._occupancy.release(self._running.placements[victim.spec.id])
+                placement = self._place(entry)
             if placement is None:
-                placement = self._occupancy.place(entry.spec.gpus, self._ranked(entry))
-            if placement is not None:
-                chosen[entry.spec.id] = placement
-        for job_id, placement in chosen.items():
-            self._running.start(job_id, placement)
-            self._waiting.pop(job_id, None)
-        for job_id in previous.keys() - chosen.keys():
-            entry = self._entries[job_id]
-            if job_id in running:
-                entry.waiting_since = now
-            self._waiting[job_id] = entry
+                smallest_misfit = entry.spec.gpus
+            else:
+                self._begin(entry, placement)
+            for victim in reversed(freed):  # highest priority first
+                old = self._running.placements[victim.spec.id]
+                if self._occupancy.take(old.servers, victim.spec.gpus) is None:
+                    victim.last = self._running.stop(victim.spec.id)
+                    if victim.spec.id in running:
+                        victim.waiting_since = now
+                    self._waiting[victim.spec.id] = victim
+                    evicted.add(victim.spec.id)
 
     def _begin(self, entry: _Entry, placement: Placement) -> None:
         self._running.start(entry.spec.id, placement)
         del self._waiting[entry.spec.id]
 
-    def _ranked(self, entry: _Entry) -> tuple[str, ...]:
-        return self._speeds.ranked(entry.spec.job_type, self._generations)
+    def _place(self, entry: _Entry) -> Placement | None:
+        """Where it ran last if that is free (a resume in place costs less than a move)."""
+        if entry.last is not None:
+            placement = self._occupancy.take(entry.last.servers, entry.spec.gpus)
+            if placement is not None:
+                return placement
+        generations = self._speeds.ranked(entry.spec.job_type, self._generations)
+        return self._occupancy.place(entry.spec.gpus, generations)
 
 
 def _priority(entry: _Entry) -> tuple[int, int]:

@@ -1,0 +1,143 @@
+"""What the recorded events say happened: each job's end, and who held which GPU when.
+
+Everything here reads the `GFAIR_JOBS` stream history (the source of truth, DESIGN 3.3), not the
+services' own records, so a service that got its state wrong cannot also hide it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from gfair.client import GfairClient
+from gfair.events.codec import DecodedEvent, decode
+from gfair.events.errors import InvalidEvent
+from gfair.events.jobs import (
+    JobCancelled,
+    JobCompleted,
+    JobEvent,
+    JobExited,
+    JobFailed,
+    JobMigrated,
+    JobRejected,
+    JobResumed,
+    JobRetried,
+    JobStarted,
+    JobSuspended,
+)
+from gfair.events.subjects import JOBS_STREAM
+from gfair.events.submission import JobSubmitted
+
+TERMINAL = (JobCompleted, JobFailed, JobCancelled, JobRejected)
+Job = tuple[str, str]  # (user, job id)
+
+
+async def job_history(client: GfairClient) -> list[DecodedEvent]:
+    """Every decodable event of `GFAIR_JOBS`, in stream order."""
+    events = []
+    async for message in client.bus.history(JOBS_STREAM.name):
+        try:
+            events.append(decode(message.data, subject=message.subject))
+        except InvalidEvent:
+            continue  # poison submissions are the fuzz tests' business
+    return events
+
+
+@dataclass
+class Outcomes:
+    """Per job: how often it was submitted, its terminal events, its retries."""
+
+    submitted: dict[Job, int] = field(default_factory=lambda: defaultdict(int))
+    terminal: dict[Job, list[JobEvent]] = field(default_factory=lambda: defaultdict(list))
+    retries: dict[Job, list[JobRetried]] = field(default_factory=lambda: defaultdict(list))
+
+    @classmethod
+    def of(cls, events: list[DecodedEvent]) -> Outcomes:
+        found = cls()
+        for event in events:
+            data = event.data
+            if not isinstance(data, JobEvent):
+                continue
+            job = (data.user, data.job_id)
+            if isinstance(data, JobSubmitted):
+                found.submitted[job] += 1
+            elif isinstance(data, TERMINAL):
+                found.terminal[job].append(data)
+            elif isinstance(data, JobRetried):
+                found.retries[job].append(data)
+        return found
+
+    def problems(self, expected: set[Job]) -> list[str]:
+        """Jobs lost (no end), ended twice, or never submitted; empty when all is well."""
+        found = []
+        for job in sorted(expected):
+            ends = self.terminal.get(job, [])
+            if len(ends) != 1:
+                kinds = [type(e).__name__ for e in ends]
+                found.append(f"{job[0]}/{job[1]}: {len(ends)} terminal events {kinds}")
+        strangers = set(self.terminal) - expected
+        found += [f"{u}/{j}: ended but never submitted by the test" for u, j in sorted(strangers)]
+        return found
+
+    def end(self, job: Job) -> JobEvent:
+        (only,) = self.terminal[job]
+        return only
+
+
+def most_nodes_at_once(events: list[DecodedEvent]) -> dict[Job, int]:
+    """Per job, the most nodes it held GPUs on at the same time (a job run twice shows 2).
+
+    Only meaningful for jobs that fit one server; a gang across servers holds several.
+    """
+    on: dict[Job, set[str]] = defaultdict(set)
+    most: dict[Job, int] = defaultdict(int)
+    for event in events:
+        data = event.data
+        if isinstance(data, JobStarted | JobResumed):
+            job = (data.user, data.job_id)
+            on[job].add(data.node_id)
+            most[job] = max(most[job], len(on[job]))
+        elif isinstance(data, JobSuspended | JobExited | JobMigrated):
+            node = data.from_node if isinstance(data, JobMigrated) else data.node_id
+            on[(data.user, data.job_id)].discard(node)
+    return dict(most)
+
+
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    node_id: str
+    gpu: int
+    holder: str
+    intruder: str
+    sequence: int
+
+
+def gpu_overlaps(events: list[DecodedEvent]) -> tuple[list[Overlap], int]:
+    """Replays who held each (node, GPU): (overlaps found, GPU intervals seen).
+
+    A job holds the GPUs of a `started` or `resumed` on that node until its `suspended` or
+    `exited` there, or its `migrated` away from there. Each node's executor reports its own
+    GPUs in order, so the stream order is the order on every GPU.
+    """
+    held: dict[tuple[str, int], str] = {}
+    holding: dict[tuple[str, str], tuple[int, ...]] = {}
+    overlaps: list[Overlap] = []
+    intervals = 0
+    for index, event in enumerate(events):
+        data = event.data
+        if isinstance(data, JobStarted | JobResumed):
+            job = f"{data.user}/{data.job_id}"
+            for gpu in data.gpu_indices:
+                holder = held.get((data.node_id, gpu))
+                if holder is not None and holder != job:
+                    overlaps.append(Overlap(data.node_id, gpu, holder, job, index))
+                held[(data.node_id, gpu)] = job
+            holding[(job, data.node_id)] = data.gpu_indices
+            intervals += len(data.gpu_indices)
+        elif isinstance(data, JobSuspended | JobExited | JobMigrated):
+            job = f"{data.user}/{data.job_id}"
+            node = data.from_node if isinstance(data, JobMigrated) else data.node_id
+            for gpu in holding.pop((job, node), ()):
+                if held.get((node, gpu)) == job:
+                    del held[(node, gpu)]
+    return overlaps, intervals
