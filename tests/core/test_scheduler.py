@@ -211,9 +211,9 @@ def test_invariants_under_random_arrivals_and_departures(
                 assert set(plan.placements) == set(live)
                 assert len(plan.migrations) <= budget
                 moved = {m.job_id for m in plan.migrations}
-                for job, servers in plan.placements.items():
-                    if job in previous and previous[job] != servers:
-                        assert job in moved  # placements change only by migrations
+                for job_id, servers in plan.placements.items():
+                    if job_id in previous and previous[job_id] != servers:
+                        assert job_id in moved  # placements change only by migrations
                 previous = dict(plan.placements)
                 held = scheduler.entitlements()
                 for generation, gpus in cluster.gpus_per_generation().items():
@@ -230,18 +230,41 @@ def test_jobs_go_where_their_gpus_are_free_before_sharing_a_server() -> None:
 
 
 def test_a_job_on_idle_capacity_leaves_when_the_pools_users_want_it_back() -> None:
-    # "flat" gains nothing on the V100 and trades its V100 share away; "fast" buys it.
+    # "flat" gains nothing on the V100 and trades its V100 share away; "fast" buys it. Flat's
+    # jobs fill the K80s (fastest for them) and the last two go to its V100 share.
     cluster = parse_cluster_spec("v100:1x4,k80:1x8")
     scheduler = GandivaFair(cluster, {}, TABLE)
-    for index in range(4):
+    for index in range(10):
         scheduler.submit(JobSpec(f"s{index}", "flat", 1, "Flat"), 0)
-    assert {scheduler.pool_of(f"s{i}") for i in range(4)} == {"k80", "v100"}
+    assert {scheduler.pool_of(f"s{i}") for i in range(8)} == {"k80"}
+    assert {scheduler.pool_of(f"s{i}") for i in range(8, 10)} == {"v100"}
     for index in range(8):
         scheduler.submit(JobSpec(f"f{index}", "fast", 1, "Fast"), 0)
     for quantum in range(10):
         scheduler.plan(quantum)
     held = scheduler.entitlements()
     assert held["flat"]["v100"] == pytest.approx(0.0)
-    assert {scheduler.pool_of(f"s{i}") for i in range(4)} == {"k80"}
+    assert {scheduler.pool_of(f"s{i}") for i in range(10)} == {"k80"}
     v100 = scheduler.plan(10).runs["v100-0"]
     assert all(job.startswith("f") for job in v100) and len(v100) == 4
+
+
+def test_an_uncontended_cluster_runs_jobs_on_its_fastest_idle_gpus() -> None:
+    # One user's share is the same fraction of every pool, so most of its unused entitlement
+    # is on the (bigger, slower) K80 pool; idle V100s still come first (DESIGN 2.4 surplus).
+    cluster = parse_cluster_spec("v100:1x4,k80:2x4")
+    scheduler = GandivaFair(cluster, {}, TABLE, SchedulerConfig(trading=False))
+    rules = [scheduler.submit(JobSpec(f"a{i}", "a", 1, "Fast"), 0).rule for i in range(4)]
+    assert {scheduler.pool_of(f"a{i}") for i in range(4)} == {"v100"}
+    assert "surplus" in rules
+    assert scheduler.plan(0).migrations == ()  # idle capacity: nothing to move back
+    # The pool's other entitled user comes back: "a" keeps its share of the V100 and the
+    # jobs it held beyond that move to the K80s, where "a" has unused entitlement.
+    for index in range(4):
+        scheduler.submit(JobSpec(f"b{index}", "b", 1, "Fast"), 1)
+    for quantum in range(1, 6):
+        scheduler.plan(quantum)
+    pools = {job: scheduler.pool_of(job) for job in [f"a{i}" for i in range(4)]}
+    assert sorted(pools.values()) == ["k80", "k80", "v100", "v100"]
+    v100 = {job for quantum in range(6, 10) for job in scheduler.plan(quantum).runs["v100-0"]}
+    assert {job[0] for job in v100} == {"a", "b"}

@@ -146,3 +146,50 @@ def test_invariants_and_snapshot_round_trip(
     copy = SplitStride(stride.cluster)
     copy.restore(snapshot)
     assert [stride.schedule() for _ in range(20)] == [copy.schedule() for _ in range(20)]
+
+
+def _twin_strides() -> tuple[SplitStride, SplitStride]:
+    strides = (
+        SplitStride(parse_cluster_spec("v100:3x4")),
+        SplitStride(parse_cluster_spec("v100:3x4")),
+    )
+    for stride in strides:
+        stride.add("a", ["v100-0"], 1, 1.0)
+        stride.add("b", ["v100-0"], 2, 2.0)
+        stride.add("c", ["v100-0"], 2, 1.0)
+        stride.add("M", ["v100-1", "v100-2"], 6, 1.0)
+        stride.add("N", ["v100-1", "v100-2"], 8, 3.0)
+        for _ in range(5):
+            stride.schedule()
+    return strides
+
+
+def test_setting_many_tickets_at_once_is_setting_them_one_by_one() -> None:
+    batch, single = _twin_strides()
+    changes = {"a": 4.0, "b": 0.5, "M": 2.0, "N": 0.25}
+    batch.set_many(changes)
+    for job_id, tickets in changes.items():
+        single.set_tickets(job_id, tickets)
+    assert batch.snapshot() == single.snapshot()
+    assert batch.loads() == single.loads()
+    for _ in range(20):
+        assert batch.schedule() == single.schedule()
+
+
+def test_bad_tickets_in_a_batch_change_nothing() -> None:
+    stride, untouched = _twin_strides()
+    with pytest.raises(ValueError):
+        stride.set_many({"a": 2.0, "M": 0.0})
+    assert stride.snapshot() == untouched.snapshot()
+
+
+def test_a_quantum_skips_servers_left_empty_and_restored_ones_run() -> None:
+    stride = SplitStride(parse_cluster_spec("v100:3x4"))
+    stride.add("a", ["v100-0"], 1, 1.0)
+    stride.add("b", ["v100-2"], 1, 1.0)
+    assert stride.schedule() == {"v100-0": ("a",), "v100-2": ("b",)}
+    stride.remove("a")
+    assert stride.schedule() == {"v100-2": ("b",)}
+    twin = SplitStride(parse_cluster_spec("v100:3x4"))
+    twin.restore(stride.snapshot())
+    assert twin.schedule() == {"v100-2": ("b",)}

@@ -15,7 +15,7 @@ servers of a lightly loaded cluster cost one pass over their jobs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any
 
@@ -97,10 +97,20 @@ class GangStride:
         return entry.pass_ - floor
 
     def set_tickets(self, job_id: str, tickets: float) -> None:
-        entry = self._entries[job_id]
-        tickets = check_tickets(job_id, tickets)
-        self._tickets += tickets - entry.tickets
-        retick(entry, tickets, self.min_pass())
+        self.set_many({job_id: tickets})
+
+    def set_many(self, tickets: Mapping[str, float]) -> None:
+        """Give several jobs new tickets at once (the same as one `set_tickets` each).
+
+        Reticking keeps every pass at or above the queue's minimum and the minimum job at it,
+        so the minimum is found once, not once per job.
+        """
+        checked = {job_id: check_tickets(job_id, value) for job_id, value in tickets.items()}
+        floor = self.min_pass()
+        for job_id, value in checked.items():
+            entry = self._entries[job_id]
+            self._tickets += value - entry.tickets
+            retick(entry, value, floor)
 
     def passes(self) -> dict[str, float]:
         return {job_id: e.pass_ for job_id, e in self._entries.items()}

@@ -8,15 +8,28 @@ which rule chose. Filters:
 - ``gang-fits``: the gang fits neither one server of the pool nor the pool's servers together
   (a job larger than one server takes whole servers of one generation).
 
-Choice rules, tried in order, each preferring the fastest pool for this job (relative speed,
-then generation rank):
+Choice rules; "fastest" means the fastest pool for this job (relative speed, then generation
+rank):
 
-1. ``unused-entitlement``: a pool where the user's placed jobs ask fewer GPUs than it is entitled
-   to;
-2. ``surplus``: a pool with GPUs nobody's placed jobs ask for (capacity the entitled users leave
-   idle goes to whoever gains most from it, and a job placed there gains its speed on it);
+1. the fastest pool that is either
+   - ``unused-entitlement``: the user's placed jobs ask fewer GPUs there than it is entitled
+     to, or
+   - ``surplus``: a pool where the user holds share and the job fits in GPUs nobody's placed
+     jobs ask for;
+   the decision names the first of the two that holds for the chosen pool. Idle fast GPUs are
+   thus taken before a slower pool's entitlement: entitlement is held as the same fraction of
+   every pool, so a user with a few jobs has "unused entitlement" mostly in the largest (often
+   slowest) pool, and preferring it would leave faster pools idle on an uncontended cluster.
+   When the pool's other users come back, the scheduler's pool migrations move such a job out
+   (its user is then over its entitlement in an oversubscribed pool);
+2. ``surplus``: the fastest pool with GPUs nobody's placed jobs ask for, share or not. A user
+   holding no share of a pool sold it in trading, as the one gaining least there, so surplus
+   goes to it only when it has no unused entitlement anywhere (DESIGN 2.4: surplus goes to the
+   users who gain most from it);
 3. ``least-oversubscribed``: the pool where the user's demand, this job included, exceeds its
    entitlement by the smallest factor (its jobs time-slice there in proportion to tickets).
+
+"Idle" takes the job's shape into account where the caller says so (`PoolView.free_fit`).
 """
 
 from __future__ import annotations
@@ -47,6 +60,11 @@ class PoolView:
     entitled: float  # GPUs of share the user holds there
     used: float  # GPUs the user's placed jobs ask there
     demand: float  # GPUs all placed jobs ask there
+    # Whether the job finds its GPUs free as server choice takes them (one server with that
+    # many free GPUs, or enough wholly idle servers for a multi-server gang); None: judge by
+    # the pool's demand alone. Idle GPUs scattered over servers do not make a pool idle for a
+    # gang: placed there it would time-slice.
+    free_fit: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -95,22 +113,32 @@ def choose_pool(gpus: int, job_type: str | None, views: Sequence[PoolView]) -> P
     def fastest(candidates: list[PoolView]) -> PoolView:
         return max(candidates, key=lambda v: (v.speed, generation_rank(v.pool.generation)))
 
-    unused = [v for v in feasible if v.used < v.entitled - _EPS]
-    if unused:
-        view = fastest(unused)
-        reason = (
-            f"{view.pool.generation}: fastest pool with unused entitlement "
-            f"({view.used:g} of {view.entitled:.3g} GPUs used)"
-        )
-        return PoolChoice(view.pool.generation, "unused-entitlement", reason, tuple(rejections))
-    idle = [v for v in feasible if v.demand + gpus <= v.pool.gpus + _EPS]
-    if idle:
-        view = fastest(idle)
+    def unused(v: PoolView) -> bool:
+        return v.used < v.entitled - _EPS
+
+    def idle(v: PoolView) -> bool:
+        return v.demand + gpus <= v.pool.gpus + _EPS and v.free_fit is not False
+
+    def surplus(view: PoolView) -> PoolChoice:
         reason = (
             f"{view.pool.generation}: fastest pool with idle GPUs "
             f"({view.demand:g} of {view.pool.gpus} asked)"
         )
         return PoolChoice(view.pool.generation, "surplus", reason, tuple(rejections))
+
+    open_pools = [v for v in feasible if unused(v) or (idle(v) and v.entitled > _EPS)]
+    if open_pools:
+        view = fastest(open_pools)
+        if not unused(view):
+            return surplus(view)
+        reason = (
+            f"{view.pool.generation}: fastest pool with unused entitlement "
+            f"({view.used:g} of {view.entitled:.3g} GPUs used)"
+        )
+        return PoolChoice(view.pool.generation, "unused-entitlement", reason, tuple(rejections))
+    idle_pools = [v for v in feasible if idle(v)]
+    if idle_pools:
+        return surplus(fastest(idle_pools))
 
     def oversubscription(v: PoolView) -> tuple[float, float, tuple[int, str]]:
         ratio = (v.used + gpus) / v.entitled if v.entitled > _EPS else float("inf")

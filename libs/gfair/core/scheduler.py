@@ -15,8 +15,10 @@ This is what the trace simulator drives; the live services call the pieces thems
   `SchedulerConfig.surplus_weight` times its user's average: it runs on what others leave idle.
 - Migrations, at most `migration_budget` per plan: first across pools (a user with unused
   entitlement in a pool gets a job moved in, if the job is faster there or its old pool is
-  oversubscribed for the user), then within each pool (`balance.propose_migrations`). They are
-  only looked for when something changed since the last search that used its whole budget.
+  oversubscribed, i.e. asks more GPUs than it has, with the user over its entitlement there: a
+  job on idle capacity stays until the pool's own users want it back), then within each pool
+  (`balance.propose_migrations`). They are only looked for when something changed since the
+  last search that used its whole budget.
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ class GandivaFair:
         self._refresh_shares()
         entitled = self._entitled.get(job.user, {})
         views = [
-            self._view(job, pool, speeds, entitled.get(pool.generation, 0.0))
+            self._view(job, pool, speeds, entitled.get(pool.generation, 0.0), free_fit=True)
             for pool in self.pools.values()
         ]
         choice = choose_pool(job.gpus, job.job_type, views)
@@ -297,6 +299,7 @@ class GandivaFair:
 
     def _retick(self) -> None:
         self._tickets_dirty = False
+        changes: dict[str, float] = {}
         for name, user in self._users.items():
             for generation, jobs in user.jobs.items():
                 if not jobs:
@@ -306,7 +309,9 @@ class GandivaFair:
                     job = self._jobs[job_id]
                     if job.tickets != tickets:
                         job.tickets = tickets
-                        self._stride.set_tickets(job_id, tickets)
+                        changes[job_id] = tickets
+        if changes:
+            self._stride.set_many(changes)
 
     # -- placement and migrations -------------------------------------------------------
 
@@ -330,12 +335,25 @@ class GandivaFair:
         return speeds
 
     def _view(
-        self, job: JobSpec, pool: Pool, speeds: Mapping[str, float], entitled: float
+        self,
+        job: JobSpec,
+        pool: Pool,
+        speeds: Mapping[str, float],
+        entitled: float,
+        free_fit: bool = False,
     ) -> PoolView:
+        """What placement sees of `pool` for `job`; with `free_fit`, also whether the job's
+        GPUs are free there as `choose_servers` would take them."""
         used = self._users[job.user].used[pool.generation] if job.user in self._users else 0
-        return PoolView(
-            pool, speeds[pool.generation], entitled, used, self._pool_demand[pool.generation]
-        )
+        demand = self._pool_demand[pool.generation]
+        fits: bool | None = None
+        if free_fit and demand + job.gpus <= pool.gpus:
+            asked = self._stride.asked()
+            if job.gpus <= pool.largest_server:
+                fits = any(s.gpus - asked[s.id] >= job.gpus for s in pool.servers)
+            else:
+                fits = sum(s.gpus for s in pool.servers if not asked[s.id]) >= job.gpus
+        return PoolView(pool, speeds[pool.generation], entitled, used, demand, fits)
 
     def _servers_for(self, pool: Pool, job: JobSpec, user: str) -> tuple[str, ...]:
         return choose_servers(
@@ -435,7 +453,14 @@ class GandivaFair:
         for source, jobs in user.jobs.items():
             if source == target.generation:
                 continue
-            over = user.used[source] - entitled.get(source, 0.0)
+            # Being over one's entitlement in a pool only costs others when the pool is
+            # oversubscribed; otherwise the job sits on idle capacity (placement's surplus
+            # rule) and moving it to a slower pool would gain nobody anything.
+            over = (
+                user.used[source] - entitled.get(source, 0.0)
+                if self._pool_demand[source] > self.pools[source].gpus
+                else 0.0
+            )
             for job_id in jobs:
                 spec = self._jobs[job_id].spec
                 if spec.gpus > room + _EPS or spec.gpus > target.gpus:

@@ -42,6 +42,9 @@ class SplitStride:
         self._central_seq = 0
         self._load: dict[str, float] = dict.fromkeys(self._local, 0.0)  # `server_tickets`
         self._asked: dict[str, int] = dict.fromkeys(self._local, 0)  # see `asked`
+        # Servers with local jobs: a quantum visits only these (most of a large, lightly
+        # loaded cluster is empty, and the empty ones have nothing to decide).
+        self._occupied: dict[str, GangStride] = {}
 
     # -- queries ------------------------------------------------------------------------
 
@@ -87,6 +90,10 @@ class SplitStride:
             self._asked[server_id] = queue.demand + (
                 queue.gpus * len(self._multi_on[server_id]) if server_id in self._multi_on else 0
             )
+            if queue.demand:
+                self._occupied[server_id] = queue
+            else:
+                self._occupied.pop(server_id, None)
 
     def tickets(self, job_id: str) -> float:
         return self._entry(job_id).tickets
@@ -189,12 +196,29 @@ class SplitStride:
         self.add(job_id, servers, gpus, tickets, lag)
 
     def set_tickets(self, job_id: str, tickets: float) -> None:
-        servers = self._where[job_id]
-        if job_id in self._multi:
-            retick(self._multi[job_id], check_tickets(job_id, tickets), self._central_min_pass())
-        else:
-            self._local[servers[0]].set_tickets(job_id, tickets)
-        self._update_load(servers)
+        self.set_many({job_id: tickets})
+
+    def set_many(self, tickets: Mapping[str, float]) -> None:
+        """New tickets for several jobs: job id -> tickets (the same as one `set_tickets`
+        each, but each queue's minimum pass and each server's load are worked out once)."""
+        local: dict[str, dict[str, float]] = {}
+        multi: dict[str, float] = {}
+        touched: dict[str, None] = {}
+        for job_id, value in tickets.items():
+            servers = self._where[job_id]
+            value = check_tickets(job_id, value)  # all checked before anything changes
+            if job_id in self._multi:
+                multi[job_id] = value
+            else:
+                local.setdefault(servers[0], {})[job_id] = value
+            touched.update(dict.fromkeys(servers))
+        for server_id, changes in local.items():
+            self._local[server_id].set_many(changes)
+        if multi:
+            floor = self._central_min_pass()  # reticking keeps it where it is (see gang.py)
+            for job_id, value in multi.items():
+                retick(self._multi[job_id], value, floor)
+        self._update_load(touched)
 
     # -- one quantum --------------------------------------------------------------------
 
@@ -204,8 +228,8 @@ class SplitStride:
         yielded: set[str] = set()
         if self._multi:
             yielded = self._schedule_central(runs)
-        for server_id, queue in self._local.items():
-            if len(queue) and server_id not in yielded:
+        for server_id, queue in self._occupied.items():
+            if server_id not in yielded:
                 run = queue.schedule()
                 if run:
                     runs[server_id] = run
@@ -280,4 +304,5 @@ class SplitStride:
         self._central_seq = int(data["central_seq"])
         self._load = dict.fromkeys(self._local, 0.0)
         self._asked = dict.fromkeys(self._local, 0)
+        self._occupied = {}
         self._update_load(self._local)
