@@ -29,6 +29,8 @@ from gfair_services.entrypoint import service_module, settings_class
 
 T = TypeVar("T")
 FAST = RunnerSettings(batch=50, fetch_timeout_s=0.02, error_pause_s=0.02)
+# A pull from a real server is a round trip: one that short would time out on the client side.
+NATS_FAST = RunnerSettings(batch=50, fetch_timeout_s=0.25, error_pause_s=0.05)
 
 # Timers that would change state between examples on their own are pushed out of reach: no
 # quantum ticks, no liveness verdicts, no entitlement recomputations while fuzzing.
@@ -50,12 +52,15 @@ class LiveServices:
         self,
         connect: Callable[[], Awaitable[Bus]],
         settings: Mapping[str, object] | None = None,
+        runner: RunnerSettings = FAST,
     ) -> None:
         self._connect = connect
+        self._runner = runner
         self._settings = {**QUIET, **(settings or {})}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runtimes: list[ServiceRuntime] = []
+        self._names: list[str] = []
         self._watchers: list[asyncio.Task[None]] = []
         self._bus: Bus | None = None
         self.tool: EventPublisher | None = None
@@ -87,8 +92,10 @@ class LiveServices:
             module = service_module(name)
             cls = settings_class(module)
             settings = cls(**{k: v for k, v in self._settings.items() if k in cls.model_fields})
-            runtime = ServiceRuntime(module.build_service(settings), self._bus, settings=FAST)
+            service = module.build_service(settings)
+            runtime = ServiceRuntime(service, self._bus, settings=self._runner)
             await runtime.start()
+            self._names.append(service.name)
             self._runtimes.append(runtime)
             self._watchers.append(asyncio.create_task(runtime.wait()))
 
@@ -101,8 +108,8 @@ class LiveServices:
     def crashed(self) -> list[str]:
         """Services whose runtime ended on its own: a runner died of an exception."""
         return [
-            f"{runtime._service.name}: {watcher.exception() if not watcher.cancelled() else ''}"
-            for runtime, watcher in zip(self._runtimes, self._watchers, strict=True)
+            f"{name}: {watcher.exception() if not watcher.cancelled() else 'cancelled'}"
+            for name, watcher in zip(self._names, self._watchers, strict=True)
             if watcher.done()
         ]
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from functools import partial
 
 import pytest
 
 from gfair.client import GfairClient
+from gfair.embedded_cluster import SCHEDULER_SERVICES
 from gfair.events.states import JobState
 from gfair.events.subjects import JOBS_STREAM
+from gfair.state.buckets import JOBS, STRIDE
 
 from .conftest import StartCluster, client_of, finished, patiently
 from .job_history import Outcomes, gpu_overlaps, job_history
@@ -42,14 +45,20 @@ async def test_losing_one_of_three_brokers_loses_no_event_and_no_job(
         client_of(cluster) as client,
     ):
         assert len(cluster.broker_urls) == 3
-        info = await client.bus.client.jetstream().stream_info(JOBS_STREAM.name)  # type: ignore[attr-defined]
-        replicas = info.config.num_replicas
+        js = client.bus.client.jetstream()  # type: ignore[attr-defined]
+        replicas = {
+            name: (await js.stream_info(name)).config.num_replicas
+            for name in (JOBS_STREAM.name, f"KV_{JOBS.name}", f"KV_{STRIDE.name}")
+        }
+        # Every process was told: each declares the same R3 topology.
+        assert {c.env["GFAIR_REPLICAS"] for c in cluster.children.values()} == {"3"}
         for index, job_id in enumerate(early):
             gpus = 2 if index % 3 == 0 else 1
             await client.submit("alice", gpus, synthetic(3), job_type=RESNET, job_id=job_id)
         await asyncio.sleep(3.0)  # mid-workload: jobs running, suspended, queued
         before = await stored(client)
         killed_at = time.monotonic()
+        killed_when = datetime.now(UTC)
         await cluster.kill_broker(0)
         # Submissions go on while the cluster elects new leaders.
         for job_id in late:
@@ -69,12 +78,15 @@ async def test_losing_one_of_three_brokers_loses_no_event_and_no_job(
             *(finished(client, "bob", j, 120) for j in late),
         )
         all_done_s = time.monotonic() - killed_at
+        # Every service pulls from its consumers again, on its own connection.
+        for name in SCHEDULER_SERVICES:
+            await cluster.wait_serving(name, since=killed_when, timeout_s=30)
         await cluster.restart_broker(0)
         after = await stored(client)
         history = await patiently(partial(job_history, client))
         restarts = {n: c.restarts for n, c in cluster.children.items() if c.restarts}
 
-    assert replicas == 3
+    assert set(replicas.values()) == {3}, replicas
     assert states == [JobState.COMPLETED] * (len(early) + len(late))
     assert before <= after, f"{len(before - after)} stored events lost with the broker"
     expected = {("alice", j) for j in early} | {("bob", j) for j in late}

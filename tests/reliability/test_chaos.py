@@ -48,13 +48,6 @@ CHAOS_ENV = {
     # A restarted executor is back within seconds: not long enough to be declared dead.
     "GFAIR_SUSPECT_AFTER_S": "5",
     "GFAIR_FAIL_AFTER_S": "12",
-    # Split-stride forgets a start or suspend no node confirmed after this long (default
-    # 120 s). A start that races a load-balancing move is refused by the executor's start
-    # guard and the suspend that follows it is ignored, unanswered: without this the job waits
-    # the whole default. Kept well above the longest a suspend can take here (5 s to yield,
-    # then killed), so a forgotten suspend is one that never ran.
-    "GFAIR_RELEASE_TIMEOUT_S": "20",
-    "GFAIR_SUSPEND_TIMEOUT_S": "5",
 }
 
 

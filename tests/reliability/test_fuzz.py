@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -37,7 +38,7 @@ from gfair.events.subjects import DLQ_STREAM, JOBS_STREAM, parse_submit_subject
 from gfair.state.buckets import STRIDE
 
 from .fuzz_inputs import Input, any_events, submissions
-from .live_services import LiveServices
+from .live_services import NATS_FAST, LiveServices
 
 # Tuned to keep the in-memory runs to about half a minute each on a loaded 2-core machine
 # (a submission takes ~40 ms to be answered and checked, an event of any kind ~100 ms: some
@@ -53,6 +54,8 @@ INPUT_FAULTS = {DeadLetterReason.UNDECODABLE, DeadLetterReason.INVALID}
 # retries a placement whose job record it cannot read yet (a replica may lag behind the
 # placement that wrote it), then parks it with the reason.
 STATED_REFUSALS = (("split-stride-jobs", "RuntimeError: no job record for placed job"),)
+# What the fuzzing tried and what came of it, printed when a test's services stop (`-s`).
+TALLY: Counter[str] = Counter()
 FUZZ_SETTINGS = settings(
     deadline=None,
     suppress_health_check=[
@@ -64,30 +67,33 @@ FUZZ_SETTINGS = settings(
 )
 
 
+def running(services: LiveServices, request: pytest.FixtureRequest) -> Iterator[LiveServices]:
+    TALLY.clear()
+    services.start()
+    try:
+        yield services
+    finally:
+        services.stop()
+        figures = "; ".join(f"{count} {what}" for what, count in sorted(TALLY.items()))
+        print(f"\n{request.node.name}: {figures}")
+
+
 @pytest.fixture
-def memory_services() -> Iterator[LiveServices]:
+def memory_services(request: pytest.FixtureRequest) -> Iterator[LiveServices]:
     async def connect() -> Bus:
         return InMemoryBus()
 
-    services = LiveServices(connect)
-    services.start()
-    try:
-        yield services
-    finally:
-        services.stop()
+    yield from running(LiveServices(connect), request)
 
 
 @pytest.fixture
-def nats_services(nats_server: EmbeddedNatsServer) -> Iterator[LiveServices]:
+def nats_services(
+    nats_server: EmbeddedNatsServer, request: pytest.FixtureRequest
+) -> Iterator[LiveServices]:
     async def connect() -> Bus:
         return await NatsBus.connect(NatsOptions(servers=(nats_server.url,), name="fuzz"))
 
-    services = LiveServices(connect)
-    services.start()
-    try:
-        yield services
-    finally:
-        services.stop()
+    yield from running(LiveServices(connect, runner=NATS_FAST), request)
 
 
 def judged(item: Input) -> DecodedEvent | None:
@@ -137,6 +143,7 @@ class Exchange:
         self.dead_letters = run(services.dead_letters(letters_from))
         crashed = services.crashed()
         assert not crashed, f"{item.how}: services died: {crashed}"
+        TALLY["inputs"] += 1
         broken = [
             d
             for d in self.dead_letters
@@ -167,6 +174,7 @@ def check_submission(services: LiveServices, item: Input) -> None:
         assert "placement-jobs" in exchange.letters_for_input(), (
             f"{item.how}: refused without a dead letter from placement"
         )
+        TALLY["invalid submissions (each dead-lettered with its reason)"] += 1
         job_id = recoverable_job_id(item.payload)
         answers = exchange.rejections()
         if job_id is None:
@@ -180,6 +188,7 @@ def check_submission(services: LiveServices, item: Input) -> None:
                 f"{item.how}: expected one rejection for {user}/{job_id}, got {answers}"
             )
             assert answers[0][1].code in (RejectionCode.INVALID, RejectionCode.USER_MISMATCH)
+            TALLY["invalid submissions also answered with JobRejected"] += 1
         assert exchange.state_after == exchange.state_before, f"{item.how}: state changed"
         return
     # A valid submission is answered by placement, as a result of this very envelope.
@@ -190,9 +199,11 @@ def check_submission(services: LiveServices, item: Input) -> None:
         and isinstance(e.data, JobAccepted | JobRejected)
     ]
     assert answers, f"{item.how}: a valid submission went unanswered"
+    TALLY["valid submissions (each accepted or rejected)"] += 1
     if item.how == "limits":
         assert isinstance(answers[0], JobRejected)
         assert answers[0].code is RejectionCode.LIMIT_EXCEEDED, answers[0]
+        TALLY["valid submissions over a limit (rejected, limit_exceeded)"] += 1
     # No node is registered: nothing is ever placed, so the stride state never moves.
     assert exchange.state_after[STRIDE.name] == exchange.state_before[STRIDE.name]
 
@@ -201,8 +212,12 @@ def check_any_event(services: LiveServices, item: Input) -> None:
     exchange = Exchange(services, item)
     if judged(item) is None:
         assert exchange.state_after == exchange.state_before, f"{item.how}: state changed"
+        TALLY["invalid events (no state changed)"] += 1
+    else:
+        TALLY["valid events"] += 1
 
 
+@pytest.mark.slow
 @settings(FUZZ_SETTINGS, max_examples=SUBMISSION_EXAMPLES)
 @given(item=submissions())
 def test_every_bad_submission_is_answered_and_changes_nothing(
@@ -211,6 +226,7 @@ def test_every_bad_submission_is_answered_and_changes_nothing(
     check_submission(memory_services, item)
 
 
+@pytest.mark.slow
 @settings(FUZZ_SETTINGS, max_examples=EVENT_EXAMPLES)
 @given(item=any_events())
 def test_no_event_of_any_type_valid_or_mangled_breaks_a_service(

@@ -105,7 +105,8 @@ class NatsPullConsumer:
     async def fetch(self, batch: int, timeout_s: float) -> list[Delivery]:
         try:
             msgs = await self._sub.fetch(batch, timeout=timeout_s)
-        except nats.errors.TimeoutError:
+        # nats-py raises the built-in TimeoutError too when a fetch races a reconnect.
+        except (nats.errors.TimeoutError, TimeoutError):
             return []
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError) as exc:
             # Reconnects are invisible here; a closed connection never comes back.

@@ -64,6 +64,12 @@ class Stay:
     since: datetime
     quantum: int
     pending_suspends: int = 0
+    # Stopped while its start was still unconfirmed. The node processes commands in order, so
+    # if it ran the start, `started` comes before any answer to the stop; if it refused the
+    # start (its start guard saw the job re-placed meanwhile) nothing comes at all, not even
+    # for the stop. Such a stop is forgotten after `unconfirmed_release_s`, not the long
+    # `release_timeout_s`. Kept in memory only: after a restart the long timeout applies.
+    unconfirmed: bool = False
 
     @property
     def holds_gpus(self) -> bool:
@@ -358,6 +364,8 @@ class Ledger:
         if stay.phase is Phase.STARTING and stay.attempt == event.attempt:
             stay.phase = Phase.RUNNING
             return True
+        if stay.attempt == event.attempt:
+            stay.unconfirmed = False  # it did start: its stop will be confirmed in turn
         return False
 
     def released(self, event: JobSuspended | JobMigrated | JobExited) -> bool:
@@ -417,10 +425,14 @@ class Ledger:
     def expire(self, now: datetime) -> list[tuple[str, Stay]]:
         """Drop starts and suspends no node confirmed in time; what was dropped."""
         limit = timedelta(seconds=self.settings.release_timeout_s)
+        refused = timedelta(seconds=self.settings.unconfirmed_release_s)
         dropped: list[tuple[str, Stay]] = []
         for job in self.jobs.values():
             for node_id, stay in list(job.stays.items()):
-                if stay.phase is not Phase.RUNNING and now - stay.since > limit:
+                if stay.phase is Phase.RUNNING:
+                    continue
+                wait = refused if stay.unconfirmed else limit
+                if now - stay.since > wait:
                     del job.stays[node_id]
                     dropped.append((job.key, stay))
         return dropped

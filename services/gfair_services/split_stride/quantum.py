@@ -75,6 +75,7 @@ def decide_quantum(ledger: Ledger, now: datetime) -> QuantumPlan:
             job=key,
             node_id=expired.node_id,
             phase=expired.phase,
+            start_confirmed=not expired.unconfirmed,
         )
     ledger.sync(now)
     runs = ledger.stride.schedule()
@@ -160,6 +161,7 @@ def _stop(job: Job, stay: Stay, now: datetime, quantum: int, *, drain: bool = Fa
         reason = SuspendReason.MIGRATION
     else:
         reason = SuspendReason.TIME_SLICE
+    stay.unconfirmed = stay.phase is Phase.STARTING
     stay.phase = Phase.SUSPENDING
     stay.pending_suspends += 1
     stay.since = now

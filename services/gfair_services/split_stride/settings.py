@@ -25,6 +25,11 @@ class Settings(TenantSettings, TopologySettings):
         gt=0,
         description="Forget a start or suspend no node confirmed within this long",
     )
+    unconfirmed_release_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="Forget sooner the stop of a start its node never confirmed",
+    )
     max_usage_gap_s: float | None = Field(
         default=None,
         gt=0,
