@@ -16,7 +16,7 @@ from gfair.bus.runner import RunnerSettings
 from gfair.bus.runtime import ServiceRuntime
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import JobAccepted, JobCompleted, JobProgress
-from gfair.events.nodes import GpuInfo, NodeRegistered
+from gfair.events.nodes import NodeRegistered
 from gfair.events.scheduling import ProfileUpdated
 from gfair.state.buckets import PROFILES
 from gfair.state.profile_record import (
@@ -30,29 +30,12 @@ from gfair.state.profile_record import (
 )
 from gfair_services.profiler import Settings, build_service
 
+from .scheduling_harness import registered
+
 FAST = RunnerSettings(batch=10, fetch_timeout_s=0.02, error_pause_s=0.02)
 RESNET = "ResNet-50 (batch size 32)"
 # A seed with a mild speedup, so that what the profiler learns is visibly not the seed.
 SEED = {RESNET: {"k80": 2.0, "v100": 4.0}}
-
-
-def registered(node_id: str, generation: str, gpus: int = 4) -> NodeRegistered:
-    return NodeRegistered(
-        node_id=node_id,
-        hostname=node_id,
-        gpus=tuple(
-            GpuInfo(
-                index=i,
-                uuid=f"GPU-{node_id}-{i}",
-                name=f"Simulated {generation}",
-                generation=generation,
-                memory_bytes=16 << 30,
-            )
-            for i in range(gpus)
-        ),
-        heartbeat_interval_s=1.0,
-        simulated=True,
-    )
 
 
 def progress(

@@ -19,12 +19,14 @@ from gfair.bus.runner import RunnerSettings
 from gfair.bus.runtime import ServiceRuntime
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.jobs import JobAccepted, JobCompleted
-from gfair.events.nodes import GpuInfo, NodeFailed, NodeRecovered, NodeRegistered
+from gfair.events.nodes import NodeFailed, NodeRecovered
 from gfair.events.scheduling import EntitlementsUpdated, ProfileUpdated, TradeCleared
 from gfair.state.buckets import SHARES
 from gfair.state.share_record import SHARES_KEY, SharesRecord
 from gfair_services.trading_auction import Settings, build_service
 from gfair_services.trading_auction.market import ActiveJob, Market, PoolNode
+
+from .scheduling_harness import registered
 
 FAST = RunnerSettings(batch=10, fetch_timeout_s=0.02, error_pause_s=0.02)
 # Job types by how much they gain from a V100 over a K80.
@@ -33,24 +35,6 @@ SEED = {
     "two-x": {"k80": 1.0, "v100": 2.0},
     "one-point-two-x": {"k80": 1.0, "v100": 1.2},
 }
-
-
-def registered(node_id: str, generation: str, gpus: int = 4) -> NodeRegistered:
-    return NodeRegistered(
-        node_id=node_id,
-        hostname=node_id,
-        gpus=tuple(
-            GpuInfo(
-                index=i,
-                uuid=f"GPU-{node_id}-{i}",
-                name=f"Simulated {generation}",
-                generation=generation,
-                memory_bytes=16 << 30,
-            )
-            for i in range(gpus)
-        ),
-        heartbeat_interval_s=1.0,
-    )
 
 
 def jobs(user: str, job_type: str, count: int, *, start: int = 0) -> list[JobAccepted]:
