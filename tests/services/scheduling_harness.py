@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -10,6 +11,8 @@ from typing import TypeVar
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.publisher import EventPublisher
 from gfair.bus.runner import RunnerSettings
+from gfair.bus.runtime import ServiceRuntime
+from gfair.bus.service import Service
 from gfair.events.codec import decode
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.nodes import GpuInfo, NodeRegistered
@@ -94,9 +97,40 @@ class Probe:
         await asyncio.sleep(seconds)
 
 
-async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
+async def eventually(check: Callable[[], object], timeout_s: float = 5.0) -> None:
+    """Until `check()` (awaited when it returns a coroutine) is true."""
     deadline = time.monotonic() + timeout_s
-    while not check():
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s}s")
         await asyncio.sleep(0.01)
+
+
+class ServiceHarness:
+    """One service on an in-memory bus, and a tool publishing to it."""
+
+    def __init__(
+        self, bus: InMemoryBus, build: Callable[[], Service], runner: RunnerSettings = FAST
+    ) -> None:
+        self.bus = bus
+        self.tool = EventPublisher(bus, "test-tool")
+        self.runtime: ServiceRuntime | None = None
+        self._build = build
+        self._runner = runner
+
+    async def start(self) -> None:
+        self.runtime = ServiceRuntime(self._build(), self.bus, settings=self._runner)
+        await self.runtime.start()
+
+    async def stop(self) -> None:
+        assert self.runtime is not None
+        await self.runtime.stop()
+
+    async def publish(self, *events: EventData) -> None:
+        for event in events:
+            await self.tool.publish(event)

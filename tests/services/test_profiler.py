@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from gfair.bus.memory_bus import InMemoryBus
-from gfair.bus.publisher import EventPublisher
 from gfair.bus.runner import RunnerSettings
-from gfair.bus.runtime import ServiceRuntime
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import JobAccepted, JobCompleted, JobProgress
-from gfair.events.nodes import NodeRegistered
 from gfair.events.scheduling import ProfileUpdated
 from gfair.state.buckets import PROFILES
 from gfair.state.profile_record import (
@@ -30,7 +25,7 @@ from gfair.state.profile_record import (
 )
 from gfair_services.profiler import Settings, build_service
 
-from .scheduling_harness import registered
+from .scheduling_harness import ServiceHarness, eventually, registered
 
 FAST = RunnerSettings(batch=10, fetch_timeout_s=0.02, error_pause_s=0.02)
 RESNET = "ResNet-50 (batch size 32)"
@@ -58,45 +53,16 @@ def progress(
     )
 
 
-class Harness:
+class Harness(ServiceHarness):
     def __init__(self, bus: InMemoryBus, settings: Settings) -> None:
-        self.bus = bus
+        super().__init__(bus, lambda: build_service(settings), FAST)
         self.settings = settings
-        self.tool = EventPublisher(bus, "test-tool")
-        self.runtime: ServiceRuntime | None = None
-
-    async def start(self) -> None:
-        self.runtime = ServiceRuntime(build_service(self.settings), self.bus, settings=FAST)
-        await self.runtime.start()
-
-    async def stop(self) -> None:
-        assert self.runtime is not None
-        await self.runtime.stop()
-
-    async def publish(
-        self, *events: JobAccepted | JobProgress | JobCompleted | NodeRegistered
-    ) -> None:
-        for event in events:
-            await self.tool.publish(event)
 
     async def profiles(self) -> list[ProfileUpdated]:
         return [
             ProfileUpdated.model_validate(Envelope.model_validate_json(m.data).data)
             async for m in self.bus.history("GFAIR_SCHED", filter_subjects=("gfair.sched.profile",))
         ]
-
-
-async def eventually(check: Callable[[], object], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,9 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gfair.bus.memory_bus import InMemoryBus
-from gfair.bus.publisher import EventPublisher
 from gfair.bus.runner import RunnerSettings
-from gfair.bus.runtime import ServiceRuntime
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.jobs import JobAccepted, JobCompleted
 from gfair.events.nodes import NodeFailed, NodeRecovered
@@ -26,7 +23,7 @@ from gfair.state.share_record import SHARES_KEY, SharesRecord
 from gfair_services.trading_auction import Settings, build_service
 from gfair_services.trading_auction.market import ActiveJob, Market, PoolNode
 
-from .scheduling_harness import registered
+from .scheduling_harness import ServiceHarness, eventually, registered
 
 FAST = RunnerSettings(batch=10, fetch_timeout_s=0.02, error_pause_s=0.02)
 # Job types by how much they gain from a V100 over a K80.
@@ -44,32 +41,10 @@ def jobs(user: str, job_type: str, count: int, *, start: int = 0) -> list[JobAcc
     ]
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(0.01)
-
-
-class Harness:
+class Harness(ServiceHarness):
     def __init__(self, bus: InMemoryBus, settings: Settings) -> None:
-        self.bus = bus
+        super().__init__(bus, lambda: build_service(settings), FAST)
         self.settings = settings
-        self.tool = EventPublisher(bus, "test-tool")
-        self.runtime: ServiceRuntime | None = None
-
-    async def start(self) -> None:
-        self.runtime = ServiceRuntime(build_service(self.settings), self.bus, settings=FAST)
-        await self.runtime.start()
-
-    async def stop(self) -> None:
-        assert self.runtime is not None
-        await self.runtime.stop()
-
-    async def publish(self, *events: EventData) -> None:
-        for event in events:
-            await self.tool.publish(event)
 
     async def shares(self) -> SharesRecord | None:
         entry = await (await self.bus.key_value(SHARES.name)).get(SHARES_KEY)
