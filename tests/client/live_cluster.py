@@ -17,29 +17,15 @@ from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.publisher import EventPublisher
 from gfair.bus.runner import RunnerSettings
 from gfair.bus.runtime import ServiceRuntime
-from gfair.events.nodes import GpuInfo, NodeRegistered
+from gfair.events.nodes import NodeRegistered
 from gfair_services import failure_detector, placement, profiler, trading_auction
+from services.scheduling_harness import registered
 
 FAST = RunnerSettings(batch=20, fetch_timeout_s=0.05, error_pause_s=0.05)
 
 
 def registration(node_id: str, generation: str, gpus: int = 4) -> NodeRegistered:
-    return NodeRegistered(
-        node_id=node_id,
-        hostname=node_id,
-        gpus=tuple(
-            GpuInfo(
-                index=i,
-                uuid=f"GPU-{node_id}-{i}",
-                name=f"Simulated {generation}",
-                generation=generation,
-                memory_bytes=16 << 30,
-            )
-            for i in range(gpus)
-        ),
-        heartbeat_interval_s=60.0,
-        simulated=True,
-    )
+    return registered(node_id, generation, gpus, heartbeat_interval_s=60.0)
 
 
 @asynccontextmanager

@@ -22,7 +22,9 @@ FAST = RunnerSettings(batch=50, fetch_timeout_s=0.02, error_pause_s=0.02)
 E = TypeVar("E", bound=EventData)
 
 
-def registered(node_id: str, generation: str = "v100", gpus: int = 4) -> NodeRegistered:
+def registered(
+    node_id: str, generation: str = "v100", gpus: int = 4, heartbeat_interval_s: float = 1.0
+) -> NodeRegistered:
     return NodeRegistered(
         node_id=node_id,
         hostname=node_id,
@@ -36,7 +38,7 @@ def registered(node_id: str, generation: str = "v100", gpus: int = 4) -> NodeReg
             )
             for i in range(gpus)
         ),
-        heartbeat_interval_s=1.0,
+        heartbeat_interval_s=heartbeat_interval_s,
         simulated=True,
     )
 
