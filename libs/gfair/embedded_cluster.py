@@ -12,8 +12,8 @@ executors simulate the GPUs of the cluster spec (server ids as in `parse_cluster
 Start-up: nats-server (unless an URL is given; its store is ``<data-dir>/nats``), the topology
 once, then the children; the cluster is ready when every executor has registered since this
 start and every service is pulling from its consumers. A child that dies is restarted with
-growing back-off (services rebuild their state from the bus, DESIGN 3.3). Stop: SIGTERM to every
-child, SIGKILL to those still alive after a grace period, then nats-server.
+growing back-off (services rebuild their state from the bus, docs/design.md §3.3). Stop:
+SIGTERM to every child, SIGKILL to those still alive after a grace period, then nats-server.
 
 With ``brokers=3`` the cluster runs three nats-servers joined by routes into one JetStream
 cluster (stores ``<data-dir>/nats/n<i>``), every stream and bucket with three replicas, and

@@ -17,7 +17,7 @@ Convention every service package follows (`gfair_services.<name>`, `<name>` one 
 - Services declare `gfair_services.topology.cluster_topology()` as their topology, so whichever
   process starts first creates every stream and bucket of the cluster.
 - Handlers are idempotent by event id and rebuild their state on start (an ``on_start`` hook)
-  from their own bucket and their durable consumers (DESIGN 3.3).
+  from their own bucket and their durable consumers (docs/design.md §3.3).
 """
 
 SERVICE_NAMES: tuple[str, ...] = (

@@ -9,8 +9,8 @@ agree on both, so both compute them here, from the core:
   water-filled by tickets, capped by demand, held as the same fraction of every pool). Mixing the
   two would compare GPUs of different divisions, so it is one or the other for everybody.
 - A job's stride tickets in pool P are its user's share of P divided among the user's jobs in P
-  in proportion to their weights (equal unless the user gave some, DESIGN 1.1). A job in a pool
-  where its user holds no share (placed there on idle capacity) gets `surplus_weight` times its
+  in proportion to their weights (equal unless the user gave some, docs/design.md §1.1). A job in a
+  pool where its user holds no share (placed there on idle capacity) gets `surplus_weight` times its
   user's average: it runs on what others leave idle.
 """
 

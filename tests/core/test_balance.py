@@ -1,4 +1,4 @@
-"""Load balancing within a generation: threshold, budget, no thrash (DESIGN 2.3)."""
+"""Load balancing within a generation: threshold, budget, no thrash (docs/design.md §2.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Failure classification, retry budgets and back-off, node health (DESIGN 2.6)."""
+"""Failure classification, retry budgets and back-off, node health (docs/design.md §2.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Gang-aware stride on one server (DESIGN 2.2), including the slides' worked example."""
+"""Gang-aware stride on one server (docs/design.md §2.2), including the slides' worked example."""
 
 from __future__ import annotations
 

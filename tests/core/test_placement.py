@@ -1,4 +1,4 @@
-"""Placement (DESIGN 2.4): fastest pool with unused entitlement, surplus, typed rejections."""
+"""Placement: fastest pool with unused share, surplus, typed rejections (docs/design.md §2.4)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def test_fastest_pool_with_unused_entitlement_wins() -> None:
 
 def test_idle_faster_pool_beats_unused_entitlement_in_a_slower_one() -> None:
     # The user's share of V100 and P100 is used, but nobody asks for the rest of them: the job
-    # takes idle V100 GPUs rather than its K80 entitlement (DESIGN 2.4: surplus goes to whoever
-    # gains from it; an uncontended cluster must not leave its fastest GPUs idle).
+    # takes idle V100 GPUs rather than its K80 entitlement (docs/design.md §2.4: surplus goes to
+    # whoever gains from it; an uncontended cluster must not leave its fastest GPUs idle).
     used = {"p100": 2, "v100": 1}
     choice = choose_pool(1, None, _views({"k80": 4, "p100": 2, "v100": 1}, used, dict(used)))
     assert (choice.pool, choice.rule) == ("v100", "surplus")

@@ -1,4 +1,4 @@
-"""The core stays pure (DESIGN 3.4): no I/O, no clock, no randomness of its own."""
+"""The core stays pure (docs/design.md §3.4): no I/O, no clock, no randomness of its own."""
 
 from __future__ import annotations
 

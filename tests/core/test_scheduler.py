@@ -251,7 +251,8 @@ def test_a_job_on_idle_capacity_leaves_when_the_pools_users_want_it_back() -> No
 
 def test_an_uncontended_cluster_runs_jobs_on_its_fastest_idle_gpus() -> None:
     # One user's share is the same fraction of every pool, so most of its unused entitlement
-    # is on the (bigger, slower) K80 pool; idle V100s still come first (DESIGN 2.4 surplus).
+    # is on the (bigger, slower) K80 pool; idle V100s still come first (surplus, docs/design.md
+    # §2.4).
     cluster = parse_cluster_spec("v100:1x4,k80:2x4")
     scheduler = GandivaFair(cluster, {}, TABLE, SchedulerConfig(trading=False))
     rules = [scheduler.submit(JobSpec(f"a{i}", "a", 1, "Fast"), 0).rule for i in range(4)]

@@ -1,4 +1,7 @@
-"""Split stride (DESIGN 2.3): local per-server stride plus a central one for multi-server jobs."""
+"""Split stride: local per-server stride plus a central one for multi-server jobs.
+
+See docs/design.md §2.3.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Classic stride (DESIGN 2.1), including the slides' worked example."""
+"""Classic stride (docs/design.md §2.1), including the slides' worked example."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Throughput estimates: seeded table, observations, defaults (DESIGN 2.4)."""
+"""Throughput estimates: seeded table, observations, defaults (docs/design.md §2.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tickets split among jobs, and water-filling (DESIGN 1.1)."""
+"""Tickets split among jobs, and water-filling (docs/design.md §1.1)."""
 
 from __future__ import annotations
 

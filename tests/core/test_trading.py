@@ -1,4 +1,4 @@
-"""Second-price trading (DESIGN 2.5)."""
+"""Second-price trading (docs/design.md §2.5)."""
 
 from __future__ import annotations
 

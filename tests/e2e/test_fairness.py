@@ -1,4 +1,4 @@
-"""Fair share on a real, saturated cluster: GPU time follows the users' tickets (DESIGN 1.1)."""
+"""Fair share on a real, saturated cluster: GPU time follows tickets (docs/design.md §1.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SIGKILLed scheduler services come back and nothing is lost or run twice (DESIGN 2.6, 3.3)."""
+"""SIGKILLed services come back; nothing is lost or run twice (docs/design.md §2.6, §3.3)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What the recorded events say happened: each job's end, and who held which GPU when.
 
-Everything here reads the `GFAIR_JOBS` stream history (the source of truth, DESIGN 3.3), not the
-services' own records, so a service that got its state wrong cannot also hide it.
+Everything here reads the `GFAIR_JOBS` stream history (the source of truth, docs/design.md
+§3.3), not the services' own records, so a service that got its state wrong cannot also hide it.
 """
 
 from __future__ import annotations

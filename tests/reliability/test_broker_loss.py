@@ -1,4 +1,4 @@
-"""A broker dies mid-workload (DESIGN 3.5; issue 5, "Must show").
+"""A broker dies mid-workload (docs/design.md §3.5; issue 5, "Must show").
 
 Three nats-servers form one JetStream cluster; every stream and bucket has three replicas and
 every process knows all three URLs. One broker is SIGKILLed while jobs run and submissions keep

@@ -1,4 +1,4 @@
-"""A server dies mid-job (DESIGN 2.6; issue 5, "Must show").
+"""A server dies mid-job (docs/design.md §2.6; issue 5, "Must show").
 
 Its executor and its job processes are SIGKILLed and stay dead. The failure detector moves the
 node from suspected to failed and notes the job's loss as an infrastructure failure (a lost node

@@ -1,4 +1,4 @@
-"""The retry policy on a live cluster (DESIGN 2.6; issue 5, "Must show").
+"""The retry policy on a live cluster (docs/design.md §2.6; issue 5, "Must show").
 
 A job that fails by itself (its own exit code, or out of GPU memory) is retried within its
 class's budget, one retry by default, then fails for good with the reason; a job hit by an

@@ -108,7 +108,7 @@ def test_paper_result_highest_and_lowest_gainers_gain_about_30_percent(
 
     The paper reports the two middle users unaffected. Here the 3.93x user is (within 1%), while
     the 2.09x user also gains (about +18%) from the later pairs of the repeated auction
-    (DESIGN 2.5 trades until no pair gains).
+    (docs/design.md §2.5 trades until no pair gains).
     """
     traded, untraded = trading_runs
     gain = {user: traded[user] / untraded[user] - 1 for user in GAINERS}

@@ -1,6 +1,6 @@
 """Key-value buckets for service state, with revision-checked writes (compare-and-set).
 
-The one-writer-per-record rule (DESIGN 3.3) is enforced by `create` and `update`: a writer
+The one-writer-per-record rule (docs/design.md §3.3) is enforced by `create` and `update`: a writer
 that lost a race gets `KvConflict` and re-reads instead of overwriting.
 """
 

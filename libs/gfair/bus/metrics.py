@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 
 METER_NAME = "gfair"
 
-# Quantum decisions take milliseconds at demo scale and tens of ms at 1k servers (DESIGN 5).
+# Quantum decisions take milliseconds at demo scale and tens of ms at 1k servers
+# (docs/design.md §5).
 _DECISION_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 Shares = Mapping[str, Mapping[str, float]]  # user -> pool -> GPUs

@@ -275,7 +275,7 @@ class Service:
     def on_start(self, hook: S) -> S:
         """Decorator: run `hook(runtime)` once the topology exists and before any handler runs.
 
-        The place to rebuild state from buckets and stream history (DESIGN 3.3).
+        The place to rebuild state from buckets and stream history (docs/design.md §3.3).
         """
         self._startup.append(hook)
         return hook

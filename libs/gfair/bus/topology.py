@@ -51,7 +51,7 @@ class StreamSpec:
     name: str
     subjects: tuple[str, ...]
     description: str = ""
-    # Publishes repeating an event id within this window are stored once (DESIGN 3.2).
+    # Publishes repeating an event id within this window are stored once (docs/design.md §3.2).
     duplicate_window_s: float = 120.0
     max_age_s: float | None = None
     max_bytes: int | None = None

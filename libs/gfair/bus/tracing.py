@@ -2,7 +2,7 @@
 
 A publisher's span context is injected into the message headers; the handler's span is
 started with that context as parent, so a job's life (submitted, placed, started, ...) is
-one trace across every service it passes through (DESIGN 3.2). Attributes follow the
+one trace across every service it passes through (docs/design.md §3.2). Attributes follow the
 OpenTelemetry messaging semantic conventions, plus the job's own (`job_attributes`:
 ``gfair.job.id``, ``gfair.user``, ``gfair.node``, ...) read from the payload, so any span
 about a job can be found by its id.

@@ -1,4 +1,4 @@
-"""Load balancing of ticket load across the servers of one generation (DESIGN 2.3).
+"""Load balancing of ticket load across the servers of one generation (docs/design.md §2.3).
 
 Per-server stride is only fair cluster-wide when every server carries the same *ticket load*
 (tickets of the jobs queued on it per GPU). New jobs go to the least-loaded feasible server;

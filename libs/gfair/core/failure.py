@@ -1,4 +1,4 @@
-"""Classifying how a job ended (DESIGN 2.6, after the Philly analysis).
+"""Classifying how a job ended (docs/design.md §2.6, after the Philly analysis).
 
 Classes: success; user error (the program failed on its own: non-zero exit, a crash signal);
 out-of-memory (GPU or host); infrastructure (node lost, executor crash, a hardware NVML XID,

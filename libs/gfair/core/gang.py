@@ -1,4 +1,4 @@
-"""Gang-aware stride scheduling on one server (DESIGN 2.2).
+"""Gang-aware stride scheduling on one server (docs/design.md §2.2).
 
 Every quantum all the server's GPUs count as free; jobs are visited by (pass, join order) and
 each one that fits runs on all its GPUs at once and pays ``gpus / tickets``. Small jobs fill the

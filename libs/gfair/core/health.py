@@ -1,4 +1,6 @@
-"""Node health (DESIGN 2.6): heartbeat liveness and quarantine of nodes that keep failing jobs.
+"""Node health: heartbeat liveness, quarantine of nodes that keep failing jobs.
+
+See docs/design.md §2.6.
 
 Both are pure functions of the facts given (last heartbeat, failure history) and `now`.
 

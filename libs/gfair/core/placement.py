@@ -1,4 +1,6 @@
-"""Placement: which pool, then which servers, a job goes to (DESIGN 2.4), with typed reasons.
+"""Placement: which pool, then which servers, a job goes to, with typed reasons.
+
+See docs/design.md §2.4.
 
 Modelled on the Kubernetes scheduler framework: *filters* drop pools the job cannot use, each
 saying why (`Rejection`); a *choice rule* then picks among what is left and the decision says
@@ -24,8 +26,8 @@ rank):
    (its user is then over its entitlement in an oversubscribed pool);
 2. ``surplus``: the fastest pool with GPUs nobody's placed jobs ask for, share or not. A user
    holding no share of a pool sold it in trading, as the one gaining least there, so surplus
-   goes to it only when it has no unused entitlement anywhere (DESIGN 2.4: surplus goes to the
-   users who gain most from it);
+   goes to it only when it has no unused entitlement anywhere (docs/design.md §2.4: surplus goes
+   to the users who gain most from it);
 3. ``least-oversubscribed``: the pool where the user's demand, this job included, exceeds its
    entitlement by the smallest factor (its jobs time-slice there in proportion to tickets).
 

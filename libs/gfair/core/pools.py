@@ -1,4 +1,4 @@
-"""Heterogeneity pools (one per GPU generation) and per-user per-pool entitlements (DESIGN 2.4).
+"""Pools (one per GPU generation) and per-user per-pool entitlements (docs/design.md §2.4).
 
 Without trading each active user is entitled to its ticket share of every pool, water-filled by
 demand: the cluster's GPUs are water-filled among the active users by tickets, capped by each

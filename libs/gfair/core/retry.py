@@ -1,4 +1,4 @@
-"""Retry policy for failed jobs (DESIGN 2.6): per-class budgets and exponential back-off.
+"""Retry policy for failed jobs (docs/design.md §2.6): per-class budgets and exponential back-off.
 
 - success: nothing to retry;
 - preempted: resumed from its checkpoint right away, never counted against a budget;

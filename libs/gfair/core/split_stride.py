@@ -1,5 +1,5 @@
 """Split stride: per-server gang-aware stride plus a central stride for multi-server jobs
-(DESIGN 2.3).
+(docs/design.md §2.3).
 
 - A job that fits one server is queued on that server's local `GangStride`.
 - A job spanning servers holds whole servers (of one generation) and is queued centrally. The

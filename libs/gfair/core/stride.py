@@ -1,4 +1,4 @@
-"""Classic stride scheduling on one GPU (DESIGN 2.1).
+"""Classic stride scheduling on one GPU (docs/design.md §2.1).
 
 Every job holds tickets and a *pass*. Each quantum the job with the smallest pass runs and its
 pass grows by ``1 / tickets``, so over time each job runs in proportion to its tickets.

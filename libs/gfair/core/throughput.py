@@ -1,4 +1,6 @@
-"""Throughput estimates: how fast a job (and a user) trains on each GPU generation (DESIGN 2.4).
+"""Throughput estimates: how fast a job (and a user) trains on each GPU generation.
+
+See docs/design.md §2.4.
 
 Estimates are built in layers, general to specific, each refining the one before:
 
@@ -18,7 +20,7 @@ seeded V100/K80 speedup while P100 stays where the seed put it relative to them.
 
 Speeds are relative (only ratios mean anything). A user's speed profile is the GPU-weighted mean
 of the speeds of its active jobs' types, each normalised to its fastest generation; its speedup
-of H over L is ``speed[H] / speed[L]`` (the bid it makes when trading, DESIGN 2.5).
+of H over L is ``speed[H] / speed[L]`` (the bid it makes when trading, docs/design.md §2.5).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Tickets: a user's tickets split among its jobs, and water-filling of shares (DESIGN 1.1).
+"""Tickets: a user's tickets split among its jobs, and water-filling of shares.
+
+See docs/design.md §1.1.
 
 `water_fill` divides a capacity among claimants in proportion to their weights (tickets), but
 never gives anyone more than its demand; what a capped claimant cannot use is divided among the

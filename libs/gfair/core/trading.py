@@ -1,4 +1,4 @@
-"""Second-price trading of GPU share between users across pool pairs (DESIGN 2.5).
+"""Second-price trading of GPU share between users across pool pairs (docs/design.md §2.5).
 
 For a pair of pools (slow L, fast H) every user holding share in both bids its speedup
 ``speed[H] / speed[L]``. The exact rule implemented:

@@ -1,4 +1,4 @@
-"""gfair.events: the typed event contract (DESIGN 3.2).
+"""gfair.events: the typed event contract (docs/design.md §3.2).
 
 Importing the package registers every event type of the contract, so `registered_types()` and
 `decode()` know them all whichever module a caller imports first.

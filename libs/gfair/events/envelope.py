@@ -1,4 +1,4 @@
-"""The one envelope every gfair event travels in (DESIGN 3.2).
+"""The one envelope every gfair event travels in (docs/design.md §3.2).
 
 The envelope carries identity (the id doubles as JetStream's `Nats-Msg-Id`, so duplicate
 publishes are dropped), the versioned type, provenance (source, correlation and causation ids)
@@ -59,7 +59,7 @@ class Envelope(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     # id and time are required on the wire: a default filled in on decode would give every
-    # redelivery a new id and time, defeating dedup and idempotent handling (DESIGN 3.2).
+    # redelivery a new id and time, defeating dedup and idempotent handling (docs/design.md §3.2).
     # `wrap` fills them for producers.
     id: str = Field(
         pattern=ID_REGEX,

@@ -5,7 +5,7 @@ Who publishes what:
 
 - placement: accepted, rejected, placed
 - node executor: started, progress, suspended, resumed, migrated, checkpointed, exited
-- failure detector: completed, failed, retried (it classifies each `exited`, DESIGN 2.6)
+- failure detector: completed, failed, retried (it classifies each `exited`, docs/design.md §2.6)
 - placement, on a cancel request: cancelled
 """
 

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 
 class FailureClass(StrEnum):
-    """How a job run ended (DESIGN 2.6); the failure policy retries by class."""
+    """How a job run ended (docs/design.md §2.6); the failure policy retries by class."""
 
     SUCCESS = "success"
     # Non-zero exit of the program itself: deterministic, retried at most once.

@@ -53,7 +53,7 @@ class ScheduleDecided(SchedEvent):
     """What runs on one server during one quantum.
 
     `central` is true when the central stride gave the whole server to a multi-server gang for
-    this quantum and the server's local scheduler yielded (DESIGN 2.3).
+    this quantum and the server's local scheduler yielded (docs/design.md §2.3).
     """
 
     EVENT_TYPE = "gfair.schedule.decided.v1"
@@ -67,7 +67,7 @@ class ScheduleDecided(SchedEvent):
 
 @register
 class ProfileUpdated(SchedEvent):
-    """Throughput estimates of one job, or of a user when `job_id` is absent (DESIGN 2.4).
+    """Throughput estimates of one job, or of a user when `job_id` is absent (docs/design.md §2.4).
 
     `speedups[g]` is `rates[g] / rates[baseline]`; `observed` names the generations measured on
     the cluster, the others come from the seed table.
@@ -107,7 +107,7 @@ class EntitlementsUpdated(SchedEvent):
 
 @register
 class TradeCleared(SchedEvent):
-    """One second-price trade between two pools (DESIGN 2.5).
+    """One second-price trade between two pools (docs/design.md §2.5).
 
     The seller gives `quantity` GPUs of share in `fast_pool` to the buyer and receives
     `quantity * price` GPUs of share in `slow_pool`. `bids` are every bidder's speedup of

@@ -1,4 +1,4 @@
-"""JSON Schema of the event contract, generated from the models (DESIGN 3.2).
+"""JSON Schema of the event contract, generated from the models (docs/design.md §3.2).
 
 The generator owns three things under the schemas directory and nothing else there:
 `envelope.json`, `index.json` and `events/*.json` (one complete message schema per event type:

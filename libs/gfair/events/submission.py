@@ -47,7 +47,7 @@ class JobSubmitted(JobEvent):
     """A request to run a job for `user`; published by tools on `gfair.submit.<user>`.
 
     The user pays with its fair share: `tickets` only weighs this job against the same user's
-    other jobs (default: all equal, DESIGN 1.1); it never raises the user's share.
+    other jobs (default: all equal, docs/design.md §1.1); it never raises the user's share.
     """
 
     EVENT_TYPE = "gfair.job.submitted.v1"

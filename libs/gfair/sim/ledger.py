@@ -3,9 +3,9 @@
 A user is *active* while it has admitted, unfinished jobs (running or waiting). Its entitlement
 at any moment is its ticket share of the cluster's GPUs among the active users, water-filled by
 demand (a user cannot use more GPUs than its active jobs ask for; the surplus goes to the others
-in proportion to their tickets). This is the no-trading entitlement of DESIGN 1.1, the common
-yardstick for every policy. Received GPU time counts the GPUs a job requested for as long as it
-held them (switching overhead included: the GPUs are held, if not yet productive).
+in proportion to their tickets). This is the no-trading entitlement of docs/design.md §1.1,
+the common yardstick for every policy. Received GPU time counts the GPUs a job requested for as
+long as it held them (switching overhead included: the GPUs are held, if not yet productive).
 
 Integrals are kept exactly (piecewise-constant between events); `ShareSeries` additionally
 buckets them over time for plots and windowed measurements.

@@ -2,8 +2,8 @@
 
 One `JobFailureRecord` per job in the `gfair_failures` bucket (key '<user>.<job_id>'), written
 only by the failure detector. The retry budget of a job must survive a restart of the detector
-(DESIGN 3.3), and replaying the whole job stream to recount retries would make its start time
-grow with the cluster's age, hence a bucket of its own. `decisions` explain, for `gfair why`,
+(docs/design.md §3.3), and replaying the whole job stream to recount retries would make its start
+time grow with the cluster's age, hence a bucket of its own. `decisions` explain, for `gfair why`,
 every completion, retry and failure the detector declared.
 """
 

@@ -104,7 +104,7 @@ class Submission(_Record):
 
     @property
     def weight(self) -> float:
-        """The job's weight among its user's jobs (DESIGN 1.1: equal unless the user says)."""
+        """Weight among the user's jobs: equal unless the user says (docs/design.md §1.1)."""
         return self.tickets if self.tickets is not None else 1.0
 
 

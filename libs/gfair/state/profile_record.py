@@ -1,4 +1,4 @@
-"""What the profiler keeps in `gfair_profiles` (its only writer; DESIGN 2.4).
+"""What the profiler keeps in `gfair_profiles` (its only writer; docs/design.md §2.4).
 
 Keys:
 

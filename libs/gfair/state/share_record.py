@@ -1,4 +1,4 @@
-"""What the trading auction keeps in `gfair_shares` (its only writer; DESIGN 2.4, 2.5).
+"""What the trading auction keeps in `gfair_shares` (its only writer; docs/design.md §2.4, §2.5).
 
 Keys:
 

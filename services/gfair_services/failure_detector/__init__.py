@@ -1,4 +1,4 @@
-"""The failure detector: node liveness and quarantine, exit classification, retries (DESIGN 2.6)."""
+"""The failure detector: node liveness, quarantine, exit classes, retries (docs/design.md §2.6)."""
 
 from gfair_services.failure_detector.service import (
     SERVICE_NAME,

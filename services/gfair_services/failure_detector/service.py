@@ -117,7 +117,7 @@ class FailureDetector:
     # ----- start -------------------------------------------------------------------------
 
     async def start(self, runtime: ServiceRuntime) -> None:
-        """Rebuild both books from the buckets before any handler runs (DESIGN 3.3)."""
+        """Rebuild both books from the buckets before any handler runs (docs/design.md §3.3)."""
         self._runtime = runtime
         self._nodes_kv = await runtime.key_value(NODES_BUCKET)
         self._jobs_kv = await runtime.key_value(FAILURES.name)

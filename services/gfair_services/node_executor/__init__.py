@@ -1,4 +1,4 @@
-"""The node executor: runs jobs on one GPU server's GPUs for the scheduler (DESIGN 3.1)."""
+"""The node executor: runs jobs on one GPU server's GPUs for the scheduler (docs/design.md §3.1)."""
 
 from gfair_services.node_executor.executor import SERVICE_NAME, NodeExecutor
 from gfair_services.node_executor.run_control import CANNOT_START_EXIT_CODE

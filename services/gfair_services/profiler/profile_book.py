@@ -1,7 +1,7 @@
 """The profiler's view: every live job's and every (user, job type)'s measured speeds.
 
 Measurements go into the core's `ThroughputEstimator` (seeded from the Gavel table), which
-layers them over the seed (DESIGN 2.4). The book turns its estimates into `ProfileUpdated`
+layers them over the seed (docs/design.md §2.4). The book turns its estimates into `ProfileUpdated`
 payloads and decides when one is worth publishing: when a generation appears that the last one
 did not cover (a new pool, or a first measurement on a generation), or when a speedup moved by
 more than `change` (default 5%) since.

@@ -1,4 +1,4 @@
-"""The measured table the throughput estimates start from (DESIGN 2.4: seed, then observe)."""
+"""The measured table throughput estimates start from (seed, then observe: docs/design.md §2.4)."""
 
 from __future__ import annotations
 

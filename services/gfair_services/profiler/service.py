@@ -64,7 +64,7 @@ class Profiler:
         return self._kv
 
     async def start(self, runtime: ServiceRuntime) -> None:
-        """Restore the book from the bucket before any handler runs (DESIGN 3.3)."""
+        """Restore the book from the bucket before any handler runs (docs/design.md §3.3)."""
         self._kv = await runtime.key_value(PROFILES.name)
         types: list[TypeProfileRecord] = []
         jobs: list[JobProfileRecord] = []

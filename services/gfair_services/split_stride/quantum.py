@@ -1,4 +1,4 @@
-"""One quantum's decision, turned into what each node must do (DESIGN 2.3).
+"""One quantum's decision, turned into what each node must do (docs/design.md §2.3).
 
 The core `SplitStride` picks which jobs hold GPUs on each server this quantum; this module works
 out the difference with what runs now and assigns concrete GPU indices:

@@ -1,4 +1,4 @@
-"""The trading auction: per-user per-pool entitlements and second-price trades (DESIGN 2.5)."""
+"""The trading auction: per-user per-pool shares and second-price trades (docs/design.md §2.5)."""
 
 from gfair_services.trading_auction.service import SERVICE_NAME, Auction, build_service
 from gfair_services.trading_auction.settings import TradingAuctionSettings

@@ -1,4 +1,4 @@
-"""The auction's inputs and the allocation the core derives from them (DESIGN 2.4, 2.5).
+"""The auction's inputs and the allocation the core derives from them (docs/design.md §2.4, §2.5).
 
 Inputs: the active jobs (who demands how many GPUs, of which job types), the pools (GPUs per
 generation on nodes that take work) and the users' speed profiles (from the profiler). The

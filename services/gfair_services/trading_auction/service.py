@@ -133,7 +133,7 @@ class Auction:
         return self._kv
 
     async def start(self, runtime: ServiceRuntime) -> None:
-        """Restore inputs and the allocation in force from the bucket (DESIGN 3.3)."""
+        """Restore inputs and the allocation in force from the bucket (docs/design.md §3.3)."""
         self._kv = await runtime.key_value(SHARES.name)
         self._publisher = runtime.publisher
         jobs: list[ActiveJob] = []

@@ -22,7 +22,7 @@ class TradingAuctionSettings(TenantSettings, TopologySettings):
     min_seller_gain: float = Field(
         default=0.10,
         ge=0,
-        description="Least relative gain a seller must make on a trade (DESIGN 2.5)",
+        description="Least relative gain a seller must make on a trade (docs/design.md §2.5)",
     )
     recompute_interval_s: float = Field(
         default=1.0,
