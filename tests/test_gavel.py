@@ -7,15 +7,17 @@ from pathlib import Path
 
 import pytest
 
+import gfair
 from gfair.gavel import (
     ENV_THROUGHPUTS,
+    PACKAGED_THROUGHPUTS,
     default_throughputs_path,
     load_scaled_throughputs,
     load_throughputs,
 )
 
 
-def test_the_shared_table_gives_one_gpu_rates_per_type_and_generation() -> None:
+def test_the_default_table_gives_one_gpu_rates_per_type_and_generation() -> None:
     table = load_throughputs()
     assert len(table) == 26
     resnet = table["ResNet-18 (batch size 16)"]
@@ -32,13 +34,13 @@ def test_scale_factors_and_unconsolidated_gangs_are_available() -> None:
     assert spread[key]["v100"] < scaled[key]["v100"]  # a gang over servers is slower
 
 
-def test_the_default_path_is_beside_the_repository_unless_overridden(
+def test_the_default_path_is_the_packaged_table_unless_overridden(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(ENV_THROUGHPUTS, raising=False)
     path = default_throughputs_path()
-    assert path.parts[-3:] == ("shared", "data", "gavel_throughputs.json")
-    assert ".." not in path.parts
+    assert path == PACKAGED_THROUGHPUTS
+    assert path.is_relative_to(Path(gfair.__file__).parent)
     custom = tmp_path / "t.json"
     custom.write_text(json.dumps({"k80": {"('X', 1)": {"null": 0.0}}}))
     monkeypatch.setenv(ENV_THROUGHPUTS, str(custom))

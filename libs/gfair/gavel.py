@@ -1,13 +1,14 @@
 """Reads the measured Gavel throughput table into the plain dicts the core takes.
 
-`../shared/data/gavel_throughputs.json` maps ``generation -> "('<job type>', <gpus>)" -> {"null":
-steps/s of the job alone, "<other job>": [rates when packed with it]}``; ``*_unconsolidated``
-generations hold gangs spread over servers. Only the "alone" rates are read. A zero rate means
-the job does not fit on that generation, and is kept as 0.0 so the core can say so.
+Gavel's table (`data/gavel_throughputs.json` in the repository) maps ``generation -> "('<job
+type>', <gpus>)" -> {"null": steps/s of the job alone, "<other job>": [rates when packed with
+it]}``; ``*_unconsolidated`` generations hold gangs spread over servers. Only the "alone" rates
+are read. A zero rate means the job does not fit on that generation, and is kept as 0.0 so the
+core can say so.
 
-The file is found beside the repository (``<repo>/../shared/data/``) unless the environment
-variable ``GFAIR_THROUGHPUTS`` names another path; without either, the packaged copy of the
-alone rates is used.
+The table read is the one the environment variable ``GFAIR_THROUGHPUTS`` names, else the copy of
+the alone rates packaged with gfair (`gfair.data.GAVEL_ALONE`), which reads the same as the full
+table: a checkout and an install see the same numbers.
 """
 
 from __future__ import annotations
@@ -17,22 +18,17 @@ import json
 import os
 from pathlib import Path
 
+from gfair.data import GAVEL_ALONE
+
 ENV_THROUGHPUTS = "GFAIR_THROUGHPUTS"
 _UNCONSOLIDATED = "_unconsolidated"
 
-
-# The same measurements without the packed-pair rates, shipped inside the package for installs
-# that have no shared folder beside them (the container image); see scripts/derive_gavel_table.py.
-PACKAGED_THROUGHPUTS = Path(__file__).resolve().parent / "data" / "gavel_alone.json"
+PACKAGED_THROUGHPUTS = GAVEL_ALONE
 
 
 def default_throughputs_path() -> Path:
     configured = os.environ.get(ENV_THROUGHPUTS)
-    if configured:
-        return Path(configured)
-    repo_root = Path(__file__).resolve().parents[2]
-    shared = Path(os.path.normpath(repo_root / ".." / "shared" / "data" / "gavel_throughputs.json"))
-    return shared if shared.is_file() else PACKAGED_THROUGHPUTS
+    return Path(configured) if configured else PACKAGED_THROUGHPUTS
 
 
 def load_scaled_throughputs(

@@ -5,14 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from gfair.gavel import default_throughputs_path
 from gfair.sdk.throughput_table import (
     ASSUMED_SPEEDUP_OVER_V100,
     ThroughputLookupError,
     ThroughputTable,
 )
 
-SPEEDUPS_CSV = default_throughputs_path().with_name("gavel_speedups.csv")
+SPEEDUPS_CSV = Path(__file__).resolve().parents[2] / "data" / "gavel_speedups.csv"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""A sampled prefix of the shared Philly trace, replayed as the full replay would be."""
+"""A sampled prefix of the packaged Philly trace, replayed as the full replay would be."""
 
 from __future__ import annotations
 

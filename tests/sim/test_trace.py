@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gfair.data import PHILLY_TRACE
 from gfair.sim.trace import TraceError, parse_trace, read_trace
 
 GFAIR = """submit_time_s,user,gpus,duration_s,job_type,tickets
@@ -22,8 +23,6 @@ PHILLY = """timestamp,duration,num_gpus,gpu_time,cluster
 """
 
 PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
-REPO = Path(__file__).resolve().parents[2]
-PHILLY_TRACE = REPO.parent / "shared" / "data" / "philly_trace.csv.xz"
 
 
 def parse(text: str) -> object:
@@ -128,7 +127,7 @@ def test_head_keeps_the_first_jobs_and_their_users_tickets() -> None:
     assert parse_trace(io.StringIO(GFAIR)).head(1).tickets == {}
 
 
-def test_the_shared_philly_trace_reads_whole() -> None:
+def test_the_packaged_philly_trace_reads_whole() -> None:
     trace = read_trace(PHILLY_TRACE)
     assert len(trace.jobs) == 82_247
     assert len(trace.users) == 15

@@ -1,6 +1,6 @@
 """The workload `gfair demo` submits: four teams whose jobs gain very differently from a V100.
 
-Speedups of V100 over K80 are the Gavel measurements (`../shared/data/gavel_throughputs.json`):
+Speedups of V100 over K80 are the Gavel measurements (`data/gavel_throughputs.json`):
 
 | user   | job type                         | V100/K80 | tickets | jobs                    |
 |--------|----------------------------------|----------|---------|-------------------------|

@@ -1,8 +1,9 @@
 """`gfair simulate`: replay a job trace on a simulated cluster under one policy.
 
-    gfair simulate --trace ../shared/data/philly_trace.csv.xz \\
-        --cluster v100:64x8,p100:64x8,k80:256x4 --policy gandiva-fair \\
+    gfair simulate --cluster v100:64x8,p100:64x8,k80:256x4 --policy gandiva-fair \\
         --report report.json --plot shares.png
+
+Without `--trace` it replays the Philly trace packaged with gfair (`gfair.data.PHILLY_TRACE`).
 
 Prints a per-user table and the summary at the end; `--report` writes the full JSON report
 (`schemas/report.schema.json`), `--timeline` one JSON line per quantum per busy server, `--plot`
@@ -24,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gfair.core.cluster import Cluster, parse_cluster_spec
+from gfair.data import PHILLY_TRACE
 from gfair.gavel import load_throughputs
 from gfair.sim.plot import plot_shares
 from gfair.sim.replay import POLICY_NAMES, ReplayOptions, replay
@@ -45,7 +47,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             "heterogeneous cluster under one scheduling policy, in virtual time."
         ),
     )
-    parser.add_argument("--trace", required=True, type=Path, help="trace CSV (gfair or Philly)")
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        default=PHILLY_TRACE,
+        help="trace CSV, gfair or Philly (default: the Philly trace packaged with gfair)",
+    )
     parser.add_argument(
         "--cluster", required=True, help="servers per generation, e.g. v100:4x8,p100:4x8,k80:8x4"
     )
@@ -94,7 +101,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help=f"progress lost per migration (default {SwitchCosts.migration_s})",
     )
     parser.add_argument(
-        "--throughputs", type=Path, help="Gavel throughput JSON (default: ../shared/data)"
+        "--throughputs",
+        type=Path,
+        help="Gavel throughput JSON (default: $GFAIR_THROUGHPUTS, else the packaged one)",
     )
     parser.set_defaults(func=run)
 

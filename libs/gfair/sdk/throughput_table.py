@@ -31,7 +31,7 @@ class ThroughputTable:
 
     @classmethod
     def load(cls, path: Path | None = None) -> ThroughputTable:
-        """The table at `path`, else $GFAIR_THROUGHPUTS, else ../shared/data beside the repo."""
+        """The table at `path`, else $GFAIR_THROUGHPUTS, else the one packaged with gfair."""
         try:
             return cls(load_scaled_throughputs(path))
         except FileNotFoundError as exc:

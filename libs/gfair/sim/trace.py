@@ -1,4 +1,4 @@
-"""Job traces: gfair's own CSV and the shared Philly CSV, read into one in-memory form.
+"""Job traces: gfair's own CSV and the Philly CSV, read into one in-memory form.
 
 The format is told apart by the header, compression by the file suffix (`.xz`, `.gz`). Every
 malformed row is reported with its physical line number and the offending column, and nothing is

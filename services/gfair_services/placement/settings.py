@@ -51,5 +51,6 @@ class Settings(TenantSettings, TopologySettings):
         description="Ticks older than this (a backlog after downtime) skip balancing",
     )
     throughputs: Path | None = Field(
-        default=None, description="Gavel throughput table; default ../shared/data/..."
+        default=None,
+        description="Gavel throughput table (default: the measurements packaged with gfair)",
     )

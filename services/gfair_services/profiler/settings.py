@@ -16,7 +16,7 @@ class ProfilerSettings(TopologySettings):
     throughputs: Path | None = Field(
         default=None,
         description="Gavel throughput table seeding the estimates "
-        "(default ../shared/data/gavel_throughputs.json beside the repository)",
+        "(default: the Gavel measurements packaged with gfair)",
     )
     profile_change: float = Field(
         default=0.05,

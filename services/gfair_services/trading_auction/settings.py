@@ -14,7 +14,7 @@ class TradingAuctionSettings(TenantSettings, TopologySettings):
     throughputs: Path | None = Field(
         default=None,
         description="Gavel throughput table for users nobody has profiled yet "
-        "(default ../shared/data/gavel_throughputs.json beside the repository)",
+        "(default: the Gavel measurements packaged with gfair)",
     )
     trading: bool = Field(
         default=True, description="Trade share between pools; off: plain ticket shares"
