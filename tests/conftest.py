@@ -10,6 +10,17 @@ import pytest
 from gfair.bus.server import EmbeddedNatsServer, NatsServerConfig
 
 
+@pytest.fixture(autouse=True)
+def own_state_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `gfair up` running on this machine must not become the cluster a test talks to.
+
+    Tools look for its context file under ``$XDG_STATE_HOME`` (`gfair.client.cluster_context`).
+    """
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture
 def nats_server(tmp_path: Path) -> Iterator[EmbeddedNatsServer]:
     """A real `nats-server -js` on a free port with its own store; stopped after the test.

@@ -20,6 +20,10 @@ cluster (stores ``<data-dir>/nats/n<i>``), every stream and bucket with three re
 gives every child all three URLs: losing any one broker loses no event, and the clients
 reconnect to the others by themselves. `kill_broker` and `restart_broker` stage that loss;
 `kill(name, restart=False)` and `revive` stage a node or service that stays down a while.
+
+With ``announce`` (`gfair up`) the ready cluster writes its context files
+(``<data-dir>/context.json`` and the per-user one, `gfair.client.cluster_context`), so that tools
+find it without being told its URL, and removes them when it stops.
 """
 
 from __future__ import annotations
@@ -43,7 +47,14 @@ import structlog
 
 from gfair.bus.history import read_history
 from gfair.bus.nats_bus import NatsBus, NatsOptions
-from gfair.bus.server import EmbeddedNatsServer, NatsServerConfig
+from gfair.bus.server import EmbeddedNatsServer, NatsServerConfig, NatsServerError
+from gfair.client.cluster_context import (
+    CONTEXT_FILE,
+    own_context,
+    remove_context,
+    user_context_path,
+    write_context,
+)
 from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.events.nodes import NodeRegistered
 from gfair.events.subjects import NODES_STREAM, STREAMS
@@ -91,6 +102,11 @@ class ClusterOptions:
     # Replicas of every stream and bucket (GFAIR_REPLICAS of every child); None: one per
     # broker, at most 3.
     replicas: int | None = None
+    # The embedded broker's port if it is free (`gfair up`: 4222, where tools look by default);
+    # None, or taken, a free port.
+    preferred_port: int | None = None
+    # Write the context file tools find the cluster by, once ready; removed on stop.
+    announce: bool = False
 
     def __post_init__(self) -> None:
         if self.brokers < 1:
@@ -195,6 +211,7 @@ class EmbeddedCluster:
         self._watchdog: asyncio.Task[None] | None = None
         self._stopping = False
         self.started_at: datetime | None = None
+        self.context_files: tuple[Path, ...] = ()
 
     # -- where things are ---------------------------------------------------------------------
 
@@ -277,20 +294,30 @@ class EmbeddedCluster:
                 await self._wait_ready(bus)
             finally:
                 await bus.close()
+            if self.options.announce:
+                self._announce()
         except BaseException:
             await self.stop()
             raise
         _log.info("cluster ready", nats=self.nats_url, nodes=len(self.node_ids))
 
+    def _announce(self) -> None:
+        assert self.started_at is not None
+        context = own_context(
+            self.nats_url,
+            data_dir=self.data_dir,
+            span_file=self.span_file,
+            started_at=self.started_at.isoformat(),
+        )
+        user = user_context_path()
+        paths = [self.data_dir / CONTEXT_FILE] + ([user] if user is not None else [])
+        self.context_files = tuple(write_context(context, paths))
+
     async def _start_brokers(self) -> str:
         """Start the embedded broker(s); their client URLs, comma-separated."""
         count = self.options.brokers
         if count == 1:
-            configs = [
-                NatsServerConfig(
-                    store_dir=self.data_dir / "nats", log_file=self.logs_dir / "nats-server.log"
-                )
-            ]
+            return await self._start_single_broker()
         else:
             routes = tuple(f"nats://127.0.0.1:{_free_port()}" for _ in range(count))
             configs = [
@@ -307,6 +334,29 @@ class EmbeddedCluster:
         self._brokers = [EmbeddedNatsServer(config) for config in configs]
         urls = [await asyncio.to_thread(broker.start) for broker in self._brokers]
         return ",".join(urls)
+
+    async def _start_single_broker(self) -> str:
+        preferred = self.options.preferred_port
+        ports: list[int | None] = [None]
+        if preferred is not None and _port_free(preferred):
+            ports.insert(0, preferred)
+        for port in ports:
+            broker = EmbeddedNatsServer(
+                NatsServerConfig(
+                    store_dir=self.data_dir / "nats",
+                    port=port,
+                    log_file=self.logs_dir / "nats-server.log",
+                )
+            )
+            self._brokers = [broker]
+            try:
+                return await asyncio.to_thread(broker.start)
+            except NatsServerError:
+                # Someone took the preferred port since it was probed; any free one will do.
+                if port is None:
+                    raise
+                _log.info("preferred port taken; using a free one", port=port)
+        raise AssertionError("unreachable: the last attempt raises")
 
     async def kill_broker(self, index: int) -> None:
         """SIGKILL one of the brokers this cluster started, as a crash would."""
@@ -485,6 +535,9 @@ class EmbeddedCluster:
 
     async def stop(self) -> None:
         self._stopping = True
+        # First, so that no tool finds a cluster that is going away.
+        remove_context(self.context_files, os.getpid())
+        self.context_files = ()
         if self._watchdog is not None:
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -520,6 +573,17 @@ def _free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def _port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether nats-server could listen on `port` now (it sets SO_REUSEADDR, so does this)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def _pids_with_environ(marker: bytes) -> list[int]:

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from gfair.client import (
+    DEFAULT_NATS_URL,
     NATS_URL_ENV,
     ClientError,
     ConnectOptions,
@@ -25,7 +26,6 @@ from gfair.client import (
     NoCluster,
     NotReachable,
     WaitTimeout,
-    default_servers,
 )
 from gfair.events.subjects import SubjectError, validate_token
 
@@ -49,8 +49,8 @@ def add_connection_flags(parser: argparse.ArgumentParser, *, nested: bool = Fals
         "--nats",
         metavar="URL",
         default=default,
-        help=f"NATS server URL(s), comma-separated (default: ${NATS_URL_ENV} or "
-        f"{','.join(default_servers())})",
+        help=f"NATS server URL(s), comma-separated (default: ${NATS_URL_ENV}, else the "
+        f"cluster of a running `gfair up`, else {DEFAULT_NATS_URL})",
     )
     parser.add_argument(
         "--creds", metavar="FILE", default=default, help="NATS credentials file (JWT and NKey)"

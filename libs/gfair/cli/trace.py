@@ -1,7 +1,8 @@
 """`gfair trace JOB`: a job's whole life as one trace, as a tree with timings.
 
 Spans come from the span file of the embedded mode (`--span-file`, else ``$GFAIR_SPAN_FILE``,
-else the newest ``.gfair/**/traces/spans.jsonl`` below the current directory) or from
+else that of a running `gfair up`, else the newest ``.gfair/**/traces/spans.jsonl`` below the
+current directory) or from
 Jaeger's query API (`--jaeger URL` or ``$GFAIR_JAEGER_URL``, e.g. http://localhost:16686).
 
 `--json` prints ``{"trace_id", "user", "job_id", "spans": [{"span_id", "parent_span_id",
@@ -20,6 +21,7 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from gfair.cli import output, session
+from gfair.client.cluster_context import context_paths, running_context
 from gfair.traces.jaeger import JaegerError, JaegerQuery
 from gfair.traces.job_trace import AmbiguousJob, JobTrace, TraceNotFound, find_job_trace
 from gfair.traces.span_record import SpanFileError, SpanRecord, read_span_file
@@ -81,10 +83,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def default_span_file(root: Path | None = None) -> Path | None:
-    """``$GFAIR_SPAN_FILE``, else the most recently written ``.gfair/**/traces/spans.jsonl``."""
+    """``$GFAIR_SPAN_FILE``, else a running `gfair up`'s, else the newest one under `root`.
+
+    The newest one is the most recently written ``.gfair/**/traces/spans.jsonl``.
+    """
     configured = os.environ.get(SPAN_FILE_ENV)
     if configured:
         return Path(configured)
+    running = running_context(context_paths(cwd=root))
+    if running is not None and running.span_file:
+        return Path(running.span_file)
     base = (root or Path.cwd()) / ".gfair"
     candidates = [path for path in base.glob("**/traces/spans.jsonl") if path.is_file()]
     return max(candidates, key=lambda path: path.stat().st_mtime, default=None)

@@ -5,17 +5,25 @@
 Starts an embedded nats-server (unless --nats names one), creates the streams and buckets, then
 the six services, one node executor per server of the spec, and waits until all are up. Logs go
 to <data-dir>/logs, spans to <data-dir>/traces/spans.jsonl. Ctrl-C or SIGTERM stops it all.
+
+The embedded server listens on 4222, where tools look by default, when that port is free, else on
+any free port. Either way the running cluster is described in <data-dir>/context.json and in a
+per-user context file, which the other commands read when neither --nats nor $GFAIR_NATS_URL
+is given (`gfair.client.cluster_context`); both are removed when the cluster stops.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from gfair.client.cluster_context import CONTEXT_FILE, read_context
+from gfair.client.connection import DEFAULT_NATS_URL, NATS_URL_ENV
 from gfair.embedded_cluster import ClusterError, ClusterOptions, EmbeddedCluster
 from gfair_services.tenants import parse_user_tickets
 
@@ -58,6 +66,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(func=_run)
 
 
+def _default_port() -> int:
+    return int(DEFAULT_NATS_URL.rsplit(":", 1)[1])
+
+
 def _positive(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -86,11 +98,22 @@ def _run(args: argparse.Namespace) -> int:
             user_tickets=parse_user_tickets(",".join(args.tickets)),
             log_level=args.log_level.upper(),
             env=_env(args.settings),
+            preferred_port=_default_port(),
+            announce=True,
         )
         options.servers()  # the spec is checked before anything starts
     except ValueError as error:
         print(f"gfair up: {error}", file=sys.stderr)
         return 2
+    running = read_context(args.data_dir / CONTEXT_FILE)
+    if running is not None and running.running:
+        # Two clusters on one data dir would run two brokers on one store.
+        print(
+            f"gfair up: a cluster already runs from {args.data_dir} (pid {running.pid}, NATS "
+            f"{running.nats_url}); stop it first or give another --data-dir",
+            file=sys.stderr,
+        )
+        return 1
     try:
         return asyncio.run(_up(options))
     except ClusterError as error:
@@ -150,7 +173,19 @@ def _print_summary(cluster: EmbeddedCluster) -> None:
         "  processes    "
         + ", ".join(f"{name} ({child.pid})" for name, child in cluster.children.items()),
         "",
-        f"  export GFAIR_NATS_URL={cluster.nats_url}",
+        *_how_tools_find_it(cluster),
         "  then: gfair submit ..., gfair jobs, gfair users; Ctrl-C stops the cluster",
     ]
     print("\n".join(lines), flush=True)
+
+
+def _how_tools_find_it(cluster: EmbeddedCluster) -> list[str]:
+    exported = os.environ.get(NATS_URL_ENV, "").strip()
+    if not cluster.context_files or (exported and exported != cluster.nats_url):
+        # $GFAIR_NATS_URL comes before the context file for every tool.
+        return [f"  export {NATS_URL_ENV}={cluster.nats_url}"]
+    return [
+        "  tools on this machine find it through "
+        + " and ".join(str(path) for path in cluster.context_files),
+        f"  (or: export {NATS_URL_ENV}={cluster.nats_url})",
+    ]

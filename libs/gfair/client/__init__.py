@@ -1,6 +1,12 @@
 """gfair.client: the async Python client tools use to talk to a gfair cluster."""
 
 from gfair.client.client import GfairClient, InvalidRequest, WaitFor
+from gfair.client.cluster_context import (
+    ClusterAddress,
+    ClusterContext,
+    locate_cluster,
+    running_context,
+)
 from gfair.client.connection import (
     DEFAULT_NATS_URL,
     NATS_URL_ENV,
@@ -16,6 +22,8 @@ __all__ = [
     "DEFAULT_NATS_URL",
     "NATS_URL_ENV",
     "ClientError",
+    "ClusterAddress",
+    "ClusterContext",
     "ConnectOptions",
     "Explanation",
     "GfairClient",
@@ -33,4 +41,6 @@ __all__ = [
     "WaitTimeout",
     "connect_bus",
     "default_servers",
+    "locate_cluster",
+    "running_context",
 ]

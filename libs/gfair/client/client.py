@@ -88,7 +88,11 @@ class GfairClient:
         options: ConnectOptions | None = None,
         poll_interval_s: float = 0.2,
     ) -> GfairClient:
-        """Connect to NATS (`servers`, else `GFAIR_NATS_URL`); `NotReachable` if nobody answers."""
+        """Connect to NATS; `NotReachable` if nobody answers.
+
+        `servers`, else those of `options`, else `GFAIR_NATS_URL`, else the context of a running
+        `gfair up` (`gfair.client.cluster_context`), else ``nats://127.0.0.1:4222``.
+        """
         options = options or ConnectOptions()
         if servers is not None:
             options = dataclasses.replace(options, servers=split_servers(servers))

@@ -6,9 +6,8 @@ wants to know now), and otherwise rides out reconnects like the services do.
 
 from __future__ import annotations
 
-import os
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,28 +16,37 @@ from nats.aio.client import Client as NatsClient
 
 from gfair.bus.nats_bus import NatsBus, NatsOptions, inbox_prefix_for
 from gfair.bus.serve import BusSettings
+from gfair.client.cluster_context import (
+    DEFAULT_NATS_URL,
+    NATS_URL_ENV,
+    ClusterAddress,
+    locate_cluster,
+    split_servers,
+)
 from gfair.client.errors import NotReachable
 
-DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
-NATS_URL_ENV = "GFAIR_NATS_URL"
+__all__ = [
+    "DEFAULT_NATS_URL",
+    "NATS_URL_ENV",
+    "ConnectOptions",
+    "connect_bus",
+    "default_servers",
+    "split_servers",
+]
+
+# The keyword arguments of `nats.connect` that log a client in.
+_CREDENTIALS = ("user_credentials", "nkeys_seed", "token", "user", "password")
 
 
 def default_servers() -> tuple[str, ...]:
-    """`GFAIR_NATS_URL` (comma-separated) or the local default."""
-    return split_servers(os.environ.get(NATS_URL_ENV) or DEFAULT_NATS_URL)
-
-
-def split_servers(urls: str | Sequence[str]) -> tuple[str, ...]:
-    items = urls.split(",") if isinstance(urls, str) else list(urls)
-    servers = tuple(url.strip() for url in items if url.strip())
-    if not servers:
-        raise ValueError("no NATS server URL given")
-    return servers
+    """`GFAIR_NATS_URL`, else a running `gfair up`'s context, else the local default."""
+    return locate_cluster().servers
 
 
 @dataclass(frozen=True)
 class ConnectOptions:
-    servers: tuple[str, ...] = field(default_factory=default_servers)
+    # Empty: found as `locate_cluster` says ($GFAIR_NATS_URL, a running `gfair up`, the default).
+    servers: tuple[str, ...] = ()
     name: str = "gfair-client"
     connect_timeout_s: float = 2.0
     # nats-py also spends these on the first connection: a few, so that a tool whose server is
@@ -56,6 +64,17 @@ class ConnectOptions:
     tls_hostname: str | None = None
     # Anything else `nats.connect` takes, passed through as is.
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # Where `servers` came from; not an argument: `dataclasses.replace` with other servers must
+    # not keep the credentials of a context they no longer come from.
+    address: ClusterAddress = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.servers:
+            address = ClusterAddress(split_servers(self.servers), "the given URL")
+        else:
+            address = locate_cluster()
+        object.__setattr__(self, "servers", address.servers)
+        object.__setattr__(self, "address", address)
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Credentials and TLS: those given here, else the `GFAIR_NATS_*` ones services use."""
@@ -70,6 +89,10 @@ class ConnectOptions:
             "tls_hostname": self.tls_hostname,
         }
         explicit = {key: value for key, value in given.items() if value is not None}
+        logged_in = any(key in from_environment or key in explicit for key in _CREDENTIALS)
+        if self.address.creds is not None and not logged_in:
+            # The cluster was found through `gfair up`'s context, which says how to log in.
+            explicit["user_credentials"] = self.address.creds
         if self.user is not None:
             # A tenant may only read replies on its own inbox (deploy/nats/auth.conf).
             explicit["inbox_prefix"] = inbox_prefix_for(self.user)
@@ -97,8 +120,9 @@ async def connect_bus(options: ConnectOptions) -> NatsBus:
     except (nats.errors.Error, OSError, TimeoutError) as exc:
         detail = str(exc) or type(exc).__name__
         raise NotReachable(
-            f"cannot reach NATS at {', '.join(options.servers)} ({detail}); "
-            f"is the cluster up (`gfair up`)? Set --nats or {NATS_URL_ENV}."
+            f"cannot reach NATS at {', '.join(options.servers)}, from "
+            f"{options.address.source} ({detail}); is the cluster up (`gfair up`)? "
+            f"Set --nats or {NATS_URL_ENV}."
         ) from exc
     return NatsBus(
         client,
