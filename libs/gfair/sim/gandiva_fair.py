@@ -12,7 +12,7 @@ from gfair.core.cluster import Cluster
 from gfair.core.scheduler import Admission, GandivaFair, JobSpec, SchedulerConfig
 from gfair.core.throughput import ThroughputTable
 from gfair.core.trading import Trade
-from gfair.sim.policy import EVERY_QUANTUM, Decision
+from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Decision
 from gfair.sim.trace import TraceJob
 
 
@@ -52,4 +52,5 @@ class GandivaFairPolicy:
         return Decision(runs=plan.runs, trades=new)
 
     def quiet_until(self, now: float) -> float:
-        return EVERY_QUANTUM
+        # When every runnable job ran, the next plan repeats this one until something changes.
+        return UNTIL_NEXT_EVENT if self.scheduler.settled() else EVERY_QUANTUM

@@ -1,0 +1,418 @@
+"""The decision kernel: one quantum's runs, from a snapshot (docs/design.md §2.7).
+
+`decide` is a pure function. It reads a `Snapshot` (pools and their servers, each active user's
+entitlement and credit per pool, each runnable job with its speeds and where it ran) and returns
+a `Decision` (which jobs run on which servers this quantum, and the GPUs each user was charged
+per pool). The simulator's policy and the live services only build snapshots and carry
+decisions out; `settle` then books the charges into the credits the next snapshot carries.
+
+The rules, in order:
+
+1. **Stride over users, per pool.** Every user holding share of a pool has an entry there whose
+   priority is its *credit* normalised by its entitlement, ``(credit + E) / E`` (the stride
+   pass, negated: credit grows by E each contended quantum and falls by the GPUs the user runs
+   there). Entries are visited highest priority first, ties by the user's arrival order and
+   then the fastest pool; a visited entry runs the user's next job (its jobs in order of their
+   own passes, so a user's tickets are split equally among its jobs) that can run in the pool
+   and fits, is charged its GPUs, and goes back in the heap with its lower priority. An entry
+   whose user has no such job left leaves. This is gang-aware stride (docs/design.md §2.2):
+   on one server it reproduces the slides' worked example exactly, and the highest-priority
+   job always finds an empty pool, so big gangs never starve.
+2. **Jobs are not tied to a pool.** A job may run on any generation its type fits, a different
+   one each quantum, so a user's entitlement in every pool is usable even when it has fewer
+   jobs than pools (it pays the migration cost when it moves).
+3. **Work conservation (surplus).** GPUs left after every entitled user ran what it could go to
+   the waiting jobs, most-owed users first, each on the fastest pool where it fits. Surplus is
+   not charged: it is capacity the pool's own users left.
+4. **Fast GPUs first.** Idle GPUs of a faster pool take jobs from slower pools that run faster
+   there (largest gain first): nobody else wanted them this quantum.
+5. **Where on the pool.** A job stays on the servers it ran on when they still have room, else
+   returns to the servers holding its checkpoint, else goes best-fit (the fullest server with
+   room, so whole servers stay free for gangs); a gang larger than a server takes whole idle
+   servers. The selected set is packed again with that preference after selection; when the
+   affinity packing cannot hold the set, the selection's own packing stands.
+
+Jobs are visited within their user by (pass, not running, arrival); charges are in GPU-quanta.
+Nothing here reads a clock or draws a random number.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gfair.core.cluster import Server
+
+_EPS = 1e-9
+# Jobs of one user that a visit may skip (do not fit the pool) before the entry gives up for
+# this quantum: bounds a visit's cost when a user has thousands of queued jobs.
+_SCAN_LIMIT = 64
+
+
+@dataclass(slots=True)
+class JobState:
+    """A runnable job as the kernel sees it. Drivers own these records; `decide` reads them."""
+
+    id: str
+    user: str
+    gpus: int
+    seq: int  # arrival order, the last tie-break
+    speeds: dict[str, float]  # generation -> relative speed; 0: its type does not fit there
+    pass_: float = 0.0  # GPU-quanta received while contended, from the user's minimum at arrival
+    running: tuple[str, ...] = ()  # servers it held last quantum
+    home: tuple[str, ...] = ()  # servers holding its latest checkpoint
+
+
+@dataclass(slots=True)
+class UserState:
+    name: str
+    seq: int  # arrival order of the user (ties between equal priorities)
+    entitled: dict[str, float] = field(default_factory=dict)  # pool -> GPUs of share
+    credit: dict[str, float] = field(default_factory=dict)  # pool -> GPU-quanta owed
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    generation: str
+    servers: tuple[Server, ...]
+    speed_rank: int  # 0 for the fastest pool
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    pools: Sequence[PoolState]  # fastest first
+    users: Mapping[str, UserState]
+    jobs: Mapping[str, Sequence[JobState]]  # user -> its runnable jobs, in arrival order
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    runs: dict[str, tuple[str, ...]]  # server id -> jobs holding GPUs on it this quantum
+    placed: dict[str, tuple[str, ...]]  # job id -> servers, for every job that runs
+    charged: dict[str, dict[str, float]]  # user -> pool -> GPUs run on its entitlement
+    waiting: int  # runnable jobs that do not run this quantum
+
+
+class _Packing:
+    """Free GPUs of one pool's servers during a decision, with best-fit lookups."""
+
+    __slots__ = ("buckets", "free", "largest", "servers", "size", "total")
+
+    def __init__(self, servers: tuple[Server, ...]) -> None:
+        self.servers = servers
+        self.size = {s.id: s.gpus for s in servers}
+        self.free = dict(self.size)
+        self.largest = max((s.gpus for s in servers), default=0)
+        self.total = sum(self.size.values())
+        # buckets[f]: servers with exactly f free GPUs, as an insertion-ordered set.
+        self.buckets: list[dict[str, None]] = [{} for _ in range(self.largest + 1)]
+        for server in servers:
+            self.buckets[server.gpus][server.id] = None
+
+    def _take(self, server_id: str, gpus: int) -> None:
+        before = self.free[server_id]
+        del self.buckets[before][server_id]
+        self.free[server_id] = before - gpus
+        self.buckets[before - gpus][server_id] = None
+        self.total -= gpus
+
+    def release(self, servers: tuple[str, ...], gpus: int) -> None:
+        for server_id, share in self._shares(servers, gpus):
+            before = self.free[server_id]
+            del self.buckets[before][server_id]
+            self.free[server_id] = before + share
+            self.buckets[before + share][server_id] = None
+            self.total += share
+
+    def _shares(self, servers: tuple[str, ...], gpus: int) -> list[tuple[str, int]]:
+        if len(servers) == 1:
+            return [(servers[0], gpus)]
+        return [(s, self.size[s]) for s in servers]  # a multi-server gang holds whole servers
+
+    def fits(self, gpus: int) -> bool:
+        if gpus > self.total:
+            return False
+        if gpus <= self.largest:
+            return any(self.buckets[f] for f in range(gpus, self.largest + 1))
+        return sum(self.size[s] for s in self.buckets[self.largest]) >= gpus or (
+            self._whole(gpus) is not None
+        )
+
+    def _whole(self, gpus: int) -> tuple[str, ...] | None:
+        idle = [s for s in self.servers if self.free[s.id] == s.gpus]
+        idle.sort(key=lambda s: -s.gpus)
+        chosen: list[str] = []
+        held = 0
+        for server in idle:
+            if held >= gpus:
+                break
+            chosen.append(server.id)
+            held += server.gpus
+        return tuple(chosen) if held >= gpus else None
+
+    def place(self, gpus: int, prefer: Sequence[tuple[str, ...]]) -> tuple[str, ...] | None:
+        """Servers for a job of `gpus`, taken; the first preferred placement that is free wins,
+        else best fit (or whole idle servers for a gang larger than a server)."""
+        for servers in prefer:
+            if servers and self._free_for(servers, gpus):
+                for server_id, share in self._shares(servers, gpus):
+                    self._take(server_id, share)
+                return servers
+        if gpus <= self.largest:
+            for f in range(gpus, self.largest + 1):
+                bucket = self.buckets[f]
+                if bucket:
+                    server_id = next(iter(bucket))
+                    self._take(server_id, gpus)
+                    return (server_id,)
+            return None
+        whole = self._whole(gpus)
+        if whole is not None:
+            for server_id in whole:
+                self._take(server_id, self.size[server_id])
+        return whole
+
+    def _free_for(self, servers: tuple[str, ...], gpus: int) -> bool:
+        if any(s not in self.free for s in servers):
+            return False
+        if len(servers) == 1:
+            return self.free[servers[0]] >= gpus
+        return all(self.free[s] == self.size[s] for s in servers) and (
+            sum(self.size[s] for s in servers) >= gpus
+        )
+
+
+def decide(snapshot: Snapshot) -> Decision:
+    """One quantum's decision (module doc)."""
+    pools = list(snapshot.pools)
+    packing = {p.generation: _Packing(p.servers) for p in pools}
+    chosen: dict[str, tuple[str, tuple[str, ...]]] = {}  # job id -> (pool, servers)
+    by_id: dict[str, JobState] = {}
+    order: dict[str, list[JobState]] = {}
+    for user, jobs in snapshot.jobs.items():
+        if not jobs:
+            continue
+        order[user] = sorted(jobs, key=lambda j: (j.pass_, not j.running, j.seq))
+        for job in jobs:
+            by_id[job.id] = job
+    charged = _entitled_runs(snapshot, pools, packing, order, chosen)
+    _surplus_runs(snapshot, pools, packing, order, chosen, charged)
+    _fast_first(pools, packing, by_id, chosen)
+    placed = _affinity(pools, by_id, chosen)
+    runs: dict[str, list[str]] = {}
+    for job_id, servers in placed.items():
+        for server_id in servers:
+            runs.setdefault(server_id, []).append(job_id)
+    return Decision(
+        runs={s: tuple(jobs) for s, jobs in runs.items()},
+        placed=placed,
+        charged=charged,
+        waiting=len(by_id) - len(placed),
+    )
+
+
+def _prefer(job: JobState) -> tuple[tuple[str, ...], ...]:
+    # Servers of another pool are simply not free in this one.
+    return (job.running, job.home)
+
+
+def _entitled_runs(
+    snapshot: Snapshot,
+    pools: list[PoolState],
+    packing: dict[str, _Packing],
+    order: dict[str, list[JobState]],
+    chosen: dict[str, tuple[str, tuple[str, ...]]],
+) -> dict[str, dict[str, float]]:
+    """Rule 1: the per-pool stride over users' entitlements."""
+    heap: list[tuple[float, int, int, str]] = []
+    for user in order:
+        state = snapshot.users[user]
+        for pool in pools:
+            entitled = state.entitled.get(pool.generation, 0.0)
+            if entitled > _EPS:
+                priority = _priority(state.credit.get(pool.generation, 0.0), entitled)
+                heap.append((-priority, state.seq, pool.speed_rank, user))
+    heapq.heapify(heap)
+    start = dict.fromkeys(order, 0)  # per user: jobs before this index are all chosen
+    charged: dict[str, dict[str, float]] = {}
+    full: set[str] = set()
+    while heap and len(full) < len(pools):
+        _, seq, rank, user = heapq.heappop(heap)
+        pool = pools[rank]
+        room = packing[pool.generation]
+        if pool.generation in full:
+            continue
+        if room.total == 0:
+            full.add(pool.generation)
+            continue
+        job = _next_job(order[user], start, user, pool.generation, room, chosen)
+        if job is None:
+            continue
+        servers = room.place(job.gpus, _prefer(job))
+        assert servers is not None  # _next_job checked the fit
+        chosen[job.id] = (pool.generation, servers)
+        spent = charged.setdefault(user, {})
+        spent[pool.generation] = spent.get(pool.generation, 0.0) + job.gpus
+        state = snapshot.users[user]
+        entitled = state.entitled[pool.generation]
+        credit = state.credit.get(pool.generation, 0.0) - spent[pool.generation]
+        heapq.heappush(heap, (-_priority(credit, entitled), seq, rank, user))
+    return charged
+
+
+def _priority(credit: float, entitled: float) -> float:
+    # Rounded so that equal passes reached by different sums of fractions tie exactly, and the
+    # tie-break (arrival order) decides, as in integer stride.
+    return round((credit + entitled) / entitled, 9)
+
+
+def _next_job(
+    jobs: list[JobState],
+    start: dict[str, int],
+    user: str,
+    generation: str,
+    room: _Packing,
+    chosen: Mapping[str, object],
+) -> JobState | None:
+    index = start[user]
+    while index < len(jobs) and jobs[index].id in chosen:
+        index += 1
+    start[user] = index
+    skipped = 0
+    for job in jobs[index:]:
+        if job.id in chosen:
+            continue
+        if job.speeds.get(generation, 0.0) > 0 and room.fits(job.gpus):
+            return job
+        skipped += 1
+        if skipped >= _SCAN_LIMIT:
+            break
+    return None
+
+
+def _surplus_runs(
+    snapshot: Snapshot,
+    pools: list[PoolState],
+    packing: dict[str, _Packing],
+    order: dict[str, list[JobState]],
+    chosen: dict[str, tuple[str, tuple[str, ...]]],
+    charged: Mapping[str, Mapping[str, float]],
+) -> None:
+    """Rule 3: idle GPUs to waiting jobs, most-owed users first, fastest fitting pool."""
+    if all(packing[p.generation].total == 0 for p in pools):
+        return
+
+    def owed(user: str) -> tuple[float, int]:
+        state = snapshot.users[user]
+        entitled = sum(state.entitled.values())
+        if entitled <= _EPS:
+            return (0.0, state.seq)
+        credit = sum(state.credit.values()) - sum(charged.get(user, {}).values())
+        return (-_priority(credit, entitled), state.seq)
+
+    for user in sorted(order, key=owed):
+        for job in order[user]:
+            if job.id in chosen:
+                continue
+            for pool in sorted(pools, key=lambda p: -job.speeds.get(p.generation, 0.0)):
+                if job.speeds.get(pool.generation, 0.0) <= 0:
+                    break
+                room = packing[pool.generation]
+                if room.total < job.gpus:
+                    continue
+                servers = room.place(job.gpus, _prefer(job))
+                if servers is not None:
+                    chosen[job.id] = (pool.generation, servers)
+                    break
+        if all(packing[p.generation].total == 0 for p in pools):
+            return
+
+
+def _fast_first(
+    pools: list[PoolState],
+    packing: dict[str, _Packing],
+    by_id: Mapping[str, JobState],
+    chosen: dict[str, tuple[str, tuple[str, ...]]],
+) -> None:
+    """Rule 4: idle GPUs of a faster pool take the jobs that gain most from moving there."""
+    for target in pools:
+        room = packing[target.generation]
+        if room.total == 0:
+            continue
+        candidates: list[tuple[float, int, str]] = []
+        for job_id, (generation, _) in chosen.items():
+            if generation == target.generation:
+                continue
+            job = by_id[job_id]
+            here, there = job.speeds.get(generation, 0.0), job.speeds.get(target.generation, 0.0)
+            if there > here * (1 + _EPS) and job.gpus <= room.total:
+                candidates.append((-there / here, job.seq, job_id))
+        candidates.sort()
+        for _, _, job_id in candidates:
+            if room.total == 0:
+                break
+            job = by_id[job_id]
+            generation, servers = chosen[job_id]
+            placed = room.place(job.gpus, _prefer(job))
+            if placed is not None:
+                packing[generation].release(servers, job.gpus)
+                chosen[job_id] = (target.generation, placed)
+
+
+def _affinity(
+    pools: list[PoolState],
+    by_id: Mapping[str, JobState],
+    chosen: dict[str, tuple[str, tuple[str, ...]]],
+) -> dict[str, tuple[str, ...]]:
+    """Rule 5: pack each pool's chosen jobs again, staying where they ran when possible."""
+    members: dict[str, list[JobState]] = {p.generation: [] for p in pools}
+    for job_id, (generation, _) in chosen.items():
+        members[generation].append(by_id[job_id])
+    placed: dict[str, tuple[str, ...]] = {}
+    for pool in pools:
+        jobs = members[pool.generation]
+        room = _Packing(pool.servers)
+        attempt: dict[str, tuple[str, ...]] = {}
+        # Jobs that stay come first, then those going back to their checkpoint's servers,
+        # then the rest, largest gangs first (they are the hardest to fit).
+        jobs.sort(key=lambda j: (not j.running, not j.home, -j.gpus, j.seq))
+        for job in jobs:
+            servers = room.place(job.gpus, _prefer(job))
+            if servers is None:
+                attempt = {j.id: chosen[j.id][1] for j in jobs}
+                break
+            attempt[job.id] = servers
+        placed.update(attempt)
+    return placed
+
+
+def settle(
+    users: Mapping[str, UserState],
+    jobs: Mapping[str, JobState],
+    decision: Decision,
+    ceiling: Mapping[str, float],
+) -> None:
+    """Book a contended quantum into the credits and job passes the next snapshot carries.
+
+    Each user's credit in each pool grows by its entitlement and falls by what it was charged;
+    it is capped at ``max(ceiling[user], ...)`` GPU-quanta so that share a user could not use
+    (no job of its fits that pool) does not pile up into a later monopoly. `ceiling` is the
+    largest gang of the user's jobs, below which a waiting gang must be able to save up.
+    Quanta in which no job waits are not booked: nobody was denied anything.
+    """
+    if decision.waiting == 0:
+        return
+    for name, user in users.items():
+        spent = decision.charged.get(name, {})
+        cap = ceiling.get(name, 1.0)
+        for generation, entitled in user.entitled.items():
+            credit = user.credit.get(generation, 0.0) + entitled - spent.get(generation, 0.0)
+            user.credit[generation] = min(credit, max(cap, entitled * _CREDIT_QUANTA) + entitled)
+    for job_id in decision.placed:
+        job = jobs[job_id]
+        job.pass_ += job.gpus
+
+
+# How many quanta of entitlement a user may save up beyond its largest gang.
+_CREDIT_QUANTA = 8.0
