@@ -17,6 +17,7 @@ from gfair.core.throughput import ThroughputTable
 from gfair.sim.gandiva_fair import GandivaFairPolicy
 from gfair.sim.ledger import ShareSeries
 from gfair.sim.policies.fifo import Fifo
+from gfair.sim.policies.max_min_fairness import MaxMinFairness
 from gfair.sim.policies.static_partition import StaticPartition
 from gfair.sim.policies.tiresias import Tiresias
 from gfair.sim.policy import Policy
@@ -26,7 +27,8 @@ from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import Trace
 
 GANDIVA_FAIR: Final = "gandiva-fair"
-POLICY_NAMES: Final = (GANDIVA_FAIR, "fifo", "static-partition", "tiresias")
+MAX_MIN_FAIRNESS: Final = "max-min-fairness"
+POLICY_NAMES: Final = (GANDIVA_FAIR, "fifo", "static-partition", "tiresias", MAX_MIN_FAIRNESS)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ def build_policy(
         return StaticPartition(cluster, speeds, trace.users, tickets, options.default_tickets)
     if name == "tiresias":
         return Tiresias(cluster, speeds)
+    if name == MAX_MIN_FAIRNESS:
+        return MaxMinFairness(cluster, speeds, tickets, options.default_tickets)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
 
 
