@@ -47,10 +47,19 @@ def test_two_close_bidders_do_not_trade() -> None:
     assert trade(holdings, speeds, POOLS, min_seller_gain=0.05).trades != ()
 
 
-def test_equal_top_bids_do_not_trade() -> None:
-    holdings = {u: {"k80": 10.0, "v100": 1.0} for u in ("A", "B", "C")}
+def test_equal_top_bids_each_buy_at_the_next_lower_bid() -> None:
+    # A's K80 share pays for half of C's V100 share; B, bidding the same, buys the rest.
+    holdings = {u: {"k80": 0.55, "v100": 1.0} for u in ("A", "B")}
+    holdings["C"] = {"k80": 10.0, "v100": 1.0}
     speeds = {"A": _speeds(5.0), "B": _speeds(5.0), "C": _speeds(1.0)}
-    assert trade(holdings, speeds, POOLS).trades == ()
+    trades = trade(holdings, speeds, POOLS).trades
+    assert {t.buyer for t in trades} == {"A", "B"} and {t.seller for t in trades} == {"C"}
+    assert all(t.price == pytest.approx(1.1) for t in trades)  # C's bid with its 10% floor
+
+
+def test_all_equal_bids_do_not_trade() -> None:
+    holdings = {u: {"k80": 10.0, "v100": 1.0} for u in ("A", "B", "C")}
+    assert trade(holdings, {u: _speeds(5.0) for u in holdings}, POOLS).trades == ()
 
 
 def test_share_beyond_demand_is_worth_nothing_to_a_seller() -> None:

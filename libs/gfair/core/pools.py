@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from gfair.core.cluster import Cluster, Server
 from gfair.core.tickets import water_fill
+from gfair.core.trading import Trade, trade
 
 
 @dataclass(frozen=True)
@@ -48,3 +49,27 @@ def entitlements(
         user: {pool: share * gpus / total for pool, gpus in pool_gpus.items()}
         for user, share in shares.items()
     }
+
+
+@dataclass(frozen=True)
+class Shares:
+    entitled: dict[str, dict[str, float]]  # user -> pool -> GPUs of share, after trading
+    trades: tuple[Trade, ...]
+
+
+def shares(
+    pool_gpus: Mapping[str, float],
+    tickets: Mapping[str, float],
+    demand: Mapping[str, float],
+    speeds: Mapping[str, Mapping[str, float]] | None = None,
+    *,
+    min_seller_gain: float = 0.10,
+) -> Shares:
+    """Entitlements (module doc), then, with `speeds` given, the trades among the users
+    (`trading.trade`, demand-capped): the one derivation of per-pool shares every driver uses.
+    `pool_gpus` lists the pools slowest first."""
+    held = entitlements(pool_gpus, tickets, demand)
+    if speeds is None or len(pool_gpus) < 2 or len(held) < 2:
+        return Shares(held, ())
+    result = trade(held, speeds, tuple(pool_gpus), min_seller_gain=min_seller_gain, demands=demand)
+    return Shares(result.holdings, result.trades)

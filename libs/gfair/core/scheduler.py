@@ -24,9 +24,9 @@ from types import MappingProxyType
 from gfair.core.cluster import Cluster, generation_rank
 from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState, decide, settle
 from gfair.core.placement import PoolView, choose_pool, filter_pool
-from gfair.core.pools import Pool, entitlements, pools_of
+from gfair.core.pools import Pool, pools_of, shares
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
-from gfair.core.trading import Trade, trade
+from gfair.core.trading import Trade
 
 
 @dataclass(frozen=True)
@@ -183,11 +183,7 @@ class GandivaFair:
                 by_type: dict[str | None, dict[str, float]] = {}
                 for job_id, state in user.jobs.items():
                     state.speeds = self._job_speeds(self._jobs[job_id], by_type)
-        snapshot = Snapshot(
-            self._pool_states,
-            {name: user.state for name, user in self._users.items()},
-            {name: tuple(user.jobs.values()) for name, user in self._users.items()},
-        )
+        snapshot = self.snapshot()
         decision = decide(snapshot)
         ceiling = {
             name: float(max(j.gpus for j in user.jobs.values()))
@@ -202,6 +198,14 @@ class GandivaFair:
             migrations=migrations,
             trades=self._trades,
             waiting=decision.waiting,
+        )
+
+    def snapshot(self) -> Snapshot:
+        """What the kernel decides the next quantum from (shares as last refreshed)."""
+        return Snapshot(
+            self._pool_states,
+            {name: user.state for name, user in self._users.items()},
+            {name: tuple(user.jobs.values()) for name, user in self._users.items()},
         )
 
     def settled(self) -> bool:
@@ -261,31 +265,38 @@ class GandivaFair:
 
     def _refresh_shares(self) -> None:
         self._shares_dirty = False
-        pool_gpus = {g: pool.gpus for g, pool in self.pools.items()}
         names = sorted(self._users)
-        shares = entitlements(
-            pool_gpus,
+        generations = tuple(self.pools)
+        result = shares(
+            {g: pool.gpus for g, pool in self.pools.items()},
             {u: self._users[u].tickets for u in names},
             {u: self._users[u].demand for u in names},
+            {u: self._user_speeds(u, generations) for u in names} if self.config.trading else None,
+            min_seller_gain=self.config.min_seller_gain,
         )
-        trades: tuple[Trade, ...] = ()
-        if self.config.trading and len(self.pools) > 1 and len(names) > 1:
-            generations = tuple(self.pools)
-            speeds = {u: self._user_speeds(u, generations) for u in names}
-            result = trade(
-                shares,
-                speeds,
-                generations,
-                min_seller_gain=self.config.min_seller_gain,
-                demands={u: self._users[u].demand for u in names},
-            )
-            shares, trades = result.holdings, result.trades
-        self._trades = trades
-        for name in names:
-            user = self._users[name].state
-            user.entitled = dict(shares.get(name, {}))
-            for generation in user.entitled:
-                user.credit.setdefault(generation, 0.0)
+        self._trades = result.trades
+        states = [self._users[name].state for name in names]
+        for user in states:
+            user.entitled = dict(result.entitled.get(user.name, {}))
+        for generation in self.pools:
+            self._join(generation, states)
+
+    @staticmethod
+    def _join(generation: str, users: list[UserState]) -> None:
+        """Users new to a pool join at its most-owed member's priority (its minimum pass, in
+        stride terms): they neither jump ahead of anyone nor wait behind everyone."""
+        members = [u for u in users if generation in u.credit]
+        newcomers = [u for u in users if generation not in u.credit]
+        top = max(
+            (
+                (u.credit[generation] + u.entitled[generation]) / u.entitled[generation]
+                for u in members
+                if u.entitled.get(generation, 0.0) > 1e-9
+            ),
+            default=1.0,
+        )
+        for user in newcomers:
+            user.credit[generation] = (top - 1.0) * user.entitled.get(generation, 0.0)
 
     def _user_speeds(self, name: str, generations: tuple[str, ...]) -> dict[str, float]:
         user = self._users[name]

@@ -10,12 +10,15 @@ For a pair of pools (slow L, fast H) every user holding share in both bids its s
 3. Price p (L-GPUs paid per H-GPU) =
    ``max(second-highest bid, seller bid * (1 + min_seller_gain))``.
    The second-highest bid is the Vickrey price: a user cannot lower what it pays by misreporting.
+   Bidders tied with the buyer are buyers too (they trade in turn, at the same price), so the
+   second-highest bid is the highest one *below* the buyer's: on a large cluster many users run
+   the same job type, and pricing a buyer at its own valuation would stop all trade.
    With exactly two bidders the second-highest bid *is* the seller's, which would leave the seller
    indifferent, so the price is raised to give it at least `min_seller_gain` (default 10%); the
    same floor applies with more bidders when the second bid is within that margin of the seller's.
-4. A trade happens only if ``seller bid < p < buyer bid`` (both strictly gain; ties at the top
-   mean no trade, since the buyer would pay its own valuation). If the highest/lowest pair cannot
-   trade, no pair can (any other pair has a lower buyer bid and at least the same price).
+4. A trade happens only if ``seller bid < p < buyer bid`` (both strictly gain; when every bidder
+   bids the same there is no trade). If the highest/lowest pair cannot trade, no pair can (any
+   other pair has a lower buyer bid and at least the same price).
 5. Quantity q = min(seller's H share, buyer's L share / p): the buyer gets q of H, the seller
    gets p*q of L. One of them runs out, leaves the auction, and steps 1-5 repeat.
 6. With `demands` given, share beyond what a user's jobs ask is worth nothing to it: its
@@ -33,7 +36,7 @@ every user's effective throughput (`effective_throughput`) ends at least where i
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 Holdings = Mapping[str, Mapping[str, float]]  # user -> pool -> GPUs of share
@@ -155,12 +158,15 @@ def _auction(
     while len(bids) >= 2:
         buyer_bid, buyer = bids[0]
         seller_bid, seller = bids[-1]
-        price = max(bids[1][0], seller_bid * (1.0 + min_seller_gain))
+        second = next((b for b, _ in bids[1:] if b < buyer_bid), seller_bid)
+        price = max(second, seller_bid * (1.0 + min_seller_gain))
         if not (seller_bid < price < buyer_bid and math.isfinite(price) and price > 0):
             return
         quantity = min(held[seller][fast], held[buyer][slow] / price)
         limited = None
-        if demands is not None:
+        if demands is not None and not _within_demand(
+            held, demands, buyer, seller, quantity, price
+        ):
             quantity, limited = _acceptable(
                 held, speeds, demands, buyer, seller, slow, fast, price, quantity
             )
@@ -189,6 +195,27 @@ def _auction(
         bids = [b for b in bids if b[1] not in leaving]
 
 
+def _within_demand(
+    held: Mapping[str, Mapping[str, float]],
+    demands: Mapping[str, float],
+    buyer: str,
+    seller: str,
+    quantity: float,
+    price: float,
+) -> bool:
+    """Whether both parties hold no more than their demand before and after the trade: then
+    every GPU of share counts, both gain at any price between the bids, and the bisection of
+    `_acceptable` is not needed (the common case with many small users)."""
+    for user, change in (
+        (buyer, quantity - quantity * price),
+        (seller, quantity * price - quantity),
+    ):
+        total = sum(held[user].values())
+        if max(total, total + change) > demands.get(user, 0.0):
+            return False
+    return True
+
+
 def _acceptable(
     held: Mapping[str, Mapping[str, float]],
     speeds: Speeds,
@@ -207,26 +234,40 @@ def _acceptable(
     the quantities it accepts form an interval from zero: bisection finds its end.
     """
 
-    def gain(user: str, q: float) -> float:
-        holding = dict(held[user])
-        sign = 1.0 if user == buyer else -1.0
-        holding[fast] += sign * q
-        holding[slow] -= sign * q * price
+    def gain_of(user: str) -> Callable[[float], float]:
         speed, demand = speeds.get(user, {}), demands.get(user, 0.0)
-        return effective_throughput(holding, speed, demand) - effective_throughput(
-            held[user], speed, demand
-        )
+        order = sorted(held[user], key=lambda p: -speed.get(p, 0.0))  # fastest first
+        sign = 1.0 if user == buyer else -1.0
+
+        def capped(q: float) -> float:
+            left, total = demand, 0.0
+            for pool in order:
+                gpus = held[user][pool]
+                if pool == fast:
+                    gpus += sign * q
+                elif pool == slow:
+                    gpus -= sign * q * price
+                take = min(gpus, left)
+                total += take * speed.get(pool, 0.0)
+                left -= take
+                if left <= 0:
+                    break
+            return total
+
+        base = capped(0.0)
+        return lambda q: capped(q) - base
 
     limited = None
     for user in (seller, buyer):
-        if gain(user, quantity) > 0:
+        gain = gain_of(user)
+        if gain(quantity) > 0:
             continue
-        if gain(user, quantity * 1e-6) <= 0:  # loses from the first unit: out at this price
+        if gain(quantity * 1e-6) <= 0:  # loses from the first unit: out at this price
             return 0.0, user
         low, high = 0.0, quantity
-        for _ in range(60):
+        for _ in range(40):  # to a 1e-12 fraction of the quantity
             middle = (low + high) / 2
-            if gain(user, middle) > 0:
+            if gain(middle) > 0:
                 low = middle
             else:
                 high = middle
