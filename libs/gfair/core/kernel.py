@@ -25,21 +25,24 @@ The rules, in order:
    the waiting jobs, most-owed users first, each on the fastest pool where it fits. Surplus is
    not charged: it is capacity the pool's own users left.
 4. **Fast GPUs first.** Idle GPUs of a faster pool take jobs from slower pools that run faster
-   there (largest gain first): nobody else wanted them this quantum.
+   there (largest gain first): nobody else wanted them this quantum. What such moves free in
+   the slower pools goes through rule 3 again (a gang may now fit there).
 5. **Where on the pool.** A job stays on the servers it ran on when they still have room, else
    returns to the servers holding its checkpoint, else goes best-fit (the fullest server with
    room, so whole servers stay free for gangs); a gang larger than a server takes whole idle
    servers. The selected set is packed again with that preference after selection; when the
    affinity packing cannot hold the set, the selection's own packing stands.
 
-Jobs are visited within their user by (pass, not running, arrival); charges are in GPU-quanta.
+Jobs are visited within their user by (pass, arrival), as the snapshot lists them; at most
+`_SCAN_LIMIT` of a user's jobs that do not fit are passed over per visit, so a quantum costs what
+runs rather than what waits. Charges are in GPU-quanta.
 Nothing here reads a clock or draws a random number.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gfair.core.cluster import Server
@@ -83,7 +86,9 @@ class PoolState:
 class Snapshot:
     pools: Sequence[PoolState]  # fastest first
     users: Mapping[str, UserState]
-    jobs: Mapping[str, Sequence[JobState]]  # user -> its runnable jobs, in arrival order
+    # user -> its runnable jobs in the order its share goes to them: by pass, then arrival
+    # (drivers keep them sorted, so a quantum costs what runs, not what waits)
+    jobs: Mapping[str, Sequence[JobState]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +97,13 @@ class Decision:
     placed: dict[str, tuple[str, ...]]  # job id -> servers, for every job that runs
     charged: dict[str, dict[str, float]]  # user -> pool -> GPUs run on its entitlement
     waiting: int  # runnable jobs that do not run this quantum
+
+
+@dataclass(slots=True)
+class _Choice:
+    job: JobState
+    pool: str
+    servers: tuple[str, ...]
 
 
 class _Packing:
@@ -187,19 +199,13 @@ def decide(snapshot: Snapshot) -> Decision:
     """One quantum's decision (module doc)."""
     pools = list(snapshot.pools)
     packing = {p.generation: _Packing(p.servers) for p in pools}
-    chosen: dict[str, tuple[str, tuple[str, ...]]] = {}  # job id -> (pool, servers)
-    by_id: dict[str, JobState] = {}
-    order: dict[str, list[JobState]] = {}
-    for user, jobs in snapshot.jobs.items():
-        if not jobs:
-            continue
-        order[user] = sorted(jobs, key=lambda j: (j.pass_, not j.running, j.seq))
-        for job in jobs:
-            by_id[job.id] = job
+    chosen: dict[str, _Choice] = {}
+    order = {user: jobs for user, jobs in snapshot.jobs.items() if jobs}
     charged = _entitled_runs(snapshot, pools, packing, order, chosen)
     _surplus_runs(snapshot, pools, packing, order, chosen, charged)
-    _fast_first(pools, packing, by_id, chosen)
-    placed = _affinity(pools, by_id, chosen)
+    if _fast_first(pools, packing, chosen):  # moves may have freed room a gang can use
+        _surplus_runs(snapshot, pools, packing, order, chosen, charged)
+    placed = _affinity(pools, chosen)
     runs: dict[str, list[str]] = {}
     for job_id, servers in placed.items():
         for server_id in servers:
@@ -208,7 +214,7 @@ def decide(snapshot: Snapshot) -> Decision:
         runs={s: tuple(jobs) for s, jobs in runs.items()},
         placed=placed,
         charged=charged,
-        waiting=len(by_id) - len(placed),
+        waiting=sum(len(jobs) for jobs in order.values()) - len(placed),
     )
 
 
@@ -222,7 +228,7 @@ def _entitled_runs(
     pools: list[PoolState],
     packing: dict[str, _Packing],
     order: dict[str, list[JobState]],
-    chosen: dict[str, tuple[str, tuple[str, ...]]],
+    chosen: dict[str, _Choice],
 ) -> dict[str, dict[str, float]]:
     """Rule 1: the per-pool stride over users' entitlements."""
     heap: list[tuple[float, int, int, str]] = []
@@ -251,7 +257,7 @@ def _entitled_runs(
             continue
         servers = room.place(job.gpus, _prefer(job))
         assert servers is not None  # _next_job checked the fit
-        chosen[job.id] = (pool.generation, servers)
+        chosen[job.id] = _Choice(job, pool.generation, servers)
         spent = charged.setdefault(user, {})
         spent[pool.generation] = spent.get(pool.generation, 0.0) + job.gpus
         state = snapshot.users[user]
@@ -268,7 +274,7 @@ def _priority(credit: float, entitled: float) -> float:
 
 
 def _next_job(
-    jobs: list[JobState],
+    jobs: Sequence[JobState],
     start: dict[str, int],
     user: str,
     generation: str,
@@ -279,15 +285,10 @@ def _next_job(
     while index < len(jobs) and jobs[index].id in chosen:
         index += 1
     start[user] = index
-    skipped = 0
-    for job in jobs[index:]:
-        if job.id in chosen:
-            continue
-        if job.speeds.get(generation, 0.0) > 0 and room.fits(job.gpus):
+    for at in range(index, min(len(jobs), index + _SCAN_LIMIT)):
+        job = jobs[at]
+        if job.id not in chosen and job.speeds.get(generation, 0.0) > 0 and room.fits(job.gpus):
             return job
-        skipped += 1
-        if skipped >= _SCAN_LIMIT:
-            break
     return None
 
 
@@ -295,8 +296,8 @@ def _surplus_runs(
     snapshot: Snapshot,
     pools: list[PoolState],
     packing: dict[str, _Packing],
-    order: dict[str, list[JobState]],
-    chosen: dict[str, tuple[str, tuple[str, ...]]],
+    order: Mapping[str, Sequence[JobState]],
+    chosen: dict[str, _Choice],
     charged: Mapping[str, Mapping[str, float]],
 ) -> None:
     """Rule 3: idle GPUs to waiting jobs, most-owed users first, fastest fitting pool."""
@@ -312,9 +313,13 @@ def _surplus_runs(
         return (-_priority(credit, entitled), state.seq)
 
     for user in sorted(order, key=owed):
+        scanned = 0
         for job in order[user]:
             if job.id in chosen:
                 continue
+            scanned += 1
+            if scanned > _SCAN_LIMIT:
+                break
             for pool in sorted(pools, key=lambda p: -job.speeds.get(p.generation, 0.0)):
                 if job.speeds.get(pool.generation, 0.0) <= 0:
                     break
@@ -323,95 +328,92 @@ def _surplus_runs(
                     continue
                 servers = room.place(job.gpus, _prefer(job))
                 if servers is not None:
-                    chosen[job.id] = (pool.generation, servers)
+                    chosen[job.id] = _Choice(job, pool.generation, servers)
                     break
         if all(packing[p.generation].total == 0 for p in pools):
             return
 
 
 def _fast_first(
-    pools: list[PoolState],
-    packing: dict[str, _Packing],
-    by_id: Mapping[str, JobState],
-    chosen: dict[str, tuple[str, tuple[str, ...]]],
-) -> None:
-    """Rule 4: idle GPUs of a faster pool take the jobs that gain most from moving there."""
+    pools: list[PoolState], packing: dict[str, _Packing], chosen: dict[str, _Choice]
+) -> bool:
+    """Rule 4: idle GPUs of a faster pool take the jobs that gain most from moving there.
+    Returns whether any job moved."""
+    moved = False
     for target in pools:
         room = packing[target.generation]
         if room.total == 0:
             continue
-        candidates: list[tuple[float, int, str]] = []
-        for job_id, (generation, _) in chosen.items():
-            if generation == target.generation:
+        candidates: list[tuple[float, int, _Choice]] = []
+        for choice in chosen.values():
+            job = choice.job
+            if choice.pool == target.generation or job.gpus > room.total:
                 continue
-            job = by_id[job_id]
-            here, there = job.speeds.get(generation, 0.0), job.speeds.get(target.generation, 0.0)
-            if there > here * (1 + _EPS) and job.gpus <= room.total:
-                candidates.append((-there / here, job.seq, job_id))
-        candidates.sort()
-        for _, _, job_id in candidates:
+            here, there = job.speeds.get(choice.pool, 0.0), job.speeds.get(target.generation, 0.0)
+            if there > here * (1 + _EPS):
+                candidates.append((-there / here, job.seq, choice))
+        candidates.sort(key=lambda c: (c[0], c[1]))
+        for _, _, choice in candidates:
             if room.total == 0:
                 break
-            job = by_id[job_id]
-            generation, servers = chosen[job_id]
-            placed = room.place(job.gpus, _prefer(job))
+            placed = room.place(choice.job.gpus, _prefer(choice.job))
             if placed is not None:
-                packing[generation].release(servers, job.gpus)
-                chosen[job_id] = (target.generation, placed)
+                packing[choice.pool].release(choice.servers, choice.job.gpus)
+                choice.pool, choice.servers = target.generation, placed
+                moved = True
+    return moved
 
 
-def _affinity(
-    pools: list[PoolState],
-    by_id: Mapping[str, JobState],
-    chosen: dict[str, tuple[str, tuple[str, ...]]],
-) -> dict[str, tuple[str, ...]]:
+def _affinity(pools: list[PoolState], chosen: Mapping[str, _Choice]) -> dict[str, tuple[str, ...]]:
     """Rule 5: pack each pool's chosen jobs again, staying where they ran when possible."""
-    members: dict[str, list[JobState]] = {p.generation: [] for p in pools}
-    for job_id, (generation, _) in chosen.items():
-        members[generation].append(by_id[job_id])
+    members: dict[str, list[_Choice]] = {p.generation: [] for p in pools}
+    for choice in chosen.values():
+        members[choice.pool].append(choice)
     placed: dict[str, tuple[str, ...]] = {}
     for pool in pools:
-        jobs = members[pool.generation]
+        choices = members[pool.generation]
         room = _Packing(pool.servers)
         attempt: dict[str, tuple[str, ...]] = {}
         # Jobs that stay come first, then those going back to their checkpoint's servers,
         # then the rest, largest gangs first (they are the hardest to fit).
-        jobs.sort(key=lambda j: (not j.running, not j.home, -j.gpus, j.seq))
-        for job in jobs:
-            servers = room.place(job.gpus, _prefer(job))
+        choices.sort(key=lambda c: (not c.job.running, not c.job.home, -c.job.gpus, c.job.seq))
+        for choice in choices:
+            servers = room.place(choice.job.gpus, _prefer(choice.job))
             if servers is None:
-                attempt = {j.id: chosen[j.id][1] for j in jobs}
+                attempt = {c.job.id: c.servers for c in choices}
                 break
-            attempt[job.id] = servers
+            attempt[choice.job.id] = servers
         placed.update(attempt)
     return placed
 
 
 def settle(
     users: Mapping[str, UserState],
-    jobs: Mapping[str, JobState],
+    ran: Iterable[JobState],
     decision: Decision,
     ceiling: Mapping[str, float],
-) -> None:
-    """Book a contended quantum into the credits and job passes the next snapshot carries.
+) -> bool:
+    """Book a quantum into the credits and job passes the next snapshot carries; return
+    whether it was booked.
 
-    Each user's credit in each pool grows by its entitlement and falls by what it was charged;
-    it is capped at ``max(ceiling[user], ...)`` GPU-quanta so that share a user could not use
-    (no job of its fits that pool) does not pile up into a later monopoly. `ceiling` is the
-    largest gang of the user's jobs, below which a waiting gang must be able to save up.
-    Quanta in which no job waits are not booked: nobody was denied anything.
+    Each user's credit in each pool grows by its entitlement and falls by what it was charged,
+    capped at ``max(ceiling[user], _CREDIT_QUANTA * entitlement) + entitlement`` so that share a
+    user cannot use (no job of its fits that pool) does not pile up into a later monopoly;
+    `ceiling` is the user's largest gang, which a waiting gang must be able to save up for. Each
+    job that ran (`ran`, the decision's jobs) advances its pass by its GPUs. Quanta in which no
+    job waits are not booked: nobody was denied anything.
     """
     if decision.waiting == 0:
-        return
+        return False
     for name, user in users.items():
         spent = decision.charged.get(name, {})
         cap = ceiling.get(name, 1.0)
         for generation, entitled in user.entitled.items():
             credit = user.credit.get(generation, 0.0) + entitled - spent.get(generation, 0.0)
             user.credit[generation] = min(credit, max(cap, entitled * _CREDIT_QUANTA) + entitled)
-    for job_id in decision.placed:
-        job = jobs[job_id]
+    for job in ran:
         job.pass_ += job.gpus
+    return True
 
 
 # How many quanta of entitlement a user may save up beyond its largest gang.

@@ -16,6 +16,7 @@ each quantum into `kernel.decide` on that snapshot, then `kernel.settle`:
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -76,11 +77,17 @@ class SchedulerConfig:
             raise ValueError(f"throughput_alpha must be in (0, 1], got {self.throughput_alpha}")
 
 
+def _queue_key(job: JobState) -> tuple[float, int]:
+    return (job.pass_, job.seq)
+
+
 @dataclass
 class _User:
     tickets: float
     state: UserState
     jobs: dict[str, JobState] = field(default_factory=dict)  # in arrival order
+    queue: list[JobState] = field(default_factory=list)  # sorted by `_queue_key`
+    sizes: Counter[int] = field(default_factory=Counter)  # gang size -> jobs
     type_gpus: Counter[str | None] = field(default_factory=Counter)
     demand: int = 0
     speeds: dict[str, float] | None = None  # cached speed profile; None when stale
@@ -113,6 +120,8 @@ class GandivaFair:
         self._trades: tuple[Trade, ...] = ()
         self._shares_dirty = False
         self._last: Decision | None = None
+        self._running: set[str] = set()  # jobs placed by the last plan
+        self._server_pool = {s.id: s.generation for s in cluster.servers}
 
     # -- the facade ---------------------------------------------------------------------
 
@@ -136,11 +145,13 @@ class GandivaFair:
             return Admission(False, choice.reason, rule=rule)
         user = self._user(job.user)
         self._seq += 1
-        passes = [j.pass_ for j in user.jobs.values()]
-        state = JobState(job.id, job.user, job.gpus, self._seq, speeds, min(passes, default=0.0))
+        joins = user.queue[0].pass_ if user.queue else 0.0  # its user's minimum pass
+        state = JobState(job.id, job.user, job.gpus, self._seq, speeds, joins)
         self._jobs[job.id] = job
         self._states[job.id] = state
         user.jobs[job.id] = state
+        bisect.insort(user.queue, state, key=_queue_key)
+        user.sizes[job.gpus] += 1
         user.demand += job.gpus
         user.type_gpus[job.job_type] += job.gpus
         user.speeds = None
@@ -153,10 +164,15 @@ class GandivaFair:
             spec = self._jobs.pop(job_id)
         except KeyError:
             raise KeyError(f"unknown job {job_id!r}") from None
-        del self._states[job_id]
+        state = self._states.pop(job_id)
+        self._running.discard(job_id)
         self.estimator.forget_job(job_id)
         user = self._users[spec.user]
         del user.jobs[job_id]
+        del user.queue[bisect.bisect_left(user.queue, _queue_key(state), key=_queue_key)]
+        user.sizes[spec.gpus] -= 1
+        if not user.sizes[spec.gpus]:
+            del user.sizes[spec.gpus]
         user.type_gpus[spec.job_type] -= spec.gpus
         if user.type_gpus[spec.job_type] == 0:
             del user.type_gpus[spec.job_type]
@@ -185,11 +201,15 @@ class GandivaFair:
                     state.speeds = self._job_speeds(self._jobs[job_id], by_type)
         snapshot = self.snapshot()
         decision = decide(snapshot)
-        ceiling = {
-            name: float(max(j.gpus for j in user.jobs.values()))
-            for name, user in self._users.items()
-        }
-        settle(snapshot.users, self._states, decision, ceiling)
+        ran = [self._states[job_id] for job_id in decision.placed]
+        if decision.waiting:  # passes change: the jobs that ran take their new places
+            for job in ran:
+                queue = self._users[job.user].queue
+                del queue[bisect.bisect_left(queue, _queue_key(job), key=_queue_key)]
+        ceiling = {name: float(max(user.sizes)) for name, user in self._users.items()}
+        if settle(snapshot.users, ran, decision, ceiling):
+            for job in ran:
+                bisect.insort(self._users[job.user].queue, job, key=_queue_key)
         migrations = self._carry_out(decision)
         self._last = decision
         return QuantumPlan(
@@ -205,7 +225,7 @@ class GandivaFair:
         return Snapshot(
             self._pool_states,
             {name: user.state for name, user in self._users.items()},
-            {name: tuple(user.jobs.values()) for name, user in self._users.items()},
+            {name: user.queue for name, user in self._users.items()},
         )
 
     def settled(self) -> bool:
@@ -250,17 +270,17 @@ class GandivaFair:
 
     def _carry_out(self, decision: Decision) -> tuple[Migration, ...]:
         migrations: list[Migration] = []
-        server_pool = {s.id: s.generation for s in self.cluster.servers}
-        for job_id, state in self._states.items():
-            servers = decision.placed.get(job_id, ())
-            if servers:
-                before = state.running or state.home
-                if before and before != servers:
-                    across = server_pool[before[0]] != server_pool[servers[0]]
-                    cause = "pool" if across else "server"
-                    migrations.append(Migration(job_id, before, servers, cause))
-                state.home = servers
-            state.running = servers
+        for job_id in self._running - decision.placed.keys():
+            self._states[job_id].running = ()
+        for job_id, servers in decision.placed.items():
+            state = self._states[job_id]
+            before = state.running or state.home
+            if before and before != servers:
+                across = self._server_pool[before[0]] != self._server_pool[servers[0]]
+                cause = "pool" if across else "server"
+                migrations.append(Migration(job_id, before, servers, cause))
+            state.home = state.running = servers
+        self._running = set(decision.placed)
         return tuple(migrations)
 
     def _refresh_shares(self) -> None:
