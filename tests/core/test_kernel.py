@@ -75,3 +75,12 @@ def test_a_waiting_gang_saves_up_and_then_runs_first() -> None:
         scheduler.submit(JobSpec(f"s{index}", "s", 1), 0)
     gang_quanta = sum("gang" in scheduler.plan(q).placements for q in range(100))
     assert gang_quanta == 50  # half the server-time: both users hold equal tickets
+
+
+def test_a_users_share_is_split_among_its_jobs_by_weight() -> None:
+    scheduler = GandivaFair(parse_cluster_spec("k80:1x1"), {}, {}, SchedulerConfig())
+    scheduler.submit(JobSpec("heavy", "u", 1, weight=3.0), 0)
+    scheduler.submit(JobSpec("light", "u", 1), 0)
+    assert not scheduler.submit(JobSpec("bad", "u", 1, weight=float("nan")), 0).accepted
+    ran = [j for q in range(400) for j in scheduler.plan(q).placements]
+    assert ran.count("heavy") == 300 and ran.count("light") == 100

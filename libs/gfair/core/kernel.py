@@ -62,7 +62,8 @@ class JobState:
     gpus: int
     seq: int  # arrival order, the last tie-break
     speeds: dict[str, float]  # generation -> relative speed; 0: its type does not fit there
-    pass_: float = 0.0  # GPU-quanta received while contended, from the user's minimum at arrival
+    pass_: float = 0.0  # GPU-quanta received while contended / weight, from the user's minimum
+    weight: float = 1.0  # its part of its user's share, relative to the user's other jobs
     running: tuple[str, ...] = ()  # servers it held last quantum
     home: tuple[str, ...] = ()  # servers holding its latest checkpoint
 
@@ -400,7 +401,7 @@ def settle(
     capped at ``max(ceiling[user], _CREDIT_QUANTA * entitlement) + entitlement`` so that share a
     user cannot use (no job of its fits that pool) does not pile up into a later monopoly;
     `ceiling` is the user's largest gang, which a waiting gang must be able to save up for. Each
-    job that ran (`ran`, the decision's jobs) advances its pass by its GPUs. Quanta in which no
+    job that ran (`ran`, the decision's jobs) advances its pass by its GPUs over its weight. Quanta in which no
     job waits are not booked: nobody was denied anything.
     """
     if decision.waiting == 0:
@@ -412,7 +413,7 @@ def settle(
             credit = user.credit.get(generation, 0.0) + entitled - spent.get(generation, 0.0)
             user.credit[generation] = min(credit, max(cap, entitled * _CREDIT_QUANTA) + entitled)
     for job in ran:
-        job.pass_ += job.gpus
+        job.pass_ += job.gpus / job.weight
     return True
 
 

@@ -17,6 +17,7 @@ each quantum into `kernel.decide` on that snapshot, then `kernel.settle`:
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ class JobSpec:
     user: str
     gpus: int
     job_type: str | None = None  # a key of the throughput table, or None (unknown type)
+    weight: float = 1.0  # its part of its user's share, relative to the user's other jobs
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,8 @@ class GandivaFair:
             return Admission(False, f"job {job.id} is already submitted")
         if job.gpus < 1:
             return Admission(False, f"job {job.id}: gpus must be >= 1, got {job.gpus}")
+        if not (math.isfinite(job.weight) and job.weight > 0):
+            return Admission(False, f"job {job.id}: weight must be a finite number > 0")
         speeds = self._job_speeds(job)
         type_speeds = self.estimator.job_speeds(job.id, job.user, job.job_type, self.pools)
         views = [
@@ -146,7 +150,7 @@ class GandivaFair:
         user = self._user(job.user)
         self._seq += 1
         joins = user.queue[0].pass_ if user.queue else 0.0  # its user's minimum pass
-        state = JobState(job.id, job.user, job.gpus, self._seq, speeds, joins)
+        state = JobState(job.id, job.user, job.gpus, self._seq, speeds, joins, job.weight)
         self._jobs[job.id] = job
         self._states[job.id] = state
         user.jobs[job.id] = state
