@@ -20,7 +20,9 @@ The rules, in order:
    job always finds an empty pool, so big gangs never starve.
 2. **Jobs are not tied to a pool.** A job may run on any generation its type fits, a different
    one each quantum, so a user's entitlement in every pool is usable even when it has fewer
-   jobs than pools (it pays the migration cost when it moves).
+   jobs than pools (it pays the migration cost when it moves). Moves that gain nothing are
+   avoided: among a user's chosen jobs of one size, those that ran in a pool the user runs in
+   again keep their places there.
 3. **Work conservation (surplus).** GPUs left after every entitled user ran what it could go to
    the waiting jobs, most-owed users first, each on the fastest pool where it fits. Surplus is
    not charged: it is capacity the pool's own users left.
@@ -204,6 +206,7 @@ def decide(snapshot: Snapshot) -> Decision:
     order = {user: jobs for user, jobs in snapshot.jobs.items() if jobs}
     charged = _entitled_runs(snapshot, pools, packing, order, chosen)
     _surplus_runs(snapshot, pools, packing, order, chosen, charged)
+    _keep_pools(pools, chosen)
     if _fast_first(pools, packing, chosen):  # moves may have freed room a gang can use
         _surplus_runs(snapshot, pools, packing, order, chosen, charged)
     placed = _affinity(pools, chosen)
@@ -228,7 +231,7 @@ def _entitled_runs(
     snapshot: Snapshot,
     pools: list[PoolState],
     packing: dict[str, _Packing],
-    order: dict[str, list[JobState]],
+    order: Mapping[str, Sequence[JobState]],
     chosen: dict[str, _Choice],
 ) -> dict[str, dict[str, float]]:
     """Rule 1: the per-pool stride over users' entitlements."""
@@ -335,6 +338,32 @@ def _surplus_runs(
             return
 
 
+def _keep_pools(pools: list[PoolState], chosen: Mapping[str, _Choice]) -> None:
+    """Rule 2's cost control: which of a user's chosen jobs fills which of its places is free
+    (the stride only fixed how many GPUs the user runs in each pool), so jobs of the same size
+    trade places until as many as possible stay in the pool they ran in."""
+    pool_of = {server.id: pool.generation for pool in pools for server in pool.servers}
+    groups: dict[tuple[str, int], list[_Choice]] = {}
+    for choice in chosen.values():
+        groups.setdefault((choice.job.user, choice.job.gpus), []).append(choice)
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        places: dict[str, list[tuple[str, ...]]] = {}
+        for choice in group:
+            places.setdefault(choice.pool, []).append(choice.servers)
+        unplaced: list[_Choice] = []
+        for choice in group:
+            ran = pool_of.get(choice.job.running[0]) if choice.job.running else None
+            if ran is not None and places.get(ran):
+                choice.pool, choice.servers = ran, places[ran].pop()
+            else:
+                unplaced.append(choice)
+        left = [(pool, servers) for pool, taken in places.items() for servers in taken]
+        for choice, (pool, servers) in zip(unplaced, left, strict=True):
+            choice.pool, choice.servers = pool, servers
+
+
 def _fast_first(
     pools: list[PoolState], packing: dict[str, _Packing], chosen: dict[str, _Choice]
 ) -> bool:
@@ -401,8 +430,8 @@ def settle(
     capped at ``max(ceiling[user], _CREDIT_QUANTA * entitlement) + entitlement`` so that share a
     user cannot use (no job of its fits that pool) does not pile up into a later monopoly;
     `ceiling` is the user's largest gang, which a waiting gang must be able to save up for. Each
-    job that ran (`ran`, the decision's jobs) advances its pass by its GPUs over its weight. Quanta in which no
-    job waits are not booked: nobody was denied anything.
+    job that ran (`ran`, the decision's jobs) advances its pass by its GPUs over its weight.
+    Quanta in which no job waits are not booked: nobody was denied anything.
     """
     if decision.waiting == 0:
         return False
