@@ -93,7 +93,9 @@ class _User:
     type_gpus: Counter[str | None] = field(default_factory=Counter)
     demand: int = 0
     speeds: dict[str, float] | None = None  # cached speed profile; None when stale
-    stale_jobs: bool = False  # its jobs' speeds need recomputing (an observation came)
+    # (job type, GPUs) -> the speeds its jobs without observations of their own share: one
+    # update reaches them all (an observation of one job refines its type's for the user).
+    type_speeds: dict[tuple[str | None, int], dict[str, float]] = field(default_factory=dict)
 
 
 class GandivaFair:
@@ -134,7 +136,8 @@ class GandivaFair:
             return Admission(False, f"job {job.id}: gpus must be >= 1, got {job.gpus}")
         if not (math.isfinite(job.weight) and job.weight > 0):
             return Admission(False, f"job {job.id}: weight must be a finite number > 0")
-        speeds = self._job_speeds(job)
+        user = self._user(job.user)
+        speeds = user.type_speeds.get((job.job_type, job.gpus)) or self._job_speeds(job)
         type_speeds = self.estimator.job_speeds(job.id, job.user, job.job_type, self.pools)
         views = [
             PoolView(pool, type_speeds[g] if self.estimator.fits(job.job_type, g) else 0.0, 0, 0, 0)
@@ -146,8 +149,10 @@ class GandivaFair:
         if not usable:
             choice = choose_pool(job.gpus, job.job_type, views)
             rule = choice.rejections[0].rule if choice.rejections else "rejected"
+            if not user.jobs:
+                del self._users[job.user]
             return Admission(False, choice.reason, rule=rule)
-        user = self._user(job.user)
+        user.type_speeds.setdefault((job.job_type, job.gpus), speeds)
         self._seq += 1
         joins = user.queue[0].pass_ if user.queue else 0.0  # its user's minimum pass
         state = JobState(job.id, job.user, job.gpus, self._seq, speeds, joins, job.weight)
@@ -191,18 +196,15 @@ class GandivaFair:
         self.estimator.observe(job_id, spec.user, spec.job_type, generation, rate)
         user = self._users[spec.user]
         user.speeds = None
-        user.stale_jobs = True
+        self._states[job_id].speeds = self._job_speeds(spec)
+        for (job_type, gpus), shared in user.type_speeds.items():
+            if job_type == spec.job_type:
+                shared.update(self._job_speeds(JobSpec("", spec.user, gpus, job_type)))
         self._shares_dirty = True
 
     def plan(self, now: float) -> QuantumPlan:
         if self._shares_dirty:
             self._refresh_shares()
-        for user in self._users.values():
-            if user.stale_jobs:
-                user.stale_jobs = False
-                by_type: dict[str | None, dict[str, float]] = {}
-                for job_id, state in user.jobs.items():
-                    state.speeds = self._job_speeds(self._jobs[job_id], by_type)
         snapshot = self.snapshot()
         decision = decide(snapshot)
         ran = [self._states[job_id] for job_id in decision.placed]
@@ -235,12 +237,7 @@ class GandivaFair:
     def settled(self) -> bool:
         """Whether the next plan would repeat the last one until a job arrives, finishes or is
         profiled: every runnable job ran (nothing was booked) and nothing changed since."""
-        return (
-            self._last is not None
-            and self._last.waiting == 0
-            and not self._shares_dirty
-            and not any(user.stale_jobs for user in self._users.values())
-        )
+        return self._last is not None and self._last.waiting == 0 and not self._shares_dirty
 
     def entitlements(self) -> Mapping[str, Mapping[str, float]]:
         if self._shares_dirty:
@@ -328,24 +325,11 @@ class GandivaFair:
             user.speeds = self.estimator.user_speeds(name, user.type_gpus, generations)
         return user.speeds
 
-    def _job_speeds(
-        self, job: JobSpec, by_type: dict[str | None, dict[str, float]] | None = None
-    ) -> dict[str, float]:
-        """The job's speed per generation; 0 where its type or its gang does not fit.
-
-        `by_type` caches the speeds of one user's jobs that have no observations of their own
-        (those differ only by type and size).
-        """
-        shared = by_type is not None and not self.estimator.observed(job.id)
-        key = job.job_type
-        if shared and by_type is not None and key in by_type:
-            speeds = by_type[key]
-        else:
-            speeds = self.estimator.job_speeds(job.id, job.user, job.job_type, self.pools)
-            if shared and by_type is not None:
-                by_type[key] = speeds
+    def _job_speeds(self, job: JobSpec) -> dict[str, float]:
+        """The job's speed per generation; 0 where its type or its gang does not fit."""
+        speeds = self.estimator.job_speeds(job.id, job.user, job.job_type, self.pools)
+        fits = self.estimator.fits
         return {
-            g: (v if self.estimator.fits(job.job_type, g) and job.gpus <= pool.gpus else 0.0)
+            g: speeds[g] if fits(job.job_type, g) and job.gpus <= pool.gpus else 0.0
             for g, pool in self.pools.items()
-            for v in (speeds[g],)
         }
