@@ -3,7 +3,9 @@ decisions the simulator accepts."""
 
 from __future__ import annotations
 
+import math
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -279,3 +281,30 @@ def test_without_the_second_stage_the_policy_still_runs(speeds: SpeedModel) -> N
     policy = MaxMinFairness(cluster, speeds, {}, config=MaxMinConfig(pareto=False))
     result = Simulator(trace, cluster, policy, speeds, SimConfig(quantum_s=360.0)).run()
     assert [job.status for job in result.jobs] == ["completed", "completed"]
+
+
+def test_decisions_hold_until_the_next_event_once_everyone_runs_whole(
+    speeds: SpeedModel,
+) -> None:
+    cluster = parse_cluster_spec("v100:1x4,k80:1x4")
+    policy = MaxMinFairness(cluster, speeds, {})
+    for job in backlog(["a", "b"], 1, job_types={"a": "A3C", "b": "A3C"}).jobs:
+        policy.submit(job, 0.0)
+    policy.plan(0.0)
+    assert policy.quiet_until(0.0) == math.inf  # both on V100s all the time
+    for job in backlog(["c", "d", "e", "f"], 2, job_types={u: "A3C" for u in "cdef"}).jobs:
+        policy.submit(replace(job, id=f"x{job.id}-{job.user}"), 0.0)
+    policy.plan(360.0)
+    assert policy.quiet_until(360.0) == -math.inf  # 10 jobs, 8 GPUs: the rounds time-slice
+    # Skipping the quiet quanta gives what stepping every quantum gives.
+    trace = trace_of(
+        [Row(0, "a", 1, 5_000, "A3C"), Row(4_000, "b", 2, 3_000, "LM (batch size 40)")]
+    )
+    results = []
+    for settle in (True, False):
+        runner = MaxMinFairness(cluster, speeds, {})
+        if not settle:
+            runner.quiet_until = lambda now: -math.inf  # type: ignore[method-assign]
+        results.append(Simulator(trace, cluster, runner, speeds, SimConfig(quantum_s=360.0)).run())
+    assert [j.end_s for j in results[0].jobs] == [j.end_s for j in results[1].jobs]
+    assert results[0].plans < results[1].plans

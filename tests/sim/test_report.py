@@ -92,6 +92,29 @@ def test_summary_metrics_follow_the_jobs(throughput: ThroughputTable) -> None:
     assert report["timing"]["jobs_per_s"] > 0
 
 
+def test_busy_while_waiting_and_jct_fairness_by_hand(throughput: ThroughputTable) -> None:
+    # FIFO on 8 GPUs, 60 s quanta: A (4 GPUs, 600 s) runs; B (8 GPUs, arrives at 10 s) and C
+    # (1 GPU, 20 s) are first left waiting by the decision at 60 s. Then 4 GPUs are busy until
+    # 600, when B starts and C still waits, B's 8 until 660; then nobody waits (C runs alone).
+    # Busy while waiting: (4 x 540 + 8 x 60) / (8 x 600).
+    trace = trace_of([Row(0, "u", 4, 600), Row(10, "u", 8, 60), Row(20, "u", 1, 60)])
+    outcome = replay(
+        trace, parse_cluster_spec("v100:1x8"), throughput, ReplayOptions(policy="fifo")
+    )
+    summary = outcome.report.summary
+    assert summary.busy_while_waiting == pytest.approx((4 * 540 + 8 * 60) / (8 * 600))
+    assert summary.jct_jain_index == pytest.approx(jain_index([600 / 600, 60 / 650, 60 / 700]))
+    # Nobody ever waits: no value rather than a perfect one.
+    alone = replay(
+        trace_of([Row(0, "u", 1, 60)]),
+        parse_cluster_spec("v100:1x8"),
+        throughput,
+        ReplayOptions(policy="fifo"),
+    )
+    assert alone.report.summary.busy_while_waiting is None
+    assert alone.report.summary.jct_jain_index == pytest.approx(1.0)
+
+
 def test_trading_gain_compares_against_the_run_without_trading(
     throughput: ThroughputTable,
 ) -> None:

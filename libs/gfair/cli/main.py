@@ -14,6 +14,7 @@ from collections.abc import Sequence
 # Modules under gfair.cli that contribute subcommands, in help order.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "simulate",
+    "compare",
     "schemas",
     "service",
     "up",

@@ -248,8 +248,16 @@ def _print_summary(console: Console, report: Report) -> None:
             f"p95 {_duration(s.p95_jct_s)}  p99 {_duration(s.p99_jct_s)}  "
             f"slowdown {_number(s.avg_slowdown)}",
         ),
-        ("cluster", f"makespan {_duration(s.makespan_s)}  utilization {s.utilization:.1%}"),
-        ("fairness", f"Jain {_number(s.jain_index)}  max share error {_number(s.max_share_error)}"),
+        (
+            "cluster",
+            f"makespan {_duration(s.makespan_s)}  utilization {s.utilization:.1%}  "
+            f"GPUs busy while jobs wait {_percent(s.busy_while_waiting)}",
+        ),
+        (
+            "fairness",
+            f"Jain {_number(s.jain_index)}  max share error {_number(s.max_share_error)}  "
+            f"Jain of ideal/actual JCT {_number(s.jct_jain_index)}",
+        ),
         (
             "switching",
             f"{s.suspends} suspends  {s.migrations} migrations  {s.trades} trades  "
@@ -278,3 +286,7 @@ def _duration(seconds: float | None) -> str:
 
 def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"

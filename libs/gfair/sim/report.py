@@ -13,6 +13,14 @@ Definitions (all times in virtual seconds, shares as fractions 0..1 of the clust
   user got exactly its entitlement; users never active are left out).
 - ``max_share_error``: the largest |received - entitled| over users, in share (0..1).
 - ``utilization``: GPU-seconds held by jobs / (cluster GPUs x makespan).
+- ``busy_while_waiting``: the same fraction, over only the time during which some job waits
+  that the last decision left without GPUs (jobs that arrived since the last decision could
+  not have started yet and do not count); None if no decision ever left a job waiting. A
+  waiting gang may be too big for the GPUs left free, and a job's GPUs idle from its
+  completion to the next decision, so 1.0 is not always reachable; a value well below it means
+  GPUs idle while work queues.
+- ``jct_jain_index``: Jain's index over the completed jobs' ``ideal_s / jct_s`` (1 = every job
+  slowed down by the same factor; lower = some jobs wait far longer relative to their size).
 - ``trading_gain``: relative rise of the users' summed effective throughput against the same
   run without trading (0.0 for policies that do not trade, with ``--no-trading``, and when the
   run made no trade, which leaves it identical to the run without).
@@ -69,7 +77,9 @@ class Summary:
     avg_slowdown: float | None
     makespan_s: float
     utilization: float
+    busy_while_waiting: float | None
     jain_index: float | None
+    jct_jain_index: float | None
     max_share_error: float | None
     suspends: int
     migrations: int
@@ -211,7 +221,13 @@ def build_report(
         avg_slowdown=sum(slowdowns) / len(slowdowns) if slowdowns else None,
         makespan_s=makespan,
         utilization=result.ledger.busy_gpu_s / (capacity * makespan) if makespan > 0 else 0.0,
+        busy_while_waiting=(
+            result.busy_waiting_gpu_s / (capacity * result.waiting_s)
+            if result.waiting_s > 0
+            else None
+        ),
         jain_index=jain_index(ratios),
+        jct_jain_index=jain_index([1.0 / slowdown for slowdown in slowdowns]),
         max_share_error=max(errors) if errors else None,
         suspends=result.suspends,
         migrations=result.migrations,

@@ -110,6 +110,10 @@ class SimResult:
     quanta: int
     wall_s: float
     sched_cpu_s: float
+    # Time during which jobs that the last decision left without GPUs wait, and the GPU-seconds
+    # jobs held meanwhile (the report's ``busy_while_waiting``).
+    waiting_s: float = 0.0
+    busy_waiting_gpu_s: float = 0.0
 
 
 class _Job:
@@ -188,6 +192,12 @@ class Simulator:
         self._jobs: dict[str, _Job] = {}
         self._outcomes: dict[str, JobOutcome] = {}
         self._active = 0  # admitted, unfinished
+        self._running = 0  # admitted, unfinished, holding GPUs
+        self._held_gpus = 0  # GPUs the running jobs requested
+        self._left_waiting = 0  # admitted jobs the last decision gave no GPUs
+        self._tally_at = trace.jobs[0].submit_s if trace.jobs else 0.0
+        self._waiting_s = 0.0
+        self._busy_waiting_gpu_s = 0.0
         self._next_arrival = 0
         self._runs: dict[str, list[str]] = {}  # server -> jobs holding GPUs now
         self._decided: dict[str, tuple[str, ...]] = {}  # the last decision as given
@@ -229,6 +239,8 @@ class Simulator:
             self._plans += 1
             self._trades += decision.trades
             self._apply(decision.runs, now)
+            self._tally(now)
+            self._left_waiting = self._active - self._running
             self._check_stall(now)
             step = self._step(now, quiet, quantum)
             end = min(now + step * quantum, until)
@@ -313,6 +325,7 @@ class Simulator:
             return
         if spec.id in self._jobs:
             raise ValueError(f"{self.trace.source}:{spec.line}: duplicate job id {spec.id!r}")
+        self._tally(spec.submit_s)
         self._jobs[spec.id] = _Job(spec)
         self._active += 1
         self.ledger.admit(spec.submit_s, spec.user, spec.gpus)
@@ -320,6 +333,9 @@ class Simulator:
     def _complete(self, job: _Job, at: float) -> None:
         spec = job.spec
         self.ledger.used(spec.user, spec.gpus, job.seg_start, at, job.remaining)
+        self._tally(at)
+        self._running -= 1
+        self._held_gpus -= spec.gpus
         job.remaining = 0.0
         job.end_s = at
         for server in job.servers:
@@ -338,6 +354,9 @@ class Simulator:
         done = max(0.0, now - job.since) * job.speed
         done = min(done, job.remaining)
         self.ledger.used(job.spec.user, job.spec.gpus, job.seg_start, now, done)
+        self._tally(now)
+        self._running -= 1
+        self._held_gpus -= job.spec.gpus
         job.remaining -= done
         job.last_servers = job.servers
         job.servers = ()
@@ -359,6 +378,9 @@ class Simulator:
             job.speed = self.speeds.gang_speed(job.spec.job_type, generations)
             if any((job.spec.id, g) not in self._observed for g in generations):
                 self._unobserved.append(job)
+        self._tally(now)
+        self._running += 1
+        self._held_gpus += job.spec.gpus
         job.servers = servers
         job.seg_start = now
         job.since = now + overhead
@@ -366,6 +388,18 @@ class Simulator:
         heapq.heappush(
             self._completions, (job.since + job.remaining / job.speed, job.epoch, job.spec.id)
         )
+
+    def _tally(self, now: float) -> None:
+        """Integrate the waiting-time books up to `now`; call before any count changes.
+
+        Only jobs the last decision left waiting count: they wait until the next decision at
+        least (nothing starts between decisions). Jobs that arrived since could not have been
+        started by any policy yet, so the quantum grid alone does not count as idling."""
+        elapsed = now - self._tally_at
+        if elapsed > 0 and self._left_waiting > 0:
+            self._waiting_s += elapsed
+            self._busy_waiting_gpu_s += self._held_gpus * elapsed
+        self._tally_at = max(self._tally_at, now)
 
     def _observe(self, now: float) -> None:
         """Report the rate of jobs that ran a quantum on a generation new to them.
@@ -478,6 +512,7 @@ class Simulator:
 
     def _result(self, now: float, start: float, wall_start: float) -> SimResult:
         """Close the books at `now`; jobs not yet submitted when the clock stopped are left out."""
+        self._tally(now)
         for job in self._jobs.values():
             if job.servers:
                 self._stop(job, now)
@@ -518,4 +553,6 @@ class Simulator:
             quanta=self._quanta,
             wall_s=time.perf_counter() - wall_start,
             sched_cpu_s=self._sched_cpu,
+            waiting_s=self._waiting_s,
+            busy_waiting_gpu_s=self._busy_waiting_gpu_s,
         )

@@ -68,7 +68,7 @@ from numpy.typing import NDArray
 
 from gfair.core.cluster import Cluster, generation_rank
 from gfair.sim.policies.occupancy import Occupancy, Placement
-from gfair.sim.policy import EVERY_QUANTUM, Admission, Decision
+from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Admission, Decision
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
 
@@ -81,6 +81,8 @@ FloatArray = NDArray[np.float64]
 _KEEP_T: Final = 1.0 - 1e-6
 # Gavel's priority for a job that has not run yet on a generation since the last change.
 _UNSERVED: Final = 1e9
+# A job whose whole allocation is the generation it runs on (X = 1 within solver tolerance).
+_WHOLE: Final = 1.0 - 1e-6
 
 
 @dataclass(frozen=True)
@@ -260,6 +262,7 @@ class MaxMinFairness:
         self._fits = np.zeros((0, len(self._generations)), dtype=bool)
         self._elapsed = 0
         self._order: list[int] = []  # this round's queue (see `_queue`)
+        self._settled = False
         self._solver = new_solver()
         # What the bench and tests read: how often and how long the program ran, its last value.
         self.solves = 0
@@ -303,6 +306,7 @@ class MaxMinFairness:
         if self._changed:
             self._allocate()
         if not self._rows:
+            self._settled = True
             return Decision(runs={})
         chosen = self._choose()
         placed = self._place(chosen)
@@ -314,10 +318,16 @@ class MaxMinFairness:
             for server in placement.servers:
                 runs[server] = (*runs.get(server, ()), entry.spec.id)
         self._elapsed += 1
+        # Everyone runs where all its time is allocated: every later round, until a job arrives
+        # or finishes, takes the same pairs first and keeps them on the same servers.
+        self._settled = len(placed) == len(self._rows) and all(
+            self._x[row, column] >= _WHOLE for row, (column, _) in placed.items()
+        )
         return Decision(runs=runs)
 
     def quiet_until(self, now: float) -> float:
-        return EVERY_QUANTUM  # the rounds time-slice, so any round may differ from the last
+        # Otherwise the rounds time-slice, so any round may differ from the last.
+        return UNTIL_NEXT_EVENT if self._settled else EVERY_QUANTUM
 
     # The allocation -----------------------------------------------------------------------
 
