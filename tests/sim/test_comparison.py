@@ -95,6 +95,9 @@ def test_middle_takes_consecutive_jobs_around_the_median() -> None:
     assert [job.id for job in window.jobs] == ["3", "4", "5", "6"]
     assert window.jobs[0].submit_s == 0.0
     assert middle(trace, 20) is trace
+    # 60 GPU-seconds each: a cap of 3 jobs' work keeps 3 jobs around the median.
+    capped = middle(trace, 10, work_gpu_h=180 / 3600)
+    assert [job.id for job in capped.jobs] == ["4", "5", "6"]
 
 
 @pytest.mark.skipif(not default_philly_trace_path().is_file(), reason="no Philly trace")

@@ -29,6 +29,7 @@ from gfair.gavel import load_throughputs
 from gfair.sim.comparison import (
     DEFAULT_POLICIES,
     PHILLY_JOBS,
+    PHILLY_WORK_GPU_H,
     QUANTUM_S,
     Outcome,
     Sources,
@@ -97,6 +98,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             f"submission (0: all; default {PHILLY_JOBS})"
         ),
     )
+    parser.add_argument(
+        "--philly-work",
+        type=float,
+        default=PHILLY_WORK_GPU_H,
+        metavar="GPU_HOURS",
+        help=(
+            "and at most this much work (V100 GPU-hours) per virtual cluster "
+            f"(0: no cap; default {PHILLY_WORK_GPU_H:g})"
+        ),
+    )
     parser.add_argument("--throughputs", type=Path, help="Gavel throughput JSON")
     parser.add_argument("--plot", type=Path, help="draw the JCT CDFs here (PNG)")
     parser.add_argument("--json", type=Path, help="write the rows here (JSON)")
@@ -126,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
             philly_path=args.philly or default_philly_trace_path(),
             seed=args.seed,
             philly_jobs=args.philly_jobs,
+            philly_work_gpu_h=args.philly_work,
         )
         workloads = select(sources, args.workloads, quick=args.quick)
     except (TraceError, ValueError, FileNotFoundError) as error:

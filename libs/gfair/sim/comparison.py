@@ -9,9 +9,9 @@ deterministic and independent.
 The standard set (seeded; ``load`` is offered work over cluster capacity, see
 `gfair.sim.workloads.size_cluster`):
 
-- ``philly-<vc>/<ratio>``: every Philly virtual cluster with at least 300 jobs (at most
-  `philly_jobs` consecutive ones around its median submission; all of them with 0), jobs as
-  users, on the 1:1:1
+- ``philly-<vc>/<ratio>``: every Philly virtual cluster with at least 300 jobs (consecutive
+  ones around its median submission, at most `philly_jobs` of them and `philly_work_gpu_h` V100
+  GPU-hours of work, about the Gavel trace's; 0 lifts a cap), jobs as users, on the 1:1:1
   V100:P100:K80 and the 12:128 V100:K80 ratio, sized for load 0.9;
 - ``gavel/<ratio>``: a 500-job Gavel-style trace, every job its own user, at 3 jobs per hour,
   on 36 V100 + 36 P100 + 36 K80 and on the 12:128 ratio with the same load;
@@ -58,7 +58,8 @@ DEFAULT_POLICIES: Final = (GANDIVA_FAIR, MAX_MIN_FAIRNESS, "tiresias", "fifo")
 QUANTUM_S: Final = 360.0
 PHILLY_MIN_JOBS: Final = 300
 PHILLY_LOAD: Final = 0.9
-PHILLY_JOBS: Final = 1_500
+PHILLY_JOBS: Final = 1_000
+PHILLY_WORK_GPU_H: Final = 20_000.0
 GAVEL_JOBS: Final = 500
 GAVEL_JOBS_PER_HOUR: Final = 3.0
 GAVEL_CLUSTER: Final = "v100:9x4,p100:9x4,k80:9x4"  # 36 + 36 + 36, as in Gavel's simulations
@@ -106,6 +107,7 @@ class Sources:
     philly_path: Path
     seed: int = 0
     philly_jobs: int = PHILLY_JOBS
+    philly_work_gpu_h: float = PHILLY_WORK_GPU_H
 
 
 WorkloadBuilder = Callable[[], list[Workload]]
@@ -219,10 +221,11 @@ def _philly_family(sources: Sources, speeds: SpeedModel, types: JobTypes) -> lis
     workloads: list[Workload] = []
     for virtual_cluster in philly_virtual_clusters(philly, PHILLY_MIN_JOBS):
         trace = philly_jobs(philly, virtual_cluster, types, sources.seed)
-        note = "whole"
-        if 0 < sources.philly_jobs < len(trace.jobs):
-            note = f"middle {sources.philly_jobs} of {len(trace.jobs)}"
-            trace = middle(trace, sources.philly_jobs)
+        whole = len(trace.jobs)
+        jobs_cap = sources.philly_jobs if sources.philly_jobs > 0 else whole
+        work_cap = sources.philly_work_gpu_h if sources.philly_work_gpu_h > 0 else math.inf
+        trace = middle(trace, jobs_cap, work_cap)
+        note = "whole" if len(trace.jobs) == whole else f"middle {len(trace.jobs)} of {whole}"
         for ratio_name, ratio in RATIOS.items():
             spec = size_cluster(trace, speeds, ratio, PHILLY_LOAD)
             workloads.append(

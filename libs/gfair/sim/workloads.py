@@ -144,14 +144,38 @@ def philly_jobs(trace: Trace, virtual_cluster: str, types: JobTypes, seed: int) 
     return Trace(jobs=typed, tickets={}, source=f"philly:{virtual_cluster}", format="philly")
 
 
-def middle(trace: Trace, jobs: int) -> Trace:
-    """The `jobs` consecutive jobs around the trace's median submission, starting at 0 (the
-    whole trace when it has no more). The middle, not the start: Philly's virtual clusters
-    ramp up over their first weeks."""
-    if len(trace.jobs) <= jobs:
+def middle(trace: Trace, jobs: int, work_gpu_h: float = math.inf) -> Trace:
+    """Consecutive jobs around the trace's median submission, at most `jobs` of them and at
+    most `work_gpu_h` V100 GPU-hours of work in all, starting at 0 (the trace itself when it is
+    within both). The middle, not the start: Philly's virtual clusters ramp up over their first
+    weeks. The work cap bounds the replay's cost, which grows with servers x quanta, that is
+    with the work at a given load."""
+    budget = work_gpu_h * 3600.0
+    total = sum(job.gpus * job.duration_s for job in trace.jobs)
+    if len(trace.jobs) <= jobs and total <= budget:
         return trace
-    first = (len(trace.jobs) - jobs) // 2
-    kept = trace.jobs[first : first + jobs]
+    low = high = len(trace.jobs) // 2  # the window is [low, high)
+    work = 0.0
+    left_turn = False
+    while high - low < jobs:
+        candidates = (low - 1, high) if left_turn else (high, low - 1)
+        left_turn = not left_turn
+        grown = False
+        for index in candidates:
+            if 0 <= index < len(trace.jobs):
+                job = trace.jobs[index]
+                if work + job.gpus * job.duration_s > budget and high > low:
+                    continue
+                work += job.gpus * job.duration_s
+                if index < low:
+                    low = index
+                else:
+                    high = index + 1
+                grown = True
+                break
+        if not grown:
+            break
+    kept = trace.jobs[low:high]
     start = kept[0].submit_s
     shifted = tuple(replace(job, submit_s=job.submit_s - start) for job in kept)
     return replace(trace, jobs=shifted)

@@ -179,7 +179,9 @@ def max_min_allocation(
     )
     if status != highspy.HighsStatus.kOk:
         raise RuntimeError(f"max-min allocation: HiGHS refused the model ({status.name})")
-    _run(highs, "max-min")
+    if not _solved(highs):
+        # x = 0, t = 0 is always feasible and sum_g X <= 1 bounds t: this is a solver failure.
+        raise RuntimeError(f"max-min allocation: HiGHS ended with {highs.getModelStatus().name}")
     values = np.asarray(highs.getSolution().col_value)
     t = float(values[-1])
     if pareto:
@@ -187,8 +189,9 @@ def max_min_allocation(
         costs = np.concatenate([count[rows_k] * efficiency, [0.0]])
         highs.changeColsCost(columns, np.arange(columns, dtype=np.int32), costs)
         highs.changeColBounds(variables, t * _KEEP_T, highspy.kHighsInf)
-        _run(highs, "throughput")
-        values = np.asarray(highs.getSolution().col_value)
+        if _solved(highs):
+            values = np.asarray(highs.getSolution().col_value)
+        # Else stage 1's optimum stands: it is feasible, only not Pareto-efficient.
     x = np.zeros_like(speed)
     x[rows_k, cols_g] = np.clip(values[:variables], 0.0, 1.0)
     return Allocation(x, t)
@@ -207,12 +210,17 @@ def new_solver() -> _Highs:
     return highs
 
 
-def _run(highs: _Highs, stage: str) -> None:
+def _solved(highs: _Highs) -> bool:
+    """Run; once more from scratch if that did not end optimal.
+
+    Re-solving from the previous basis after the objective changed occasionally ends in
+    "unknown" (seen on a 9-class program that a cold start solves at once)."""
     highs.run()
-    status = highs.getModelStatus()
-    if status != highspy.HighsModelStatus.kOptimal:
-        # x = 0, t = 0 is always feasible and sum_g X <= 1 bounds t: anything else is a bug.
-        raise RuntimeError(f"{stage} allocation: HiGHS ended with {status.name}")
+    if highs.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+        return True
+    highs.clearSolver()
+    highs.run()
+    return bool(highs.getModelStatus() == highspy.HighsModelStatus.kOptimal)
 
 
 class _Entry:
