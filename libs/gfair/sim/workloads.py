@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Final
 
 from gfair.core.cluster import Cluster
-from gfair.gavel import default_throughputs_path, load_scaled_throughputs
+from gfair.data import PHILLY_TRACE
+from gfair.gavel import load_scaled_throughputs
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import Trace, TraceJob
 
-PHILLY_TRACE_NAME: Final = "philly_trace.csv.xz"
 SERVER_GPUS: Final = 4
 
 # Generation -> relative GPU count.
@@ -54,20 +54,8 @@ _LONG_LOG10_MINUTES: Final = (3.0, 4.0)
 
 
 def default_philly_trace_path() -> Path:
-    """Where the Philly trace is: beside the default throughput table (the reference data
-    folder, wherever `gfair.gavel` finds it), else the repository's ``data/``, else the shared
-    folder beside the repository. The first candidate is returned when none exists, so the
-    error names a sensible place."""
-    repo_root = Path(__file__).resolve().parents[3]
-    candidates = [
-        default_throughputs_path().parent / PHILLY_TRACE_NAME,
-        repo_root / "data" / PHILLY_TRACE_NAME,
-        repo_root.parent / "shared" / "data" / PHILLY_TRACE_NAME,
-    ]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    return candidates[0]
+    """The Philly trace packaged with gfair (`gfair.data`), the default of `gfair simulate`."""
+    return PHILLY_TRACE
 
 
 @dataclass(frozen=True)
