@@ -43,8 +43,9 @@ Nothing here reads a clock or draws a random number.
 
 from __future__ import annotations
 
+import functools
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gfair.core.cluster import Server
@@ -53,6 +54,8 @@ _EPS = 1e-9
 # Jobs of one user that a visit may skip (do not fit the pool) before the entry gives up for
 # this quantum: bounds a visit's cost when a user has thousands of queued jobs.
 _SCAN_LIMIT = 64
+# Times per pool and quantum the chosen jobs may be packed again to make room for a gang.
+_REPACKS = 2
 
 
 @dataclass(slots=True)
@@ -209,7 +212,9 @@ def decide(snapshot: Snapshot) -> Decision:
     _keep_pools(pools, chosen)
     if _fast_first(pools, packing, chosen):  # moves may have freed room a gang can use
         _surplus_runs(snapshot, pools, packing, order, chosen, charged)
-    placed = _affinity(pools, chosen)
+    _affinity(pools, packing, chosen)
+    _surplus_runs(snapshot, pools, packing, order, chosen, charged)  # what packing freed
+    placed = {job_id: choice.servers for job_id, choice in chosen.items()}
     runs: dict[str, list[str]] = {}
     for job_id, servers in placed.items():
         for server_id in servers:
@@ -247,6 +252,7 @@ def _entitled_runs(
     start = dict.fromkeys(order, 0)  # per user: jobs before this index are all chosen
     charged: dict[str, dict[str, float]] = {}
     full: set[str] = set()
+    repacks = dict.fromkeys(packing, _REPACKS)
     while heap and len(full) < len(pools):
         _, seq, rank, user = heapq.heappop(heap)
         pool = pools[rank]
@@ -256,10 +262,17 @@ def _entitled_runs(
         if room.total == 0:
             full.add(pool.generation)
             continue
-        job = _next_job(order[user], start, user, pool.generation, room, chosen)
+        job = _next_job(
+            order[user],
+            start,
+            user,
+            pool.generation,
+            functools.partial(_fits, pool, packing=packing, chosen=chosen, repacks=repacks),
+            chosen,
+        )
         if job is None:
             continue
-        servers = room.place(job.gpus, _prefer(job))
+        servers = packing[pool.generation].place(job.gpus, _prefer(job))
         assert servers is not None  # _next_job checked the fit
         chosen[job.id] = _Choice(job, pool.generation, servers)
         spent = charged.setdefault(user, {})
@@ -282,7 +295,7 @@ def _next_job(
     start: dict[str, int],
     user: str,
     generation: str,
-    room: _Packing,
+    fits: Callable[[int], bool],
     chosen: Mapping[str, object],
 ) -> JobState | None:
     index = start[user]
@@ -291,9 +304,42 @@ def _next_job(
     start[user] = index
     for at in range(index, min(len(jobs), index + _SCAN_LIMIT)):
         job = jobs[at]
-        if job.id not in chosen and job.speeds.get(generation, 0.0) > 0 and room.fits(job.gpus):
+        if job.id not in chosen and job.speeds.get(generation, 0.0) > 0 and fits(job.gpus):
             return job
     return None
+
+
+def _fits(
+    pool: PoolState,
+    gpus: int,
+    packing: dict[str, _Packing],
+    chosen: Mapping[str, _Choice],
+    repacks: dict[str, int],
+) -> bool:
+    """Whether a job of `gpus` fits the pool now, packing the pool's chosen jobs again,
+    largest first, when the free GPUs suffice but are scattered (at most `_REPACKS` times per
+    pool and quantum): greedy packing in priority order leaves holes a gang cannot use."""
+    room = packing[pool.generation]
+    if room.fits(gpus):
+        return True
+    if room.total < gpus or repacks[pool.generation] <= 0:
+        return False
+    repacks[pool.generation] -= 1
+    fresh = _Packing(pool.servers)
+    members = [c for c in chosen.values() if c.pool == pool.generation]
+    members.sort(key=lambda c: (-c.job.gpus, not c.job.running, c.job.seq))
+    placed: list[tuple[_Choice, tuple[str, ...]]] = []
+    for choice in members:
+        servers = fresh.place(choice.job.gpus, _prefer(choice.job))
+        if servers is None:
+            return False
+        placed.append((choice, servers))
+    if not fresh.fits(gpus):
+        return False
+    for choice, servers in placed:
+        choice.servers = servers
+    packing[pool.generation] = fresh
+    return True
 
 
 def _surplus_runs(
@@ -307,6 +353,7 @@ def _surplus_runs(
     """Rule 3: idle GPUs to waiting jobs, most-owed users first, fastest fitting pool."""
     if all(packing[p.generation].total == 0 for p in pools):
         return
+    repacks = dict.fromkeys(packing, _REPACKS)
 
     def owed(user: str) -> tuple[float, int]:
         state = snapshot.users[user]
@@ -327,10 +374,9 @@ def _surplus_runs(
             for pool in sorted(pools, key=lambda p: -job.speeds.get(p.generation, 0.0)):
                 if job.speeds.get(pool.generation, 0.0) <= 0:
                     break
-                room = packing[pool.generation]
-                if room.total < job.gpus:
+                if not _fits(pool, job.gpus, packing, chosen, repacks):
                     continue
-                servers = room.place(job.gpus, _prefer(job))
+                servers = packing[pool.generation].place(job.gpus, _prefer(job))
                 if servers is not None:
                     chosen[job.id] = _Choice(job, pool.generation, servers)
                     break
@@ -394,27 +440,29 @@ def _fast_first(
     return moved
 
 
-def _affinity(pools: list[PoolState], chosen: Mapping[str, _Choice]) -> dict[str, tuple[str, ...]]:
+def _affinity(
+    pools: list[PoolState], packing: dict[str, _Packing], chosen: Mapping[str, _Choice]
+) -> None:
     """Rule 5: pack each pool's chosen jobs again, staying where they ran when possible."""
     members: dict[str, list[_Choice]] = {p.generation: [] for p in pools}
     for choice in chosen.values():
         members[choice.pool].append(choice)
-    placed: dict[str, tuple[str, ...]] = {}
     for pool in pools:
         choices = members[pool.generation]
         room = _Packing(pool.servers)
-        attempt: dict[str, tuple[str, ...]] = {}
+        attempt: list[tuple[_Choice, tuple[str, ...]]] = []
         # Jobs that stay come first, then those going back to their checkpoint's servers,
         # then the rest, largest gangs first (they are the hardest to fit).
         choices.sort(key=lambda c: (not c.job.running, not c.job.home, -c.job.gpus, c.job.seq))
         for choice in choices:
             servers = room.place(choice.job.gpus, _prefer(choice.job))
             if servers is None:
-                attempt = {c.job.id: c.servers for c in choices}
                 break
-            attempt[choice.job.id] = servers
-        placed.update(attempt)
-    return placed
+            attempt.append((choice, servers))
+        else:
+            for choice, servers in attempt:
+                choice.servers = servers
+            packing[pool.generation] = room
 
 
 def settle(
