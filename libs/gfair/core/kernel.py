@@ -54,8 +54,10 @@ _EPS = 1e-9
 # Jobs of one user that a visit may skip (do not fit the pool) before the entry gives up for
 # this quantum: bounds a visit's cost when a user has thousands of queued jobs.
 _SCAN_LIMIT = 64
-# Times per pool and quantum the chosen jobs may be packed again to make room for a gang.
+# Times per pool and quantum the chosen jobs may be packed again to make room for a gang, and
+# the most chosen jobs a pool may have for it (each repack places them all again).
 _REPACKS = 2
+_REPACK_JOBS = 512
 
 
 @dataclass(slots=True)
@@ -318,15 +320,18 @@ def _fits(
 ) -> bool:
     """Whether a job of `gpus` fits the pool now, packing the pool's chosen jobs again,
     largest first, when the free GPUs suffice but are scattered (at most `_REPACKS` times per
-    pool and quantum): greedy packing in priority order leaves holes a gang cannot use."""
+    pool and quantum, and only in pools running at most `_REPACK_JOBS` jobs, to bound a
+    quantum's cost): greedy packing in priority order leaves holes a gang cannot use."""
     room = packing[pool.generation]
     if room.fits(gpus):
         return True
     if room.total < gpus or repacks[pool.generation] <= 0:
         return False
     repacks[pool.generation] -= 1
-    fresh = _Packing(pool.servers)
     members = [c for c in chosen.values() if c.pool == pool.generation]
+    if len(members) > _REPACK_JOBS:
+        return False
+    fresh = _Packing(pool.servers)
     members.sort(key=lambda c: (-c.job.gpus, not c.job.running, c.job.seq))
     placed: list[tuple[_Choice, tuple[str, ...]]] = []
     for choice in members:
