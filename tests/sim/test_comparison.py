@@ -98,6 +98,9 @@ def test_middle_takes_consecutive_jobs_around_the_median() -> None:
     # 60 GPU-seconds each: a cap of 3 jobs' work keeps 3 jobs around the median.
     capped = middle(trace, 10, work_gpu_h=180 / 3600)
     assert [job.id for job in capped.jobs] == ["4", "5", "6"]
+    # Submissions 10 s apart: 25 s of span holds 3 of them.
+    spanned = middle(trace, 10, days=25 / 86_400)
+    assert [job.id for job in spanned.jobs] == ["4", "5", "6"]
 
 
 @pytest.mark.skipif(not default_philly_trace_path().is_file(), reason="no Philly trace")

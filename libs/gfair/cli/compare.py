@@ -28,6 +28,7 @@ from rich.table import Table
 from gfair.gavel import load_throughputs
 from gfair.sim.comparison import (
     DEFAULT_POLICIES,
+    PHILLY_DAYS,
     PHILLY_JOBS,
     PHILLY_WORK_GPU_H,
     QUANTUM_S,
@@ -108,6 +109,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             f"(0: no cap; default {PHILLY_WORK_GPU_H:g})"
         ),
     )
+    parser.add_argument(
+        "--philly-days",
+        type=float,
+        default=PHILLY_DAYS,
+        metavar="DAYS",
+        help=f"and submitted within DAYS days (0: no cap; default {PHILLY_DAYS:g})",
+    )
     parser.add_argument("--throughputs", type=Path, help="Gavel throughput JSON")
     parser.add_argument("--plot", type=Path, help="draw the JCT CDFs here (PNG)")
     parser.add_argument("--json", type=Path, help="write the rows here (JSON)")
@@ -138,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             philly_jobs=args.philly_jobs,
             philly_work_gpu_h=args.philly_work,
+            philly_days=args.philly_days,
         )
         workloads = select(sources, args.workloads, quick=args.quick)
     except (TraceError, ValueError, FileNotFoundError) as error:

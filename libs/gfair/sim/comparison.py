@@ -6,12 +6,13 @@ one `Outcome` per pair with the metrics of the report (`gfair.sim.report`) and t
 jobs' JCTs for the CDF plot. Results do not depend on the number of workers: every replay is
 deterministic and independent.
 
-The standard set (seeded; ``load`` is offered work over cluster capacity, see
+The standard set (seeded; ``load`` is the offered load over cluster capacity, see
 `gfair.sim.workloads.size_cluster`):
 
 - ``philly-<vc>/<ratio>``: every Philly virtual cluster with at least 300 jobs (consecutive
-  ones around its median submission, at most `philly_jobs` of them and `philly_work_gpu_h` V100
-  GPU-hours of work, about the Gavel trace's; 0 lifts a cap), jobs as users, on the 1:1:1
+  ones around its median submission, at most `philly_jobs` of them, `philly_work_gpu_h` V100
+  GPU-hours of work (about the Gavel trace's) and `philly_days` days of submissions; 0 lifts a
+  cap), jobs as users, on the 1:1:1
   V100:P100:K80 and the 12:128 V100:K80 ratio, sized for load 0.9;
 - ``gavel/<ratio>``: a 500-job Gavel-style trace, every job its own user, at 3 jobs per hour,
   on 36 V100 + 36 P100 + 36 K80 and on the 12:128 ratio with the same load;
@@ -60,6 +61,7 @@ PHILLY_MIN_JOBS: Final = 300
 PHILLY_LOAD: Final = 0.9
 PHILLY_JOBS: Final = 1_000
 PHILLY_WORK_GPU_H: Final = 20_000.0
+PHILLY_DAYS: Final = 21.0
 GAVEL_JOBS: Final = 500
 GAVEL_JOBS_PER_HOUR: Final = 3.0
 GAVEL_CLUSTER: Final = "v100:9x4,p100:9x4,k80:9x4"  # 36 + 36 + 36, as in Gavel's simulations
@@ -108,6 +110,7 @@ class Sources:
     seed: int = 0
     philly_jobs: int = PHILLY_JOBS
     philly_work_gpu_h: float = PHILLY_WORK_GPU_H
+    philly_days: float = PHILLY_DAYS
 
 
 WorkloadBuilder = Callable[[], list[Workload]]
@@ -224,7 +227,8 @@ def _philly_family(sources: Sources, speeds: SpeedModel, types: JobTypes) -> lis
         whole = len(trace.jobs)
         jobs_cap = sources.philly_jobs if sources.philly_jobs > 0 else whole
         work_cap = sources.philly_work_gpu_h if sources.philly_work_gpu_h > 0 else math.inf
-        trace = middle(trace, jobs_cap, work_cap)
+        days_cap = sources.philly_days if sources.philly_days > 0 else math.inf
+        trace = middle(trace, jobs_cap, work_cap, days_cap)
         note = "whole" if len(trace.jobs) == whole else f"middle {len(trace.jobs)} of {whole}"
         for ratio_name, ratio in RATIOS.items():
             spec = size_cluster(trace, speeds, ratio, PHILLY_LOAD)

@@ -86,9 +86,17 @@ def plot_jct_cdfs(
         if index >= len(names) - columns:
             axes.set_xlabel("JCT (h)", fontsize="small")
     handles = [Line2D([], [], color=colours[policy], label=policy) for policy in policies]
-    if handles:
-        figure.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize="small")
+    # Title on top, the legend under it, the panels below both.
+    top = 1.0 - 0.9 / figure.get_figheight()
     if title:
-        figure.suptitle(title, y=0.995, fontsize="medium")
-    figure.tight_layout(rect=(0, 0, 1, 0.96))
+        figure.suptitle(title, y=1.0 - 0.15 / figure.get_figheight(), fontsize="medium")
+    if handles:
+        figure.legend(
+            handles=handles,
+            loc="upper center",
+            bbox_to_anchor=(0.5, 1.0 - 0.45 / figure.get_figheight()),
+            ncol=len(handles),
+            fontsize="small",
+        )
+    figure.tight_layout(rect=(0, 0, 1, top))
     figure.savefig(str(path))

@@ -16,11 +16,12 @@ Python hashes the same way in every process).
   their own users unless `users` gives named users with tickets, who then submit the jobs in
   proportion to their `share`.
 - **Clusters** (`size_cluster`): 4-GPU servers in a generation ratio (``1:1:1`` V100:P100:K80,
-  or the Gandiva_fair paper's ``12:128`` V100:K80), scaled so that the trace's offered work
-  (V100-seconds per second over its arrival span) is `load` times the cluster's capacity in
-  V100-equivalents (each generation's GPUs weighted by the trace's work-weighted mean speed
-  there). Whole servers only, at least one per generation, so small workloads on the 12:128
-  ratio get the ratio as closely as whole servers allow.
+  or the Gandiva_fair paper's ``12:128`` V100:K80), scaled so that the trace's offered load
+  (`offered_load`: V100 GPUs busy on average over its arrival span if nothing ever waited) is
+  `load` times the cluster's capacity in V100-equivalents (each generation's GPUs weighted by
+  the trace's work-weighted mean speed there). Whole servers only, at least one per
+  generation, so small workloads on the 12:128 ratio get the ratio as closely as whole servers
+  allow.
 """
 
 from __future__ import annotations
@@ -132,15 +133,17 @@ def philly_jobs(trace: Trace, virtual_cluster: str, types: JobTypes, seed: int) 
     return Trace(jobs=typed, tickets={}, source=f"philly:{virtual_cluster}", format="philly")
 
 
-def middle(trace: Trace, jobs: int, work_gpu_h: float = math.inf) -> Trace:
-    """Consecutive jobs around the trace's median submission, at most `jobs` of them and at
-    most `work_gpu_h` V100 GPU-hours of work in all, starting at 0 (the trace itself when it is
-    within both). The middle, not the start: Philly's virtual clusters ramp up over their first
-    weeks. The work cap bounds the replay's cost, which grows with servers x quanta, that is
-    with the work at a given load."""
+def middle(trace: Trace, jobs: int, work_gpu_h: float = math.inf, days: float = math.inf) -> Trace:
+    """Consecutive jobs around the trace's median submission, at most `jobs` of them, at most
+    `work_gpu_h` V100 GPU-hours of work in all and submitted within at most `days`, starting
+    at 0 (the trace itself when it is within all three). The middle, not the start: Philly's
+    virtual clusters ramp up over their first weeks. The caps bound the replay's cost, which
+    grows with servers x quanta: with the work at a given load, and with the time span."""
     budget = work_gpu_h * 3600.0
+    span = days * 86_400.0
     total = sum(job.gpus * job.duration_s for job in trace.jobs)
-    if len(trace.jobs) <= jobs and total <= budget:
+    whole_span = trace.jobs[-1].submit_s - trace.jobs[0].submit_s if trace.jobs else 0.0
+    if len(trace.jobs) <= jobs and total <= budget and whole_span <= span:
         return trace
     low = high = len(trace.jobs) // 2  # the window is [low, high)
     work = 0.0
@@ -152,7 +155,10 @@ def middle(trace: Trace, jobs: int, work_gpu_h: float = math.inf) -> Trace:
         for index in candidates:
             if 0 <= index < len(trace.jobs):
                 job = trace.jobs[index]
-                if work + job.gpus * job.duration_s > budget and high > low:
+                first = trace.jobs[min(low, index)].submit_s
+                last = trace.jobs[max(high - 1, index)].submit_s
+                too_much = work + job.gpus * job.duration_s > budget or last - first > span
+                if too_much and high > low:
                     continue
                 work += job.gpus * job.duration_s
                 if index < low:
@@ -234,12 +240,18 @@ def _pick_user(users: Sequence[User], total: float, rng: random.Random) -> str:
 
 
 def offered_load(trace: Trace) -> float:
-    """V100-seconds of work per second of the trace's arrival span."""
+    """V100 GPUs busy on average over the trace's arrival span if every job ran on V100s the
+    moment it arrived (work past the last arrival not counted: a few long jobs must not make a
+    short window look busy)."""
     if len(trace.jobs) < 2:
         return 0.0
-    span = trace.jobs[-1].submit_s - trace.jobs[0].submit_s
-    work = sum(job.gpus * job.duration_s for job in trace.jobs)
-    return work / span if span > 0 else 0.0
+    start, end = trace.jobs[0].submit_s, trace.jobs[-1].submit_s
+    if not end > start:
+        return 0.0
+    busy = sum(
+        job.gpus * (min(job.submit_s + job.duration_s, end) - job.submit_s) for job in trace.jobs
+    )
+    return busy / (end - start)
 
 
 def mean_speeds(trace: Trace, speeds: SpeedModel, generations: Iterable[str]) -> dict[str, float]:
