@@ -9,14 +9,16 @@ interfere) and measures, in the same run:
 
 - the bus alone, as baseline: raw JetStream (publish, durable pull, ack) and the gfair runtime
   (`EventPublisher` -> `HandlerRunner`) publish-to-handle latency on the same server, one
-  publisher, with the cluster idle (``bench.bus``);
+  publisher, with the cluster idle (``bench.bus``); its heartbeats reach the failure detector,
+  so the cluster is let settle (every consumer drained) before the live measurements;
 - submit -> running with free GPUs: one job at a time (``true``, so the GPU is free again at
   once), latency from the `JobSubmitted` envelope's time to the node executor's `JobStarted`
   (all processes share one clock), split into its hops: placement (submitted -> placed),
   split-stride (placed -> `StartCommand`) and the node executor (command -> process started);
 - sustained admission: every GPU busy with a long job, then submissions published at
-  ``--rate`` per second for ``--seconds``; each must be answered (`JobAccepted` or
-  `JobRejected`). Reports the rate achieved, answers per second, submit -> accepted latency,
+  ``--rate`` per second for ``--seconds``, each when it is due whether or not the ones before
+  are stored yet (as many independent submitters would); each must be answered (`JobAccepted`
+  or `JobRejected`). Reports the rate offered, answers per second, submit -> accepted latency,
   and how many were never answered (lost) after a drain of 60 s.
 
 Everything shares this machine's cores: the numbers are what one box does, not a cluster.
@@ -44,11 +46,15 @@ from bench.bus import bench_raw_jetstream, bench_runtime
 from gfair.bus.logs import configure_logging
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.publisher import EventPublisher
+from gfair.bus.transport import PubAck
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
+from gfair.events.subjects import STREAMS
 from gfair.events.submission import JobCancelRequested, JobSubmitted
 
 USER = "bench"
 LONG_JOB = [sys.executable, "-m", "gfair.sdk.synthetic", "--duration-s", "1000000"]
+# Submissions published but not yet stored, at most: beyond it the offered rate falls behind.
+MAX_IN_FLIGHT = 1000
 
 
 @dataclass
@@ -124,6 +130,36 @@ async def measure_latency(
         print(f"  ({missing} of {len(ids)} never reported started)")
 
 
+async def settle(connection: nats.NATS, timeout_s: float = 60.0) -> float:
+    """Until every durable consumer of the cluster has nothing pending; the seconds it took."""
+    js = connection.jetstream()
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        busy = 0
+        for stream in STREAMS:
+            for info in await js.consumers_info(stream.name):
+                busy += (info.num_pending or 0) + (info.num_ack_pending or 0)
+        if not busy:
+            break
+        await asyncio.sleep(0.2)
+    return time.monotonic() - began
+
+
+def brokers_of(parent: int) -> dict[str, int | None]:
+    """The nats-server processes `parent` started (Linux): they work for every event too."""
+    found: dict[str, int | None] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            name, rest = (entry / "stat").read_text().split(") ", 1)
+        except (OSError, ValueError):
+            continue
+        if name.endswith("(nats-server") and int(rest.split()[1]) == parent:
+            found[f"nats-server-{len(found)}"] = int(entry.name)
+    return found
+
+
 def cpu_seconds(pids: dict[str, int | None]) -> dict[str, float]:
     """CPU time (user + system) used so far by each process, from /proc (Linux)."""
     ticks = os.sysconf("SC_CLK_TCK")
@@ -139,6 +175,7 @@ def cpu_seconds(pids: dict[str, int | None]) -> dict[str, float]:
 
 async def measure_admission(
     cluster: EmbeddedCluster,
+    connection: nats.NATS,
     publisher: EventPublisher,
     timeline: Timeline,
     gpus: int,
@@ -155,21 +192,30 @@ async def measure_admission(
         await timeline.wait(job_id, {"started"}, 60)
     count = int(rate * seconds)
     pids = {name: child.pid for name, child in cluster.children.items()}
+    pids.update(brokers_of(os.getpid()))
     cpu_before = cpu_seconds(pids)
     sent: list[str] = []
+    in_flight: set[asyncio.Task[PubAck]] = set()
     began = time.monotonic()
     for n in range(count):
         due = began + n / rate
         delay = due - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
+        while len(in_flight) >= MAX_IN_FLIGHT:
+            await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
         job_id = f"burst-{n}"
-        await publisher.publish(
+        task = publisher.send(
             JobSubmitted(user=USER, job_id=job_id, gpus=1, command=tuple(LONG_JOB))
         )
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
         sent.append(job_id)
         if time.monotonic() - began > time_limit:
             break
+    offer_s = time.monotonic() - began
+    stored = await asyncio.gather(*in_flight, return_exceptions=True)
+    failed = sum(1 for result in stored if isinstance(result, BaseException))
     publish_s = time.monotonic() - began
     drain_until = time.monotonic() + 60
     answered: list[str] = []
@@ -185,18 +231,24 @@ async def measure_admission(
     span_s = (max(answer_times) - first_sent).total_seconds() if answer_times else 0.0
     lag = [v for j in answered if (v := timeline.span_ms(j, "submitted", "accepted")) is not None]
     print(
-        f"  published {len(sent)} submissions in {publish_s:.2f} s ({len(sent) / publish_s:.0f}/s)"
+        f"  offered {len(sent)} submissions in {offer_s:.2f} s ({len(sent) / offer_s:.0f}/s), "
+        f"all stored after {publish_s:.2f} s" + (f", {failed} publishes failed" if failed else "")
     )
     print(
         f"  answered {len(answered)} ({len(answered) / span_s:.0f}/s over {span_s:.2f} s), "
         f"lost {len(sent) - len(answered)}"
     )
     print(f"  submitted -> accepted             {percentiles(lag)}")
+    # Until every service has taken in every submission: all the work they cost.
+    settled_s = await settle(connection)
     cpu_after = cpu_seconds(pids)
-    busiest = sorted(cpu_after, key=lambda n: cpu_before.get(n, 0.0) - cpu_after[n])[:6]
+    used = {n: cpu_after[n] - cpu_before.get(n, 0.0) for n in cpu_after}
+    busiest = sorted(used, key=lambda n: -used[n])[:7]
+    total = sum(used.values())
     print(
-        "  CPU seconds while submitting and draining: "
-        + ", ".join(f"{n} {cpu_after[n] - cpu_before.get(n, 0.0):.1f}" for n in busiest)
+        f"  CPU seconds until every consumer drained ({settled_s:.1f} s after the last answer): "
+        f"{total:.1f} in all, {total / max(len(sent), 1) * 1000:.1f} ms per submission; "
+        + ", ".join(f"{n} {used[n]:.1f}" for n in busiest)
     )
     for job_id in [*fillers, *sent]:
         await publisher.publish(JobCancelRequested(user=USER, job_id=job_id))
@@ -220,6 +272,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 result = await run
                 print(f"  {result.path:<34} {percentiles(result.latencies_ms)}")
             connection = await nats.connect(url)
+            settled_s = await settle(connection)
+            print(f"  (the cluster settled {settled_s:.1f} s after the baseline)")
             timeline = Timeline()
             await connection.subscribe(f"gfair.submit.{USER}", cb=timeline.on_message)
             await connection.subscribe(f"gfair.job.{USER}.>", cb=timeline.on_message)
@@ -233,7 +287,14 @@ async def main_async(args: argparse.Namespace) -> None:
                     f"\nsustained submissions at {args.rate:g}/s for {args.seconds:g} s, GPUs busy:"
                 )
                 await measure_admission(
-                    cluster, publisher, timeline, gpus, args.rate, args.seconds, args.time_limit / 3
+                    cluster,
+                    connection,
+                    publisher,
+                    timeline,
+                    gpus,
+                    args.rate,
+                    args.seconds,
+                    args.time_limit / 3,
                 )
             finally:
                 await bus.close()

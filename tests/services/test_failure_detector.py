@@ -109,9 +109,12 @@ class Harness:
         self.outputs_seen = 0
 
     async def send(self, data: EventData) -> Envelope:
-        """Publish as a producer would, and wait until the detector has handled it."""
+        """Publish as a producer would, and wait until the detector has handled it.
+
+        Handled means settled too: its writes, which go out behind, are acknowledged.
+        """
         envelope = await self.tool.publish(data)
-        await until(lambda: envelope.id in self.detector.handled)
+        await until(lambda: envelope.id in self.detector.handled and self.bus.backlog() == 0)
         return envelope
 
     async def outputs(self, *types: type[EventData]) -> list[EventData]:

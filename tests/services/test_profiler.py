@@ -123,6 +123,8 @@ async def drained(harness: Harness, job_id: str, iterations: int, user: str = "a
         return JobProfileRecord.model_validate_json(entry.value).last_iterations >= iterations
 
     await eventually(folded)
+    # Its batch settled too: what the report makes the profiler publish is out.
+    await eventually(lambda: harness.bus.backlog() == 0)
 
 
 async def test_learns_different_rates_per_generation_for_one_job_type(harness: Harness) -> None:

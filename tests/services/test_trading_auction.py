@@ -41,6 +41,10 @@ def jobs(user: str, job_type: str, count: int, *, start: int = 0) -> list[JobAcc
     ]
 
 
+# What `registered("k80-0", "k80"), registered("v100-0", "v100")` offer.
+TWO_POOLS = {"k80": 4, "v100": 4}
+
+
 class Harness(ServiceHarness):
     def __init__(self, bus: InMemoryBus, settings: Settings) -> None:
         super().__init__(bus, lambda: build_service(settings), FAST)
@@ -105,6 +109,12 @@ async def harness(seed_file: Path) -> AsyncIterator[Harness]:
         await bus.close()
 
 
+def taken_in(record: SharesRecord, capacity: dict[str, int], **jobs: int) -> bool:
+    """Whether `record` was computed from every node and job sent; earlier ones are partial."""
+    in_record = {user: share.jobs for user, share in record.users.items()}
+    return record.capacity == capacity and in_record == jobs
+
+
 def by_user(record: SharesRecord, user: str, pool: str) -> tuple[float, float]:
     share = record.users[user].pools[pool]
     return share.fair, share.entitled
@@ -113,7 +123,7 @@ def by_user(record: SharesRecord, user: str, pool: str) -> tuple[float, float]:
 async def test_fast_gpu_share_goes_to_the_user_who_gains_most(harness: Harness) -> None:
     await harness.publish(registered("k80-0", "k80"), registered("v100-0", "v100"))
     await harness.publish(*jobs("u6", "six-x", 8), *jobs("u12", "one-point-two-x", 8))
-    record = await harness.settle(lambda r: {"u6", "u12"} <= set(r.users) and bool(r.trades))
+    record = await harness.settle(lambda r: taken_in(r, TWO_POOLS, u6=8, u12=8))
 
     # Without trading each holds half of each pool (4 of the 8 GPUs its jobs ask); the 6x user
     # buys V100 share with K80 share, which the 1.2x user has jobs enough to use.
@@ -151,7 +161,8 @@ async def test_the_price_is_the_second_highest_bid(harness: Harness) -> None:
     await harness.publish(
         *jobs("u6", "six-x", 8), *jobs("u2", "two-x", 8), *jobs("u12", "one-point-two-x", 8)
     )
-    record = await harness.settle(lambda r: len(r.users) == 3 and bool(r.trades))
+    capacity = {"k80": 12, "v100": 8}
+    record = await harness.settle(lambda r: taken_in(r, capacity, u6=8, u2=8, u12=8))
     first = record.trades[0]
     assert (first.buyer, first.seller) == ("u6", "u12")
     assert first.price == pytest.approx(2.0)
@@ -162,7 +173,7 @@ async def test_the_price_is_the_second_highest_bid(harness: Harness) -> None:
 async def test_recomputes_only_when_inputs_change(harness: Harness) -> None:
     await harness.publish(registered("k80-0", "k80"), registered("v100-0", "v100"))
     await harness.publish(*jobs("u6", "six-x", 8), *jobs("u12", "one-point-two-x", 8))
-    record = await harness.settle(lambda r: len(r.users) == 2 and bool(r.trades))
+    record = await harness.settle(lambda r: taken_in(r, TWO_POOLS, u6=8, u12=8))
     revision = record.revision
     # Redelivered acceptances, a registration repeated, a profile that says what the seed said.
     await harness.publish(*jobs("u6", "six-x", 2), registered("k80-0", "k80"))
@@ -244,7 +255,7 @@ async def test_restart_rebuilds_from_the_bucket_and_announces_nothing_twice(
 ) -> None:
     await harness.publish(registered("k80-0", "k80"), registered("v100-0", "v100"))
     await harness.publish(*jobs("u6", "six-x", 8), *jobs("u12", "one-point-two-x", 8))
-    record = await harness.settle(lambda r: len(r.users) == 2 and bool(r.trades))
+    record = await harness.settle(lambda r: taken_in(r, TWO_POOLS, u6=8, u12=8))
     events_before = await harness.sched_events()
     await harness.stop()
 

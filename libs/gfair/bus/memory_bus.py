@@ -147,6 +147,17 @@ class _ConsumerState:
             out.append(self._delivery(sequence, 1))
         return out
 
+    def backlog(self) -> int:
+        """Messages not yet delivered, plus those delivered and not yet acknowledged."""
+        unread = 0
+        for message in self.stream.messages[self.cursor - 1 :]:
+            sequence = message.sequence
+            if sequence <= self._history_end and sequence not in self._only:
+                continue
+            if matches_any(self.spec.filter_subjects, message.subject):
+                unread += 1
+        return len(self.pending) + unread
+
     def next_due(self) -> float | None:
         return min((p.due for p in self.pending.values()), default=None)
 
@@ -346,6 +357,10 @@ class InMemoryBus:
         for message in found.messages[max(start_sequence, 1) - 1 : end]:
             if matches_any(filter_subjects, message.subject):
                 yield message
+
+    def backlog(self) -> int:
+        """What consumers have yet to settle: unread or unacknowledged (a test inspection aid)."""
+        return sum(state.backlog() for state in self._consumers.values())
 
     def stream_messages(self, stream: str) -> list[StoredMessage]:
         """Everything stored in `stream` (a test inspection aid)."""

@@ -1,7 +1,14 @@
-"""Publishing events: envelope, trace context, and the event id as JetStream's dedup key."""
+"""Publishing events: envelope, trace context, and the event id as JetStream's dedup key.
+
+`publish` waits for the store's acknowledgement; `send` only starts the publish and returns the
+task that waits for it, so that several events go out back to back (one write, one round trip
+for all) while the caller goes on. Sends leave in the order they were made: each task reaches
+the connection's buffer in its first step, and tasks take their first step in creation order.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 
@@ -63,6 +70,34 @@ class EventPublisher:
         )
         await self.publish_envelope(envelope, trace_parent=trace_parent, links=links)
         return envelope
+
+    def send(
+        self,
+        data: EventData,
+        *,
+        subject: str | None = None,
+        correlation_id: str | None = None,
+        causation: Envelope | None = None,
+        event_id: str | None = None,
+        trace_parent: str | None = None,
+        links: Sequence[str | None] = (),
+    ) -> asyncio.Task[PubAck]:
+        """`publish` without waiting: the task ends when the event is stored (or failed).
+
+        Whoever depends on the event being stored (acknowledging its cause, writing a record
+        that says it went out) awaits the task first.
+        """
+        envelope = Envelope.wrap(
+            data,
+            subject=subject,
+            source=self._source,
+            correlation_id=correlation_id,
+            causation=causation,
+            event_id=event_id,
+        )
+        return asyncio.get_running_loop().create_task(
+            self.publish_envelope(envelope, trace_parent=trace_parent, links=links)
+        )
 
     async def publish_envelope(
         self,

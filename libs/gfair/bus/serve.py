@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Self
 
 from pydantic import Field, FilePath, SecretStr, model_validator
@@ -10,7 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.observability import ObservabilitySettings, configure_observability
-from gfair.bus.runner import RunnerSettings
+from gfair.bus.runner import DEFAULT_BATCH, RunnerSettings
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Service
 
@@ -51,7 +52,11 @@ class BusSettings(BaseSettings):
     nats_inbox_prefix: str | None = Field(
         default=None, description="Reply subject prefix; default _INBOX_<user> with a user"
     )
-    fetch_batch: int = Field(default=10, ge=1)
+    fetch_batch: int = Field(
+        default=DEFAULT_BATCH,
+        ge=1,
+        description="Events fetched, handled and settled (published, acknowledged) together",
+    )
     fetch_timeout_s: float = Field(default=1.0, gt=0)
 
     @property
@@ -90,6 +95,23 @@ def _reveal(secret: SecretStr | None) -> str | None:
     return None if secret is None else secret.get_secret_value()
 
 
+# Young-generation collections every this many allocations (Python's default: 700). A service
+# allocates a few hundred objects per event and keeps its state for long: collecting less often
+# saves about a sixth of the CPU an event costs, for a little more garbage held in between.
+GC_YOUNG_THRESHOLD = 20_000
+
+
+async def _freeze_state(runtime: ServiceRuntime) -> None:
+    """Once start-up rebuilt the service's state, leave it out of every later collection.
+
+    Scanning thousands of long-lived records on each full collection is work that never frees
+    anything; what start-up left as garbage is collected first.
+    """
+    del runtime
+    gc.collect()
+    gc.freeze()
+
+
 async def serve(
     service: Service,
     bus_settings: BusSettings | None = None,
@@ -98,6 +120,9 @@ async def serve(
     """Run `service` against NATS until SIGTERM/SIGINT, then drain and flush telemetry."""
     bus_settings = bus_settings or BusSettings()
     observability = configure_observability(service.name, observability_settings)
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+    service.on_start(_freeze_state)  # after the service's own hooks: they run in order
     try:
         bus = await NatsBus.connect(bus_settings.nats_options(name=service.name))
         try:

@@ -14,6 +14,12 @@ A handler gets the envelope and its typed payload and returns the events to publ
 runtime publishes them (with causation and correlation set) before it acknowledges the input,
 so a crash in between republishes them under the same ids and JetStream keeps one copy.
 Handlers must therefore be idempotent by event id and their outputs deterministic.
+
+The runtime handles the events of one fetch in order, then settles them together: the route's
+`settle` hook (where a handler's deferred writes are completed), then every output of the batch
+published in order without waiting for each store acknowledgement in turn, then the inputs
+acknowledged at once. A service that keeps its state in a bucket can so write it once per batch
+instead of once per event.
 """
 
 from __future__ import annotations
@@ -78,6 +84,10 @@ EventHandler = Callable[[Envelope, Any], Awaitable[Sequence[Emit]]]
 # the input as usual, so an invalid input changes no state anywhere.
 InvalidHandler = Callable[[InvalidInput], Sequence[Emit]]
 TimerCallback = Callable[[], Awaitable[Sequence[Emit]]]
+# Completes what the handlers of a batch deferred; raising retries the whole batch.
+SettleHook = Callable[[], Awaitable[None]]
+# Sees the valid events of a batch before their handlers do, to fetch what they will read.
+PrepareHook = Callable[[Sequence[tuple[Envelope, Any]]], Awaitable[None]]
 StartupHook = Callable[["ServiceRuntime"], Awaitable[None]]
 H = TypeVar("H", bound=EventHandler)
 T = TypeVar("T", bound=TimerCallback)
@@ -110,6 +120,15 @@ class Route:
     # Answers an input refused as undecodable or invalid (a rejection event to the sender of a
     # bad submission, say) before it is dead-lettered. None: the dead letter is the only answer.
     on_invalid: InvalidHandler | None = None
+    # Awaited after the handlers of a batch ran, before their outputs are published and their
+    # inputs acknowledged: the writes handlers deferred (a record written once per batch rather
+    # than once per event) must be done when it returns. Raising hands every input of the
+    # batch back for redelivery, so the handlers must then find their state as it was stored.
+    settle: SettleHook | None = None
+    # Awaited with the batch's decodable events of accepted types, in order, before the first
+    # handler runs: the place to read in one go what the handlers would read one by one. An
+    # optimisation only: if it fails the handlers run all the same.
+    prepare: PrepareHook | None = None
 
     @property
     def accepted_types(self) -> frozenset[str]:
@@ -187,6 +206,8 @@ class Service:
         name: str | None = None,
         on_invalid: InvalidHandler | None = None,
         ack_wait_s: float | None = None,
+        settle: SettleHook | None = None,
+        prepare: PrepareHook | None = None,
     ) -> Route:
         """Route a consumer's events to `handler`.
 
@@ -195,7 +216,8 @@ class Service:
         durable name `durable` (default `<service>-<handler>`). `ack_wait_s` sets the
         consumer's ack wait (how soon a crashed process's unacknowledged events go to another
         one), whether the consumer is derived or given. `on_invalid` answers refused inputs
-        (see `Route.on_invalid`).
+        (see `Route.on_invalid`); `settle` completes a batch's deferred writes (`Route.settle`)
+        and `prepare` reads ahead for it (`Route.prepare`).
         """
         if workers < 1:
             raise ValueError("workers must be >= 1")
@@ -217,6 +239,8 @@ class Service:
             workers=workers,
             backoff=backoff or Backoff(),
             on_invalid=on_invalid,
+            settle=settle,
+            prepare=prepare,
         )
         if any(
             r.consumer.durable == consumer.durable and r.consumer.stream == consumer.stream
@@ -236,6 +260,8 @@ class Service:
         backoff: Backoff | None = None,
         on_invalid: InvalidHandler | None = None,
         ack_wait_s: float | None = None,
+        settle: SettleHook | None = None,
+        prepare: PrepareHook | None = None,
     ) -> Callable[[H], H]:
         """Decorator form of `add_handler`."""
 
@@ -249,6 +275,8 @@ class Service:
                 backoff=backoff,
                 on_invalid=on_invalid,
                 ack_wait_s=ack_wait_s,
+                settle=settle,
+                prepare=prepare,
             )
             return handler
 

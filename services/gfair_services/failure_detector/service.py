@@ -16,6 +16,9 @@ the buckets (``gfair_nodes``, ``gfair_failures``), and only then applied in memo
 between makes the redelivered input (or the next check) decide the same again; JetStream drops
 the repeated ids. Only one detector may run per cluster: it is the single writer of both
 buckets.
+
+The writes go out behind (`WriteBehind`): sent as decided, awaited together when the batch
+settles (or at the end of a check), before any input that caused them is acknowledged.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
+from gfair.bus.write_behind import WriteBehind
 from gfair.events.envelope import Envelope, utc_now
 from gfair.events.jobs import (
     JobCancelled,
@@ -98,6 +102,9 @@ class FailureDetector:
         self._runtime: ServiceRuntime | None = None
         self._nodes_kv: KeyValue | None = None
         self._jobs_kv: KeyValue | None = None
+        self._writes = WriteBehind()
+        # Keys `gfair_failures` holds: a job under any other key has no record to read.
+        self._stored_jobs: set[str] = set()
         self.service = self._build()
 
     def _build(self) -> Service:
@@ -106,10 +113,16 @@ class FailureDetector:
         service.on_start(self.start)
         ack_wait_s = self.settings.ack_wait_s
         service.add_handler(
-            self.on_node_event, durable="failure-detector-nodes", ack_wait_s=ack_wait_s
+            self.on_node_event,
+            durable="failure-detector-nodes",
+            ack_wait_s=ack_wait_s,
+            settle=self._writes.settle,
         )
         service.add_handler(
-            self.on_job_event, durable="failure-detector-jobs", ack_wait_s=ack_wait_s
+            self.on_job_event,
+            durable="failure-detector-jobs",
+            ack_wait_s=ack_wait_s,
+            settle=self._writes.settle,
         )
         service.add_timer(self.settings.check_interval_s, self.check, name="failure-check")
         return service
@@ -125,10 +138,9 @@ class FailureDetector:
         nodes = [
             NodeRecord.model_validate_json(entry.value) for entry in await _entries(self._nodes_kv)
         ]
-        jobs = [
-            JobFailureRecord.model_validate_json(entry.value)
-            for entry in await _entries(self._jobs_kv)
-        ]
+        stored_jobs = await _entries(self._jobs_kv)
+        self._stored_jobs = {entry.key for entry in stored_jobs}
+        jobs = [JobFailureRecord.model_validate_json(entry.value) for entry in stored_jobs]
         self.nodes.restore(nodes, now)
         self.jobs.restore(jobs, now)
         _log.info("failure detector restored", nodes=len(nodes), live_jobs=self.jobs.live())
@@ -223,6 +235,7 @@ class FailureDetector:
                     await self._commit(
                         hang.change, now, cause_key=hang.cause, correlation_id=hang.correlation_id
                     )
+            await self._writes.settle()
         return []
 
     # ----- commit ------------------------------------------------------------------------
@@ -259,9 +272,10 @@ class FailureDetector:
                 )
         nodes_kv, jobs_kv = self._started(self._nodes_kv), self._started(self._jobs_kv)
         for node in change.nodes:
-            await nodes_kv.put(node_key(node.node_id), node.model_dump_json().encode())
+            self._writes.put(nodes_kv, node_key(node.node_id), node.model_dump_json().encode())
         for job in change.jobs:
-            await jobs_kv.put(job.key, job.model_dump_json().encode())
+            self._writes.put(jobs_kv, job.key, job.model_dump_json().encode())
+            self._stored_jobs.add(job.key)
         self.nodes.apply(change, now)
         self.jobs.apply(change, now)
 
@@ -269,7 +283,14 @@ class FailureDetector:
         """Bring a job's record into memory: finished jobs are kept only in the bucket."""
         if self.jobs.knows(user, job_id):
             return
-        entry = await self._started(self._jobs_kv).get(job_key(user, job_id))
+        key = job_key(user, job_id)
+        kv = self._started(self._jobs_kv)
+        if key not in self._stored_jobs:
+            self.jobs.add(JobFailureRecord(user=user, job_id=job_id), now)
+            return
+        if self._writes.writing(kv, key):
+            await self._writes.settle()  # a read must see what was written
+        entry = await kv.get(key)
         record = (
             JobFailureRecord.model_validate_json(entry.value)
             if entry is not None

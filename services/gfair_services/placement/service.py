@@ -15,6 +15,12 @@ those before acknowledging the input. A crash in between redelivers the input; t
 already says the input was handled (`applied_event_ids`, the submission's event id), and the
 handler returns the same announcements again, which JetStream drops as duplicates (same derived
 event ids) or consumers ignore (they are idempotent by state).
+
+A submission under an id with no record yet (placement writes every record, so it knows them
+all) has its record created without waiting: the creates of a batch go out together and are
+awaited when the batch settles (`settle`), before the runtime publishes the announcements. Any
+later write of such a record first waits for its create. If a create fails, the book takes the
+record as stored (or forgets it) and the batch is handled again.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
 from gfair.bus.topology import consumer_for
 from gfair.bus.tracing import current_traceparent
+from gfair.bus.transport import BusError
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand, MigrateCommand
 from gfair.events.envelope import Envelope, EventData
@@ -110,6 +117,11 @@ class PlacementService:
         self.inventory = NodeInventory()
         self._lock = asyncio.Lock()
         self._kv: KeyValue | None = None
+        # Keys `gfair_jobs` holds (this service writes them all): a submission under any other
+        # id creates its record without a conflict to expect.
+        self._stored: set[str] = set()
+        # Records being created: the record sent and the write in flight, by job key.
+        self._creating: dict[str, tuple[JobRecord, asyncio.Task[int]]] = {}
 
     def service(self) -> Service:
         """The `Service` running this state's handlers."""
@@ -123,6 +135,7 @@ class PlacementService:
             # A submission the contract refuses never reaches the handler: answer it here.
             on_invalid=answer_invalid_submission,
             ack_wait_s=ack_wait_s,
+            settle=self.settle,
         )
         service.add_handler(
             self.on_node_event,
@@ -130,6 +143,7 @@ class PlacementService:
             accepts=INVENTORY_EVENTS,
             name="nodes",
             ack_wait_s=ack_wait_s,
+            settle=self.settle,
         )
         service.add_handler(
             self.on_sched_event,
@@ -137,6 +151,7 @@ class PlacementService:
             accepts=SCHED_EVENTS,
             name="sched",
             ack_wait_s=ack_wait_s,
+            settle=self.settle,
         )
         service.on_start(self.start)
         return service
@@ -152,6 +167,7 @@ class PlacementService:
     async def start(self, runtime: ServiceRuntime) -> None:
         self._kv = await runtime.key_value(buckets.JOBS.name)
         for stored in await load_jobs(self._kv):
+            self._stored.add(stored.record.key)
             self.book.put(stored.record, stored.revision)
         async for past in runtime.history(
             NODES_STREAM.name,
@@ -251,6 +267,16 @@ class PlacementService:
                 candidate = self._placed_or_pending(candidate, at)
             finally:
                 self.book.remove(candidate.key)
+        if candidate.key not in self._stored:
+            self._create_soon(candidate)
+            _log.info(
+                "submission handled",
+                user=data.user,
+                job_id=data.job_id,
+                state=candidate.state,
+                servers=candidate.servers,
+            )
+            return _submission_outputs(candidate)
         try:
             revision = await save_job(self.kv, candidate, None)
         except KvConflict:
@@ -474,7 +500,57 @@ class PlacementService:
         self.book.put(unplaced, revision)  # placed as a job counted on no server
         return self._placed_or_pending(unplaced, at)
 
+    def _create_soon(self, record: JobRecord) -> None:
+        """Send the create of `record`'s first version; the batch's settling awaits it."""
+        self._stored.add(record.key)
+        write = asyncio.get_running_loop().create_task(save_job(self.kv, record, None))
+        self._creating[record.key] = (record, write)
+        self.book.put(record, -1)
+
+    async def _created(self, key: str) -> int:
+        """Wait for the create of `key`; its revision, which the book takes if still current."""
+        record, write = self._creating[key]
+        try:
+            revision = await write
+        except Exception:
+            if self._creating.get(key, (None, None))[1] is write:
+                del self._creating[key]
+                await self._reread(key)
+            raise
+        if self._creating.get(key, (None, None))[1] is write:
+            del self._creating[key]
+            stored = self.book.get(key)
+            if stored is not None and stored.record is record:
+                self.book.put(record, revision)
+        return revision
+
+    async def _reread(self, key: str) -> None:
+        """The book takes `key`'s record as stored, after a write whose outcome is unknown."""
+        user, _, job_id = key.partition(".")
+        self.book.remove(key)
+        try:
+            fresh = await load_job(self.kv, user, job_id)
+        except BusError as error:
+            # The redelivered event finds the key taken and reads it then.
+            _log.warning("cannot reread a job record", job=key, error=str(error))
+            return
+        if fresh is not None:
+            self.book.put(fresh.record, fresh.revision)
+
+    async def settle(self) -> None:
+        """Every record create sent so far done; raises (after fixing the book) if one failed."""
+        async with self._lock:
+            creating = list(self._creating)
+            results = await asyncio.gather(
+                *(self._created(key) for key in creating), return_exceptions=True
+            )
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            raise failed
+
     async def _save(self, record: JobRecord, revision: int | None) -> int:
+        if record.key in self._creating:
+            revision = await self._created(record.key)
         try:
             new_revision = await save_job(self.kv, record, revision if revision != -1 else None)
         except KvConflict:
@@ -485,6 +561,7 @@ class PlacementService:
             else:
                 self.book.put(fresh.record, fresh.revision)
             raise
+        self._stored.add(record.key)
         self.book.put(record, new_revision)
         return new_revision
 

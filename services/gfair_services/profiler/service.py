@@ -10,6 +10,9 @@ folded for its job, and a redelivery of the last one writes the same records and
 same profiles again (same derived ids, so JetStream keeps one copy). The job record is written
 last: it is the commit point, so a crash before it folds the report again on redelivery (at
 worst one sample counts twice in the user's running mean).
+
+Records are written behind (`WriteBehind`): sent in order as events are handled and awaited
+when their batch settles, before the inputs are acknowledged, so a batch costs one round trip.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pydantic import BaseModel
 from gfair.bus.key_value import KeyValue
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
+from gfair.bus.write_behind import WriteBehind
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import JobAccepted, JobCancelled, JobCompleted, JobFailed, JobProgress
 from gfair.events.nodes import NodeRegistered
@@ -56,6 +60,7 @@ class Profiler:
     def __init__(self, book: ProfileBook) -> None:
         self.book = book
         self._kv: KeyValue | None = None
+        self.writes = WriteBehind()
 
     @property
     def kv(self) -> KeyValue:
@@ -95,10 +100,10 @@ class Profiler:
                 data.user, data.job_id, data.job_type, data.gpus, envelope.time
             )
             if record is not None:
-                await self.kv.put(job_profile_key(data.user, data.job_id), _encode(record))
+                self.writes.put(self.kv, job_profile_key(data.user, data.job_id), _encode(record))
             return []
         if self.book.forget(data.user, data.job_id):
-            await self.kv.delete(job_profile_key(data.user, data.job_id))
+            self.writes.delete(self.kv, job_profile_key(data.user, data.job_id))
         return []
 
     async def _on_progress(self, envelope: Envelope, data: JobProgress) -> Sequence[Emit]:
@@ -121,7 +126,7 @@ class Profiler:
                 span.set_attribute("gfair.profiles_published", len(fold.profiles) if fold else 0)
             if fold is None:
                 return []
-        await self._write(fold)
+        self._write(fold)
         for profile in fold.profiles:
             _log.info(
                 "profile updated",
@@ -132,11 +137,11 @@ class Profiler:
             )
         return [Emit(profile) for profile in fold.profiles]
 
-    async def _write(self, fold: Fold) -> None:
+    def _write(self, fold: Fold) -> None:
         if fold.kind is not None:
             key = type_profile_key(fold.kind.user, fold.kind.job_type)
-            await self.kv.put(key, _encode(fold.kind))
-        await self.kv.put(job_profile_key(fold.job.user, fold.job.job_id), _encode(fold.job))
+            self.writes.put(self.kv, key, _encode(fold.kind))
+        self.writes.put(self.kv, job_profile_key(fold.job.user, fold.job.job_id), _encode(fold.job))
 
     async def on_node_registered(self, envelope: Envelope, data: NodeRegistered) -> Sequence[Emit]:
         if self.book.generations_cause == envelope.id:
@@ -146,11 +151,13 @@ class Profiler:
             if self.book.generations_cause != envelope.id:
                 return []  # nothing new
         for record in outcome.records:
-            await self.kv.put(type_profile_key(record.user, record.job_type), _encode(record))
+            self.writes.put(
+                self.kv, type_profile_key(record.user, record.job_type), _encode(record)
+            )
         generations = GenerationsRecord(
             generations=tuple(sorted(self.book.generations)), cause_id=envelope.id
         )
-        await self.kv.put(GENERATIONS_KEY, _encode(generations))
+        self.writes.put(self.kv, GENERATIONS_KEY, _encode(generations))
         _log.info(
             "generations offered",
             node_id=data.node_id,
@@ -171,9 +178,15 @@ def build_service(settings: ProfilerSettings | None = None) -> Service:
     service = Service(SERVICE_NAME, topology=cluster_topology(replicas=settings.replicas))
     service.on_start(profiler.start)
     service.add_handler(
-        profiler.on_job_event, durable="profiler-jobs", ack_wait_s=settings.ack_wait_s
+        profiler.on_job_event,
+        durable="profiler-jobs",
+        ack_wait_s=settings.ack_wait_s,
+        settle=profiler.writes.settle,
     )
     service.add_handler(
-        profiler.on_node_registered, durable="profiler-nodes", ack_wait_s=settings.ack_wait_s
+        profiler.on_node_registered,
+        durable="profiler-nodes",
+        ack_wait_s=settings.ack_wait_s,
+        settle=profiler.writes.settle,
     )
     return service

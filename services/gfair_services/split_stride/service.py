@@ -16,6 +16,14 @@ State is the `StrideRecord` in `gfair_stride` (its only writer). Every handler a
 the ledger, publishes its outputs under ids derived from what caused them, and only then writes
 the record: a crash before the write replays the cause from the last record and publishes the
 same ids again, which JetStream drops as duplicates. Handlers return nothing to the runtime.
+
+Handlers send their outputs without waiting for each to be stored and leave the record to their
+batch's settling (`settle`), which waits for everything sent, then writes the record once for
+the whole batch, before the runtime acknowledges the inputs. A record holds every job, so
+writing it per event would cost in proportion to the cluster for each placement. If sending or
+writing fails, the ledger is reloaded from the record and the batch redelivered: it is handled
+again from what was stored. The job records a batch of placements needs are read together,
+before its handlers run (`prefetch`).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 import structlog
@@ -35,6 +43,7 @@ from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
 from gfair.bus.topology import consumer_for
+from gfair.bus.transport import PubAck
 from gfair.events.commands import KillCommand, NodeCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.fields import JobRef
@@ -56,7 +65,7 @@ from gfair.events.reasons import SuspendReason
 from gfair.events.scheduling import EntitlementsUpdated, QuantumTicked, ScheduleDecided
 from gfair.state import buckets
 from gfair.state.buckets import job_key
-from gfair.state.job_record import Submission, load_job
+from gfair.state.job_record import StoredJob, Submission, load_job
 from gfair.state.stride_record import StrideRecord, load_stride, save_stride
 from gfair_services.inventory import INVENTORY_EVENTS
 from gfair_services.topology import cluster_topology
@@ -96,6 +105,16 @@ class SplitStrideService:
         self._jobs_kv: KeyValue | None = None
         # What each job runs (argv, env, working dir), read once from its JobRecord.
         self._submissions: dict[str, Submission] = {}
+        # Outputs sent and not yet known to be stored, in the order sent.
+        self._sends: list[asyncio.Task[PubAck]] = []
+        # The ledger holds changes the record does not.
+        self._dirty = False
+        # Times the ledger was reloaded from the record, and the count when each route's
+        # unsettled batch began: a reload in between lost that batch's changes.
+        self._loads = 0
+        self._batch_began: dict[str, int] = {}
+        # Job records read ahead for the placements of the batch in hand (None: no record).
+        self._prefetched: dict[str, StoredJob | None] = {}
 
     def service(self) -> Service:
         ack_wait_s = self.settings.ack_wait_s
@@ -106,6 +125,8 @@ class SplitStrideService:
             accepts=JOB_EVENTS,
             name="jobs",
             ack_wait_s=ack_wait_s,
+            settle=self._settler("jobs"),
+            prepare=self.prefetch,
         )
         service.add_handler(
             self.on_node_event,
@@ -113,6 +134,7 @@ class SplitStrideService:
             accepts=INVENTORY_EVENTS,
             name="nodes",
             ack_wait_s=ack_wait_s,
+            settle=self._settler("nodes"),
         )
         service.add_handler(
             self.on_shares_event,
@@ -120,6 +142,7 @@ class SplitStrideService:
             accepts=(EntitlementsUpdated,),
             name="shares",
             ack_wait_s=ack_wait_s,
+            settle=self._settler("shares"),
         )
         service.add_timer(self.settings.quantum_s, self.on_tick, name="quantum")
         service.on_start(self.start)
@@ -154,17 +177,20 @@ class SplitStrideService:
         else:
             record, self._revision = stored.record, stored.revision
         self._ledger = Ledger(record, self.settings)
+        self._loads += 1
+        self._dirty = False
 
     # -- handlers -------------------------------------------------------------------------------
 
     async def on_job_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
         async with self._lock:
+            self._batch_began.setdefault("jobs", self._loads)
             if self.ledger.seen(envelope.id) or not isinstance(data, JobEvent):
                 return []
             outputs = await self._job_event(envelope, data)
             if outputs is None:
                 return []
-            await self._commit(envelope, outputs, seed=envelope.id)
+            self._commit(envelope, outputs, seed=envelope.id)
         return []
 
     async def _job_event(self, envelope: Envelope, data: JobEvent) -> list[EventData] | None:
@@ -202,8 +228,31 @@ class SplitStrideService:
                 ]
         return None
 
+    async def prefetch(self, events: Sequence[tuple[Envelope, EventData]]) -> None:
+        """Read at once the records of the jobs the batch places that split-stride lacks."""
+        self._prefetched.clear()
+        wanted = sorted(
+            {
+                job_key(data.user, data.job_id)
+                for _, data in events
+                if isinstance(data, JobPlaced)
+                and job_key(data.user, data.job_id) not in self.ledger.jobs
+            }
+        )
+        found = await asyncio.gather(
+            *(load_job(self.jobs_kv, *key.split(".", 1)) for key in wanted),
+            return_exceptions=True,
+        )
+        for key, record in zip(wanted, found, strict=True):
+            if not isinstance(record, BaseException):
+                self._prefetched[key] = record
+
     async def _new_job(self, event: JobPlaced) -> Job | None:
-        record = await load_job(self.jobs_kv, event.user, event.job_id)
+        key = job_key(event.user, event.job_id)
+        if key in self._prefetched:
+            record = self._prefetched.pop(key)
+        else:
+            record = await load_job(self.jobs_kv, event.user, event.job_id)
         if record is None:
             # Placement writes the record before it announces the placement.
             raise RuntimeError(f"no job record for placed job {event.user}/{event.job_id}")
@@ -223,16 +272,18 @@ class SplitStrideService:
 
     async def on_node_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
         async with self._lock:
+            self._batch_began.setdefault("nodes", self._loads)
             if not isinstance(data, NodeEvent) or self.ledger.seen(envelope.id):
                 return []
             if self.ledger.node_event(envelope, data):
-                await self._commit(envelope, [], seed=envelope.id)
+                self._commit(envelope, [], seed=envelope.id)
         return []
 
     async def on_shares_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
         async with self._lock:
+            self._batch_began.setdefault("shares", self._loads)
             if isinstance(data, EntitlementsUpdated) and self.ledger.entitlements_event(data):
-                await self._commit(envelope, [], seed=envelope.id)
+                self._commit(envelope, [], seed=envelope.id)
         return []
 
     async def on_tick(self) -> list[Emit]:
@@ -257,7 +308,8 @@ class SplitStrideService:
                 span.set_attribute("gfair.starts", starts)
                 span.set_attribute("gfair.stops", stops)
                 # Inside the tick's span: its commands join their jobs' traces linked to it.
-                await self._commit(None, outputs, seed=f"{ledger.epoch}/quantum/{plan.quantum}")
+                self._commit(None, outputs, seed=f"{ledger.epoch}/quantum/{plan.quantum}")
+                await self._store()
             if starts or stops:
                 _log.info("quantum decided", quantum=plan.quantum, starts=starts, stops=stops)
         return []
@@ -314,24 +366,44 @@ class SplitStrideService:
             checkpoint_dir=self.settings.checkpoint_dir(job.user, job.job_id),
         )
 
-    async def _commit(self, cause: Envelope | None, outputs: list[EventData], *, seed: str) -> None:
-        """Publish `outputs` under ids derived from `seed`, then write the record."""
-        assert self._runtime is not None and self._stride_kv is not None
+    def _commit(self, cause: Envelope | None, outputs: list[EventData], *, seed: str) -> None:
+        """Send `outputs` under ids derived from `seed`; the record follows in `_store`."""
+        assert self._runtime is not None
         publisher = self._runtime.publisher
         for data in outputs:
             sub = self._submissions.get(_job_key_of(data) or "")
             # A job's commands join its trace; a server's decision links the jobs it runs.
             running = data.running if isinstance(data, ScheduleDecided) else ()
-            await publisher.publish(
-                data,
-                causation=cause,
-                correlation_id=sub.event_id if sub is not None else None,
-                event_id=derived_event_id(seed, 0, data.EVENT_TYPE, _identity(data)),
-                trace_parent=sub.trace_parent if sub is not None else None,
-                links=[self._trace_parent(job_key(r.user, r.job_id)) for r in running],
+            self._sends.append(
+                publisher.send(
+                    data,
+                    causation=cause,
+                    correlation_id=sub.event_id if sub is not None else None,
+                    event_id=derived_event_id(seed, 0, data.EVENT_TYPE, _identity(data)),
+                    trace_parent=sub.trace_parent if sub is not None else None,
+                    links=[self._trace_parent(job_key(r.user, r.job_id)) for r in running],
+                )
             )
         if cause is not None:
             self.ledger.note(cause.id)
+        self._dirty = True
+
+    async def _store(self) -> None:
+        """Wait for everything sent to be stored, then write the record; hold the lock.
+
+        On failure the ledger is reloaded from the record: it must not keep changes whose
+        outputs may never have gone out, or that the record does not hold.
+        """
+        assert self._stride_kv is not None
+        sends, self._sends = self._sends, []
+        results = await asyncio.gather(*sends, return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            _log.error("publishing failed; reloading the last record", error=repr(failed))
+            await self._load()
+            raise failed
+        if not self._dirty:
+            return
         record = self.ledger.to_record(datetime.now(UTC))
         try:
             self._revision = await save_stride(self._stride_kv, record, self._revision)
@@ -340,6 +412,24 @@ class SplitStrideService:
             _log.error("gfair_stride changed under us; reloading")
             await self._load()
             raise
+        except Exception:
+            await self._load()
+            raise
+        self._dirty = False
+
+    def _settler(self, route: str) -> Callable[[], Awaitable[None]]:
+        """Settles a batch of `route`: its outputs stored and the record written."""
+
+        async def settle() -> None:
+            async with self._lock:
+                began = self._batch_began.pop(route, self._loads)
+                await self._store()
+                if began != self._loads:
+                    raise RuntimeError(
+                        "the ledger was reloaded while the batch was handled; handling it again"
+                    )
+
+        return settle
 
     def _trace_parent(self, key: str) -> str | None:
         sub = self._submissions.get(key)

@@ -7,15 +7,16 @@ Consumers:
   uncordoned (the pools' capacities);
 - ``trading-auction-profiles`` (GFAIR_SCHED): users' profiles from the profiler (their bids).
 
-Handlers only record inputs (in memory and in `gfair_shares`, so a restart resumes) and mark the
-market changed; each is idempotent because inputs are set-like (a job is active or not, a node
-has one newest state, a profile replaces the older one). A timer then recomputes, at most once
-per `recompute_interval_s`, and only when an input changed: a burst of a hundred submissions
-costs one auction, not a hundred. A new allocation is written first (`SharesRecord`, the next
-revision), then announced (`EntitlementsUpdated`, and `TradeCleared` for each new trade) under
-ids derived from the revision; until the announcement succeeds it is retried every tick, and a
-restarted auction announces the allocation in force again (JetStream drops the repeats within
-its duplicate window; consumers ignore revisions they have seen).
+Handlers only record inputs (in memory and in `gfair_shares`, so a restart resumes; written behind,
+awaited once per batch before it is acknowledged) and mark the market changed; each is idempotent
+because inputs are set-like (a job is active or not, a node has one newest state, a profile
+replaces the older one). A timer then recomputes, at most once per `recompute_interval_s`, and only
+when an input changed: a burst of a hundred submissions costs one auction, not a hundred. A new
+allocation is written first (`SharesRecord`, the next revision), then announced
+(`EntitlementsUpdated`, and `TradeCleared` for each new trade) under ids derived from the revision;
+until the announcement succeeds it is retried every tick, and a restarted auction announces the
+allocation in force again (JetStream drops the repeats within its duplicate window; consumers
+ignore revisions they have seen).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import EventPublisher, derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
+from gfair.bus.write_behind import WriteBehind
 from gfair.core.trading import bid
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.jobs import JobAccepted, JobCancelled, JobCompleted, JobFailed
@@ -125,6 +127,8 @@ class Auction:
         self.dirty = False
         self._kv: KeyValue | None = None
         self._publisher: EventPublisher | None = None
+        # Inputs are written behind: awaited when their batch settles.
+        self.writes = WriteBehind()
 
     @property
     def kv(self) -> KeyValue:
@@ -172,12 +176,12 @@ class Auction:
                 user=data.user, job_id=data.job_id, gpus=data.gpus, job_type=data.job_type
             )
             if self.market.add_job(job):
-                await self.kv.put(job.key, _encode(job))
+                self.writes.put(self.kv, job.key, _encode(job))
                 self.dirty = True
             return []
         removed = self.market.remove_job(data.user, data.job_id)
         if removed is not None:
-            await self.kv.delete(removed.key)
+            self.writes.delete(self.kv, removed.key)
             self.dirty = True
         return []
 
@@ -206,7 +210,7 @@ class Auction:
         if node == old or (old is not None and node.as_of < old.as_of):
             return []
         changed = self.market.set_node(node)
-        await self.kv.put(node.key, _encode(node))
+        self.writes.put(self.kv, node.key, _encode(node))
         self.dirty |= changed
         return []
 
@@ -217,7 +221,7 @@ class Auction:
             user=data.user, job_type=data.job_type, rates=dict(data.rates), as_of=envelope.time
         )
         if self.market.set_profile(profile):
-            await self.kv.put(profile.key, _encode(profile))
+            self.writes.put(self.kv, profile.key, _encode(profile))
             self.dirty = True
         return []
 
@@ -316,12 +320,15 @@ def build_service(settings: TradingAuctionSettings | None = None) -> Service:
     ack_wait_s = settings.ack_wait_s
     service = Service(SERVICE_NAME, topology=cluster_topology(replicas=settings.replicas))
     service.on_start(auction.start)
-    service.add_handler(auction.on_job_event, durable="trading-auction-jobs", ack_wait_s=ack_wait_s)
+    settle = auction.writes.settle
     service.add_handler(
-        auction.on_node_event, durable="trading-auction-nodes", ack_wait_s=ack_wait_s
+        auction.on_job_event, durable="trading-auction-jobs", ack_wait_s=ack_wait_s, settle=settle
     )
     service.add_handler(
-        auction.on_profile, durable="trading-auction-profiles", ack_wait_s=ack_wait_s
+        auction.on_node_event, durable="trading-auction-nodes", ack_wait_s=ack_wait_s, settle=settle
+    )
+    service.add_handler(
+        auction.on_profile, durable="trading-auction-profiles", ack_wait_s=ack_wait_s, settle=settle
     )
     service.add_timer(settings.recompute_interval_s, auction.tick, name="auction")
     return service
