@@ -1,7 +1,8 @@
 """The control-plane services on a real nats-server, in-process, for client and CLI tests.
 
-Placement admits and places, the trading auction computes shares, the failure detector keeps
-node records and the profiler is there because every real cluster has one; nodes are announced
+Placement admits, split-stride places (the decision kernel), the trading auction computes
+shares, the failure detector keeps node records and the profiler is there because every real
+cluster has one; nodes are announced
 by publishing their registrations (no node executor: these tests exercise the request paths of
 tools, not running jobs, so registrations promise a heartbeat only every minute).
 """
@@ -18,7 +19,7 @@ from gfair.bus.publisher import EventPublisher
 from gfair.bus.runner import RunnerSettings
 from gfair.bus.runtime import ServiceRuntime
 from gfair.events.nodes import NodeRegistered
-from gfair_services import failure_detector, placement, profiler, trading_auction
+from gfair_services import failure_detector, placement, profiler, split_stride, trading_auction
 from services.scheduling_harness import registered
 
 FAST = RunnerSettings(batch=20, fetch_timeout_s=0.05, error_pause_s=0.05)
@@ -30,10 +31,11 @@ def registration(node_id: str, generation: str, gpus: int = 4) -> NodeRegistered
 
 @asynccontextmanager
 async def control_plane(url: str, *nodes: NodeRegistered) -> AsyncIterator[NatsBus]:
-    """Placement, trading auction and profiler running on `url`, with `nodes` registered."""
+    """The control-plane services running on `url`, with `nodes` registered."""
     bus = await NatsBus.connect(NatsOptions(servers=(url,), name="test-services"))
     runtimes = [
         ServiceRuntime(placement.build_service(placement.Settings()), bus, settings=FAST),
+        ServiceRuntime(split_stride.build_service(split_stride.Settings()), bus, settings=FAST),
         ServiceRuntime(
             trading_auction.build_service(trading_auction.Settings(recompute_interval_s=0.1)),
             bus,

@@ -18,6 +18,7 @@ from gfair.state.stride_record import (
     ServerRecord,
     StrideJob,
     StrideRecord,
+    StrideUser,
 )
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -37,21 +38,15 @@ def record(job_id: str, gpus: int, state: JobState, **fields: object) -> JobReco
 
 
 def stride(*, runnable_at: datetime | None = None) -> StrideRecord:
-    """v100-0 (4 GPUs): bob/b1 runs on 3 of them; alice/wide (2 GPUs) waits with a high pass."""
-    entries = [
-        {"id": "bob.b1", "tickets": 1.0, "pass": 1.0, "seq": 0, "gpus": 3},
-        {"id": "alice.wide", "tickets": 1.0, "pass": 2.5, "seq": 1, "gpus": 2},
-    ]
+    """v100-0 (4 GPUs): bob/b1 runs on 3 of them; alice/wide (2 GPUs) last ran there and waits
+    behind alice/first, which has a lower pass."""
     return StrideRecord(
         epoch="e",
         usage_since=NOW,
         updated_at=NOW,
-        split_stride={
-            "servers": {"v100-0": {"gpus": 4, "floor": 0.0, "seq": 2, "jobs": entries}},
-            "multi": [],
-            "aggregates": [],
-            "central_floor": 0.0,
-            "central_seq": 0,
+        users={
+            "alice": StrideUser(seq=1, credit={"v100": -0.5}),
+            "bob": StrideUser(seq=2, credit={"v100": 1.25}),
         },
         servers={
             "v100-0": ServerRecord(
@@ -81,9 +76,14 @@ def stride(*, runnable_at: datetime | None = None) -> StrideRecord:
                 job_id="wide",
                 gpus=2,
                 weight=1.0,
+                seq=4,
+                stride_pass=2.5,
                 servers=("v100-0",),
                 attempt=2,
                 runnable_at=runnable_at,
+            ),
+            "alice.first": StrideJob(
+                user="alice", job_id="first", gpus=1, weight=1.0, seq=3, stride_pass=1.0
             ),
         },
     )
@@ -123,9 +123,11 @@ def test_a_waiting_gang_sees_its_pass_the_gpus_held_and_its_share() -> None:
     found = why(job, stride=stride(), shares=SHARES)
     assert found.headline == "alice/wide is placed and waits for GPUs"
     reasons = [r.text for r in found.reasons]
-    assert any("pass 2.5 is above the lowest, 1 (bob/b1)" in r for r in reasons)
-    assert any("needs 2 GPUs at once; v100-0 has 1 of 4 free, held by bob/b1 (3)" in r
+    assert any("1 of alice's other jobs come before it (lower pass 1 vs its 2.5)" in r
                for r in reasons)  # fmt: skip
+    assert any("alice's credit per pool, in GPU-quanta" in r and "v100 -0.5" in r for r in reasons)
+    assert any("needs 2 GPUs at once; v100-0, where it last ran, has 1 of 4 free, held by "
+               "bob/b1 (3)" in r for r in reasons)  # fmt: skip
     assert "entitled to 2.00 GPUs (v100 2.00)" in kinds(found)["share"]
     assert "take turns" in kinds(found)["share"]
 
@@ -145,11 +147,9 @@ def test_a_retried_job_waits_out_its_back_off() -> None:
     assert "after infrastructure: node v100-1 lost" in backoff
 
 
-def test_an_unplaced_job_and_a_quarantined_server_are_named() -> None:
-    pending = record("p", 8, JobState.QUEUED).with_decision(
-        NOW, "pending", "no v100 server with 8 free GPUs is up"
-    )
-    assert "no v100 server with 8 free GPUs is up" in kinds(why(pending))["pending"]
+def test_a_job_split_stride_lacks_and_a_quarantined_server_are_named() -> None:
+    queued = record("p", 8, JobState.QUEUED)
+    assert "split-stride has not taken it in yet" in kinds(why(queued))["stride"]
     placed = record("q", 1, JobState.PLACED, servers=("v100-0",))
     node = NodeRecord(
         node_id="v100-0",

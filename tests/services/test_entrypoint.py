@@ -41,8 +41,8 @@ def test_names_are_checked_and_bad_settings_reported(capsys: pytest.CaptureFixtu
     assert canonical_name("split-stride") == "split_stride"
     with pytest.raises(ValueError, match="unknown service 'scheduler'"):
         canonical_name("scheduler")
-    assert run_service("placement", ["--balance-every-quanta", "0"]) == 2
-    assert "balance_every_quanta" in capsys.readouterr().err
+    assert run_service("placement", ["--max-job-gpus", "0"]) == 2
+    assert "max_job_gpus" in capsys.readouterr().err
 
 
 def test_user_tickets_parse_from_pairs_or_json_and_name_the_bad_item() -> None:

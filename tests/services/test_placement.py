@@ -1,4 +1,4 @@
-"""The placement service on the in-memory bus: admission, placement, re-placement, balancing."""
+"""The placement service on the in-memory bus: admission, the job records, cancels."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
 from gfair.core.throughput import ThroughputEstimator
-from gfair.events.commands import KillCommand, MigrateCommand
+from gfair.events.commands import KillCommand
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import (
     JobAccepted,
@@ -23,9 +23,9 @@ from gfair.events.jobs import (
     JobRetried,
     JobStarted,
 )
-from gfair.events.nodes import NodeFailed, NodeQuarantined
-from gfair.events.reasons import FailureClass, MigrationReason, RejectionCode
-from gfair.events.scheduling import EntitlementsUpdated, QuantumTicked
+from gfair.events.nodes import NodeFailed
+from gfair.events.reasons import FailureClass, RejectionCode
+from gfair.events.scheduling import QuantumTicked
 from gfair.events.states import JobState
 from gfair.events.submission import JobCancelRequested
 from gfair.state.buckets import JOBS
@@ -66,10 +66,6 @@ async def record(bus: InMemoryBus, user: str, job_id: str) -> JobRecord:
     return stored.record
 
 
-def placed_on(probe: Probe, job_id: str) -> list[tuple[str, ...]]:
-    return [p.servers for p in probe.payloads(JOBS_STREAM, JobPlaced) if p.job_id == job_id]
-
-
 async def register(probe: Probe, state: PlacementService, *nodes: tuple[str, int]) -> None:
     """Register nodes ("v100-0", 4) and wait until placement knows them."""
     for node_id, gpus in nodes:
@@ -81,47 +77,45 @@ async def tick(probe: Probe, quantum: int) -> None:
     await probe.publish(QuantumTicked(quantum=quantum, starts_at=datetime.now(UTC), length_s=1.0))
 
 
-async def test_a_job_is_accepted_placed_and_recorded(bus: InMemoryBus, probe: Probe) -> None:
+async def test_a_job_is_accepted_and_recorded(bus: InMemoryBus, probe: Probe) -> None:
     async with placement(bus) as state:
         await register(probe, state, ("v100-0", 4))
-        await register(probe, state, ("v100-1", 4))
         await probe.publish(
             submitted("alice", "j1", 2, job_type=RESNET, env={"SEED": "7"}, tickets=2.0)
         )
-        placed = await probe.wait_for(JOBS_STREAM, JobPlaced)
+        await probe.wait_for(JOBS_STREAM, JobAccepted)
+        await probe.settle()
     accepted = probe.payloads(JOBS_STREAM, JobAccepted)
     assert [(a.job_id, a.gpus, a.job_type) for a in accepted] == [("j1", 2, RESNET)]
-    assert placed[0].generation == "v100" and placed[0].servers in (("v100-0",), ("v100-1",))
+    assert probe.payloads(JOBS_STREAM, JobPlaced) == []  # where it runs is the scheduler's
     saved = await record(bus, "alice", "j1")
-    assert saved.state is JobState.PLACED
-    assert saved.servers == placed[0].servers
+    assert saved.state is JobState.QUEUED and saved.servers == ()
     assert saved.submission.command == ("python", "-c", "pass")
     assert saved.submission.env == {"SEED": "7"} and saved.submission.weight == 2.0
-    assert [d.kind for d in saved.decisions] == ["admission", "placement"]
-    assert saved.decisions[-1].rule == "unused-entitlement"
+    assert [d.kind for d in saved.decisions] == ["admission"]
 
 
-async def test_jobs_spread_over_the_least_loaded_servers(bus: InMemoryBus, probe: Probe) -> None:
+async def test_the_schedulers_placements_are_recorded(bus: InMemoryBus, probe: Probe) -> None:
     async with placement(bus) as state:
-        await register(probe, state, *((f"v100-{n}", 2) for n in range(3)))
-        for n in range(6):
-            await probe.publish(submitted("alice", f"j{n}", 1))
-        placed = await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 6)
-    per_server: dict[str, int] = {}
-    for p in placed:
-        (server,) = p.servers
-        per_server[server] = per_server.get(server, 0) + 1
-    assert per_server == {"v100-0": 2, "v100-1": 2, "v100-2": 2}
-
-
-async def test_a_job_goes_to_the_fastest_pool_it_fits(bus: InMemoryBus, probe: Probe) -> None:
-    async with placement(bus) as state:
-        await register(probe, state, ("k80-0", 4))
-        await register(probe, state, ("v100-0", 4))
-        await probe.publish(submitted("alice", "fast", 1, job_type=RESNET))
-        await probe.publish(submitted("bob", "big", 1, job_type="big"))
-        placed = await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 2)
-    assert {p.job_id: p.generation for p in placed} == {"fast": "v100", "big": "v100"}
+        await register(probe, state, ("v100-0", 4), ("v100-1", 4))
+        await probe.publish(submitted("alice", "j1", 1))
+        await probe.wait_for(JOBS_STREAM, JobAccepted)
+        for server in ("v100-0", "v100-1"):
+            await probe.publish(
+                JobPlaced(user="alice", job_id="j1", servers=(server,), generation="v100")
+            )
+        await eventually(
+            lambda: (
+                state.book.get("alice.j1") is not None
+                and state.book.get("alice.j1").record.servers == ("v100-1",)
+            )  # type: ignore[union-attr]
+        )
+    saved = await record(bus, "alice", "j1")
+    assert saved.state is JobState.PLACED and saved.generation == "v100"
+    assert [d.text for d in saved.decisions if d.kind == "placement"] == [
+        "placed on v100 v100-0 by the scheduler",
+        "placed on v100 v100-1 by the scheduler",
+    ]
 
 
 async def test_submissions_breaking_the_limits_are_rejected_with_reasons(
@@ -157,15 +151,15 @@ async def test_a_duplicate_job_id_is_rejected_and_the_first_job_kept(
     async with placement(bus) as state:
         await register(probe, state, ("v100-0", 4))
         await probe.publish(submitted("alice", "j1", 1))
-        await probe.wait_for(JOBS_STREAM, JobPlaced)
+        await probe.wait_for(JOBS_STREAM, JobAccepted)
         await probe.publish(submitted("alice", "j1", 2, command=("other",)))
         (rejected,) = await probe.wait_for(JOBS_STREAM, JobRejected)
         # Another user's namespace is separate: bob may use the same id.
         await probe.publish(submitted("bob", "j1", 1))
-        await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 2)
+        await probe.wait_for(JOBS_STREAM, JobAccepted, lambda found: len(found) == 2)
     assert rejected.code is RejectionCode.DUPLICATE_JOB_ID
     saved = await record(bus, "alice", "j1")
-    assert saved.submission.gpus == 1 and saved.state is JobState.PLACED
+    assert saved.submission.gpus == 1 and saved.state is JobState.QUEUED
 
 
 async def test_a_rejected_job_id_may_be_submitted_again(bus: InMemoryBus, probe: Probe) -> None:
@@ -174,8 +168,8 @@ async def test_a_rejected_job_id_may_be_submitted_again(bus: InMemoryBus, probe:
         await probe.publish(submitted("alice", "j1", 3))
         await probe.wait_for(JOBS_STREAM, JobRejected)
         await probe.publish(submitted("alice", "j1", 2))
-        await probe.wait_for(JOBS_STREAM, JobPlaced)
-    assert (await record(bus, "alice", "j1")).state is JobState.PLACED
+        await probe.wait_for(JOBS_STREAM, JobAccepted)
+    assert (await record(bus, "alice", "j1")).state is JobState.QUEUED
 
 
 async def test_a_redelivered_submission_repeats_its_outputs_without_a_new_write(
@@ -195,84 +189,47 @@ async def test_a_redelivered_submission_repeats_its_outputs_without_a_new_write(
     again = await state.on_job_event(envelope, job)
     await state.settle()
     assert [e.data for e in again] == [e.data for e in first]
-    assert [e.data.EVENT_TYPE for e in first] == [JobAccepted.EVENT_TYPE, JobPlaced.EVENT_TYPE]
+    assert [e.data.EVENT_TYPE for e in first] == [JobAccepted.EVENT_TYPE]
     assert (await state.kv.get("alice.j1")).revision == revision  # type: ignore[union-attr]
 
 
-async def test_a_job_waits_until_a_node_it_fits_registers(bus: InMemoryBus, probe: Probe) -> None:
-    async with placement(bus) as state:
+async def test_a_job_is_accepted_before_any_node_registers(bus: InMemoryBus, probe: Probe) -> None:
+    async with placement(bus):
         await probe.publish(submitted("alice", "early", 4))
         await probe.wait_for(JOBS_STREAM, JobAccepted)
-        await register(probe, state, ("v100-0", 2))
-        await probe.settle()
-        assert placed_on(probe, "early") == []
-        waiting = await record(bus, "alice", "early")
-        assert waiting.state is JobState.QUEUED and waiting.pending
-        assert waiting.decisions[-1].kind == "pending"
-        await register(probe, state, ("v100-1", 4))
-        await probe.wait_for(JOBS_STREAM, JobPlaced)
-    assert placed_on(probe, "early") == [("v100-1",)]
+    assert (await record(bus, "alice", "early")).state is JobState.QUEUED
 
 
-async def test_a_gang_larger_than_a_server_takes_whole_servers(
+async def test_a_failed_node_takes_its_processes_off_the_records(
     bus: InMemoryBus, probe: Probe
 ) -> None:
     async with placement(bus) as state:
-        await register(probe, state, *((f"v100-{n}", 4) for n in range(3)))
-        await probe.publish(submitted("alice", "small", 1))
-        await probe.wait_for(JOBS_STREAM, JobPlaced)
-        await probe.publish(submitted("alice", "gang", 8))
-        await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 2)
-    (small,) = placed_on(probe, "small")
-    (gang,) = placed_on(probe, "gang")
-    assert len(gang) == 2 and not set(gang) & set(small)
-
-
-async def test_jobs_of_a_failed_node_are_placed_elsewhere(bus: InMemoryBus, probe: Probe) -> None:
-    async with placement(bus) as state:
-        await register(probe, state, ("v100-0", 4))
+        await register(probe, state, ("v100-0", 4), ("v100-1", 4))
         await probe.publish(submitted("alice", "j1", 2))
-        await probe.wait_for(JOBS_STREAM, JobPlaced)
-        await register(probe, state, ("v100-1", 4))
+        await probe.wait_for(JOBS_STREAM, JobAccepted)
+        await probe.publish(
+            JobPlaced(user="alice", job_id="j1", servers=("v100-0",), generation="v100")
+        )
         await probe.publish(
             JobStarted(user="alice", job_id="j1", node_id="v100-0", gpu_indices=(0, 1), attempt=1)
         )
         await probe.publish(NodeFailed(node_id="v100-0", reason="no heartbeat for 30s"))
-        await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 2)
-    assert placed_on(probe, "j1") == [("v100-0",), ("v100-1",)]
-    saved = await record(bus, "alice", "j1")
-    assert saved.servers == ("v100-1",) and saved.nodes == ()
-    assert saved.state is JobState.PLACED
-    assert any("v100-0 failed" in d.text for d in saved.decisions)
-    # A dead node gets no commands.
-    assert probe.payloads(COMMANDS, MigrateCommand) == []
-
-
-async def test_a_quarantined_node_is_drained_of_its_running_jobs(
-    bus: InMemoryBus, probe: Probe
-) -> None:
-    async with placement(bus) as state:
-        await register(probe, state, ("v100-0", 4))
-        await probe.publish(submitted("alice", "j1", 1))
-        await probe.wait_for(JOBS_STREAM, JobPlaced)
-        await register(probe, state, ("v100-1", 4))
-        await probe.publish(
-            JobStarted(user="alice", job_id="j1", node_id="v100-0", gpu_indices=(0,), attempt=1)
+        await eventually(
+            lambda: (
+                state.book.get("alice.j1") is not None
+                and state.book.get("alice.j1").record.nodes == ()  # type: ignore[union-attr]
+                and state.book.get("alice.j1").record.state is JobState.PLACED
+            )  # type: ignore[union-attr]
         )
-        await probe.publish(
-            NodeQuarantined(node_id="v100-0", reason="3 GPU errors", recent_failures=3)
-        )
-        (migrate,) = await probe.wait_for(COMMANDS, MigrateCommand)
-    assert (migrate.node_id, migrate.to_node) == ("v100-0", "v100-1")
-    assert migrate.reason is MigrationReason.DRAIN
-    assert placed_on(probe, "j1")[-1] == ("v100-1",)
+        await probe.settle()
+    assert probe.payloads(COMMANDS, KillCommand) == []  # a dead node gets no commands
 
 
 async def test_a_cancel_kills_the_job_on_its_nodes_once(bus: InMemoryBus, probe: Probe) -> None:
     async with placement(bus) as state:
         await register(probe, state, ("v100-0", 4))
         await probe.publish(submitted("alice", "j1", 1))
-        await probe.wait_for(JOBS_STREAM, JobPlaced)
+        await probe.wait_for(JOBS_STREAM, JobAccepted)
         await probe.publish(
             JobStarted(user="alice", job_id="j1", node_id="v100-0", gpu_indices=(0,), attempt=1)
         )
@@ -291,7 +248,7 @@ async def test_lifecycle_events_keep_the_record_current(bus: InMemoryBus, probe:
     async with placement(bus) as state:
         await register(probe, state, ("v100-0", 4))
         await probe.publish(submitted("alice", "j1", 1))
-        await probe.wait_for(JOBS_STREAM, JobPlaced)
+        await probe.wait_for(JOBS_STREAM, JobAccepted)
         await probe.publish(
             JobStarted(user="alice", job_id="j1", node_id="v100-0", gpu_indices=(0,), attempt=1)
         )
@@ -321,68 +278,18 @@ async def test_lifecycle_events_keep_the_record_current(bus: InMemoryBus, probe:
     assert [d.kind for d in saved.decisions][-2:] == ["retry", "completed"]
 
 
-async def test_ticks_move_jobs_from_a_crowded_server_to_an_idle_one(
-    bus: InMemoryBus, probe: Probe
-) -> None:
-    settings = Settings(balance_every_quanta=2, migration_budget=4)
-    async with placement(bus, settings) as state:
-        await register(probe, state, ("v100-0", 4))
-        for n in range(4):
-            await probe.publish(submitted("alice", f"j{n}", 1))
-        await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 4)
-        await probe.publish(
-            JobStarted(user="alice", job_id="j0", node_id="v100-0", gpu_indices=(0,), attempt=1)
-        )
-        await register(probe, state, ("v100-1", 4))
-        await tick(probe, 1)  # not a balancing tick
-        await probe.settle()
-        assert len(probe.payloads(JOBS_STREAM, JobPlaced)) == 4
-        await tick(probe, 2)
-        await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 6)
-        await tick(probe, 4)  # balanced now: nothing more moves
-        await probe.settle()
-    moved = probe.payloads(JOBS_STREAM, JobPlaced)[4:]
-    assert len(moved) == 2 and all(p.servers == ("v100-1",) for p in moved)
-    # Only a running job needs its node to checkpoint and let go.
-    migrations = probe.payloads(COMMANDS, MigrateCommand)
-    running_moved = [m for m in moved if m.job_id == "j0"]
-    assert [(m.job_id, m.to_node) for m in migrations] == [
-        (m.job_id, "v100-1") for m in running_moved
-    ]
-    saved = await record(bus, "alice", moved[0].job_id)
-    assert saved.decisions[-1].kind == "migration"
-
-
-async def test_published_entitlements_steer_the_pool_choice(bus: InMemoryBus, probe: Probe) -> None:
-    async with placement(bus) as state:
-        await register(probe, state, ("k80-0", 4))
-        await register(probe, state, ("v100-0", 4))
-        # The auction sold all of alice's V100 share: her next job goes where she holds share.
-        await probe.publish(
-            EntitlementsUpdated(
-                revision=1,
-                entitlements={"alice": {"k80": 4.0, "v100": 0.0}, "bob": {"v100": 4.0}},
-            )
-        )
-        await probe.settle()
-        await probe.publish(submitted("alice", "j1", 1, job_type=RESNET))
-        (placed,) = await probe.wait_for(JOBS_STREAM, JobPlaced)
-    assert placed.generation == "k80"
-
-
 async def test_a_restarted_placement_rebuilds_its_view(bus: InMemoryBus, probe: Probe) -> None:
     async with placement(bus) as state:
-        await register(probe, state, ("v100-0", 2))
-        await register(probe, state, ("v100-1", 2))
+        await register(probe, state, ("v100-0", 2), ("v100-1", 2))
         await probe.publish(submitted("alice", "j1", 2))
-        await probe.wait_for(JOBS_STREAM, JobPlaced)
+        await probe.wait_for(JOBS_STREAM, JobAccepted)
     async with placement(bus) as state:
         assert set(state.inventory.nodes) == {"v100-0", "v100-1"}
         assert "alice.j1" in state.book
         await probe.publish(submitted("alice", "j1", 1))
-        await probe.publish(submitted("alice", "j2", 2))
-        await probe.wait_for(JOBS_STREAM, JobPlaced, lambda found: len(found) == 2)
-        await probe.wait_for(JOBS_STREAM, JobRejected)
-    (first,) = placed_on(probe, "j1")
-    (second,) = placed_on(probe, "j2")
-    assert first != second  # the restarted service knew where j1 was
+        await probe.publish(submitted("alice", "j2", 8))
+        rejected = await probe.wait_for(JOBS_STREAM, JobRejected, lambda found: len(found) == 2)
+    assert {r.job_id: r.code for r in rejected} == {
+        "j1": RejectionCode.DUPLICATE_JOB_ID,  # the restarted service knew j1
+        "j2": RejectionCode.UNSATISFIABLE,  # and the nodes
+    }

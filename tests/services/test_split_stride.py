@@ -1,4 +1,5 @@
-"""The split-stride service on the in-memory bus: quanta, GPU assignment, residency, restarts.
+"""The split-stride service on the in-memory bus: the decision kernel's quanta carried out, GPU
+assignment, moves, residency, restarts.
 
 The service's own timer is set far beyond the test, and ticks are driven by calling `on_tick`,
 so every quantum boundary is where the test puts it.
@@ -18,16 +19,16 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.events.commands import KillCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.jobs import (
+    JobAccepted,
     JobCancelled,
     JobExited,
-    JobMigrated,
     JobPlaced,
     JobRetried,
     JobStarted,
     JobSuspended,
 )
 from gfair.events.nodes import NodeFailed, NodeQuarantined
-from gfair.events.reasons import FailureClass, MigrationReason, SuspendReason
+from gfair.events.reasons import FailureClass, SuspendReason
 from gfair.events.scheduling import QuantumTicked, ScheduleDecided
 from gfair.events.states import JobState
 from gfair.state.buckets import JOBS, STRIDE
@@ -70,23 +71,26 @@ async def register(probe: Probe, state: SplitStrideService, *nodes: tuple[str, i
     await eventually(lambda: all(n in state.ledger.inventory for n, _ in nodes))
 
 
-async def place(
+async def admit(
     probe: Probe,
     state: SplitStrideService,
     user: str,
     job_id: str,
-    servers: tuple[str, ...],
     gpus: int = 1,
     **fields: object,
-) -> None:
-    """What placement does: write the job's record, then announce the placement."""
+) -> JobAccepted:
+    """What placement does: write the job's record, then announce the admission."""
     data = submitted(user, job_id, gpus, **fields)
     envelope = Envelope.wrap(data, source="test")
-    generation = servers[0].split("-")[0]
-    record = JobRecord.accepted(envelope, data).placed(envelope.time, generation, servers)
-    await save_job(await probe.bus.key_value(JOBS.name), record, None)
-    await probe.publish(JobPlaced(user=user, job_id=job_id, servers=servers, generation=generation))
+    await save_job(await probe.bus.key_value(JOBS.name), JobRecord.accepted(envelope, data), None)
+    accepted = JobAccepted(user=user, job_id=job_id, gpus=gpus)
+    await probe.publish(accepted)
     await eventually(lambda: f"{user}.{job_id}" in state.ledger.jobs)
+    return accepted
+
+
+def placements(probe: Probe) -> list[JobPlaced]:
+    return probe.payloads("GFAIR_JOBS", JobPlaced)
 
 
 def starts(probe: Probe) -> list[StartCommand]:
@@ -127,17 +131,10 @@ async def test_a_placed_job_starts_at_once_on_idle_gpus(
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 4))
-        await place(
-            probe,
-            state,
-            "alice",
-            "j1",
-            ("v100-0",),
-            2,
-            env={"SEED": "1"},
-            working_dir="/work",
-        )
+        await admit(probe, state, "alice", "j1", 2, env={"SEED": "1"}, working_dir="/work")
         (start,) = await probe.wait_for(COMMANDS, StartCommand)
+    (placed,) = placements(probe)
+    assert (placed.servers, placed.generation) == (("v100-0",), "v100")
     assert (start.node_id, start.gpu_indices, start.attempt) == ("v100-0", (0, 1), 1)
     assert start.command == ("python", "-c", "pass") and start.env == {"SEED": "1"}
     assert start.working_dir == "/work"
@@ -151,8 +148,8 @@ async def test_jobs_time_slice_one_gpu_and_never_share_it(
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
-        await place(probe, state, "alice", "a", ("v100-0",))
-        await place(probe, state, "bob", "b", ("v100-0",))
+        await admit(probe, state, "alice", "a")
+        await admit(probe, state, "bob", "b")
         (first,) = await probe.wait_for(COMMANDS, StartCommand)
         assert first.job_id == "a"  # b found no idle GPU
         runs = []
@@ -185,7 +182,7 @@ async def test_users_get_gpu_time_in_proportion_to_their_tickets(
         await register(probe, state, ("v100-0", 2))
         for user in ("alice", "bob", "carol"):
             for n in range(2):
-                await place(probe, state, user, f"{user}{n}", ("v100-0",))
+                await admit(probe, state, user, f"{user}{n}")
         for _ in range(40):
             await state.on_tick()
     quanta: Counter[str] = Counter()
@@ -204,8 +201,8 @@ async def test_a_gang_starts_on_all_its_servers_in_one_quantum(
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 4), ("v100-1", 4))
-        await place(probe, state, "alice", "local", ("v100-0",), 4)
-        await place(probe, state, "bob", "gang", ("v100-0", "v100-1"), 8)
+        await admit(probe, state, "alice", "local", 4)
+        await admit(probe, state, "bob", "gang", 8)
         await probe.wait_for(COMMANDS, StartCommand)  # local took v100-0 at once
         for _ in range(4):
             await state.on_tick()
@@ -230,36 +227,34 @@ async def test_a_moved_job_starts_on_its_new_server_only_after_the_old_one_let_g
     bus: InMemoryBus, probe: Probe, settings: Settings
 ) -> None:
     async with split_stride(bus, settings) as state:
-        await register(probe, state, ("v100-0", 2), ("v100-1", 2))
-        await place(probe, state, "alice", "j1", ("v100-0",))
-        (first,) = await probe.wait_for(COMMANDS, StartCommand)
-        await started(probe, first)
-        await eventually(
-            lambda: state.ledger.jobs["alice.j1"].stays["v100-0"].phase is Phase.RUNNING
-        )
-        await probe.publish(
-            JobPlaced(user="alice", job_id="j1", servers=("v100-1",), generation="v100")
-        )
-        await eventually(lambda: state.ledger.jobs["alice.j1"].servers == ("v100-1",))
+        await register(probe, state, ("v100-0", 1), ("k80-0", 1))
+        await admit(probe, state, "alice", "a")
+        await admit(probe, state, "bob", "b")
+        first, second = await probe.wait_for(COMMANDS, StartCommand, lambda f: len(f) == 2)
+        assert (first.node_id, second.node_id) == ("v100-0", "k80-0")  # fastest idle GPU first
+        await started(probe, second)
+        await probe.publish(JobCancelled(user="alice", job_id="a", previous_state=JobState.RUNNING))
+        await eventually(lambda: "alice.a" not in state.ledger.jobs)
+        # The V100 is idle and b runs faster there: the kernel moves it.
         await state.on_tick()
         (suspend,) = suspends(probe)
-        assert (suspend.node_id, suspend.reason) == ("v100-0", SuspendReason.MIGRATION)
-        assert len(starts(probe)) == 1  # not yet on v100-1: v100-0 still holds it
+        assert (suspend.node_id, suspend.reason) == ("k80-0", SuspendReason.MIGRATION)
+        assert placements(probe)[-1].servers == ("v100-0",)
+        assert len(starts(probe)) == 2  # not yet on v100-0: k80-0 still holds it
         await state.on_tick()
-        assert len(starts(probe)) == 1
+        assert len(starts(probe)) == 2
         await probe.publish(
-            JobMigrated(
-                user="alice",
-                job_id="j1",
-                from_node="v100-0",
-                to_node="v100-1",
-                reason=MigrationReason.LOAD_BALANCE,
+            JobSuspended(
+                user="bob",
+                job_id="b",
+                node_id="k80-0",
                 attempt=1,
+                reason=SuspendReason.MIGRATION,
                 checkpoint_step=12,
             )
         )
-        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2)
-    assert starts(probe)[-1].node_id == "v100-1"
+        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 3)
+    assert (starts(probe)[-1].job_id, starts(probe)[-1].node_id) == ("b", "v100-0")
 
 
 async def test_an_exited_job_waits_for_its_verdict_and_a_retry_starts_the_next_attempt(
@@ -267,7 +262,7 @@ async def test_an_exited_job_waits_for_its_verdict_and_a_retry_starts_the_next_a
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
-        await place(probe, state, "alice", "j1", ("v100-0",))
+        await admit(probe, state, "alice", "j1")
         (first,) = await probe.wait_for(COMMANDS, StartCommand)
         await started(probe, first)
         await probe.publish(
@@ -297,7 +292,7 @@ async def test_a_retry_waits_out_its_delay(
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
-        await place(probe, state, "alice", "j1", ("v100-0",))
+        await admit(probe, state, "alice", "j1")
         await probe.wait_for(COMMANDS, StartCommand)
         await probe.publish(
             JobExited(
@@ -327,8 +322,8 @@ async def test_an_ended_job_is_killed_where_it_runs_and_frees_its_gpus(
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
-        await place(probe, state, "alice", "j1", ("v100-0",))
-        await place(probe, state, "bob", "j2", ("v100-0",))
+        await admit(probe, state, "alice", "j1")
+        await admit(probe, state, "bob", "j2")
         await probe.wait_for(COMMANDS, StartCommand)
         await probe.publish(
             JobCancelled(user="alice", job_id="j1", previous_state=JobState.RUNNING)
@@ -340,24 +335,21 @@ async def test_an_ended_job_is_killed_where_it_runs_and_frees_its_gpus(
     assert suspends(probe) == []  # the GPU was free: nothing to take it from
 
 
-async def test_jobs_on_a_failed_node_wait_for_a_new_placement(
+async def test_jobs_on_a_failed_node_are_placed_elsewhere(
     bus: InMemoryBus, probe: Probe, settings: Settings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 2), ("v100-1", 2))
-        await place(probe, state, "alice", "j1", ("v100-0",))
+        await admit(probe, state, "alice", "j1")
         (first,) = await probe.wait_for(COMMANDS, StartCommand)
         await started(probe, first)
-        await probe.publish(NodeFailed(node_id="v100-0", reason="no heartbeats"))
+        await probe.publish(NodeFailed(node_id=first.node_id, reason="no heartbeats"))
         await eventually(lambda: not state.ledger.jobs["alice.j1"].stays)
         await state.on_tick()
-        assert len(starts(probe)) == 1
-        assert "v100-0" not in decisions(probe, 0)
-        await probe.publish(
-            JobPlaced(user="alice", job_id="j1", servers=("v100-1",), generation="v100")
-        )
-        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2)
-    assert starts(probe)[-1].node_id == "v100-1"
+        second = (await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2))[-1]
+    assert second.node_id != first.node_id
+    assert first.node_id not in decisions(probe, 0)
+    assert placements(probe)[-1].servers == (second.node_id,)
     assert suspends(probe) == []  # a dead node gets no suspend
 
 
@@ -366,7 +358,7 @@ async def test_a_quarantined_node_is_drained(
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 2))
-        await place(probe, state, "alice", "j1", ("v100-0",))
+        await admit(probe, state, "alice", "j1")
         (first,) = await probe.wait_for(COMMANDS, StartCommand)
         await started(probe, first)
         await probe.publish(
@@ -385,8 +377,8 @@ async def test_an_old_suspend_confirmed_after_a_new_start_keeps_the_job_running(
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
-        await place(probe, state, "alice", "a", ("v100-0",))
-        await place(probe, state, "bob", "b", ("v100-0",))
+        await admit(probe, state, "alice", "a")
+        await admit(probe, state, "bob", "b")
         await probe.wait_for(COMMANDS, StartCommand)
         await state.on_tick()  # equal passes: a, which joined first, keeps the GPU
         await state.on_tick()  # a suspended, b started
@@ -411,8 +403,8 @@ async def test_a_restarted_split_stride_continues_where_it_stopped(
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
-        await place(probe, state, "alice", "a", ("v100-0",))
-        await place(probe, state, "bob", "b", ("v100-0",))
+        await admit(probe, state, "alice", "a")
+        await admit(probe, state, "bob", "b")
         await probe.wait_for(COMMANDS, StartCommand)
         for _ in range(3):
             await state.on_tick()
@@ -435,8 +427,8 @@ async def test_usage_counts_gpu_seconds_per_user_and_pool(
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 4))
-        await place(probe, state, "alice", "a", ("v100-0",), 3)
-        await place(probe, state, "bob", "b", ("v100-0",), 1)
+        await admit(probe, state, "alice", "a", 3)
+        await admit(probe, state, "bob", "b", 1)
         await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2)
         await state.on_tick()
         await probe.settle(0.3)
@@ -452,7 +444,7 @@ async def test_a_repeated_placement_is_handled_once(
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 2))
-        await place(probe, state, "alice", "j1", ("v100-0",))
+        await admit(probe, state, "alice", "j1")
         (first,) = await probe.wait_for(COMMANDS, StartCommand)
         placed = JobPlaced(user="alice", job_id="j1", servers=("v100-0",), generation="v100")
         envelope = Envelope.wrap(placed, source="test")

@@ -1,18 +1,18 @@
 """`gfair why`: why a job is where it is, from the records of the services that decide.
 
 Each service records the reasons of its own decisions; this only puts them side by side:
-placement's record (admission, pool and servers, pending), split-stride's (its pass against
-the others' on its server, the GPUs the jobs running there hold, a retry's back-off), the
+placement's record (admission, the placements the scheduler announced), split-stride's (the
+kernel's account of its user per pool, its pass among its user's jobs, the GPUs the jobs on its
+last servers hold, a retry's back-off), the
 trading auction's (its user's share against what its jobs ask) and the failure detector's
 (the health of the servers it is placed on).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from gfair.client.views import JobDetails
 from gfair.events.states import JobState, NodeState
@@ -23,8 +23,6 @@ from gfair.state.stride_record import StrideRecord
 
 # Decisions of the job's record repeated at the end of an explanation, newest last.
 RECENT_DECISIONS = 5
-# Passes closer than this are equal (floating point sums of GPUs/tickets).
-_PASS_EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -106,19 +104,11 @@ def _waiting(
                     + ("; `gfair nodes uncordon` clears a quarantine" if node.quarantined else ""),
                 )
             )
-    if not record.servers:
-        pending = [d for d in record.decisions if d.kind == "pending"]
-        text = pending[-1].text if pending else "no registered server that fits it is up"
-        reasons.append(Reason("pending", f"not placed on a server yet: {text}"))
-        return reasons
     key = job_key(details.user, details.job_id)
     job = stride.jobs.get(key) if stride is not None else None
     if stride is None or job is None:
         reasons.append(
-            Reason(
-                "stride",
-                f"placed on {', '.join(record.servers)}; split-stride has not scheduled it yet",
-            )
+            Reason("stride", "admitted; split-stride has not taken it in yet (is split-stride up?)")
         )
         return reasons
     if job.runnable_at is not None and job.runnable_at > now:
@@ -135,37 +125,47 @@ def _waiting(
         reasons.append(
             Reason("backoff", "its process ended; the failure detector has not classified it yet")
         )
-    for server in record.servers:
+    reasons += _account(key, details.user, stride)
+    for server in job.servers:
         reasons += _on_server(key, record.gpus, server, stride)
+    return reasons
+
+
+def _account(key: str, user: str, stride: StrideRecord) -> list[Reason]:
+    """Where the job stands with the kernel: its user's credit per pool, its place among its
+    user's jobs (docs/design.md §2.7)."""
+    reasons: list[Reason] = []
+    account = stride.users.get(user)
+    if account is not None and account.credit:
+        owed = ", ".join(f"{g} {c:+.3g}" for g, c in sorted(account.credit.items()))
+        reasons.append(
+            Reason(
+                "stride",
+                f"{user}'s credit per pool, in GPU-quanta (positive: owed, it runs first): {owed}",
+            )
+        )
+    job = stride.jobs[key]
+    ahead = [
+        other
+        for other_key, other in stride.jobs.items()
+        if other.user == user
+        and other_key != key
+        and (other.stride_pass, other.seq) < (job.stride_pass, job.seq)
+    ]
+    if ahead:
+        reasons.append(
+            Reason(
+                "stride",
+                f"{len(ahead)} of {user}'s other jobs come before it (lower pass "
+                f"{min(o.stride_pass for o in ahead):.4g} vs its {job.stride_pass:.4g}): a "
+                "user's share goes to its jobs in order of their passes",
+            )
+        )
     return reasons
 
 
 def _on_server(key: str, gpus: int, server: str, stride: StrideRecord) -> list[Reason]:
     reasons: list[Reason] = []
-    entries = _queue(stride.split_stride, server)
-    mine = entries.get(key)
-    if mine is not None and len(entries) > 1:
-        lowest_key = min(entries, key=lambda k: (entries[k][0], k))
-        lowest = entries[lowest_key][0]
-        if mine[0] > lowest + _PASS_EPS:
-            reasons.append(
-                Reason(
-                    "stride",
-                    f"on {server} its pass {mine[0]:.4g} is above the lowest, {lowest:.4g} "
-                    f"({_job_name(lowest_key)}): lower passes run first; while it waits its "
-                    "pass stays and the running jobs' passes grow",
-                )
-            )
-        else:
-            tied = sum(1 for k, e in entries.items() if k != key and e[0] <= mine[0] + _PASS_EPS)
-            ties = f", tied with {tied} other job(s) (ties go by arrival)" if tied else ""
-            reasons.append(
-                Reason(
-                    "stride",
-                    f"on {server} it has the lowest pass ({mine[0]:.4g}){ties}: it runs as soon "
-                    "as its GPUs fit and no multi-server gang claims the server",
-                )
-            )
     info = stride.servers.get(server)
     if info is not None:
         holding = stride.running_on(server)
@@ -178,26 +178,13 @@ def _on_server(key: str, gpus: int, server: str, stride: StrideRecord) -> list[R
             reasons.append(
                 Reason(
                     "gang",
-                    f"needs {_gpus(gpus)} at once; {server} has {free} of {info.gpus} free, "
-                    f"held by {others}",
+                    f"needs {_gpus(gpus)} at once; {server}, where it last ran, has {free} of "
+                    f"{info.gpus} free, held by {others}",
                 )
             )
         if info.state is not NodeState.READY:
             reasons.append(Reason("node", f"split-stride holds {server} as {info.state}"))
     return reasons
-
-
-def _queue(snapshot: Mapping[str, Any], server: str) -> dict[str, tuple[float, int]]:
-    """Job key -> (pass, GPUs) of the entries queued on `server` (local and central)."""
-    out: dict[str, tuple[float, int]] = {}
-    local = snapshot.get("servers", {}).get(server, {})
-    entries: Iterable[Any] = local.get("jobs", []) if isinstance(local, Mapping) else []
-    for entry in entries:
-        out[str(entry["id"])] = (float(entry["pass"]), int(entry["gpus"]))
-    for entry in snapshot.get("multi", []):
-        if server in entry.get("servers", ()):
-            out[str(entry["id"])] = (float(entry["pass"]), int(entry["gpus"]))
-    return out
 
 
 def _gpus(count: int) -> str:

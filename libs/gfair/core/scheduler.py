@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gfair.core import accounts
 from gfair.core.cluster import Cluster, generation_rank
 from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState, decide, settle
 from gfair.core.placement import PoolView, choose_pool, filter_pool
@@ -126,6 +127,7 @@ class GandivaFair:
         self._last: Decision | None = None
         self._running: set[str] = set()  # jobs placed by the last plan
         self._server_pool = {s.id: s.generation for s in cluster.servers}
+        self._gpus = {g: pool.gpus for g, pool in self.pools.items()}
 
     # -- the facade ---------------------------------------------------------------------
 
@@ -154,7 +156,7 @@ class GandivaFair:
             return Admission(False, choice.reason, rule=rule)
         user.type_speeds.setdefault((job.job_type, job.gpus), speeds)
         self._seq += 1
-        joins = user.queue[0].pass_ if user.queue else 0.0  # its user's minimum pass
+        joins = accounts.joining_pass(j.pass_ for j in user.queue[:1])  # the queue is sorted
         state = JobState(job.id, job.user, job.gpus, self._seq, speeds, joins, job.weight)
         self._jobs[job.id] = job
         self._states[job.id] = state
@@ -212,7 +214,7 @@ class GandivaFair:
             for job in ran:
                 queue = self._users[job.user].queue
                 del queue[bisect.bisect_left(queue, _queue_key(job), key=_queue_key)]
-        ceiling = {name: float(max(user.sizes)) for name, user in self._users.items()}
+        ceiling = {name: accounts.ceiling(user.sizes) for name, user in self._users.items()}
         if settle(snapshot.users, ran, decision, ceiling):
             for job in ran:
                 bisect.insort(self._users[job.user].queue, job, key=_queue_key)
@@ -296,28 +298,7 @@ class GandivaFair:
             min_seller_gain=self.config.min_seller_gain,
         )
         self._trades = result.trades
-        states = [self._users[name].state for name in names]
-        for user in states:
-            user.entitled = dict(result.entitled.get(user.name, {}))
-        for generation in self.pools:
-            self._join(generation, states)
-
-    @staticmethod
-    def _join(generation: str, users: list[UserState]) -> None:
-        """Users new to a pool join at its most-owed member's priority (its minimum pass, in
-        stride terms): they neither jump ahead of anyone nor wait behind everyone."""
-        members = [u for u in users if generation in u.credit]
-        newcomers = [u for u in users if generation not in u.credit]
-        top = max(
-            (
-                (u.credit[generation] + u.entitled[generation]) / u.entitled[generation]
-                for u in members
-                if u.entitled.get(generation, 0.0) > 1e-9
-            ),
-            default=1.0,
-        )
-        for user in newcomers:
-            user.credit[generation] = (top - 1.0) * user.entitled.get(generation, 0.0)
+        accounts.entitle([self._users[name].state for name in names], result.entitled, self.pools)
 
     def _user_speeds(self, name: str, generations: tuple[str, ...]) -> dict[str, float]:
         user = self._users[name]
@@ -327,9 +308,4 @@ class GandivaFair:
 
     def _job_speeds(self, job: JobSpec) -> dict[str, float]:
         """The job's speed per generation; 0 where its type or its gang does not fit."""
-        speeds = self.estimator.job_speeds(job.id, job.user, job.job_type, self.pools)
-        fits = self.estimator.fits
-        return {
-            g: speeds[g] if fits(job.job_type, g) and job.gpus <= pool.gpus else 0.0
-            for g, pool in self.pools.items()
-        }
+        return self.estimator.gang_speeds(job.id, job.user, job.job_type, job.gpus, self._gpus)

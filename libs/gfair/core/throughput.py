@@ -51,6 +51,9 @@ DEFAULT_SPEEDS: Mapping[str, float] = MappingProxyType(
     }
 )
 UNKNOWN_GENERATION_SPEED = 1.0
+# Profiles are a user's, not a job's: they are filed under a job id no job can have (not a
+# subject token) and that job's own layer is dropped at once.
+_PROFILE_JOB = "profile:"
 
 
 def _refine(prior: dict[str, float], layer: Mapping[str, float]) -> dict[str, float]:
@@ -141,6 +144,30 @@ class ThroughputEstimator:
         if observed is not None:
             speeds = _refine(speeds, observed)
         return speeds
+
+    def gang_speeds(
+        self,
+        job_id: str,
+        user: str,
+        job_type: str | None,
+        gpus: int,
+        pool_gpus: Mapping[str, int],
+    ) -> dict[str, float]:
+        """The job's speed on each pool, as the decision kernel takes it: 0 where its type does
+        not fit the generation or its gang is larger than the pool (it never goes there)."""
+        speeds = self.job_speeds(job_id, user, job_type, pool_gpus)
+        return {
+            g: speeds[g] if self.fits(job_type, g) and gpus <= size else 0.0
+            for g, size in pool_gpus.items()
+        }
+
+    def observe_profile(self, user: str, job_type: str | None, rates: Mapping[str, float]) -> None:
+        """Take a user's published profile of a job type (the profiler already averaged it, so
+        with `alpha` 1 it replaces the previous one)."""
+        for generation, rate in rates.items():
+            if rate > 0:
+                self.observe(_PROFILE_JOB, user, job_type, generation, rate)
+        self.forget_job(_PROFILE_JOB)
 
     def user_speeds(
         self, user: str, type_gpus: Mapping[str | None, int], generations: Iterable[str]

@@ -3,11 +3,14 @@
 One key, written after every change, so passes, GPU assignments and usage are always mutually
 consistent when split-stride restarts from it:
 
-- ``split_stride``: the core `SplitStride` snapshot (every queued job's pass and tickets, per
-  server and central);
+- ``users``: each active user's account with the decision kernel (arrival order and credit
+  per pool, `gfair.core.accounts`), ``seq`` the next arrival number, and each job's pass and
+  arrival order in ``jobs``;
+- ``profiles``: the users' speed profiles per job type, as the profiler last published them;
 - ``servers``: the servers split-stride schedules (registered nodes: generation, GPU indices,
   whether they are available);
-- ``jobs``: every placed, unfinished job: where it is placed, whether it may run now, and its
+- ``jobs``: every admitted, unfinished job: where the kernel last placed it, whether it may run
+  now, and its
   *residency*, the nodes where split-stride told it to run and has not yet heard it let go.
   Residencies that are ``starting`` or ``running`` hold their GPU indices (a GPU is never in two
   of them); ``suspending`` ones hold no GPU on their node (the node executor handles commands in
@@ -20,7 +23,6 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -30,6 +32,7 @@ from gfair.events.fields import (
     GpuCount,
     GpuIndex,
     JobId,
+    Name,
     NodeId,
     UserName,
 )
@@ -91,8 +94,15 @@ class StrideJob(_Record):
     job_id: JobId
     gpus: GpuCount
     weight: float = Field(gt=0, description="Weight among its user's jobs")
+    job_type: Name | None = None
+    seq: int = Field(default=0, ge=0, description="Arrival order, the kernel's last tie-break")
+    stride_pass: float = Field(
+        default=0.0, description="GPU-quanta received while contended, over its weight"
+    )
     generation: Generation | None = None
-    servers: tuple[NodeId, ...] = Field(default=(), description="Empty: waiting to be re-placed")
+    servers: tuple[NodeId, ...] = Field(
+        default=(), description="Where the kernel last placed it; empty: never placed"
+    )
     attempt: Attempt = 1
     runnable_at: AwareDatetime | None = Field(
         default=None, description="A retried job waits until then"
@@ -100,8 +110,6 @@ class StrideJob(_Record):
     exited: bool = Field(
         default=False, description="Its process ended; waiting for the failure detector's verdict"
     )
-    lag: float = Field(default=0.0, description="Pass above the queue minimum when it left it")
-    tickets: float | None = Field(default=None, description="Stride tickets last given")
     residency: tuple[Residency, ...] = ()
 
     @property
@@ -112,11 +120,29 @@ class StrideJob(_Record):
         return next((r for r in self.residency if r.node_id == node_id), None)
 
 
+class StrideUser(_Record):
+    """A user's account with the decision kernel (`gfair.core.kernel.UserState`)."""
+
+    seq: int = Field(ge=0, description="Arrival order of the user")
+    credit: dict[Generation, float] = Field(
+        default_factory=dict, description="GPU-quanta owed per pool"
+    )
+
+
+class TypeProfile(_Record):
+    job_type: Name | None = None
+    rates: dict[Generation, float]
+
+
 class StrideRecord(_Record):
     epoch: str = Field(description="Made when the record is first written; seeds tick event ids")
     quantum: int = Field(default=0, ge=0, description="The next quantum to decide")
     last_tick_at: AwareDatetime | None = None
-    split_stride: dict[str, Any] = Field(default_factory=dict)
+    seq: int = Field(default=0, ge=0, description="The next arrival number (users and jobs)")
+    users: dict[UserName, StrideUser] = Field(default_factory=dict)
+    profiles: dict[UserName, dict[str, TypeProfile]] = Field(
+        default_factory=dict, description="User -> job type key -> its latest published profile"
+    )
     servers: dict[NodeId, ServerRecord] = Field(default_factory=dict)
     jobs: dict[str, StrideJob] = Field(default_factory=dict)
     usage: dict[UserName, dict[Generation, float]] = Field(

@@ -1,14 +1,18 @@
-"""The placement service: admission, pool and server choice, re-placement, load balancing.
+"""The placement service: admission and the job records.
+
+Where and when an admitted job runs is the decision kernel's (split-stride drives it each
+quantum and announces every placement with `JobPlaced`); placement admits a job when some
+registered pool could ever run it (`feasibility`), refuses it with a reason otherwise, and keeps
+each job's `JobRecord` current, placements included.
 
 Consumers (durable, one worker each, so each reads its events in stream order):
 
 - ``placement-jobs`` (GFAIR_JOBS): submissions, cancel requests, and the lifecycle events that
-  keep each `JobRecord`'s state current;
-- ``placement-nodes`` (GFAIR_NODES): the node inventory (registrations and health verdicts);
-- ``placement-sched`` (GFAIR_SCHED): quantum ticks (introspection), entitlements, profiles.
+  keep each `JobRecord`'s state current (placements by split-stride among them);
+- ``placement-nodes`` (GFAIR_NODES): the node inventory (registrations and health verdicts).
 
-State lives in `gfair_jobs` (this service is its only writer); the node inventory, entitlements
-and profiles are rebuilt on start from the streams' history. The three handlers share one lock.
+State lives in `gfair_jobs` (this service is its only writer); the node inventory is rebuilt on
+start from the stream's history. The handlers share one lock.
 
 Handlers write a record before returning the events that announce it, and the runtime publishes
 those before acknowledging the input. A crash in between redelivers the input; the record then
@@ -26,7 +30,6 @@ record as stored (or forgets it) and the batch is handled again.
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 
 import structlog
 from opentelemetry import trace
@@ -38,7 +41,7 @@ from gfair.bus.topology import consumer_for
 from gfair.bus.tracing import current_traceparent
 from gfair.bus.transport import BusError
 from gfair.core.throughput import ThroughputEstimator
-from gfair.events.commands import KillCommand, MigrateCommand
+from gfair.events.commands import KillCommand
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.jobs import (
     JobAccepted,
@@ -56,25 +59,19 @@ from gfair.events.jobs import (
     JobSuspended,
 )
 from gfair.events.nodes import NodeEvent
-from gfair.events.reasons import MigrationReason, RejectionCode
-from gfair.events.scheduling import EntitlementsUpdated, ProfileUpdated, QuantumTicked
+from gfair.events.reasons import RejectionCode
 from gfair.events.states import JobState, NodeState
-from gfair.events.subjects import (
-    NODES_STREAM,
-    SCHED_STREAM,
-    parse_cancel_subject,
-    parse_submit_subject,
-)
+from gfair.events.subjects import NODES_STREAM, parse_cancel_subject, parse_submit_subject
 from gfair.events.submission import JobCancelRequested, JobSubmitted
-from gfair.gavel import load_throughputs
 from gfair.state import buckets
 from gfair.state.job_record import JobRecord, load_job, load_jobs, save_job
 from gfair_services.inventory import INVENTORY_EVENTS, NodeInventory
+from gfair_services.throughputs import load_estimator
 from gfair_services.topology import cluster_topology
 
 from .admission import Refusal, answer_invalid_submission, check_submission
 from .book import JobBook
-from .placer import Placement, Placer
+from .feasibility import unsatisfiable
 from .settings import Settings
 
 SERVICE_NAME = "placement"
@@ -82,6 +79,7 @@ SERVICE_NAME = "placement"
 JOB_EVENTS: tuple[type[EventData], ...] = (
     JobSubmitted,
     JobCancelRequested,
+    JobPlaced,
     JobStarted,
     JobResumed,
     JobSuspended,
@@ -91,29 +89,16 @@ JOB_EVENTS: tuple[type[EventData], ...] = (
     JobFailed,
     JobRetried,
 )
-SCHED_EVENTS: tuple[type[EventData], ...] = (QuantumTicked, EntitlementsUpdated, ProfileUpdated)
-# Nodes whose jobs must go elsewhere.
-_LOST = (NodeState.FAILED, NodeState.QUARANTINED)
 
 _log = structlog.get_logger("gfair.placement")
 _tracer = trace.get_tracer("gfair.placement")
 
 
-def default_estimator(settings: Settings) -> ThroughputEstimator:
-    try:
-        table = load_throughputs(settings.throughputs)
-    except FileNotFoundError as error:
-        # Without measurements placement still works on the default speeds per generation.
-        _log.warning("no throughput table; using default speeds", error=str(error))
-        table = {}
-    return ThroughputEstimator(table)
-
-
 class PlacementService:
     def __init__(self, settings: Settings, estimator: ThroughputEstimator) -> None:
         self.settings = settings
-        self.placer = Placer(settings, estimator)
-        self.book = JobBook(settings.surplus_weight)
+        self.estimator = estimator
+        self.book = JobBook()
         self.inventory = NodeInventory()
         self._lock = asyncio.Lock()
         self._kv: KeyValue | None = None
@@ -145,14 +130,6 @@ class PlacementService:
             ack_wait_s=ack_wait_s,
             settle=self.settle,
         )
-        service.add_handler(
-            self.on_sched_event,
-            consumer_for(SCHED_EVENTS, durable="placement-sched"),
-            accepts=SCHED_EVENTS,
-            name="sched",
-            ack_wait_s=ack_wait_s,
-            settle=self.settle,
-        )
         service.on_start(self.start)
         return service
 
@@ -176,19 +153,9 @@ class PlacementService:
         ):
             if isinstance(past.data, NodeEvent):
                 self.inventory.apply(past.envelope, past.data)
-        async for past in runtime.history(
-            SCHED_STREAM.name,
-            filter_subjects=(
-                EntitlementsUpdated.subject_pattern(),
-                ProfileUpdated.subject_pattern(),
-            ),
-            accepts=(EntitlementsUpdated, ProfileUpdated),
-        ):
-            self._sched_input(past.data)
         _log.info(
             "placement state rebuilt",
             live_jobs=len(self.book),
-            pending=len(self.book.pending()),
             nodes=len(self.inventory),
         )
 
@@ -215,27 +182,9 @@ class PlacementService:
                         before=change.before,
                         after=change.after,
                     )
-            return await self._reconcile(envelope)
-
-    async def on_sched_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
-        async with self._lock:
-            if not isinstance(data, QuantumTicked):
-                self._sched_input(data)
-                return []
-            outputs = await self._reconcile(envelope)
-            age = (datetime.now(UTC) - envelope.time).total_seconds()
-            if data.quantum % self.settings.balance_every_quanta == 0:
-                if age > self.settings.stale_tick_s:
-                    _log.info("stale tick: not balancing", quantum=data.quantum, age_s=age)
-                else:
-                    outputs += await self._balance(envelope)
-            return outputs
-
-    def _sched_input(self, data: EventData) -> None:
-        if isinstance(data, EntitlementsUpdated):
-            self.placer.entitlements_updated(data)
-        elif isinstance(data, ProfileUpdated):
-            self.placer.profile_updated(data)
+                    if change.after is NodeState.FAILED:
+                        await self._lose_node(envelope, change.node_id)
+            return []
 
     # -- submissions ---------------------------------------------------------------------------
 
@@ -255,18 +204,13 @@ class PlacementService:
         # Later events about the job (a placement once GPUs free up, a move) join this trace.
         record = JobRecord.accepted(envelope, data, trace_parent=current_traceparent())
         if refusal is None:
-            reason = self.placer.infeasible(record, self.inventory)
+            reason = unsatisfiable(data.gpus, data.job_type, self.inventory, self.estimator)
             if reason is not None:
                 refusal = Refusal(RejectionCode.UNSATISFIABLE, reason)
         if refusal is not None:
             candidate = JobRecord.rejected(envelope, data, refusal.code, refusal.reason)
         else:
             candidate = record.with_decision(at, "admission", _admitted(data))
-            self.book.put(candidate, -1)  # counted in its user's demand while it is placed
-            try:
-                candidate = self._placed_or_pending(candidate, at)
-            finally:
-                self.book.remove(candidate.key)
         if candidate.key not in self._stored:
             self._create_soon(candidate)
             _log.info(
@@ -340,9 +284,6 @@ class PlacementService:
         if stored is None:
             return []  # unknown, or finished: its record already holds its final state
         record = stored.record
-        if record.seen(envelope.id):
-            # A redelivery of an event whose handling may have re-placed the job.
-            return [_placed(record)] if isinstance(data, JobRetried) and record.servers else []
         updated = record.apply(envelope, data)
         if updated is None:
             return []
@@ -352,18 +293,13 @@ class PlacementService:
             if entry is not None and entry.state is NodeState.FAILED:
                 # Reported before the node was declared dead: that process is gone with it.
                 updated = updated.lost_node(node_id, at)
-        outputs: list[Emit] = []
         match data:
-            case JobStarted() | JobResumed() if updated.servers and data.node_id in updated.nodes:
-                if data.node_id not in updated.servers:
-                    # It started where it was placed before a move (or a drain) that this
-                    # service decided in between: that node must let it go too.
-                    reason = (
-                        MigrationReason.DRAIN
-                        if self._lost(data.node_id)
-                        else MigrationReason.LOAD_BALANCE
-                    )
-                    outputs.append(_migrate(updated, data.node_id, updated.servers[0], reason))
+            case JobPlaced():
+                updated = updated.with_decision(
+                    at,
+                    "placement",
+                    f"placed on {data.generation} {', '.join(data.servers)} by the scheduler",
+                )
             case JobRetried():
                 updated = updated.with_decision(
                     at,
@@ -371,11 +307,6 @@ class PlacementService:
                     f"attempt {data.attempt} after {data.delay_s:.3g}s "
                     f"({data.failure_class}): {data.reason}",
                 )
-                lost = [s for s in updated.servers if self._lost(s)]
-                if lost:
-                    updated = self._replace(updated, at, f"{', '.join(lost)} unavailable")
-                    if updated.servers:
-                        outputs.append(_placed(updated))
             case JobFailed():
                 updated = updated.with_decision(
                     at, "failed", f"{data.failure_class}: {data.reason}"
@@ -385,120 +316,19 @@ class PlacementService:
                     at, "completed", f"attempt {data.attempt} succeeded"
                 )
         await self._save(updated, stored.revision)
-        return outputs
+        return []
 
-    # -- node changes, pending jobs, balancing -------------------------------------------------
+    # -- node changes --------------------------------------------------------------------------
 
-    def _lost(self, node_id: str) -> bool:
-        entry = self.inventory.get(node_id)
-        return entry is not None and entry.state in _LOST
-
-    async def _reconcile(self, envelope: Envelope) -> list[Emit]:
-        """Bring placements in line with the inventory: jobs off lost nodes, pending jobs on."""
+    async def _lose_node(self, envelope: Envelope, node_id: str) -> None:
+        """The processes of a failed node are gone: the records say so (the kernel places the
+        jobs elsewhere)."""
         at = envelope.time
-        outputs = [
-            _placed(s.record) for s in self.book if s.record.seen(envelope.id) and s.record.servers
-        ]
         for stored in list(self.book):
-            record = stored.record
-            lost = [s for s in record.servers if self._lost(s)]
-            if not lost:
-                continue
-            moved = record
-            for node_id in lost:
-                entry = self.inventory.get(node_id)
-                if entry is not None and entry.state is NodeState.FAILED:
-                    moved = moved.lost_node(node_id, at)
-            why = ", ".join(f"{n} {self.inventory.nodes[n].state}" for n in lost)
-            moved = self._replace(moved, at, why).noting(envelope.id)
-            await self._save(moved, stored.revision)
-            still_running = [n for n in lost if n in moved.nodes]
-            if moved.servers:
-                outputs += [
-                    _migrate(moved, n, moved.servers[0], MigrationReason.DRAIN)
-                    for n in still_running
-                    if n not in moved.servers
-                ]
-                outputs.append(_placed(moved))
-        for record in self.book.pending():
-            stored_pending = self.book.get(record.key)
-            assert stored_pending is not None
-            placed = self._placed_or_pending(record, at)
-            if placed == record:
-                continue
-            placed = placed.noting(envelope.id) if placed.servers else placed
-            await self._save(placed, stored_pending.revision)
-            if placed.servers:
-                outputs.append(_placed(placed))
-        return outputs
+            if node_id in stored.record.nodes:
+                await self._save(stored.record.lost_node(node_id, at), stored.revision)
 
-    async def _balance(self, envelope: Envelope) -> list[Emit]:
-        at = envelope.time
-        outputs: list[Emit] = []
-        with _tracer.start_as_current_span("placement.balance") as span:
-            moves = self.placer.rebalance(self.inventory, self.book)
-            span.set_attribute("gfair.migrations", len(moves))
-        for move in moves:
-            stored = self.book.get(move.job_key)
-            if stored is None:
-                continue
-            record = stored.record
-            assert record.generation is not None
-            moved = (
-                record.placed(at, record.generation, (move.to_server,))
-                .noting(envelope.id)
-                .with_decision(
-                    at, "migration", f"moved {move.from_server} -> {move.to_server}: {move.reason}"
-                )
-            )
-            await self._save(moved, stored.revision)
-            if record.state is JobState.RUNNING and move.from_server in record.nodes:
-                outputs.append(
-                    _migrate(record, move.from_server, move.to_server, MigrationReason.LOAD_BALANCE)
-                )
-            outputs.append(_placed(moved))
-            _log.info(
-                "migration",
-                user=record.user,
-                job_id=record.job_id,
-                from_server=move.from_server,
-                to_server=move.to_server,
-            )
-        return outputs
-
-    # -- decisions and writes ------------------------------------------------------------------
-
-    def _placed_or_pending(self, record: JobRecord, at: datetime) -> JobRecord:
-        """`record` placed (decision noted) or, when nothing fits now, left pending."""
-        sub = record.submission
-        with _tracer.start_as_current_span("placement.place") as span:
-            span.set_attribute("gfair.user", record.user)
-            span.set_attribute("gfair.job_id", record.job_id)
-            span.set_attribute("gfair.gpus", sub.gpus)
-            result = self.placer.place(record, self.inventory, self.book)
-            if isinstance(result, Placement):
-                span.set_attribute("gfair.generation", result.generation)
-                span.set_attribute("gfair.servers", list(result.servers))
-                span.set_attribute("gfair.rule", result.rule)
-        if isinstance(result, Placement):
-            return record.placed(at, result.generation, result.servers).with_decision(
-                at,
-                "placement",
-                f"placed on {result.generation} {', '.join(result.servers)}: {result.reason}",
-                rule=result.rule,
-            )
-        text = f"waiting for GPUs: {result.reason}"
-        last = record.decisions[-1] if record.decisions else None
-        if last is not None and last.kind == "pending" and last.text == text:
-            return record  # nothing new to say
-        return record.with_decision(at, "pending", text)
-
-    def _replace(self, record: JobRecord, at: datetime, why: str) -> JobRecord:
-        stored = self.book.get(record.key)
-        revision = stored.revision if stored is not None else -1
-        unplaced = record.unplaced(at).with_decision(at, "re-placement", f"off its servers: {why}")
-        self.book.put(unplaced, revision)  # placed as a job counted on no server
-        return self._placed_or_pending(unplaced, at)
+    # -- writes --------------------------------------------------------------------------------
 
     def _create_soon(self, record: JobRecord) -> None:
         """Send the create of `record`'s first version; the batch's settling awaits it."""
@@ -590,33 +420,6 @@ def _admitted(data: JobSubmitted) -> str:
     return f"accepted: {data.gpus} GPU(s){kind}"
 
 
-def _placed(record: JobRecord) -> Emit:
-    assert record.generation is not None
-    return Emit(
-        JobPlaced(
-            user=record.user,
-            job_id=record.job_id,
-            servers=record.servers,
-            generation=record.generation,
-        ),
-        trace_parent=record.submission.trace_parent,
-    )
-
-
-def _migrate(record: JobRecord, node_id: str, to_node: str, reason: MigrationReason) -> Emit:
-    return Emit(
-        MigrateCommand(
-            node_id=node_id,
-            user=record.user,
-            job_id=record.job_id,
-            attempt=record.attempt,
-            to_node=to_node,
-            reason=reason,
-        ),
-        trace_parent=record.submission.trace_parent,
-    )
-
-
 def _submission_outputs(record: JobRecord) -> list[Emit]:
     if record.state is JobState.REJECTED:
         assert record.rejection_code is not None and record.reason is not None
@@ -631,16 +434,13 @@ def _submission_outputs(record: JobRecord) -> list[Emit]:
             )
         ]
     sub = record.submission
-    outputs = [
+    return [
         Emit(
             JobAccepted(
                 user=record.user, job_id=record.job_id, gpus=sub.gpus, job_type=sub.job_type
             )
         )
     ]
-    if record.servers:
-        outputs.append(_placed(record))
-    return outputs
 
 
 def _cancel_outputs(record: JobRecord) -> list[Emit]:
@@ -674,4 +474,4 @@ def _cancel_outputs(record: JobRecord) -> list[Emit]:
 
 def build_service(settings: Settings | None = None) -> Service:
     settings = settings or Settings()
-    return PlacementService(settings, default_estimator(settings)).service()
+    return PlacementService(settings, load_estimator(settings.throughputs)).service()

@@ -1,4 +1,4 @@
-"""Placement's settings: admission limits and the load balancer's brakes."""
+"""Placement's settings: admission limits and the throughput table."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from gfair_services.shares import DEFAULT_SURPLUS_WEIGHT
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
 
@@ -34,21 +33,6 @@ class Settings(TenantSettings, TopologySettings):
     )
     allowed_users: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_names)] = Field(
         default=(), description="Users allowed to submit (comma-separated); empty: anyone"
-    )
-    balance_every_quanta: int = Field(
-        default=5, ge=1, description="Run the load balancer on every N-th quantum tick"
-    )
-    balance_threshold: float = Field(
-        default=0.25,
-        ge=0,
-        description="Ticket-load spread (max-min)/mean among a pool's servers tolerated",
-    )
-    migration_budget: int = Field(default=4, ge=0, description="Most migrations per balancing")
-    surplus_weight: float = Field(default=DEFAULT_SURPLUS_WEIGHT, gt=0, lt=1)
-    stale_tick_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="Ticks older than this (a backlog after downtime) skip balancing",
     )
     throughputs: Path | None = Field(
         default=None,

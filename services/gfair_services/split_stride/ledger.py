@@ -1,16 +1,20 @@
-"""Split-stride's state: the servers, the placed jobs and where they run, passes and usage.
+"""Split-stride's state: the servers, the admitted jobs and where they run, the users' accounts.
 
-The `Ledger` folds the events split-stride consumes and keeps the core `SplitStride` in step:
-a job is *queued* in it exactly while it may run (`runnable`), so the stride never hands a
-quantum to a job that cannot use it. A job may run when:
+The `Ledger` folds the events split-stride consumes and builds, each quantum, the snapshot the
+decision kernel (`gfair.core.kernel`) decides from: the schedulable servers grouped into pools,
+each active user's entitlement and credit per pool (`gfair.core.accounts`), and the runnable jobs
+with their speeds (`ThroughputEstimator.gang_speeds`, the seed table refined by the profiles the
+profiler publishes), passes and where they ran. A job may run when:
 
-- it is placed on servers that are all registered and schedulable (ready, or merely suspected);
 - its process has not exited awaiting the failure detector's verdict, and a retry's delay is over;
-- it holds no residency on a node outside its placement: a job moved elsewhere starts there only
-  once its old node confirmed it let go (checkpoint written), so it never runs twice.
+- it holds no residency outside the servers the kernel last placed it on: a job the kernel moved
+  starts on its new servers only once its old node confirmed it let go (checkpoint written), so
+  it never runs twice.
 
-Leaving the queue keeps the job's lag (pass above the queue minimum), rejoining restores it.
-The ledger converts to and from the `StrideRecord` kept in `gfair_stride`.
+Entitlements are what the trading auction last published (`EntitlementsUpdated`) when that
+covers every user with jobs; otherwise the no-trading shares (`pools.shares`) of the users'
+tickets and demand (the GPUs of their admitted, unfinished jobs). The ledger converts to and
+from the `StrideRecord` kept in `gfair_stride`.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from gfair.core.cluster import Cluster
-from gfair.core.split_stride import SplitStride
+from gfair.core import accounts, kernel, pools
+from gfair.core.cluster import generation_rank
+from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState
+from gfair.core.throughput import ThroughputEstimator
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import (
     JobExited,
@@ -33,9 +39,10 @@ from gfair.events.jobs import (
     JobSuspended,
 )
 from gfair.events.nodes import NodeEvent
-from gfair.events.scheduling import EntitlementsUpdated
+from gfair.events.scheduling import EntitlementsUpdated, ProfileUpdated
 from gfair.events.states import NodeState
 from gfair.state.buckets import job_key
+from gfair.state.profile_record import type_key
 from gfair.state.stride_record import (
     MAX_APPLIED_IDS,
     Phase,
@@ -43,14 +50,14 @@ from gfair.state.stride_record import (
     ServerRecord,
     StrideJob,
     StrideRecord,
+    StrideUser,
+    TypeProfile,
 )
 from gfair_services.inventory import NodeEntry, NodeInventory
-from gfair_services.shares import ActiveJob, job_tickets, user_shares
 
 from .settings import Settings
 
 _log = structlog.get_logger("gfair.split_stride")
-_TICKET_EPS = 1e-12
 
 
 @dataclass
@@ -82,13 +89,14 @@ class Job:
     job_id: str
     gpus: int
     weight: float
-    generation: str | None
-    servers: tuple[str, ...]
+    job_type: str | None
+    seq: int  # arrival order
+    stride_pass: float = 0.0
+    generation: str | None = None
+    servers: tuple[str, ...] = ()  # where the kernel last placed it
     attempt: int = 1
     runnable_at: datetime | None = None
     exited: bool = False
-    lag: float = 0.0
-    tickets: float | None = None
     stays: dict[str, Stay] = field(default_factory=dict)
 
     @property
@@ -103,8 +111,7 @@ class Job:
             self.attempt,
             self.runnable_at,
             self.exited,
-            self.lag,
-            self.tickets,
+            self.stride_pass,
             tuple(
                 (
                     s.node_id,
@@ -134,11 +141,25 @@ class Job:
 
 
 class Ledger:
-    def __init__(self, record: StrideRecord, settings: Settings) -> None:
+    def __init__(
+        self, record: StrideRecord, settings: Settings, estimator: ThroughputEstimator
+    ) -> None:
         self.settings = settings
+        self.estimator = estimator
         self.epoch = record.epoch
         self.quantum = record.quantum
         self.last_tick_at = record.last_tick_at
+        self.seq = record.seq
+        self.users: dict[str, UserState] = {
+            name: UserState(name, user.seq, credit=dict(user.credit))
+            for name, user in record.users.items()
+        }
+        self.profiles: dict[str, dict[str, TypeProfile]] = {
+            user: dict(types) for user, types in record.profiles.items()
+        }
+        for user, types in self.profiles.items():
+            for profile in types.values():
+                estimator.observe_profile(user, profile.job_type, profile.rates)
         self.usage: dict[str, dict[str, float]] = {u: dict(p) for u, p in record.usage.items()}
         self.usage_since = record.usage_since
         self.entitlements: dict[str, dict[str, float]] = {
@@ -152,7 +173,10 @@ class Ledger:
         self.jobs: dict[str, Job] = {key: _job(j) for key, j in record.jobs.items()}
         self._applied: deque[str] = deque(record.applied_event_ids, maxlen=MAX_APPLIED_IDS)
         self._records: dict[str, tuple[tuple[object, ...], StrideJob]] = {}
-        self.stride = self._new_stride(record.split_stride)
+        # Jobs the last quantum moved that wait for their old nodes to let go before they start
+        # on their new servers, whose GPUs are promised to them meanwhile. In memory only: after
+        # a restart the next quantum decides anew.
+        self.held_back: set[str] = set()
 
     # -- persistence ----------------------------------------------------------------------
 
@@ -161,7 +185,12 @@ class Ledger:
             epoch=self.epoch,
             quantum=self.quantum,
             last_tick_at=self.last_tick_at,
-            split_stride=self.stride.snapshot(),
+            seq=self.seq,
+            users={
+                name: StrideUser(seq=user.seq, credit=user.credit)
+                for name, user in self.users.items()
+            },
+            profiles=self.profiles,
             servers={
                 e.node_id: ServerRecord(
                     node_id=e.node_id,
@@ -198,95 +227,146 @@ class Ledger:
     def note(self, event_id: str) -> None:
         self._applied.append(event_id)
 
-    # -- the stride over the schedulable servers ---------------------------------------------
+    # -- the kernel's snapshot and decision -------------------------------------------------
 
     def schedulable(self) -> list[NodeEntry]:
         return sorted(self.inventory.schedulable(), key=lambda e: e.node_id)
 
-    def _new_stride(self, snapshot: dict[str, object] | None) -> SplitStride:
-        stride = SplitStride(Cluster.of(e.server() for e in self.schedulable()))
-        if snapshot:
-            try:
-                stride.restore(snapshot)
-            except (ValueError, KeyError, TypeError) as error:
-                # Queues rejoin from the jobs' lags at the next sync; only passes are lost.
-                _log.warning(
-                    "stride snapshot does not fit the servers; starting over", error=str(error)
-                )
-                stride = SplitStride(stride.cluster)
-        return stride
-
-    def _rebuild_stride(self) -> None:
-        """Follow a change of the schedulable servers: jobs on servers that went away leave."""
-        keep = {e.node_id: e.gpus for e in self.schedulable()}
-        for key, servers in list(self.stride.placements().items()):
-            if any(keep.get(s) != self.stride.cluster.server(s).gpus for s in servers):
-                self._dequeue(key)
-        self.stride = self._new_stride(self.stride.snapshot())
-
-    def queued(self, key: str) -> bool:
-        return key in self.stride
-
-    def _dequeue(self, key: str) -> None:
-        if key in self.stride:
-            lag = self.stride.remove(key)
-            job = self.jobs.get(key)
-            if job is not None:
-                job.lag = lag
-
     def runnable(self, job: Job, now: datetime) -> bool:
-        if not job.servers or job.exited:
+        if job.exited:
             return False
         if job.runnable_at is not None and job.runnable_at > now:
             return False
-        for server_id in job.servers:
-            entry = self.inventory.get(server_id)
-            if entry is None or not entry.schedulable:
-                return False
         return all(node in job.servers for node in job.stays)
 
-    def sync(self, now: datetime) -> None:
-        """Queue exactly the runnable jobs (at the right place), then give them their tickets."""
-        for key in self.jobs:
-            self.sync_job(key, now)
-        self._retick()
-
-    def sync_job(self, key: str, now: datetime) -> None:
-        """Queue or dequeue one job; its tickets are settled at the next `sync`."""
-        job = self.jobs[key]
-        should = self.runnable(job, now)
-        if key in self.stride and (not should or self.stride.placement(key) != job.servers):
-            self._dequeue(key)
-        if should and key not in self.stride:
-            try:
-                self.stride.add(key, job.servers, job.gpus, job.tickets or 1.0, job.lag)
-            except ValueError as error:
-                _log.warning("job cannot be queued", job=key, error=str(error))
-
-    def _retick(self) -> None:
-        queued = [self.jobs[key] for key in self.stride.placements()]
-        pool_gpus: dict[str, float] = {}
+    def snapshot(self, now: datetime) -> Snapshot:
+        """What the kernel decides this quantum from (module doc); users' entitlements are
+        refreshed on the way."""
+        servers: dict[str, list[NodeEntry]] = {}
         for entry in self.schedulable():
-            pool_gpus[entry.generation] = pool_gpus.get(entry.generation, 0) + entry.gpus
+            servers.setdefault(entry.generation, []).append(entry)
+        fastest_first = sorted(servers, key=generation_rank, reverse=True)
+        pool_states = tuple(
+            PoolState(g, tuple(e.server() for e in servers[g]), rank)
+            for rank, g in enumerate(fastest_first)
+        )
+        pool_gpus = {g: sum(e.gpus for e in servers[g]) for g in reversed(fastest_first)}
+        self._entitle(pool_gpus)
+        speeds: dict[tuple[str, str | None, int], dict[str, float]] = {}
+        queues: dict[str, list[JobState]] = {}
+        for key, job in self.jobs.items():
+            if not self.runnable(job, now):
+                continue
+            shape = (job.user, job.job_type, job.gpus)
+            if shape not in speeds:
+                speeds[shape] = self.estimator.gang_speeds(
+                    key, job.user, job.job_type, job.gpus, pool_gpus
+                )
+            running = tuple(
+                node
+                for node in job.servers
+                if (stay := job.stays.get(node)) is not None
+                and stay.holds_gpus
+                and stay.attempt == job.attempt
+            )
+            queues.setdefault(job.user, []).append(
+                JobState(
+                    key,
+                    job.user,
+                    job.gpus,
+                    job.seq,
+                    speeds[shape],
+                    job.stride_pass,
+                    job.weight,
+                    running=running if len(running) == len(job.servers) else (),
+                    home=job.servers,
+                )
+            )
+        for queue in queues.values():
+            queue.sort(key=lambda state: (state.pass_, state.seq))
+        return Snapshot(pool_states, self.users, queues)
+
+    def _entitle(self, pool_gpus: dict[str, int]) -> None:
         demand: dict[str, float] = {}
-        for job in queued:
-            demand[job.user] = demand.get(job.user, 0) + job.gpus
-        shares = user_shares(
-            pool_gpus,
-            self.settings.tickets_map(demand),
-            demand,
-            self.entitlements if self.entitlements_revision >= 0 else None,
+        for job in self.jobs.values():
+            demand[job.user] = demand.get(job.user, 0.0) + job.gpus
+        published = self.entitlements if self.entitlements_revision >= 0 else {}
+        if demand and all(user in published for user in demand):
+            entitled: dict[str, dict[str, float]] = {
+                user: {g: float(published[user].get(g, 0.0)) for g in pool_gpus} for user in demand
+            }
+        else:
+            tickets = self.settings.tickets_map(demand)
+            entitled = pools.shares(pool_gpus, tickets, demand).entitled
+        names = sorted(self.users)
+        accounts.entitle([self.users[name] for name in names], entitled, pool_gpus)
+
+    def settle(self, snapshot: Snapshot, decision: Decision) -> None:
+        """Book the quantum into the users' credits and the passes of the jobs that ran."""
+        ran = [
+            state
+            for jobs in snapshot.jobs.values()
+            for state in jobs
+            if state.id in decision.placed
+        ]
+        gangs: dict[str, list[int]] = {}
+        for job in self.jobs.values():
+            gangs.setdefault(job.user, []).append(job.gpus)
+        ceiling = {user: accounts.ceiling(sizes) for user, sizes in gangs.items()}
+        if kernel.settle(self.users, ran, decision, ceiling):
+            for state in ran:
+                self.jobs[state.id].stride_pass = state.pass_
+
+    def place(self, decision: Decision) -> list[Job]:
+        """Take the decision's placements; the jobs placed on other servers than before."""
+        pool_of = {entry.node_id: entry.generation for entry in self.schedulable()}
+        moved: list[Job] = []
+        for key, servers in decision.placed.items():
+            job = self.jobs[key]
+            if job.servers != servers:
+                job.servers, job.generation = servers, pool_of[servers[0]]
+                moved.append(job)
+        return moved
+
+    # -- jobs coming and going ------------------------------------------------------------------
+
+    def admit(
+        self,
+        user: str,
+        job_id: str,
+        gpus: int,
+        weight: float,
+        job_type: str | None,
+        attempt: int = 1,
+    ) -> Job:
+        """A newly admitted job, and its user's account when it is the user's first."""
+        if user not in self.users:
+            self.users[user] = UserState(user, self._next_seq())
+        passes = (j.stride_pass for j in self.jobs.values() if j.user == user)
+        job = Job(
+            user=user,
+            job_id=job_id,
+            gpus=gpus,
+            weight=weight,
+            job_type=job_type,
+            seq=self._next_seq(),
+            stride_pass=accounts.joining_pass(passes),
+            attempt=attempt,
         )
-        tickets = job_tickets(
-            shares,
-            (ActiveJob(j.key, j.user, j.generation or "", j.weight) for j in queued),
-            self.settings.surplus_weight,
-        )
-        for job in queued:
-            value = tickets[job.key]
-            if value > 0 and abs(self.stride.tickets(job.key) - value) > _TICKET_EPS:
-                self.stride.set_tickets(job.key, value)
-            job.tickets = value
+        self.jobs[job.key] = job
+        return job
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def finished(self, user: str, job_id: str) -> Job | None:
+        """Forget a job that ended for good; returns it (its residencies) or None. A user with
+        no jobs left leaves with its account (it comes back as a newcomer)."""
+        job = self.jobs.pop(job_key(user, job_id), None)
+        if job is not None and not any(j.user == user for j in self.jobs.values()):
+            self.users.pop(user, None)
+        return job
 
     # -- GPUs held ----------------------------------------------------------------------------
 
@@ -305,21 +385,29 @@ class Ledger:
         held = {i for stay in self.holders(node_id).values() for i in stay.gpu_indices}
         return [i for i in entry.gpu_indices if i not in held]
 
+    def promised(self, node_id: str, sizes: dict[str, int]) -> int:
+        """GPUs of `node_id` promised to held-back jobs."""
+        return sum(
+            self.jobs[key].gpus_on(node_id, sizes)
+            for key in self.held_back
+            if key in self.jobs and node_id in self.jobs[key].servers
+        )
+
+    def free_gpus(self) -> int:
+        return sum(len(self.free_indices(entry.node_id)) for entry in self.schedulable())
+
     def sizes(self) -> dict[str, int]:
         return {node_id: e.gpus for node_id, e in self.inventory.nodes.items()}
 
     # -- folding events -----------------------------------------------------------------------
 
     def node_event(self, envelope: Envelope, event: NodeEvent) -> bool:
-        before = {(e.node_id, e.gpus) for e in self.schedulable()}
         change = self.inventory.apply(envelope, event)
         if change is None:
             return False
         if change.after is NodeState.FAILED:
             for job in self.jobs.values():
                 job.stays.pop(change.node_id, None)  # its processes died with it
-        if {(e.node_id, e.gpus) for e in self.schedulable()} != before:
-            self._rebuild_stride()
         return True
 
     def entitlements_event(self, event: EntitlementsUpdated) -> bool:
@@ -329,22 +417,17 @@ class Ledger:
         self.entitlements = {u: dict(p) for u, p in event.entitlements.items()}
         return True
 
-    def placed(
-        self,
-        key: str,
-        servers: tuple[str, ...],
-        generation: str,
-        new_job: Job | None = None,
-    ) -> bool:
-        job = self.jobs.get(key)
-        if job is None:
-            if new_job is None:
-                return False
-            self.jobs[key] = new_job
-            return True
-        if job.servers == servers and job.generation == generation:
+    def profile_event(self, event: ProfileUpdated) -> bool:
+        """A user's profile of a job type (per-job estimates refine little beyond it)."""
+        if event.job_id is not None:
             return False
-        job.servers, job.generation = servers, generation
+        types = self.profiles.setdefault(event.user, {})
+        key = type_key(event.job_type)
+        old = types.get(key)
+        if old is not None and old.rates == event.rates:
+            return False
+        types[key] = TypeProfile(job_type=event.job_type, rates=event.rates)
+        self.estimator.observe_profile(event.user, event.job_type, event.rates)
         return True
 
     def confirmed(self, event: JobStarted | JobResumed, at: datetime) -> bool:
@@ -397,14 +480,6 @@ class Ledger:
         job.runnable_at = at + timedelta(seconds=event.delay_s) if event.delay_s > 0 else None
         return True
 
-    def finished(self, user: str, job_id: str) -> Job | None:
-        """Forget a job that ended for good; returns it (its residencies) or None."""
-        key = job_key(user, job_id)
-        job = self.jobs.pop(key, None)
-        if job is not None and key in self.stride:
-            self.stride.remove(key)
-        return job
-
     # -- usage --------------------------------------------------------------------------------
 
     def account(self, now: datetime) -> None:
@@ -444,13 +519,14 @@ def _job(record: StrideJob) -> Job:
         job_id=record.job_id,
         gpus=record.gpus,
         weight=record.weight,
+        job_type=record.job_type,
+        seq=record.seq,
+        stride_pass=record.stride_pass,
         generation=record.generation,
         servers=record.servers,
         attempt=record.attempt,
         runnable_at=record.runnable_at,
         exited=record.exited,
-        lag=record.lag,
-        tickets=record.tickets,
         stays={
             r.node_id: Stay(
                 r.node_id, r.phase, r.attempt, r.gpu_indices, r.since, r.quantum, r.pending_suspends
@@ -466,13 +542,14 @@ def _record(job: Job) -> StrideJob:
         job_id=job.job_id,
         gpus=job.gpus,
         weight=job.weight,
+        job_type=job.job_type,
+        seq=job.seq,
+        stride_pass=job.stride_pass,
         generation=job.generation,
         servers=job.servers,
         attempt=job.attempt,
         runnable_at=job.runnable_at,
         exited=job.exited,
-        lag=job.lag,
-        tickets=job.tickets,
         residency=tuple(
             Residency(
                 node_id=s.node_id,

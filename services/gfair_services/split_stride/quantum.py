@@ -1,17 +1,22 @@
-"""One quantum's decision, turned into what each node must do (docs/design.md §2.3).
+"""One quantum's decision, turned into what each node must do (docs/design.md §2.3, §2.7).
 
-The core `SplitStride` picks which jobs hold GPUs on each server this quantum; this module works
-out the difference with what runs now and assigns concrete GPU indices:
+The decision kernel (`gfair.core.kernel.decide`) picks, from the ledger's snapshot, which jobs
+hold GPUs on which servers this quantum; this module books it (`kernel.settle`) and works out
+the difference with what runs now, assigning concrete GPU indices:
 
-- a job that keeps running keeps its GPUs;
+- a job that keeps running on its servers keeps its GPUs;
 - a job leaving a server is suspended there (checkpoint, GPUs freed), or killed when its attempt
   was superseded by a retry; its node confirms before the job may run anywhere else;
+- a job the kernel placed on other servers than before (a move, within or between pools) is
+  suspended wherever it still runs and starts on its new servers once every old node confirmed
+  it let go (`start_at_once` then): it never runs twice;
 - a job entering takes free indices; since a node executor handles its commands one at a time in
   order, a start listed after the suspends of the same server finds their GPUs free. Two jobs
   never hold the same index in the ledger.
 
-`start_at_once` is the work-conserving exception: a newly placed job whose servers have enough
-idle GPUs starts without waiting for the next tick (the stride re-decides at that tick).
+`start_at_once` starts jobs between ticks: a moved job once its old nodes let go, and, to be
+work-conserving, a newly admitted (or retried) job when the GPUs the kernel would give it now
+are idle and not promised to a moved job; nothing is booked for it until the next tick.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from datetime import datetime
 
 import structlog
 
+from gfair.core.kernel import decide
 from gfair.events.reasons import SuspendReason
 from gfair.state.stride_record import Phase
 
@@ -65,6 +71,14 @@ class QuantumPlan:
     turns: list[ServerTurn]
     # Jobs to stop on nodes that are no longer scheduled (quarantined): drained.
     strays: list[Stop]
+    placed: list[Job]  # jobs the kernel placed on other servers than before
+    waiting: int  # runnable jobs that hold no GPUs this quantum
+
+
+@dataclass
+class Starts:
+    turns: list[ServerTurn]
+    placed: list[Job]  # jobs placed for the first time (or again) to start now
 
 
 def decide_quantum(ledger: Ledger, now: datetime) -> QuantumPlan:
@@ -77,70 +91,109 @@ def decide_quantum(ledger: Ledger, now: datetime) -> QuantumPlan:
             phase=expired.phase,
             start_confirmed=not expired.unconfirmed,
         )
-    ledger.sync(now)
-    runs = ledger.stride.schedule()
+    snapshot = ledger.snapshot(now)
+    decision = decide(snapshot)
+    ledger.settle(snapshot, decision)
+    placed = ledger.place(decision)
+    moved = {job.key for job in placed}
     quantum = ledger.quantum
     ledger.quantum += 1
-    sizes = ledger.sizes()
+    scheduled = ledger.schedulable()
     turns: list[ServerTurn] = []
-    for entry in ledger.schedulable():
+    for entry in scheduled:
         node_id = entry.node_id
-        run = runs.get(node_id, ())
+        run = decision.runs.get(node_id, ())
         turn = ServerTurn(
             node_id, central=any(len(ledger.jobs[key].servers) > 1 for key in run), running=run
         )
         chosen = set(run)
         for key, held in ledger.holders(node_id).items():
             job = ledger.jobs[key]
-            if key not in chosen or held.attempt != job.attempt:
+            if key not in chosen or key in moved or held.attempt != job.attempt:
                 turn.stops.append(_stop(job, held, now, quantum))
-        free = ledger.free_indices(node_id)
-        for key in run:
+        turns.append(turn)
+    # Moved jobs still resident anywhere start once their old nodes let go; their GPUs are
+    # promised to them until then (or until the next quantum decides anew).
+    # (One moved in an earlier quantum and still waiting keeps its promise; the GPUs are its own
+    # again only if this quantum left them free.)
+    held_back = {key for key in moved if ledger.jobs[key].stays}
+    waiting = {k for k in ledger.held_back if k in ledger.jobs and ledger.jobs[k].stays}
+    ledger.held_back = held_back | waiting
+    sizes = ledger.sizes()
+    for turn in turns:
+        free = ledger.free_indices(turn.node_id)
+        for key in turn.running:
             job = ledger.jobs[key]
-            stay = job.stays.get(node_id)
+            stay = job.stays.get(turn.node_id)
             if stay is not None and stay.holds_gpus and stay.attempt == job.attempt:
                 continue  # keeps running on its GPUs
-            need = job.gpus_on(node_id, sizes)
+            if key in held_back:
+                continue
+            need = job.gpus_on(turn.node_id, sizes)
             if len(free) < need:
-                _log.error("not enough free GPUs for a chosen job", job=key, node_id=node_id)
+                _log.error("not enough free GPUs for a chosen job", job=key, node_id=turn.node_id)
                 continue
             indices, free = tuple(free[:need]), free[need:]
-            turn.starts.append(_start(job, node_id, indices, now, quantum))
-        turns.append(turn)
-    scheduled = {entry.node_id for entry in ledger.schedulable()}
+            turn.starts.append(_start(job, turn.node_id, indices, now, quantum))
+    names = {entry.node_id for entry in scheduled}
     strays = [
         _stop(job, stay, now, quantum, drain=True)
         for job in ledger.jobs.values()
         for stay in list(job.stays.values())
-        if stay.node_id not in scheduled and stay.holds_gpus
+        if stay.node_id not in names and stay.holds_gpus
     ]
-    return QuantumPlan(quantum, turns, strays)
+    return QuantumPlan(quantum, turns, strays, placed, decision.waiting)
 
 
-def start_at_once(ledger: Ledger, key: str, now: datetime) -> list[ServerTurn]:
-    """Start `key` now if its servers have the idle GPUs it needs; the turns it takes."""
-    if key not in ledger.jobs:
-        return []
-    ledger.sync_job(key, now)
+def start_at_once(ledger: Ledger, key: str, now: datetime, *, arrival: bool) -> Starts:
+    """Start `key` between ticks if it may (module doc): a moved job the quantum held back, once
+    its old nodes let go, on its new servers; an `arrival` (admitted, or retried) on the GPUs the
+    kernel would give it now, if they are idle and not promised to a held-back job. Any other
+    job waits for the next quantum: the last one chose not to run it."""
     job = ledger.jobs.get(key)
-    if job is None or not ledger.queued(key) or any(s.holds_gpus for s in job.stays.values()):
-        return []
+    if job is None or not ledger.runnable(job, now) or job.stays:
+        return Starts([], [])
+    names = {entry.node_id for entry in ledger.schedulable()}
+    placed: list[Job] = []
+    if key in ledger.held_back:
+        servers = job.servers
+    elif not arrival:
+        return Starts([], [])
+    elif job.servers and all(s in names for s in job.servers):
+        servers = job.servers  # a retry where it ran
+    else:
+        if ledger.free_gpus() < job.gpus:
+            return Starts([], [])
+        chosen = decide(ledger.snapshot(now)).placed.get(key)
+        if chosen is None:
+            return Starts([], [])
+        servers = chosen
+        placed.append(job)
     sizes = ledger.sizes()
+    before = job.servers, job.generation
+    job.servers = servers
     picks: dict[str, tuple[int, ...]] = {}
-    for node_id in job.servers:
+    for node_id in servers:
         need = job.gpus_on(node_id, sizes)
         free = ledger.free_indices(node_id)
+        if key not in ledger.held_back:
+            free = free[: max(0, len(free) - ledger.promised(node_id, sizes))]
         if len(free) < need:
-            return []
+            job.servers = before[0]
+            return Starts([], [])
         picks[node_id] = tuple(free[:need])
+    ledger.held_back.discard(key)
+    if placed:
+        entry = ledger.inventory.get(servers[0])
+        job.generation = entry.generation if entry is not None else before[1]
     quantum = max(ledger.quantum - 1, 0)
     turns = []
     for node_id, indices in picks.items():
         start = _start(job, node_id, indices, now, quantum)
-        turn = ServerTurn(node_id, central=len(job.servers) > 1, starts=[start])
+        turn = ServerTurn(node_id, central=len(servers) > 1, starts=[start])
         turn.running = tuple(ledger.holders(node_id))
         turns.append(turn)
-    return turns
+    return Starts(turns, placed)
 
 
 def _start(job: Job, node_id: str, indices: tuple[int, ...], now: datetime, quantum: int) -> Start:

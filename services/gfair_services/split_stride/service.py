@@ -1,16 +1,19 @@
-"""The split-stride service: owns time. Every quantum it decides what runs on every server.
+"""The split-stride service: owns time. Every quantum it drives the decision kernel
+(`gfair.core.kernel`) and carries its decision out on every server.
 
 Consumers (durable, one worker each):
 
-- ``split-stride-jobs`` (GFAIR_JOBS): placements, retries, the node executors' reports of what
+- ``split-stride-jobs`` (GFAIR_JOBS): admissions, retries, the node executors' reports of what
   started and what let go, and the ends of jobs;
 - ``split-stride-nodes`` (GFAIR_NODES): the servers (the cluster is whatever registered);
-- ``split-stride-shares`` (GFAIR_SCHED): entitlements published by the trading auction.
+- ``split-stride-shares`` (GFAIR_SCHED): entitlements published by the trading auction and the
+  speed profiles published by the profiler.
 
-A timer every ``quantum_s`` emits `QuantumTicked`, runs the core `SplitStride` over the runnable
-jobs, and emits per server the `SuspendCommand`s of jobs leaving, then the `StartCommand`s of
-jobs entering, then its `ScheduleDecided` (see `quantum`). A newly placed job whose servers
-have idle GPUs starts at once, between ticks.
+A timer every ``quantum_s`` emits `QuantumTicked`, decides the quantum from the ledger's
+snapshot, emits `JobPlaced` for every job the kernel placed on other servers than before, then
+per server the `SuspendCommand`s of jobs leaving, the `StartCommand`s of jobs entering and its
+`ScheduleDecided` (see `quantum`). A newly admitted job that fits idle GPUs starts at once,
+between ticks. The clock is injected (`clock`), so tests drive quanta by hand.
 
 State is the `StrideRecord` in `gfair_stride` (its only writer). Every handler and tick changes
 the ledger, publishes its outputs under ids derived from what caused them, and only then writes
@@ -33,6 +36,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from typing import TypeAlias
 
 import structlog
 from opentelemetry import trace
@@ -48,6 +52,7 @@ from gfair.events.commands import KillCommand, NodeCommand, StartCommand, Suspen
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.fields import JobRef
 from gfair.events.jobs import (
+    JobAccepted,
     JobCancelled,
     JobCompleted,
     JobEvent,
@@ -62,22 +67,28 @@ from gfair.events.jobs import (
 )
 from gfair.events.nodes import NodeEvent
 from gfair.events.reasons import SuspendReason
-from gfair.events.scheduling import EntitlementsUpdated, QuantumTicked, ScheduleDecided
+from gfair.events.scheduling import (
+    EntitlementsUpdated,
+    ProfileUpdated,
+    QuantumTicked,
+    ScheduleDecided,
+)
 from gfair.state import buckets
 from gfair.state.buckets import job_key
 from gfair.state.job_record import StoredJob, Submission, load_job
 from gfair.state.stride_record import StrideRecord, load_stride, save_stride
 from gfair_services.inventory import INVENTORY_EVENTS
+from gfair_services.throughputs import load_estimator
 from gfair_services.topology import cluster_topology
 
 from .ledger import Job, Ledger
-from .quantum import ServerTurn, Start, Stop, decide_quantum, start_at_once
+from .quantum import ServerTurn, Start, Starts, Stop, decide_quantum, start_at_once
 from .settings import Settings
 
 SERVICE_NAME = "split-stride"
 
 JOB_EVENTS: tuple[type[EventData], ...] = (
-    JobPlaced,
+    JobAccepted,
     JobRetried,
     JobStarted,
     JobResumed,
@@ -89,14 +100,22 @@ JOB_EVENTS: tuple[type[EventData], ...] = (
     JobCancelled,
 )
 _TERMINAL = (JobCompleted, JobFailed, JobCancelled)
+SHARES_EVENTS: tuple[type[EventData], ...] = (EntitlementsUpdated, ProfileUpdated)
+Clock: TypeAlias = Callable[[], datetime]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
 
 _log = structlog.get_logger("gfair.split_stride")
 _tracer = trace.get_tracer("gfair.split_stride")
 
 
 class SplitStrideService:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, clock: Clock = _utc_now) -> None:
         self.settings = settings
+        self.clock = clock
         self._lock = asyncio.Lock()
         self._ledger: Ledger | None = None
         self._revision: int | None = None
@@ -138,8 +157,8 @@ class SplitStrideService:
         )
         service.add_handler(
             self.on_shares_event,
-            consumer_for((EntitlementsUpdated,), durable="split-stride-shares"),
-            accepts=(EntitlementsUpdated,),
+            consumer_for(SHARES_EVENTS, durable="split-stride-shares"),
+            accepts=SHARES_EVENTS,
             name="shares",
             ack_wait_s=ack_wait_s,
             settle=self._settler("shares"),
@@ -172,11 +191,11 @@ class SplitStrideService:
         assert self._stride_kv is not None
         stored = await load_stride(self._stride_kv)
         if stored is None:
-            record = StrideRecord.fresh(uuid.uuid4().hex, datetime.now(UTC))
+            record = StrideRecord.fresh(uuid.uuid4().hex, self.clock())
             self._revision = None
         else:
             record, self._revision = stored.record, stored.revision
-        self._ledger = Ledger(record, self.settings)
+        self._ledger = Ledger(record, self.settings, load_estimator(self.settings.throughputs))
         self._loads += 1
         self._dirty = False
 
@@ -197,24 +216,23 @@ class SplitStrideService:
         """The events to publish, or None when nothing changed."""
         ledger = self.ledger
         key = job_key(data.user, data.job_id)
-        now = datetime.now(UTC)
+        now = self.clock()
         match data:
-            case JobPlaced():
-                new_job = None if key in ledger.jobs else await self._new_job(data)
-                if not ledger.placed(key, data.servers, data.generation, new_job):
+            case JobAccepted():
+                if key in ledger.jobs or not await self._admit(data):
                     return None
-                return await self._turns_events(start_at_once(ledger, key, now))
+                return await self._starts_events(start_at_once(ledger, key, now, arrival=True))
             case JobRetried():
                 if not ledger.retried(data, envelope.time):
                     return None
-                return await self._turns_events(start_at_once(ledger, key, now))
+                return await self._starts_events(start_at_once(ledger, key, now, arrival=True))
             case JobStarted() | JobResumed():
                 return [] if ledger.confirmed(data, envelope.time) else None
             case JobSuspended() | JobMigrated() | JobExited():
                 if not ledger.released(data):
                     return None
                 # A job that waited for its old node to let go may start at once where it moved.
-                return await self._turns_events(start_at_once(ledger, key, now))
+                return await self._starts_events(start_at_once(ledger, key, now, arrival=False))
             case JobCompleted() | JobFailed() | JobCancelled():
                 job = ledger.finished(data.user, data.job_id)
                 if job is None:
@@ -229,13 +247,13 @@ class SplitStrideService:
         return None
 
     async def prefetch(self, events: Sequence[tuple[Envelope, EventData]]) -> None:
-        """Read at once the records of the jobs the batch places that split-stride lacks."""
+        """Read at once the records of the jobs the batch admits that split-stride lacks."""
         self._prefetched.clear()
         wanted = sorted(
             {
                 job_key(data.user, data.job_id)
                 for _, data in events
-                if isinstance(data, JobPlaced)
+                if isinstance(data, JobAccepted)
                 and job_key(data.user, data.job_id) not in self.ledger.jobs
             }
         )
@@ -247,28 +265,24 @@ class SplitStrideService:
             if not isinstance(record, BaseException):
                 self._prefetched[key] = record
 
-    async def _new_job(self, event: JobPlaced) -> Job | None:
+    async def _admit(self, event: JobAccepted) -> bool:
+        """Take an admitted job in from its record; False for one that ended meanwhile."""
         key = job_key(event.user, event.job_id)
         if key in self._prefetched:
             record = self._prefetched.pop(key)
         else:
             record = await load_job(self.jobs_kv, event.user, event.job_id)
         if record is None:
-            # Placement writes the record before it announces the placement.
-            raise RuntimeError(f"no job record for placed job {event.user}/{event.job_id}")
+            # Placement writes the record before it announces the admission.
+            raise RuntimeError(f"no job record for admitted job {event.user}/{event.job_id}")
         if not record.record.live:
-            return None  # a late placement of a job that ended meanwhile
+            return False  # a late admission of a job that ended meanwhile
         sub = record.record.submission
         self._submissions[record.record.key] = sub
-        return Job(
-            user=event.user,
-            job_id=event.job_id,
-            gpus=sub.gpus,
-            weight=sub.weight,
-            generation=event.generation,
-            servers=event.servers,
-            attempt=record.record.attempt,
+        self.ledger.admit(
+            event.user, event.job_id, sub.gpus, sub.weight, sub.job_type, record.record.attempt
         )
+        return True
 
     async def on_node_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
         async with self._lock:
@@ -282,18 +296,24 @@ class SplitStrideService:
     async def on_shares_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
         async with self._lock:
             self._batch_began.setdefault("shares", self._loads)
-            if isinstance(data, EntitlementsUpdated) and self.ledger.entitlements_event(data):
+            if isinstance(data, EntitlementsUpdated):
+                changed = self.ledger.entitlements_event(data)
+            elif isinstance(data, ProfileUpdated):
+                changed = self.ledger.profile_event(data)
+            else:
+                changed = False
+            if changed:
                 self._commit(envelope, [], seed=envelope.id)
         return []
 
     async def on_tick(self) -> list[Emit]:
         async with self._lock:
             ledger = self.ledger
-            now = datetime.now(UTC)
+            now = self.clock()
             with _tracer.start_as_current_span("split_stride.quantum") as span:
                 began = time.perf_counter()
                 plan = decide_quantum(ledger, now)
-                gfair_metrics().record_quantum(time.perf_counter() - began, _waiting(ledger))
+                gfair_metrics().record_quantum(time.perf_counter() - began, plan.waiting)
                 gfair_metrics().record_shares(_held(ledger), ledger.entitlements)
                 span.set_attribute("gfair.quantum", plan.quantum)
                 outputs: list[EventData] = [
@@ -301,6 +321,7 @@ class SplitStrideService:
                         quantum=plan.quantum, starts_at=now, length_s=self.settings.quantum_s
                     )
                 ]
+                outputs += [_placed(job) for job in plan.placed]
                 outputs += await self._turns_events(plan.turns, quantum=plan.quantum)
                 outputs += [_stop(stop) for stop in plan.strays]
                 starts = sum(len(t.starts) for t in plan.turns)
@@ -315,6 +336,10 @@ class SplitStrideService:
         return []
 
     # -- outputs --------------------------------------------------------------------------------
+
+    async def _starts_events(self, starts: Starts) -> list[EventData]:
+        placed: list[EventData] = [_placed(job) for job in starts.placed]
+        return placed + await self._turns_events(starts.turns)
 
     async def _turns_events(
         self, turns: Sequence[ServerTurn], *, quantum: int | None = None
@@ -442,15 +467,6 @@ class SplitStrideService:
         return self._jobs_kv
 
 
-def _waiting(ledger: Ledger) -> int:
-    """Runnable jobs that hold no GPUs after the quantum's decision: the queue."""
-    return sum(
-        1
-        for key, job in ledger.jobs.items()
-        if ledger.queued(key) and not any(s.holds_gpus for s in job.stays.values())
-    )
-
-
 def _held(ledger: Ledger) -> dict[str, dict[str, float]]:
     """GPUs each user holds per pool now (its received share)."""
     held: dict[str, dict[str, float]] = {}
@@ -460,6 +476,13 @@ def _held(ledger: Ledger) -> dict[str, dict[str, float]]:
             pools = held.setdefault(job.user, {})
             pools[job.generation] = pools.get(job.generation, 0.0) + gpus
     return held
+
+
+def _placed(job: Job) -> JobPlaced:
+    assert job.generation is not None
+    return JobPlaced(
+        user=job.user, job_id=job.job_id, servers=job.servers, generation=job.generation
+    )
 
 
 def _ref(key: str) -> JobRef:
@@ -499,5 +522,5 @@ def _stop(stop: Stop) -> EventData:
     )
 
 
-def build_service(settings: Settings | None = None) -> Service:
-    return SplitStrideService(settings or Settings()).service()
+def build_service(settings: Settings | None = None, clock: Clock = _utc_now) -> Service:
+    return SplitStrideService(settings or Settings(), clock).service()

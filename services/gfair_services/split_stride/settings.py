@@ -1,4 +1,5 @@
-"""Split-stride's settings: the quantum, where checkpoints live, and its safety timeouts."""
+"""Split-stride's settings: the quantum, where checkpoints live, the throughput table, and its
+safety timeouts."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from gfair_services.shares import DEFAULT_SURPLUS_WEIGHT
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
 
@@ -35,7 +35,10 @@ class Settings(TenantSettings, TopologySettings):
         gt=0,
         description="Longest gap between ticks counted as GPU use (default: 2 quanta)",
     )
-    surplus_weight: float = Field(default=DEFAULT_SURPLUS_WEIGHT, gt=0, lt=1)
+    throughputs: Path | None = Field(
+        default=None,
+        description="Gavel throughput table (default: the measurements packaged with gfair)",
+    )
 
     @field_validator("checkpoint_root")
     @classmethod

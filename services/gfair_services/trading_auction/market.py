@@ -4,7 +4,7 @@ Inputs: the active jobs (who demands how many GPUs, of which job types), the poo
 generation on nodes that take work) and the users' speed profiles (from the profiler). The
 allocation composes the core exactly as the simulator's `GandivaFair` does: each active user's
 ticket share of the cluster, water-filled by demand and held as the same fraction of every pool
-(`pools.entitlements`), then second-price trades between pools (`trading.trade`) bid with the
+(`pools.shares`: `pools.entitlements`, then second-price trades between pools) bid with the
 users' estimated speeds (`ThroughputEstimator.user_speeds`).
 
 No I/O and no clock: the service persists the inputs and passes times in.
@@ -13,16 +13,16 @@ No I/O and no clock: the service persists the inputs and passes times in.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gfair.core import pools
 from gfair.core.cluster import generation_rank
-from gfair.core.pools import entitlements
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
-from gfair.core.trading import Trade, effective_throughput, trade
+from gfair.core.trading import Trade, effective_throughput
 from gfair.events.fields import Generation, GpuCount, JobId, Name, NodeId, UserName
 from gfair.state.profile_record import type_key
 from gfair.state.share_record import PoolShare, TradeRecord, UserShare
@@ -30,9 +30,6 @@ from gfair.state.share_record import PoolShare, TradeRecord, UserShare
 # Shares are compared and stored to this many decimals (GPUs): finer differences are noise of
 # floating point, not a change worth a new revision.
 _DECIMALS = 9
-# The estimator files observations under a job id; profiles are the user's, not a job's, so
-# they go under one that no job can have (not a subject token) and are forgotten at once.
-_PROFILE_JOB = "profile:"
 # A user that cannot use the slow pool at all bids infinity; records and events carry a finite
 # stand-in far above any real speedup.
 MAX_BID = 1e6
@@ -149,12 +146,7 @@ class Market:
         if old is not None and (profile.as_of < old.as_of or profile.rates == old.rates):
             return False
         self.profiles[key] = profile
-        for generation, rate in profile.rates.items():
-            if rate > 0:
-                self.estimator.observe(
-                    _PROFILE_JOB, profile.user, profile.job_type, generation, rate
-                )
-        self.estimator.forget_job(_PROFILE_JOB)
+        self.estimator.observe_profile(profile.user, profile.job_type, profile.rates)
         return True
 
     # -- the allocation -------------------------------------------------------------------
@@ -181,19 +173,17 @@ class Market:
             return Allocation(capacity, {}, ())
         generations = tuple(capacity)
         tickets = {u: self.tickets(u) for u in users}
-        fair = entitlements(capacity, tickets, {u: float(demand[u]) for u in users})
+        asked = {u: float(demand[u]) for u in users}
+        fair = pools.entitlements(capacity, tickets, asked)
         speeds = {u: self.estimator.user_speeds(u, type_gpus[u], generations) for u in users}
-        held: Mapping[str, Mapping[str, float]] = fair
-        trades: tuple[Trade, ...] = ()
-        if self.trading and len(generations) > 1 and len(users) > 1:
-            result = trade(
-                fair,
-                speeds,
-                generations,
-                min_seller_gain=self.min_seller_gain,
-                demands={u: float(demand[u]) for u in users},
-            )
-            held, trades = result.holdings, result.trades
+        result = pools.shares(
+            capacity,
+            tickets,
+            asked,
+            speeds if self.trading else None,
+            min_seller_gain=self.min_seller_gain,
+        )
+        held, trades = result.entitled, result.trades
         shares = {
             u: UserShare(
                 user=u,

@@ -1,0 +1,60 @@
+"""Users' accounts with the decision kernel, kept by its drivers between quanta
+(docs/design.md §2.7).
+
+Both drivers, the simulator's `GandivaFair` and split-stride's ledger, keep per active user a
+kernel `UserState` (arrival order, entitlement and credit per pool) and per job its pass and
+arrival order. How those change as shares, users and jobs change is decided here, once, so the
+two drivers keep them alike (the parity test in tests/services proves they do):
+
+- `entitle`: new entitlements; a user new to a pool joins it at the priority of the pool's
+  most-owed member (its minimum pass, in stride terms), so it neither jumps ahead of anyone nor
+  waits behind everyone;
+- `joining_pass`: a new job joins at its user's minimum pass;
+- `ceiling`: what a user's credit may save up for (its largest gang, see `kernel.settle`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from gfair.core.kernel import UserState
+
+_EPS = 1e-9
+
+
+def entitle(
+    users: Sequence[UserState],
+    entitled: Mapping[str, Mapping[str, float]],
+    generations: Iterable[str],
+) -> None:
+    """Give each user its entitlement per pool; users new to a pool join it (module doc)."""
+    for user in users:
+        user.entitled = dict(entitled.get(user.name, {}))
+    for generation in generations:
+        _join(generation, users)
+
+
+def _join(generation: str, users: Sequence[UserState]) -> None:
+    newcomers = [u for u in users if generation not in u.credit]
+    if not newcomers:
+        return
+    top = max(
+        (
+            (u.credit[generation] + u.entitled[generation]) / u.entitled[generation]
+            for u in users
+            if generation in u.credit and u.entitled.get(generation, 0.0) > _EPS
+        ),
+        default=1.0,
+    )
+    for user in newcomers:
+        user.credit[generation] = (top - 1.0) * user.entitled.get(generation, 0.0)
+
+
+def joining_pass(passes: Iterable[float]) -> float:
+    """The pass a user's new job starts from: the lowest of its other jobs' (0 for a first)."""
+    return min(passes, default=0.0)
+
+
+def ceiling(gang_sizes: Iterable[int]) -> float:
+    """What a user's credit may save up for: its largest gang."""
+    return float(max(gang_sizes, default=1))

@@ -1,0 +1,247 @@
+"""One kernel, two drivers: a scripted workload driven through the simulator's `GandivaFair` and
+through the split-stride service (on the in-memory bus, with a fake clock) takes the same
+decisions, quantum by quantum (docs/design.md §2.7).
+
+The test plays placement (it writes each job's record and announces its admission) and the node
+executors (it confirms every start and suspend at once), so what differs between the two runs is
+only the drivers: the service's ledger, its snapshots, its bookkeeping of moves and residencies.
+The workload has three users with unequal tickets, 1- to 8-GPU gangs (an 8-GPU gang spans two
+servers), job types that run at different speeds on V100 and K80, arrivals while the cluster is
+backlogged and jobs that end.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gfair.bus.memory_bus import InMemoryBus
+from gfair.bus.runtime import ServiceRuntime
+from gfair.core.cluster import Cluster, Server
+from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
+from gfair.events.commands import NodeCommand, StartCommand, SuspendCommand
+from gfair.events.envelope import Envelope
+from gfair.events.jobs import JobAccepted, JobCompleted, JobStarted, JobSuspended
+from gfair.events.scheduling import ScheduleDecided
+from gfair.gavel import load_throughputs
+from gfair.state.buckets import JOBS
+from gfair.state.job_record import JobRecord, save_job
+from gfair.state.stride_record import Phase
+from gfair_services.split_stride import Settings, SplitStrideService
+
+from .scheduling_harness import FAST, Probe, eventually, registered, submitted
+
+SERVERS = (
+    Server("k80-0", "k80", 4),
+    Server("k80-1", "k80", 4),
+    Server("v100-0", "v100", 4),
+    Server("v100-1", "v100", 4),
+)
+TICKETS = {"ann": 1.0, "ben": 1.0, "cat": 2.0}
+RESNET = "ResNet-50 (batch size 64)"
+TRANSFORMER = "Transformer (batch size 64)"
+A3C = "A3C"
+QUANTA = 24
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Arrival:
+    quantum: int
+    user: str
+    job_id: str
+    gpus: int
+    job_type: str
+
+
+ARRIVALS = (
+    Arrival(0, "ann", "a1", 1, RESNET),
+    Arrival(0, "ann", "a2", 2, RESNET),
+    Arrival(0, "ann", "a3", 4, TRANSFORMER),
+    Arrival(0, "ben", "b1", 8, TRANSFORMER),
+    Arrival(0, "ben", "b2", 1, A3C),
+    Arrival(0, "cat", "c1", 2, A3C),
+    Arrival(0, "cat", "c2", 2, RESNET),
+    Arrival(0, "cat", "c3", 4, RESNET),
+    Arrival(0, "cat", "c4", 1, TRANSFORMER),
+    Arrival(0, "cat", "c5", 4, A3C),
+    Arrival(5, "ann", "a4", 1, A3C),
+    Arrival(5, "ben", "b3", 2, RESNET),
+    Arrival(9, "cat", "c6", 8, RESNET),
+    Arrival(14, "ben", "b4", 4, TRANSFORMER),
+)
+ENDS = {7: ("ann", "a2"), 11: ("cat", "c1"), 16: ("ben", "b2"), 19: ("ann", "a1")}
+
+
+def simulated() -> list[dict[str, frozenset[str]]]:
+    """The simulator's driver: the runs of every quantum, server -> job keys."""
+    table = load_throughputs()
+    scheduler = GandivaFair(Cluster.of(SERVERS), TICKETS, table, SchedulerConfig(trading=False))
+    runs: list[dict[str, frozenset[str]]] = []
+    for quantum in range(QUANTA):
+        if quantum in ENDS:
+            user, job_id = ENDS[quantum]
+            scheduler.finish(f"{user}.{job_id}", float(quantum))
+        for arrival in ARRIVALS:
+            if arrival.quantum == quantum:
+                spec = JobSpec(
+                    f"{arrival.user}.{arrival.job_id}",
+                    arrival.user,
+                    arrival.gpus,
+                    arrival.job_type,
+                )
+                assert scheduler.submit(spec, float(quantum)).accepted
+        plan = scheduler.plan(float(quantum))
+        runs.append({server: frozenset(jobs) for server, jobs in plan.runs.items() if jobs})
+    return runs
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@asynccontextmanager
+async def service(
+    bus: InMemoryBus, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[SplitStrideService]:
+    settings = Settings(
+        quantum_s=3600.0,  # its own timer never fires: the test ticks
+        checkpoint_root=tmp_path,
+        user_tickets=",".join(f"{user}={n:g}" for user, n in TICKETS.items()),
+    )
+    state = SplitStrideService(settings, clock)
+    async with ServiceRuntime(state.service(), bus, settings=FAST):
+        yield state
+
+
+class Nodes:
+    """The node executors: every start and suspend split-stride sends is confirmed at once."""
+
+    def __init__(self, probe: Probe) -> None:
+        self.probe = probe
+        self.answered = 0
+
+    async def answer(self, state: SplitStrideService) -> None:
+        """Confirm every command until split-stride sends no more (a release may let a moved
+        job start where the kernel put it) and every residency runs."""
+        for _ in range(200):
+            commands = self.commands()
+            for command in commands[self.answered :]:
+                await self.probe.publish(_answer(command))
+            self.answered = len(commands)
+            await self.probe.settle(0.02)
+            if len(self.commands()) == self.answered and _settled(state):
+                return
+        raise AssertionError("split-stride kept sending commands")
+
+    def commands(self) -> list[StartCommand | SuspendCommand]:
+        return [
+            data
+            for _, data in self.probe.events("GFAIR_COMMANDS", NodeCommand)
+            if isinstance(data, StartCommand | SuspendCommand)
+        ]
+
+
+def _answer(command: StartCommand | SuspendCommand) -> JobStarted | JobSuspended:
+    if isinstance(command, StartCommand):
+        return JobStarted(
+            user=command.user,
+            job_id=command.job_id,
+            node_id=command.node_id,
+            gpu_indices=command.gpu_indices,
+            attempt=command.attempt,
+        )
+    return JobSuspended(
+        user=command.user,
+        job_id=command.job_id,
+        node_id=command.node_id,
+        attempt=command.attempt,
+        reason=command.reason,
+    )
+
+
+def _settled(state: SplitStrideService) -> bool:
+    return all(
+        stay.phase is Phase.RUNNING
+        for job in state.ledger.jobs.values()
+        for stay in job.stays.values()
+    )
+
+
+async def admit(probe: Probe, state: SplitStrideService, arrival: Arrival) -> None:
+    data = submitted(arrival.user, arrival.job_id, arrival.gpus, job_type=arrival.job_type)
+    envelope = Envelope.wrap(data, source="test")
+    await save_job(await probe.bus.key_value(JOBS.name), JobRecord.accepted(envelope, data), None)
+    await probe.publish(
+        JobAccepted(
+            user=arrival.user, job_id=arrival.job_id, gpus=arrival.gpus, job_type=arrival.job_type
+        )
+    )
+    await eventually(lambda: f"{arrival.user}.{arrival.job_id}" in state.ledger.jobs)
+
+
+async def live(tmp_path: Path) -> list[dict[str, frozenset[str]]]:
+    """The services' driver: the runs split-stride announced for every quantum."""
+    bus = InMemoryBus()
+    probe = Probe(bus)
+    clock = FakeClock()
+    nodes = Nodes(probe)
+    runs: list[dict[str, frozenset[str]]] = []
+    async with service(bus, tmp_path, clock) as state:
+        # Jobs first, servers after: the first quantum decides from the whole first batch, as
+        # the simulator's does (no job starts on idle GPUs before the servers are known).
+        for arrival in ARRIVALS:
+            if arrival.quantum == 0:
+                await admit(probe, state, arrival)
+        for server in SERVERS:
+            await probe.publish(registered(server.id, server.generation, server.gpus))
+        await eventually(lambda: len(state.ledger.inventory) == len(SERVERS))
+        for quantum in range(QUANTA):
+            clock.now = START + timedelta(minutes=quantum)
+            if quantum in ENDS:
+                user, job_id = ENDS[quantum]
+                await probe.publish(JobCompleted(user=user, job_id=job_id, attempt=1))
+                await eventually(lambda key=f"{user}.{job_id}": key not in state.ledger.jobs)
+            for arrival in ARRIVALS:
+                if arrival.quantum == quantum and quantum > 0:
+                    before = len(probe.payloads("GFAIR_COMMANDS", StartCommand))
+                    await admit(probe, state, arrival)
+                    await probe.settle(0.05)
+                    # The cluster is backlogged: no GPU is idle to start it between ticks.
+                    assert len(probe.payloads("GFAIR_COMMANDS", StartCommand)) == before
+            decided = len(probe.payloads("GFAIR_SCHED", ScheduleDecided))
+            await state.on_tick()
+            runs.append(
+                {
+                    d.server: frozenset(f"{r.user}.{r.job_id}" for r in d.running)
+                    for d in probe.payloads("GFAIR_SCHED", ScheduleDecided)[decided:]
+                    if d.quantum == quantum and d.running
+                }
+            )
+            await nodes.answer(state)
+    return runs
+
+
+@pytest.mark.timeout(120)
+async def test_the_simulator_and_the_services_decide_alike_quantum_by_quantum(
+    tmp_path: Path,
+) -> None:
+    expected = simulated()
+    actual = await live(tmp_path)
+    for quantum, (sim, svc) in enumerate(zip(expected, actual, strict=True)):
+        assert svc == sim, f"quantum {quantum}: services ran {svc}, the simulator {sim}"
+    # The workload exercises what it is meant to: contention, gangs across servers, moves.
+    assert any(len(run) == len(SERVERS) for run in expected)
+    assert any("ben.b1" in jobs for run in expected for jobs in run.values())
+    holders = [{job for jobs in run.values() for job in jobs} for run in expected]
+    assert any(before - after for before, after in itertools.pairwise(holders))
