@@ -10,7 +10,9 @@ two drivers keep them alike (the parity test in tests/services proves they do):
   most-owed member (its minimum pass, in stride terms), so it neither jumps ahead of anyone nor
   waits behind everyone;
 - `joining_pass`: a new job joins at its user's minimum pass;
-- `ceiling`: what a user's credit may save up for (its largest gang, see `kernel.settle`).
+- `ceiling`: what a user's credit may save up for (its largest gang, see `kernel.settle`);
+- `demand`: what a user asks, the one definition every driver and the trading auction use: the
+  GPUs of its admitted, unfinished jobs, whether they run, wait or are being retried.
 """
 
 from __future__ import annotations
@@ -58,3 +60,11 @@ def joining_pass(passes: Iterable[float]) -> float:
 def ceiling(gang_sizes: Iterable[int]) -> float:
     """What a user's credit may save up for: its largest gang."""
     return float(max(gang_sizes, default=1))
+
+
+def demand(gangs: Iterable[tuple[str, int]]) -> dict[str, float]:
+    """User -> GPUs its admitted, unfinished jobs ask, from (user, GPUs) per job."""
+    asked: dict[str, float] = {}
+    for user, gpus in gangs:
+        asked[user] = asked.get(user, 0.0) + gpus
+    return asked

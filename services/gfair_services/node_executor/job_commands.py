@@ -137,7 +137,7 @@ class JobCommands:
                 await self._control.kill_run(current, f"superseded by attempt {command.attempt}")
             else:
                 await self._suspend_run(envelope, current, SuspendReason.TIME_SLICE)
-        if await self._guard.outdated(command) is not None:
+        if await self._guard.outdated(command, envelope.time) is not None:
             return
         generation = self.generation_of(tuple(command.gpu_indices))
         expected = self._settings.checkpoint_dir(command.user, command.job_id)

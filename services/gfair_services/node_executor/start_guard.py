@@ -2,12 +2,18 @@
 
 Commands wait in this node's durable consumer while the executor is down; when it comes back
 it reads them in order. By then a job may have ended, been retried (a newer attempt), or been
-re-placed on other servers, and such a start would run it a second time. The record says so;
-a job without a record (placement has not written it, or runs without one in tests) is let
-through, the scheduler's command being the best knowledge there is.
+placed on other servers by a later quantum, and such a start would run it a second time. The
+record says so; a job without a record (placement has not written it, or runs without one in
+tests) is let through, the scheduler's command being the best knowledge there is.
+
+The record's placement trails split-stride's (placement records each `JobPlaced` as it reads it,
+while the start that follows a placement may reach the node first), so only a placement the
+record took at or after the command was issued makes a start outdated.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 import structlog
 
@@ -26,8 +32,8 @@ class StartGuard:
     def bind(self, jobs: KeyValue) -> None:
         self._jobs = jobs
 
-    async def outdated(self, command: StartCommand) -> str | None:
-        """Why the start no longer stands, or None when it does."""
+    async def outdated(self, command: StartCommand, issued_at: datetime) -> str | None:
+        """Why the start (sent at `issued_at`) no longer stands, or None when it does."""
         if self._jobs is None:
             return None
         stored = await load_job(self._jobs, command.user, command.job_id)
@@ -40,7 +46,9 @@ class StartGuard:
         elif record.attempt > command.attempt:
             reason = f"the job is on attempt {record.attempt}"
         elif record.servers and self._node_id not in record.servers:
-            reason = f"the job is placed on {', '.join(record.servers)}"
+            placed_at = max((d.at for d in record.decisions if d.kind == "placement"), default=None)
+            if placed_at is not None and placed_at >= issued_at:
+                reason = f"the job was placed on {', '.join(record.servers)} since"
         if reason is not None:
             _log.warning(
                 "outdated start ignored",

@@ -287,9 +287,7 @@ class Ledger:
         return Snapshot(pool_states, self.users, queues)
 
     def _entitle(self, pool_gpus: dict[str, int]) -> None:
-        demand: dict[str, float] = {}
-        for job in self.jobs.values():
-            demand[job.user] = demand.get(job.user, 0.0) + job.gpus
+        demand = accounts.demand((job.user, job.gpus) for job in self.jobs.values())
         published = self.entitlements if self.entitlements_revision >= 0 else {}
         if demand and all(user in published for user in demand):
             entitled: dict[str, dict[str, float]] = {

@@ -273,8 +273,10 @@ class SplitStrideService:
         else:
             record = await load_job(self.jobs_kv, event.user, event.job_id)
         if record is None:
-            # Placement writes the record before it announces the admission.
-            raise RuntimeError(f"no job record for admitted job {event.user}/{event.job_id}")
+            # Placement writes the record before it announces the admission: this one was
+            # announced by nobody that admits (forged, or replayed after the record went).
+            _log.warning("admission of a job with no record; ignored", job=key)
+            return False
         if not record.record.live:
             return False  # a late admission of a job that ended meanwhile
         sub = record.record.submission

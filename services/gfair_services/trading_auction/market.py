@@ -19,7 +19,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gfair.core import pools
+from gfair.core import accounts, pools
 from gfair.core.cluster import generation_rank
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.trading import Trade, effective_throughput
@@ -161,11 +161,10 @@ class Market:
 
     def allocate(self) -> Allocation:
         capacity = self.capacity()
-        demand: Counter[str] = Counter()
+        demand = accounts.demand((job.user, job.gpus) for job in self.jobs.values())
         counts: Counter[str] = Counter()
         type_gpus: dict[str, Counter[str | None]] = {}
         for job in self.jobs.values():
-            demand[job.user] += job.gpus
             counts[job.user] += 1
             type_gpus.setdefault(job.user, Counter())[job.job_type] += job.gpus
         users = sorted(demand)
@@ -173,7 +172,7 @@ class Market:
             return Allocation(capacity, {}, ())
         generations = tuple(capacity)
         tickets = {u: self.tickets(u) for u in users}
-        asked = {u: float(demand[u]) for u in users}
+        asked = {u: demand[u] for u in users}
         fair = pools.entitlements(capacity, tickets, asked)
         speeds = {u: self.estimator.user_speeds(u, type_gpus[u], generations) for u in users}
         result = pools.shares(
@@ -189,7 +188,7 @@ class Market:
                 user=u,
                 tickets=tickets[u],
                 jobs=counts[u],
-                demand=demand[u],
+                demand=int(demand[u]),
                 pools={
                     g: PoolShare(fair=_round(fair[u][g]), entitled=_round(held[u][g]))
                     for g in generations
