@@ -27,6 +27,8 @@ def test_a_short_demo_runs_to_its_summary(tmp_path: Path) -> None:
     # Not a terminal: periodic plain lines, then the summary.
     assert "[   0s]" in out
     assert "summary per user" in out
+    busy = int(out.split("GPUs busy: ")[1].split("%")[0])
+    assert 0 < busy <= 100
     for user in ("vision", "nlp", "rl", "recsys"):
         assert user in out
     assert "scheduler actions: started" in out

@@ -186,6 +186,12 @@ def summary(result: DemoResult) -> Table:
         return table
     elapsed = max(result.elapsed_s, 1e-9)
     usage = snapshot.stride.usage if snapshot.stride is not None else {}
+    used_all = sum(sum(p.values()) for p in usage.values()) - sum(
+        sum(p.values()) for p in result.usage_start.values()
+    )
+    gpus = sum(s.gpus for s in snapshot.stride.servers.values()) if snapshot.stride else 0
+    if gpus:
+        table.caption = f"GPUs busy: {used_all / (gpus * elapsed):.0%} of {gpus} over the run"
     for user in USERS:
         done = sum(1 for j in snapshot.jobs if j.user == user.name and j.state.terminal)
         total = sum(1 for j in snapshot.jobs if j.user == user.name)

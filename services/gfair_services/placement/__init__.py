@@ -1,4 +1,4 @@
-"""The placement service: admission, pool and server choice, re-placement, load balancing."""
+"""The placement service: admission and the job records."""
 
 from .service import PlacementService, build_service
 from .settings import Settings
