@@ -107,8 +107,10 @@ def test_should_yield_after_sigusr1(tmp_path: Path) -> None:
         assert not job.should_yield()
         os.kill(os.getpid(), signal.SIGUSR1)
         assert job.should_yield()
-    # Closing the job gives SIGUSR1 back to whoever had it.
-    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+    # Closed, the job ignores a late yield request: the default action would kill it while it
+    # winds down.
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGUSR1)
 
 
 def test_previous_sigusr1_handler_still_runs(tmp_path: Path) -> None:
@@ -118,6 +120,9 @@ def test_previous_sigusr1_handler_still_runs(tmp_path: Path) -> None:
         os.kill(os.getpid(), signal.SIGUSR1)
         assert job.should_yield()
     assert seen == [signal.SIGUSR1]
+    # Closing the job gives SIGUSR1 back to whoever had it.
+    os.kill(os.getpid(), signal.SIGUSR1)
+    assert seen == [signal.SIGUSR1, signal.SIGUSR1]
 
 
 def test_should_yield_when_the_yield_file_appears(tmp_path: Path) -> None:

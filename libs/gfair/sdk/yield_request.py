@@ -49,9 +49,13 @@ class YieldRequest:
         return self._flag
 
     def close(self) -> None:
-        """Restore the SIGUSR1 handler that was there before."""
+        """Restore the SIGUSR1 handler that was there before; where that was the default, ignore
+        the signal instead: a yield requested while the job winds down (after its last step,
+        as the scheduler suspends it) must not kill it, and the default action would."""
         if self.handles_sigusr1:
-            previous = self._previous if self._previous is not None else signal.SIG_DFL
+            previous = self._previous
+            if previous is None or previous == signal.SIG_DFL:
+                previous = signal.SIG_IGN
             signal.signal(signal.SIGUSR1, previous)
             self.handles_sigusr1 = False
 
