@@ -13,8 +13,9 @@ interfere) and measures, in the same run:
   so the cluster is let settle (every consumer drained) before the live measurements;
 - submit -> running with free GPUs: one job at a time (``true``, so the GPU is free again at
   once), latency from the `JobSubmitted` envelope's time to the node executor's `JobStarted`
-  (all processes share one clock), split into its hops: placement (submitted -> placed),
-  split-stride (placed -> `StartCommand`) and the node executor (command -> process started);
+  (all processes share one clock), split into its hops: placement (submitted -> accepted),
+  split-stride (accepted -> the kernel's placement and `StartCommand`) and the node executor
+  (command -> process started);
 - sustained admission: every GPU busy with a long job, then submissions published at
   ``--rate`` per second for ``--seconds``, each when it is due whether or not the ones before
   are stored yet (as many independent submitters would); each must be answered (`JobAccepted`
@@ -119,8 +120,8 @@ async def measure_latency(
     total = [v for j in ids if (v := timeline.span_ms(j, "submitted", "started")) is not None]
     print(f"  submitted -> started (running)   {percentiles(total)}")
     for name, first, last in (
-        ("placement: submitted -> placed", "submitted", "placed"),
-        ("split-stride: placed -> command", "placed", "start"),
+        ("placement: submitted -> accepted", "submitted", "accepted"),
+        ("split-stride: accepted -> command", "accepted", "start"),
         ("executor: command -> started", "start", "started"),
     ):
         hop = [v for j in ids if (v := timeline.span_ms(j, first, last)) is not None]
