@@ -6,8 +6,12 @@ from pathlib import Path
 
 from pydantic import Field
 
+from gfair.core.scheduler import SchedulerConfig
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
+
+# The simulator's defaults are the live cluster's (one `SchedulerConfig`).
+_DEFAULTS = SchedulerConfig()
 
 
 class TradingAuctionSettings(TenantSettings, TopologySettings):
@@ -17,10 +21,10 @@ class TradingAuctionSettings(TenantSettings, TopologySettings):
         "(default: the Gavel measurements packaged with gfair)",
     )
     trading: bool = Field(
-        default=True, description="Trade share between pools; off: plain ticket shares"
+        default=_DEFAULTS.trading, description="Trade share between pools; off: plain ticket shares"
     )
     min_seller_gain: float = Field(
-        default=0.10,
+        default=_DEFAULTS.min_seller_gain,
         ge=0,
         description="Least relative gain a seller must make on a trade (docs/design.md §2.5)",
     )
