@@ -3,8 +3,8 @@
 It keeps what the kernel's snapshots are made of as jobs come, go and are profiled, and turns
 each quantum into `kernel.decide` on that snapshot, then `kernel.settle`:
 
-- `submit` admits a job, or rejects it with the reason of the placement filter that refused
-  every pool (`placement.filter_pool`: its type fits no generation, or its gang is larger than
+- `submit` admits a job, or rejects it with the reason of the admission filter that refused
+  every pool (`placement.filter_pools`: its type fits no generation, or its gang is larger than
   every generation). An admitted job is not tied to a pool; the kernel places it each quantum.
 - Entitlements: the cluster's GPUs are water-filled among active users by tickets and demand and
   held as the same fraction of every pool (`pools.entitlements`); with trading on, users then
@@ -26,7 +26,7 @@ from types import MappingProxyType
 from gfair.core import accounts
 from gfair.core.cluster import Cluster, generation_rank
 from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState, decide, settle
-from gfair.core.placement import PoolView, choose_pool, filter_pool
+from gfair.core.placement import PoolView, filter_pools, rejection_reason
 from gfair.core.pools import Pool, pools_of, shares
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.trading import Trade
@@ -142,18 +142,16 @@ class GandivaFair:
         speeds = user.type_speeds.get((job.job_type, job.gpus)) or self._job_speeds(job)
         type_speeds = self.estimator.job_speeds(job.id, job.user, job.job_type, self.pools)
         views = [
-            PoolView(pool, type_speeds[g] if self.estimator.fits(job.job_type, g) else 0.0, 0, 0, 0)
+            PoolView(pool, type_speeds[g] if self.estimator.fits(job.job_type, g) else 0.0)
             for g, pool in self.pools.items()
         ]
-        usable = [
-            v.pool.generation for v in views if filter_pool(job.gpus, v, job.job_type) is None
-        ]
-        if not usable:
-            choice = choose_pool(job.gpus, job.job_type, views)
-            rule = choice.rejections[0].rule if choice.rejections else "rejected"
+        admitted = filter_pools(job.gpus, job.job_type, views)
+        usable = admitted.usable
+        if not admitted.accepted:
             if not user.jobs:
                 del self._users[job.user]
-            return Admission(False, choice.reason, rule=rule)
+            reason = rejection_reason(job.gpus, views, admitted.rejections)
+            return Admission(False, reason, rule=admitted.rule)
         user.type_speeds.setdefault((job.job_type, job.gpus), speeds)
         self._seq += 1
         joins = accounts.joining_pass(j.pass_ for j in user.queue[:1])  # the queue is sorted

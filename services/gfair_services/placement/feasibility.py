@@ -1,5 +1,6 @@
-"""Whether a job could ever run on the registered nodes: the core's pool filters
-(`placement.filter_pool`: its type fits the generation, its gang fits the pool) over every pool.
+"""Whether a job could ever run on the registered nodes: the core's admission filters
+(`placement.filter_pools`: its type fits the generation, its gang fits the pool), as the
+simulator's driver applies them.
 
 Where and when an admitted job runs is the decision kernel's, each quantum (split-stride); this
 only keeps out the jobs no quantum could ever run.
@@ -7,7 +8,7 @@ only keeps out the jobs no quantum could ever run.
 
 from __future__ import annotations
 
-from gfair.core.placement import PoolView, choose_pool
+from gfair.core.placement import PoolView, filter_pools, rejection_reason
 from gfair.core.throughput import ThroughputEstimator
 from gfair_services.inventory import NodeInventory
 
@@ -21,8 +22,8 @@ def unsatisfiable(
     if not pools:
         return None
     views = [
-        PoolView(pool, 1.0 if estimator.fits(job_type, generation) else 0.0, 0.0, 0.0, 0.0)
+        PoolView(pool, 1.0 if estimator.fits(job_type, generation) else 0.0)
         for generation, pool in pools.items()
     ]
-    choice = choose_pool(gpus, job_type, views)
-    return None if choice.accepted else choice.reason
+    admitted = filter_pools(gpus, job_type, views)
+    return None if admitted.accepted else rejection_reason(gpus, views, admitted.rejections)
