@@ -288,6 +288,9 @@ class Ledger:
 
     def _entitle(self, pool_gpus: dict[str, int]) -> None:
         demand = accounts.demand((job.user, job.gpus) for job in self.jobs.values())
+        for user in sorted(demand.keys() - self.users.keys()):
+            # A record written before accounts were kept: its users arrive now.
+            self.users[user] = UserState(user, self._next_seq())
         published = self.entitlements if self.entitlements_revision >= 0 else {}
         if demand and all(user in published for user in demand):
             entitled: dict[str, dict[str, float]] = {
@@ -392,7 +395,15 @@ class Ledger:
         )
 
     def free_gpus(self) -> int:
-        return sum(len(self.free_indices(entry.node_id)) for entry in self.schedulable())
+        """GPUs of the schedulable servers that no job holds (one pass over the jobs)."""
+        names = {entry.node_id: entry.gpus for entry in self.schedulable()}
+        held = sum(
+            len(stay.gpu_indices)
+            for job in self.jobs.values()
+            for stay in job.stays.values()
+            if stay.holds_gpus and stay.node_id in names
+        )
+        return sum(names.values()) - held
 
     def sizes(self) -> dict[str, int]:
         return {node_id: e.gpus for node_id, e in self.inventory.nodes.items()}
