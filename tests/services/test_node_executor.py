@@ -311,21 +311,35 @@ async def test_stale_start_is_ignored(node: Node, tmp_path: Path) -> None:
 
 async def test_start_the_job_record_has_overtaken_is_ignored(node: Node, tmp_path: Path) -> None:
     jobs = await node.bus.key_value(JOBS.name)
-    for job_id, update in (
-        ("finished", {"state": JobState.COMPLETED}),
-        ("moved", {"state": JobState.PLACED, "servers": ("n2",)}),
-        ("retried", {"state": JobState.QUEUED, "attempt": 2}),
-        ("here", {"state": JobState.PLACED, "servers": (NODE,)}),
+    now = datetime.now(UTC)
+    for job_id, update, placed_at in (
+        ("finished", {"state": JobState.COMPLETED}, None),
+        # Placed elsewhere after the start was sent: the start is stale.
+        ("moved", {"state": JobState.PLACED, "servers": ("n2",)}, now + timedelta(minutes=1)),
+        ("retried", {"state": JobState.QUEUED, "attempt": 2}, None),
+        ("here", {"state": JobState.PLACED, "servers": (NODE,)}, None),
+        # The record has not caught up with the placement the start follows: it stands.
+        ("trailing", {"state": JobState.PLACED, "servers": ("n2",)}, now - timedelta(minutes=1)),
     ):
         submitted = JobSubmitted(user="alice", job_id=job_id, gpus=1, command=SLEEPER)
         record = JobRecord.accepted(Envelope.wrap(submitted, source="test"), submitted)
-        await save_job(jobs, record.model_copy(update=update), None)
-    for job_id, gpu in (("finished", 0), ("moved", 1), ("retried", 0), ("here", 1)):
+        record = record.model_copy(update=update)
+        if placed_at is not None:
+            record = record.with_decision(placed_at, "placement", "placed on v100 n2")
+        await save_job(jobs, record, None)
+    for job_id, gpu in (
+        ("finished", 0),
+        ("moved", 1),
+        ("retried", 0),
+        ("here", 1),
+        ("trailing", 0),
+    ):
         await node.send(start_command(tmp_path, job_id, SLEEPER, (gpu,)))
-    (started,) = await node.wait_for(JobStarted)
+    await node.wait_for(JobStarted, job_id="trailing")
     await settle(node)
-    assert isinstance(started, JobStarted) and started.job_id == "here"
-    assert [run.job.job_id for run in node.executor.running()] == ["here"]
+    started = await node.events(JobStarted)
+    assert sorted(getattr(e, "job_id", "") for e in started) == ["here", "trailing"]
+    assert sorted(run.job.job_id for run in node.executor.running()) == ["here", "trailing"]
 
 
 async def test_start_on_gpus_still_held_suspends_the_holder_first(
