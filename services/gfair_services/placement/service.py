@@ -66,7 +66,7 @@ from gfair.events.submission import JobCancelRequested, JobSubmitted
 from gfair.state import buckets
 from gfair.state.job_record import JobRecord, load_job, load_jobs, save_job
 from gfair_services.inventory import INVENTORY_EVENTS, NodeInventory
-from gfair_services.throughputs import load_estimator
+from gfair_services.profiler.seed import seed_table
 from gfair_services.topology import cluster_topology
 
 from .admission import Refusal, answer_invalid_submission, check_submission
@@ -474,4 +474,6 @@ def _cancel_outputs(record: JobRecord) -> list[Emit]:
 
 def build_service(settings: Settings | None = None) -> Service:
     settings = settings or Settings()
-    return PlacementService(settings, load_estimator(settings.throughputs)).service()
+    return PlacementService(
+        settings, ThroughputEstimator(seed_table(settings.throughputs))
+    ).service()

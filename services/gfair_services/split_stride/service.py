@@ -35,7 +35,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TypeAlias
 
 import structlog
@@ -48,8 +48,9 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
 from gfair.bus.topology import consumer_for
 from gfair.bus.transport import PubAck
+from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand, NodeCommand, StartCommand, SuspendCommand
-from gfair.events.envelope import Envelope, EventData
+from gfair.events.envelope import Envelope, EventData, utc_now
 from gfair.events.fields import JobRef
 from gfair.events.jobs import (
     JobAccepted,
@@ -78,7 +79,7 @@ from gfair.state.buckets import job_key
 from gfair.state.job_record import StoredJob, Submission, load_job
 from gfair.state.stride_record import StrideRecord, load_stride, save_stride
 from gfair_services.inventory import INVENTORY_EVENTS
-from gfair_services.throughputs import load_estimator
+from gfair_services.profiler.seed import seed_table
 from gfair_services.topology import cluster_topology
 
 from .ledger import Job, Ledger
@@ -104,16 +105,12 @@ SHARES_EVENTS: tuple[type[EventData], ...] = (EntitlementsUpdated, ProfileUpdate
 Clock: TypeAlias = Callable[[], datetime]
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 _log = structlog.get_logger("gfair.split_stride")
 _tracer = trace.get_tracer("gfair.split_stride")
 
 
 class SplitStrideService:
-    def __init__(self, settings: Settings, clock: Clock = _utc_now) -> None:
+    def __init__(self, settings: Settings, clock: Clock = utc_now) -> None:
         self.settings = settings
         self.clock = clock
         self._lock = asyncio.Lock()
@@ -195,7 +192,9 @@ class SplitStrideService:
             self._revision = None
         else:
             record, self._revision = stored.record, stored.revision
-        self._ledger = Ledger(record, self.settings, load_estimator(self.settings.throughputs))
+        # alpha 1: each published profile replaces the last (the profiler already averaged).
+        estimator = ThroughputEstimator(seed_table(self.settings.throughputs), alpha=1.0)
+        self._ledger = Ledger(record, self.settings, estimator)
         self._loads += 1
         self._dirty = False
 
@@ -431,7 +430,7 @@ class SplitStrideService:
             raise failed
         if not self._dirty:
             return
-        record = self.ledger.to_record(datetime.now(UTC))
+        record = self.ledger.to_record(self.clock())
         try:
             self._revision = await save_stride(self._stride_kv, record, self._revision)
         except KvConflict:
@@ -524,5 +523,5 @@ def _stop(stop: Stop) -> EventData:
     )
 
 
-def build_service(settings: Settings | None = None, clock: Clock = _utc_now) -> Service:
+def build_service(settings: Settings | None = None, clock: Clock = utc_now) -> Service:
     return SplitStrideService(settings or Settings(), clock).service()

@@ -21,8 +21,8 @@ ignore revisions they have seen).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime
 
 import structlog
 from opentelemetry import trace
@@ -35,7 +35,7 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
 from gfair.bus.write_behind import WriteBehind
 from gfair.core.trading import bid
-from gfair.events.envelope import Envelope, EventData
+from gfair.events.envelope import Envelope, EventData, utc_now
 from gfair.events.jobs import JobAccepted, JobCancelled, JobCompleted, JobFailed
 from gfair.events.nodes import (
     NodeFailed,
@@ -119,8 +119,9 @@ def _same_trade(a: TradeRecord, b: TradeRecord) -> bool:
 
 
 class Auction:
-    def __init__(self, market: Market) -> None:
+    def __init__(self, market: Market, clock: Callable[[], datetime] = utc_now) -> None:
         self.market = market
+        self.clock = clock
         self.current: SharesRecord | None = None
         # An allocation written but not (known to be) announced yet.
         self.pending: SharesRecord | None = None
@@ -233,7 +234,7 @@ class Auction:
         if self.dirty:
             self.dirty = False
             try:
-                await self.recompute(datetime.now(UTC))
+                await self.recompute(self.clock())
             except BaseException:
                 self.dirty = True
                 raise
@@ -308,7 +309,9 @@ class Auction:
             self.pending = None
 
 
-def build_service(settings: TradingAuctionSettings | None = None) -> Service:
+def build_service(
+    settings: TradingAuctionSettings | None = None, clock: Callable[[], datetime] = utc_now
+) -> Service:
     settings = settings or TradingAuctionSettings()
     market = Market(
         seed_table(settings.throughputs),
@@ -316,7 +319,7 @@ def build_service(settings: TradingAuctionSettings | None = None) -> Service:
         trading=settings.trading,
         min_seller_gain=settings.min_seller_gain,
     )
-    auction = Auction(market)
+    auction = Auction(market, clock)
     ack_wait_s = settings.ack_wait_s
     service = Service(SERVICE_NAME, topology=cluster_topology(replicas=settings.replicas))
     service.on_start(auction.start)
