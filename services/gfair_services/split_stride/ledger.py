@@ -177,6 +177,14 @@ class Ledger:
         # on their new servers, whose GPUs are promised to them meanwhile. In memory only: after
         # a restart the next quantum decides anew.
         self.held_back: set[str] = set()
+        # Jobs that may hold residencies (a superset: pruned as it is read), and each user's
+        # jobs, so that what an admission reads costs what runs and what the user has, not
+        # the whole cluster's backlog.
+        self._residents: set[str] = {key for key, job in self.jobs.items() if job.stays}
+        self._of_user: dict[str, set[str]] = {}
+        self._min_pass: dict[str, float] = {}  # a user's lowest job pass, until passes change
+        for key, job in self.jobs.items():
+            self._of_user.setdefault(job.user, set()).add(key)
 
     # -- persistence ----------------------------------------------------------------------
 
@@ -315,6 +323,7 @@ class Ledger:
             gangs.setdefault(job.user, []).append(job.gpus)
         ceiling = {user: accounts.ceiling(sizes) for user, sizes in gangs.items()}
         if kernel.settle(self.users, ran, decision, ceiling):
+            self._min_pass.clear()
             for state in ran:
                 self.jobs[state.id].stride_pass = state.pass_
 
@@ -343,7 +352,10 @@ class Ledger:
         """A newly admitted job, and its user's account when it is the user's first."""
         if user not in self.users:
             self.users[user] = UserState(user, self._next_seq())
-        passes = (j.stride_pass for j in self.jobs.values() if j.user == user)
+        mine = self._of_user.setdefault(user, set())
+        if user not in self._min_pass:
+            passes = (self.jobs[key].stride_pass for key in mine)
+            self._min_pass[user] = accounts.joining_pass(passes)
         job = Job(
             user=user,
             job_id=job_id,
@@ -351,10 +363,11 @@ class Ledger:
             weight=weight,
             job_type=job_type,
             seq=self._next_seq(),
-            stride_pass=accounts.joining_pass(passes),
+            stride_pass=self._min_pass[user],
             attempt=attempt,
         )
         self.jobs[job.key] = job
+        mine.add(job.key)
         return job
 
     def _next_seq(self) -> int:
@@ -364,18 +377,39 @@ class Ledger:
     def finished(self, user: str, job_id: str) -> Job | None:
         """Forget a job that ended for good; returns it (its residencies) or None. A user with
         no jobs left leaves with its account (it comes back as a newcomer)."""
-        job = self.jobs.pop(job_key(user, job_id), None)
-        if job is not None and not any(j.user == user for j in self.jobs.values()):
+        key = job_key(user, job_id)
+        job = self.jobs.pop(key, None)
+        mine = self._of_user.get(user, set())
+        mine.discard(key)
+        self._min_pass.pop(user, None)
+        if job is not None and not mine:
             self.users.pop(user, None)
+            self._of_user.pop(user, None)
         return job
 
     # -- GPUs held ----------------------------------------------------------------------------
+
+    def reside(self, job: Job, stay: Stay) -> None:
+        """Record a residency of `job` (the only way one is added)."""
+        job.stays[stay.node_id] = stay
+        self._residents.add(job.key)
+
+    def residents(self) -> list[Job]:
+        """The jobs with residencies."""
+        found: list[Job] = []
+        for key in list(self._residents):
+            job = self.jobs.get(key)
+            if job is None or not job.stays:
+                self._residents.discard(key)
+            else:
+                found.append(job)
+        return found
 
     def holders(self, node_id: str) -> dict[str, Stay]:
         """Job key -> its residency on `node_id`, for jobs holding GPUs there."""
         return {
             job.key: stay
-            for job in self.jobs.values()
+            for job in self.residents()
             if (stay := job.stays.get(node_id)) is not None and stay.holds_gpus
         }
 
@@ -399,7 +433,7 @@ class Ledger:
         names = {entry.node_id: entry.gpus for entry in self.schedulable()}
         held = sum(
             len(stay.gpu_indices)
-            for job in self.jobs.values()
+            for job in self.residents()
             for stay in job.stays.values()
             if stay.holds_gpus and stay.node_id in names
         )
@@ -449,8 +483,11 @@ class Ledger:
         stay = job.stays.get(event.node_id)
         if stay is None:
             # A start split-stride does not remember asking for: track what really runs.
-            job.stays[event.node_id] = Stay(
-                event.node_id, Phase.RUNNING, event.attempt, event.gpu_indices, at, self.quantum
+            self.reside(
+                job,
+                Stay(
+                    event.node_id, Phase.RUNNING, event.attempt, event.gpu_indices, at, self.quantum
+                ),
             )
             return True
         if stay.phase is Phase.STARTING and stay.attempt == event.attempt:
@@ -496,7 +533,7 @@ class Ledger:
         if self.last_tick_at is not None:
             elapsed = (now - self.last_tick_at).total_seconds()
             elapsed = max(0.0, min(elapsed, self.settings.usage_gap_s))
-            for job in self.jobs.values():
+            for job in self.residents():
                 for stay in job.stays.values():
                     if not stay.holds_gpus:
                         continue
@@ -511,7 +548,7 @@ class Ledger:
         limit = timedelta(seconds=self.settings.release_timeout_s)
         refused = timedelta(seconds=self.settings.unconfirmed_release_s)
         dropped: list[tuple[str, Stay]] = []
-        for job in self.jobs.values():
+        for job in self.residents():
             for node_id, stay in list(job.stays.items()):
                 if stay.phase is Phase.RUNNING:
                     continue

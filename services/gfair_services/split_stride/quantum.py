@@ -134,11 +134,11 @@ def decide_quantum(ledger: Ledger, now: datetime) -> QuantumPlan:
                 _log.error("not enough free GPUs for a chosen job", job=key, node_id=turn.node_id)
                 continue
             indices, free = tuple(free[:need]), free[need:]
-            turn.starts.append(_start(job, turn.node_id, indices, now, quantum))
+            turn.starts.append(_start(ledger, job, turn.node_id, indices, now, quantum))
     names = {entry.node_id for entry in scheduled}
     strays = [
         _stop(job, stay, now, quantum, drain=True)
-        for job in ledger.jobs.values()
+        for job in ledger.residents()
         for stay in list(job.stays.values())
         if stay.node_id not in names and stay.holds_gpus
     ]
@@ -189,17 +189,19 @@ def start_at_once(ledger: Ledger, key: str, now: datetime, *, arrival: bool) -> 
     quantum = max(ledger.quantum - 1, 0)
     turns = []
     for node_id, indices in picks.items():
-        start = _start(job, node_id, indices, now, quantum)
+        start = _start(ledger, job, node_id, indices, now, quantum)
         turn = ServerTurn(node_id, central=len(servers) > 1, starts=[start])
         turn.running = tuple(ledger.holders(node_id))
         turns.append(turn)
     return Starts(turns, placed)
 
 
-def _start(job: Job, node_id: str, indices: tuple[int, ...], now: datetime, quantum: int) -> Start:
+def _start(
+    ledger: Ledger, job: Job, node_id: str, indices: tuple[int, ...], now: datetime, quantum: int
+) -> Start:
     stay = job.stays.get(node_id)
     pending = stay.pending_suspends if stay is not None else 0
-    job.stays[node_id] = Stay(node_id, Phase.STARTING, job.attempt, indices, now, quantum, pending)
+    ledger.reside(job, Stay(node_id, Phase.STARTING, job.attempt, indices, now, quantum, pending))
     return Start(job, node_id, indices)
 
 
