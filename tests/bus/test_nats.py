@@ -154,3 +154,27 @@ async def test_embedded_servers_form_a_three_node_jetstream_cluster(tmp_path: Pa
     finally:
         for server in servers:
             server.stop()
+
+
+async def test_a_deleted_consumer_is_declared_again_and_events_keep_coming(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    bus = await connect(nats_server)
+    await bus.ensure_topology(TOPOLOGY)
+    handled: list[str] = []
+    service = Service("counter")
+
+    @service.handler(ConsumerSpec(stream=STREAM, durable="counter", ack_wait_s=2.0))
+    async def on_ping(envelope: Envelope, data: Pinged) -> list[Emit]:
+        handled.append(data.key)
+        return []
+
+    tool = EventPublisher(bus, "tool")
+    async with ServiceRuntime(service, bus, settings=FAST, extra_topology=TOPOLOGY):
+        await tool.publish(Pinged(key="before"))
+        await eventually(lambda: "before" in handled)
+        await asyncio.sleep(0.1)  # its fetch is waiting on the server again
+        await bus.client.jetstream().delete_consumer(STREAM, "counter")  # an operator's doing
+        await tool.publish(Pinged(key="after"))
+        await eventually(lambda: "after" in handled)
+    await bus.close()

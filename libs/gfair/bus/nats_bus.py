@@ -491,10 +491,14 @@ class NatsBus:
 
     async def consume(self, spec: ConsumerSpec) -> PullConsumer:
         await self.ensure_consumer(spec)
-        sub = await self._js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
         pull = NatsPullConsumer(
-            spec, sub, recreate=self.ensure_consumer, on_close=self._pulls.discard
+            spec,
+            self._nc,
+            api_prefix=api.DEFAULT_PREFIX,
+            recreate=self.ensure_consumer,
+            on_close=self._pulls.discard,
         )
+        await pull.open()
         self._pulls.add(pull)
         return pull
 
