@@ -120,6 +120,36 @@ async def test_a_hung_job_that_honours_sigterm_stops_there(tmp_path: Path) -> No
     assert result.switch_s < 5.0
 
 
+async def test_a_job_sees_none_of_the_executors_settings_or_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a node executor's environment holds (docs: issue 11, the first attack).
+    for name, value in {
+        "GFAIR_NATS_URL": "nats://broker:4222",
+        "GFAIR_NATS_USER": "node",
+        "GFAIR_NATS_PASSWORD": "s3cret",
+        "GFAIR_NODE_ID": "v100-0",
+        "NATS_CREDS": "/etc/nats/node.creds",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+        "LC_ALL": "C.UTF-8",
+    }.items():
+        monkeypatch.setenv(name, value)
+    launch = dataclasses.replace(
+        synthetic("plain", (0,), "v100", "--iterations", "100000"), env={"MY_SEED": "7"}
+    )
+    async with JobSupervisor(make_config(tmp_path)) as supervisor:
+        job = await supervisor.start(launch)
+        await wait_for_text(job.paths.control_dir / "progress.jsonl", '"kind":"ready"')
+        environ = environ_of(job.pid)
+        await supervisor.kill("plain", "seen enough")
+    assert not [name for name in environ if "NATS" in name or name.startswith("OTEL_")]
+    assert "GFAIR_NODE_ID" not in environ and "s3cret" not in environ.values()
+    # What it does get: its own variables, its GPUs, the SDK's, and what a program needs.
+    assert environ["MY_SEED"] == "7" and environ["CUDA_VISIBLE_DEVICES"] == "0"
+    assert environ["GFAIR_JOB_ID"] == "plain" and environ["LC_ALL"] == "C.UTF-8"
+    assert environ["PATH"] == os.environ["PATH"]
+
+
 async def test_oom_exit_carries_code_and_stderr_tail(tmp_path: Path) -> None:
     launch = synthetic("oom", (0,), "v100", "--iterations", "100", "--speed-scale", "50",
                        "--oom-at-step", "10")  # fmt: skip

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -93,10 +94,51 @@ class SupervisorConfig:
     stderr_tail_bytes: int = 4096
     # "index" pairs with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as NVML does.
     visible_devices: Literal["index", "uuid"] = "index"
+    # Host variables a job's process gets (what a program needs to run: where things are, the
+    # locale, the interpreter's and CUDA's paths). Nothing else of the executor's environment
+    # reaches a job: never its NATS URL or credentials, nor any service setting.
     inherit_env: bool = True
     event_buffer: int = 10_000
     # Become a child subreaper (Linux) so stragglers a job leaves behind can be reaped.
     reap_descendants: bool = True
+
+
+# What of the host's environment a job may see (see `host_environment`).
+PASSED_TO_JOBS = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TERM",
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+        "CUDA_HOME",
+        "CUDA_PATH",
+        "NCCL_SOCKET_IFNAME",
+        "NCCL_IB_DISABLE",
+        "NVIDIA_DRIVER_CAPABILITIES",
+    }
+)
+
+
+def host_environment(host: Mapping[str, str]) -> dict[str, str]:
+    """The host variables a job's process inherits: `PASSED_TO_JOBS` and the locale's `LC_*`.
+
+    An allowlist, not a denylist: the executor's environment holds its NATS URL and
+    credentials and every service setting, and a job runs someone else's code.
+    """
+    return {
+        name: value
+        for name, value in host.items()
+        if name in PASSED_TO_JOBS or name.startswith("LC_")
+    }
 
 
 class JobSupervisor:
@@ -327,7 +369,9 @@ class JobSupervisor:
         run: RunDirectory,
         checkpoint_dir: Path,
     ) -> dict[str, str]:
-        env: dict[str, str] = dict(os.environ) if self.config.inherit_env else {"PATH": os.defpath}
+        env: dict[str, str] = (
+            host_environment(os.environ) if self.config.inherit_env else {"PATH": os.defpath}
+        )
         env.setdefault("PYTHONUNBUFFERED", "1")  # so the stderr tail is current at exit
         env.update(launch.env)
         devices = launch.gpu_uuids if self.config.visible_devices == "uuid" else launch.gpu_indices
