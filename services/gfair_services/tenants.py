@@ -8,13 +8,13 @@ object ``{"alice": 2, "bob": 1}``), and ``GFAIR_DEFAULT_TICKETS`` for everyone e
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gfair.core.tickets import check_tickets
 from gfair.events.subjects import SubjectError, validate_token
 
 
@@ -51,9 +51,7 @@ def parse_user_tickets(value: Any) -> dict[str, float]:
             tickets = float(raw)
         except (SubjectError, TypeError, ValueError) as error:
             raise ValueError(f"user tickets of {user!r}: {error}") from None
-        if not (tickets > 0 and math.isfinite(tickets)):
-            raise ValueError(f"user tickets of {user!r}: must be a finite number > 0, not {raw}")
-        out[str(user)] = tickets
+        out[str(user)] = check_tickets(f"user tickets of {user!r}", tickets)
     return out
 
 

@@ -6,8 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gfair.core.cluster import parse_cluster_spec
 from gfair.core.pools import entitlements
-from gfair.core.tickets import split_user_tickets, water_fill
+from gfair.core.scheduler import GandivaFair, JobSpec
+from gfair.core.tickets import check_tickets, split_user_tickets, water_fill
 
 
 def test_user_tickets_are_split_equally_among_its_jobs() -> None:
@@ -73,3 +75,21 @@ def test_entitlements_hold_the_same_fraction_of_every_pool(
         if total:
             for pool, gpus in pools.items():
                 assert holding[pool] == pytest.approx(sum(holding.values()) * gpus / total)
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, 1e-310, 1e300, float("inf"), float("nan")])
+def test_degenerate_tickets_and_weights_are_refused_with_the_reason(value: float) -> None:
+    with pytest.raises(ValueError, match=r"alice: tickets must be a finite number from 0.001 to"):
+        check_tickets("alice", value)
+    scheduler = GandivaFair(parse_cluster_spec("v100:1x4"), {}, {})
+    admission = scheduler.submit(JobSpec("j", "alice", 1, weight=value), 0.0)
+    assert not admission.accepted and "weight: tickets must be a finite number" in admission.reason
+    with pytest.raises(ValueError, match="user bob"):
+        GandivaFair(parse_cluster_spec("v100:1x4"), {"bob": value}, {}).submit(
+            JobSpec("k", "bob", 1), 0.0
+        )
+
+
+def test_tickets_within_the_bounds_pass_unchanged() -> None:
+    assert check_tickets("alice", 0.001) == 0.001
+    assert check_tickets("alice", 1e6) == 1e6

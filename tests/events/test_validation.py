@@ -43,7 +43,10 @@ SUBMITTED = "gfair.job.submitted.v1"
         (SUBMITTED, {"user": "al.ice"}, "data.user: String should match pattern"),
         (SUBMITTED, {"user": "*"}, "data.user: String should match pattern"),
         (SUBMITTED, {"job_id": "x" * 65}, "data.job_id: String should match pattern"),
-        (SUBMITTED, {"tickets": 0}, "data.tickets: Input should be greater than 0"),
+        (SUBMITTED, {"tickets": 0}, "data.tickets: Input should be greater than or equal to 0.001"),
+        # A denormal weight would make the job's pass step infinite (issue 11).
+        (SUBMITTED, {"tickets": 1e-310}, "data.tickets: Input should be greater than or equal"),
+        (SUBMITTED, {"tickets": 1e300}, "data.tickets: Input should be less than or equal to"),
         (SUBMITTED, {"tickets": "NaN"}, "data.tickets: Input should be a finite number"),
         (SUBMITTED, {"command": []}, "data.command: Tuple should have at least 1 item"),
         (SUBMITTED, {"command": "python train.py"}, "data.command: Input should be a valid"),

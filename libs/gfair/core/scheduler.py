@@ -17,7 +17,6 @@ each quantum into `kernel.decide` on that snapshot, then `kernel.settle`:
 from __future__ import annotations
 
 import bisect
-import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState
 from gfair.core.placement import PoolView, filter_pools, rejection_reason
 from gfair.core.pools import Pool, pools_of, shares
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
+from gfair.core.tickets import check_tickets
 from gfair.core.trading import Trade
 
 
@@ -136,8 +136,10 @@ class GandivaFair:
             return Admission(False, f"job {job.id} is already submitted")
         if job.gpus < 1:
             return Admission(False, f"job {job.id}: gpus must be >= 1, got {job.gpus}")
-        if not (math.isfinite(job.weight) and job.weight > 0):
-            return Admission(False, f"job {job.id}: weight must be a finite number > 0")
+        try:
+            check_tickets(f"job {job.id}: weight", job.weight)
+        except ValueError as error:
+            return Admission(False, str(error))
         user = self._user(job.user)
         speeds = user.type_speeds.get((job.job_type, job.gpus)) or self._job_speeds(job)
         type_speeds = self.estimator.job_speeds(job.id, job.user, job.job_type, self.pools)
@@ -265,8 +267,9 @@ class GandivaFair:
 
     def _user(self, name: str) -> _User:
         if name not in self._users:
+            tickets = check_tickets(f"user {name}", self.user_tickets(name))
             self._seq += 1
-            self._users[name] = _User(self.user_tickets(name), UserState(name, self._seq))
+            self._users[name] = _User(tickets, UserState(name, self._seq))
         return self._users[name]
 
     def _carry_out(self, decision: Decision) -> tuple[Migration, ...]:

@@ -10,10 +10,28 @@ rest. The result sums to ``min(capacity, total demand)``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
 K = TypeVar("K")
+
+# Tickets are relative, but weights far apart break the arithmetic before they mean anything: a
+# weight of 1e-310 makes one quantum's pass step 1e310 (infinite), one of 1e300 a pass that never
+# moves. Every user's tickets and every job's weight lies within these bounds: the event
+# contract, the services' settings and the core all check them.
+MIN_TICKETS = 1e-3
+MAX_TICKETS = 1e6
+
+
+def check_tickets(what: str, value: float) -> float:
+    """`value` as tickets or a weight, or a `ValueError` saying what is wrong with it."""
+    if not (math.isfinite(value) and MIN_TICKETS <= value <= MAX_TICKETS):
+        raise ValueError(
+            f"{what}: tickets must be a finite number from {MIN_TICKETS:g} to {MAX_TICKETS:g}, "
+            f"not {value!r}"
+        )
+    return float(value)
 
 
 def split_user_tickets(

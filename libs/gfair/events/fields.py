@@ -11,6 +11,8 @@ from typing import Annotated, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 
+from gfair.core.tickets import MAX_TICKETS, MIN_TICKETS
+
 TOKEN_REGEX = r"^[A-Za-z0-9_-]{1,64}$"
 GENERATION_REGEX = r"^[A-Za-z0-9_-]{1,32}$"
 ENV_NAME_REGEX = r"^[A-Za-z_][A-Za-z0-9_]{0,255}$"
@@ -101,7 +103,15 @@ GpuIndices = Annotated[
     AfterValidator(require_unique),
 ]
 Attempt = Annotated[int, Field(ge=1, le=MAX_ATTEMPTS, description="1 for the first run")]
-Tickets = Annotated[float, Field(gt=0, allow_inf_nan=False, description="Share weight, > 0")]
+Tickets = Annotated[
+    float,
+    Field(
+        ge=MIN_TICKETS,
+        le=MAX_TICKETS,
+        allow_inf_nan=False,
+        description=f"Share weight, from {MIN_TICKETS:g} to {MAX_TICKETS:g}",
+    ),
+]
 Rate = Annotated[float, Field(ge=0, allow_inf_nan=False, description="Mini-batches per second")]
 Ratio = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False, description="Duration in seconds")]
