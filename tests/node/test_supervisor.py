@@ -150,6 +150,37 @@ async def test_a_job_sees_none_of_the_executors_settings_or_credentials(
     assert environ["PATH"] == os.environ["PATH"]
 
 
+# A job whose child leaves its process group (a new session) and writes its pid down, then
+# trains: killing the group alone would leave the child running.
+ESCAPER = (
+    sys.executable,
+    "-c",
+    "import os, subprocess, sys;"
+    "child = subprocess.Popen(['sleep', '600'], start_new_session=True);"
+    "open(os.environ['GFAIR_CONTROL_DIR'] + '/escapee', 'w').write(str(child.pid));"
+    "os.execv(sys.executable, [sys.executable, '-m', 'gfair.sdk.synthetic', '--iterations',"
+    " '100000', '--speed-scale', '0.01'])",
+)
+
+
+@pytest.mark.parametrize("stop", ["kill", "suspend"])
+async def test_a_process_that_left_the_jobs_group_goes_with_the_job(
+    tmp_path: Path, stop: str
+) -> None:
+    launch = dataclasses.replace(synthetic("escaper", (0,), "v100"), argv=ESCAPER)
+    async with JobSupervisor(make_config(tmp_path)) as supervisor:
+        job = await supervisor.start(launch)
+        await wait_for_text(job.paths.control_dir / "progress.jsonl", '"kind":"ready"')
+        escapee = int((job.paths.control_dir / "escapee").read_text())
+        assert os.getsid(escapee) != job.pgid  # it did leave the job's session
+        if stop == "kill":
+            await supervisor.kill("escaper", "cancelled")
+        else:
+            await supervisor.suspend("escaper", 5.0)
+        with pytest.raises(ProcessLookupError):
+            os.kill(escapee, 0)
+
+
 async def test_oom_exit_carries_code_and_stderr_tail(tmp_path: Path) -> None:
     launch = synthetic("oom", (0,), "v100", "--iterations", "100", "--speed-scale", "50",
                        "--oom-at-step", "10")  # fmt: skip

@@ -1,6 +1,10 @@
 """A job's process group: signal it, list and reap its members, read the end of its stderr.
 
 Member listing reads /proc (Linux); elsewhere groups look empty and only signals work.
+
+A job's process may leave its group (`setsid`, a daemon's double fork); such an escapee is
+still found by the variable every process of the run inherits (`marked`), unless it cleared
+its environment too. Only a cgroup per job would hold that last one (not used yet).
 """
 
 from __future__ import annotations
@@ -94,20 +98,62 @@ def group_members(pgid: int) -> list[Member]:
     return members
 
 
-def reap_zombie_members(pgid: int) -> int:
-    """Collect the exit status of this process's zombie children in the group; how many.
+def marked(name: str, value: str) -> list[Member]:
+    """The processes whose environment (as they were started) holds ``name=value``."""
+    needle = f"{name}={value}".encode()
+    found = []
+    try:
+        entries = list(_PROC.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            stat = (entry / "stat").read_bytes()
+        except OSError:
+            continue  # exited meanwhile, or not ours to read
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        found.append(Member(int(entry.name), int(fields[1]), fields[0] == b"Z"))
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_bytes()
+    except OSError:
+        return process_exists(pid)  # no /proc: a signal probe is all there is
+    return stat[stat.rindex(b")") + 2 :].split()[0] != b"Z"
+
+
+def reap(pid: int) -> None:
+    """Collect `pid`'s exit status if it is this process's exited child."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def reap_zombies(members: list[Member]) -> int:
+    """Collect the exit status of those of `members` that are this process's zombie children.
 
     Only exact pids are waited for, never -1, so the event loop's own child watcher (which
     waits for the leaders it started) is never robbed of an exit status.
     """
     reaped = 0
     me = os.getpid()
-    for member in group_members(pgid):
+    for member in members:
         if member.zombie and member.ppid == me:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(member.pid, os.WNOHANG)
                 reaped += 1
     return reaped
+
+
+def reap_zombie_members(pgid: int) -> int:
+    """Collect the exit status of this process's zombie children in the group; how many."""
+    return reap_zombies(group_members(pgid))
 
 
 def read_tail(path: Path, max_bytes: int) -> str:

@@ -47,15 +47,18 @@ from gfair.node.process_group import (
     enable_subreaper,
     group_exists,
     in_group,
+    marked,
     read_tail,
+    reap,
     reap_zombie_members,
+    running,
     signal_group,
 )
 from gfair.node.progress import ProgressTail, RateWindow
 from gfair.node.run_directory import RunDirectory
 from gfair.node.supervised_job import SupervisedJob
 from gfair.sdk.checkpoint import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint
-from gfair.sdk.environment import JobEnvironment
+from gfair.sdk.environment import ENV_CONTROL_DIR, JobEnvironment
 from gfair.sdk.progress import ProgressRecord
 
 # Finished jobs remembered for `wait`/`suspend` after the fact.
@@ -442,7 +445,7 @@ class JobSupervisor:
                     if returncode is None:
                         signal_group(job.handle.pgid, signal.SIGKILL)
                         returncode = await job.process.wait()
-                    await self._clear_group(job.handle.pgid)
+                    await self._clear_group(job.handle.pgid, str(job.run.control_dir))
                     latest = await anyio.to_thread.run_sync(job.store.latest)
                     events = self._finish(job, returncode, latest)
             # Outside the shield: a consumer that stopped reading must not block a shutdown.
@@ -452,11 +455,25 @@ class JobSupervisor:
             # Waiters (suspend, kill, wait) wake after the exit's events are in the stream.
             job.exited.set()
 
-    async def _clear_group(self, pgid: int) -> None:
-        """The leader is gone; anything left in its group (workers, daemons) goes with it."""
+    async def _clear_group(self, pgid: int, control_dir: str) -> None:
+        """The leader is gone; anything left in its group (workers, daemons) goes with it, and
+        so does any process of the run that left the group (`setsid`): a job cannot outlive
+        its cancel or its suspend."""
         signal_group(pgid, signal.SIGKILL)
+        escaped: set[int] = set()
         with anyio.move_on_after(_CLEAR_GROUP_S):
-            while group_exists(pgid):
+            while True:
+                # A zombie's environment cannot be read: remember whom to wait for.
+                for member in marked(ENV_CONTROL_DIR, control_dir):
+                    escaped.add(member.pid)
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(member.pid, signal.SIGKILL)
+                for pid in list(escaped):
+                    reap(pid)  # as subreaper, orphans are ours to collect
+                    if not running(pid):
+                        escaped.discard(pid)
+                if not escaped and not group_exists(pgid):
+                    break
                 reap_zombie_members(pgid)
                 await anyio.sleep(0.01)
 
