@@ -235,6 +235,13 @@ async def wait_until_ready(client: GfairClient, services: list[LocalService]) ->
         await asyncio.sleep(0.2)
 
 
+def test_the_brokers_unauthenticated_monitoring_port_is_published_to_the_host_only() -> None:
+    ports = compose_config()["services"]["nats"]["ports"]
+    by_target = {int(p["target"]): p.get("host_ip", "0.0.0.0") for p in ports}
+    assert by_target[8222] == "127.0.0.1"  # lists users and subjects, no authentication
+    assert by_target[4222] == "0.0.0.0"  # clients authenticate (deploy/nats/auth.conf)
+
+
 def test_the_image_runs_the_gfair_command_with_a_writable_data_root() -> None:
     image = read_image(ROOT / GFAIR_DOCKERFILE)
     assert image.entrypoint == ("gfair",)
