@@ -190,5 +190,12 @@ def test_follow_prints_events_until_the_job_ends(gfair: Gfair) -> None:
     assert main(["cancel", f"alice/{job_id}", "--no-wait", "--nats", gfair.url]) == 0
     follower.join(20)
     assert not follower.is_alive() and codes == [0]
-    out = gfair.capsys.readouterr().out
-    assert '"type": "gfair.job.cancelled.v1"' in out
+    # NDJSON: the job on one line, then one line per event that came after.
+    out = gfair.capsys.readouterr().out.splitlines()
+    lines = [json.loads(line) for line in out if line.startswith("{")]  # not cancel's line
+    assert len(lines) == len(out) - 1
+    assert lines[0]["job_id"] == job_id and "events" in lines[0]
+    followed = lines[1:]
+    assert followed and followed[-1]["type"] == "gfair.job.cancelled.v1"
+    seen = {e["sequence"] for e in lines[0]["events"]}
+    assert all(e["sequence"] not in seen for e in followed)

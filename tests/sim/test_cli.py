@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import jsonschema
@@ -100,3 +101,45 @@ def test_a_bad_cluster_spec_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtur
     args = ["simulate", "--trace", str(write_trace(tmp_path)), "--cluster", "v100:4"]
     assert main(args) == 2
     assert "cluster spec item 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "name", "message"),
+    [
+        ("--report", "missing/r.json", "no directory"),
+        ("--timeline", ".", "is a directory"),
+        ("--plot", "shares.bmpx", "unknown image format .bmpx"),
+        ("--plot", "t.jsonl", "also given to --timeline"),
+    ],
+)
+def test_output_paths_are_checked_before_the_run(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    flag: str,
+    name: str,
+    message: str,
+) -> None:
+    def replay(*_: object, **__: object) -> None:
+        raise AssertionError("the replay ran with an output it could not write")
+
+    monkeypatch.setattr("gfair.cli.simulate.replay", replay)
+    monkeypatch.chdir(tmp_path)
+    args = ["simulate", "--trace", str(write_trace(tmp_path)), "--cluster", "v100:1x4"]
+    outputs = ["--timeline", "t.jsonl", flag, name] if flag != "--timeline" else [flag, name]
+    assert main([*args, *outputs]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "t.jsonl").exists() or flag == "--timeline"
+
+
+def test_an_unwritable_output_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    args = ["simulate", "--trace", str(write_trace(tmp_path)), "--cluster", "v100:1x4"]
+    assert main([*args, "--report", str(folder / "r.json")]) == 2
+    assert "not writable" in capsys.readouterr().err

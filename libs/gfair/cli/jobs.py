@@ -1,7 +1,8 @@
 """`gfair jobs` lists jobs; `gfair job JOB` shows one job's record and its events.
 
-`gfair job JOB --follow` then prints the job's events as they come, until it ends (one JSON
-object per event with `--json`). `gfair jobs --json` prints a list of job records;
+`gfair job JOB --follow` then prints the job's events as they come, until it ends; with `--json`
+it prints NDJSON: the job as below on one line, then one line per new event (`{"sequence", ...}`).
+`gfair jobs --json` prints a list of job records;
 `gfair job --json` prints
 ``{"user", "job_id", "state", "record", "events": [{"sequence", "id", "type", "time",
 "source", "subject", "data"}], "profile", "failures"}``.
@@ -54,7 +55,9 @@ async def _jobs(client: GfairClient, args: argparse.Namespace) -> int:
 async def _job(client: GfairClient, args: argparse.Namespace) -> int:
     user, job_id = session.job_reference(args.job, args.user)
     details = await client.job(user, job_id)
-    if args.json:
+    if args.json and args.follow:
+        output.print_json_line(output.details_json(details))
+    elif args.json:
         output.print_json(output.details_json(details))
     else:
         console = output.console()
@@ -71,7 +74,7 @@ async def _job(client: GfairClient, args: argparse.Namespace) -> int:
             if event.sequence <= after:
                 continue
             if args.json:
-                output.print_json(output.event_json(event))
+                output.print_json_line(output.event_json(event))
             else:
                 output.console().print("  ".join(_event_cells(event)))
     return session.EXIT_OK

@@ -35,6 +35,13 @@ def print_json(value: Any) -> None:
     sys.stdout.write("\n")
 
 
+def print_json_line(value: Any) -> None:
+    """One compact JSON object on one line (NDJSON), flushed: a stream a program reads as it
+    comes (``gfair job --follow --json | jq -c``)."""
+    sys.stdout.write(json.dumps(value, default=_jsonable, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")

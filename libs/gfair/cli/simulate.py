@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ from rich.table import Table
 from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.data import PHILLY_TRACE
 from gfair.gavel import load_throughputs
-from gfair.sim.plot import plot_shares
+from gfair.sim.plot import PLOT_FORMATS, plot_shares
 from gfair.sim.replay import POLICY_NAMES, ReplayOptions, replay
 from gfair.sim.report import Report
 from gfair.sim.simulator import PlanError, SimulationStalled, SwitchCosts
@@ -112,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     errors = Console(stderr=True)
     try:
+        _check_outputs({"--report": args.report, "--timeline": args.timeline, "--plot": args.plot})
         tickets = _parse_tickets(args.tickets)
         cluster = parse_cluster_spec(args.cluster)
         trace = read_trace(args.trace)
@@ -143,6 +145,31 @@ def run(args: argparse.Namespace) -> int:
         plot_shares(outcome.series, args.plot, f"{report.policy} on {report.cluster['spec']}")
     _print_summary(console, report)
     return 0
+
+
+def _check_outputs(outputs: dict[str, Path | None]) -> None:
+    """`ValueError` for an output that could not be written: found now, not after the run."""
+    seen: dict[Path, str] = {}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        where = path.resolve()
+        if where in seen:
+            raise ValueError(f"{flag} {path}: also given to {seen[where]}")
+        seen[where] = flag
+        if path.is_dir():
+            raise ValueError(f"{flag} {path}: is a directory")
+        folder = where.parent
+        if not folder.is_dir():
+            raise ValueError(f"{flag} {path}: no directory {folder}")
+        if not os.access(path if path.exists() else folder, os.W_OK):
+            raise ValueError(f"{flag} {path}: not writable")
+    plot = outputs.get("--plot")
+    if plot is not None and plot.suffix and plot.suffix.lower()[1:] not in PLOT_FORMATS:
+        raise ValueError(
+            f"--plot {plot}: unknown image format {plot.suffix}; "
+            f"one of {', '.join('.' + f for f in sorted(PLOT_FORMATS))}"
+        )
 
 
 def _number_arg(text: str) -> float:

@@ -19,6 +19,9 @@ from matplotlib.lines import Line2D
 
 from gfair.sim.ledger import ShareSeries
 
+# What `plot_shares` can write, by file suffix (a path without one is written as PNG).
+PLOT_FORMATS = frozenset(FigureCanvasAgg.get_supported_filetypes())
+
 # More users than this are drawn as the top ones by GPU time: a legend of 15 colours is noise.
 MAX_USERS = 10
 
