@@ -3,6 +3,7 @@ real nats-server running the control plane: JSON shapes, tables, errors and exit
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -16,7 +17,12 @@ import structlog
 
 from client.live_cluster import control_plane_thread, registration
 from gfair.bus.logs import configure_logging
+from gfair.bus.nats_bus import NatsBus, NatsOptions
+from gfair.bus.publisher import EventPublisher
 from gfair.cli.main import main
+from gfair.events.envelope import EventData
+from gfair.events.jobs import JobCompleted, JobFailed
+from gfair.events.reasons import FailureClass
 
 COMMAND = ["--", "python", "-m", "gfair.sdk.synthetic", "--iterations", "10"]
 
@@ -91,7 +97,16 @@ def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 def test_submit_then_list_show_explain_and_cancel(gfair: Gfair) -> None:
     submitted = gfair.submit("alice", "--name", "resnet", "--env", "SEED=1")
-    assert set(submitted) == {"user", "job_id", "event_id", "state", "reason", "code", "servers"}
+    assert set(submitted) == {
+        "user",
+        "job_id",
+        "event_id",
+        "state",
+        "reason",
+        "code",
+        "servers",
+        "timed_out",
+    }
     assert submitted["state"] in ("queued", "placed") and submitted["user"] == "alice"
     job_id = submitted["job_id"]
 
@@ -165,9 +180,9 @@ def test_errors_have_messages_and_exit_codes(gfair: Gfair) -> None:
     assert code == 2 and "command" in err
     code, _, err = gfair("submit", "--user", "alice", "--gpus", "1", "--env", "NOEQUALS", *COMMAND)
     assert code == 1 and "NAME=VALUE" in err
-    code, _, err = gfair("submit", "--user", "alice", "--gpus", "1", "--wait", "--timeout", "1",
-                         *COMMAND)  # fmt: skip
-    assert code == 4 and "not running" in err
+    code, out, err = gfair("submit", "--user", "alice", "--gpus", "1", "--wait", "--timeout", "1",
+                           "--job-id", "slow", *COMMAND)  # fmt: skip
+    assert code == 4 and "alice/slow" in out and "still waiting" in out
 
 
 def test_an_unreachable_server_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
@@ -199,3 +214,103 @@ def test_follow_prints_events_until_the_job_ends(gfair: Gfair) -> None:
     assert followed and followed[-1]["type"] == "gfair.job.cancelled.v1"
     seen = {e["sequence"] for e in lines[0]["events"]}
     assert all(e["sequence"] not in seen for e in followed)
+
+
+def publish(url: str, *events: EventData) -> None:
+    """Publish what a node executor and the failure detector would say about a job."""
+
+    async def send() -> None:
+        bus = await NatsBus.connect(NatsOptions(servers=(url,), name="test-executor"))
+        try:
+            publisher = EventPublisher(bus, "test-executor")
+            for event in events:
+                await publisher.publish(event)
+        finally:
+            await bus.close()
+
+    asyncio.run(send())
+
+
+class Background:
+    """`gfair ...` in a thread (it blocks until the job ends), with its exit code."""
+
+    def __init__(self, gfair: Gfair, *argv: str) -> None:
+        self.codes: list[int] = []
+        argv = (*argv, "--nats", gfair.url) if "--" not in argv else argv
+        self.thread = threading.Thread(target=lambda: self.codes.append(main(list(argv))))
+        self.thread.start()
+
+    def result(self) -> int:
+        self.thread.join(20)
+        assert not self.thread.is_alive()
+        (code,) = self.codes
+        return code
+
+
+def final_json(out: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(out[out.rindex('{\n  "user"') :])
+    return found
+
+
+@pytest.mark.parametrize(
+    ("ending", "code", "state"),
+    [
+        (lambda u, j: JobCompleted(user=u, job_id=j, attempt=1), 0, "completed"),
+        (
+            lambda u, j: JobFailed(
+                user=u,
+                job_id=j,
+                attempt=1,
+                failure_class=FailureClass.USER_ERROR,
+                reason="exit status 3",
+            ),
+            1,
+            "failed",
+        ),
+    ],
+)
+def test_wait_exits_with_the_outcome(
+    gfair: Gfair, ending: Callable[[str, str], EventData], code: int, state: str
+) -> None:
+    job_id = gfair.submit("alice")["job_id"]
+    waiting = Background(gfair, "wait", f"alice/{job_id}", "--json")
+    time.sleep(1.0)
+    assert waiting.thread.is_alive()  # the job has not ended: it waits
+    publish(gfair.url, ending("alice", job_id))
+    assert waiting.result() == code
+    shown = final_json(gfair.capsys.readouterr().out)
+    assert shown["state"] == state and shown["timed_out"] is False
+    if state == "failed":
+        assert shown["reason"] == "exit status 3"
+    # A job that has already ended answers at once, the same way.
+    assert gfair("wait", f"alice/{job_id}")[0] == code
+
+
+def test_wait_on_a_cancelled_job_exits_5_and_a_timeout_4(gfair: Gfair) -> None:
+    job_id = gfair.submit("alice")["job_id"]
+    code, out, _ = gfair("wait", f"alice/{job_id}", "--timeout", "0.5")
+    assert code == 4 and f"alice/{job_id}" in out and "still waiting" in out
+    waiting = Background(gfair, "wait", job_id, "--user", "alice")
+    assert gfair("cancel", f"alice/{job_id}", "--no-wait")[0] == 0
+    assert waiting.result() == 5
+    code, _, err = gfair("wait", "alice/never-submitted")
+    assert code == 1 and "no job alice/never-submitted" in err
+
+
+def test_submit_wait_completed_exits_with_the_outcome(gfair: Gfair) -> None:
+    argv = ["submit", "--user", "bob", "--gpus", "1", "--job-id", "train-1", "--json"]
+    submitting = Background(gfair, *argv, "--wait=completed", "--nats", gfair.url, *COMMAND)
+    eventually(lambda: gfair.json("jobs", "--user", "bob") != [])
+    time.sleep(0.5)
+    assert submitting.thread.is_alive()  # admitted, but not over
+    publish(gfair.url, JobCompleted(user="bob", job_id="train-1", attempt=1))
+    assert submitting.result() == 0
+    shown = final_json(gfair.capsys.readouterr().out)
+    assert shown["job_id"] == "train-1" and shown["state"] == "completed"
+
+    argv[6] = "train-2"
+    code, out, _ = gfair(*argv, "--wait=completed", "--timeout", "0.5", *COMMAND)
+    assert code == 4
+    shown = final_json(out)
+    assert shown["job_id"] == "train-2" and shown["timed_out"] is True
+    assert shown["state"] in ("queued", "placed", "submitted")

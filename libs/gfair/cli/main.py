@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("up", "run a whole gfair cluster on this machine (simulated GPUs)"),
     "submit": ("submit", "submit a job"),
     "cancel": ("cancel", "cancel a job"),
+    "wait": ("wait", "wait until a job ends; exit with its outcome"),
     "jobs": ("jobs", "list jobs"),
     "job": ("jobs", "show one job"),
     "users": ("users", "users' shares: entitled vs received"),

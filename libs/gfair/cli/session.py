@@ -6,7 +6,9 @@ Exit codes of the tool commands (`submit`, `cancel`, `jobs`, `job`, `users`, `no
 - 1: the request failed (unknown job or node, a rejected submission, an invalid request);
 - 2: bad command line (argparse);
 - 3: no cluster: NATS unreachable, or no gfair cluster on it;
-- 4: gave up waiting (`--wait`): the job may still get there.
+- 4: gave up waiting (`--wait`, `gfair wait`): the job may still get there;
+- 5: the awaited job was cancelled (`gfair wait`, `submit --wait=completed`; a job that failed
+  or was rejected exits 1, one that completed 0).
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from gfair.client import (
     NotReachable,
     WaitTimeout,
 )
+from gfair.events.states import JobState
 from gfair.events.subjects import SubjectError, validate_token
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_NO_CLUSTER = 3
 EXIT_TIMEOUT = 4
+EXIT_CANCELLED = 5
 USER_ENV = "GFAIR_USER"
 
 Command = Callable[[GfairClient, argparse.Namespace], Awaitable[int]]
@@ -109,6 +113,15 @@ async def _run(args: argparse.Namespace, command: Command) -> int:
     client = await GfairClient.connect(getattr(args, "nats", None), options=options)
     async with client:
         return await command(client, args)
+
+
+def outcome_code(state: JobState) -> int:
+    """The exit code that says how an awaited job ended."""
+    if state is JobState.COMPLETED:
+        return EXIT_OK
+    if state is JobState.CANCELLED:
+        return EXIT_CANCELLED
+    return EXIT_FAILED
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> int:

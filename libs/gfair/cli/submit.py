@@ -3,9 +3,12 @@
     gfair submit --user alice --gpus 2 --job-type 'ResNet-50 (batch size 32)' --wait -- \\
         python -m gfair.sdk.synthetic --iterations 500
 
-Without `--wait` it returns once placement accepted (or rejected) the job; with `--wait`, once
-it runs; with `--no-wait`, as soon as the submission is stored. A rejection exits 1.
-`--json` prints ``{"user", "job_id", "event_id", "state", "reason", "code", "servers"}``.
+Without `--wait` it returns once placement accepted (or rejected) the job; with `--wait` (or
+`--wait=running`), once it runs; with `--wait=completed`, once it ends, exiting with its outcome
+as `gfair wait` does (0 completed, 1 failed or rejected, 5 cancelled); with `--no-wait`, as soon
+as the submission is stored. A rejection exits 1. When `--timeout` passes first it exits 4 and
+still prints the job and its state so far. `--json` prints
+``{"user", "job_id", "event_id", "state", "reason", "code", "servers", "timed_out"}``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,13 @@ import argparse
 from typing import Any
 
 from gfair.cli import output, session
-from gfair.client import GfairClient, WaitFor
+from gfair.client import GfairClient, Submitted, UnknownJob, WaitFor, WaitTimeout
+from gfair.events.states import JobState
+from gfair.events.submission import new_job_id
+
+# `--wait=STATE`: what the client waits for.
+WAITS: dict[str, WaitFor] = {"accepted": "accepted", "running": "running", "completed": "ended"}
+DEFAULT_TIMEOUT_S = 60.0
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -35,10 +44,20 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--workdir", help="absolute working directory on the node")
     parser.add_argument("--max-retries", type=int, help="cap on retries after failures")
     waiting = parser.add_mutually_exclusive_group()
-    waiting.add_argument("--wait", action="store_true", help="wait until the job runs")
+    waiting.add_argument(
+        "--wait",
+        nargs="?",
+        const="running",
+        choices=WAITS,
+        metavar="STATE",
+        help="wait until the job runs (--wait, --wait=running) or ends (--wait=completed)",
+    )
     waiting.add_argument("--no-wait", action="store_true", help="do not wait for admission")
     parser.add_argument(
-        "--timeout", type=float, default=60.0, metavar="SECONDS", help="of the wait (default 60)"
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="of the wait (default 60; none with --wait=completed)",
     )
     session.add_connection_flags(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
@@ -66,8 +85,53 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _submit(client: GfairClient, args: argparse.Namespace) -> int:
-    wait: WaitFor = "running" if args.wait else "none" if args.no_wait else "accepted"
-    submitted = await client.submit(
+    wait: WaitFor = WAITS[args.wait] if args.wait else "none" if args.no_wait else "accepted"
+    timeout_s = args.timeout
+    if timeout_s is None and wait != "ended":
+        timeout_s = DEFAULT_TIMEOUT_S
+    # Chosen here, so that a wait that times out can still say which job it was.
+    job_id = args.job_id or new_job_id(args.name)
+    try:
+        submitted = await _send(client, args, job_id, wait, timeout_s)
+    except WaitTimeout:
+        try:
+            state = (await client.job(args.user, job_id, with_events=False)).state
+        except UnknownJob:  # stored, but placement has not taken it in
+            state = JobState.SUBMITTED
+        submitted = Submitted(args.user, job_id, "", state)
+        if args.json:
+            output.print_json({**output.submitted_json(submitted), "timed_out": True})
+        else:
+            output.console().print(
+                f"{submitted.ref}: {output.styled_state(state)} "
+                f"(still waiting when the timeout passed)"
+            )
+        return session.EXIT_TIMEOUT
+    if args.json:
+        output.print_json({**output.submitted_json(submitted), "timed_out": False})
+    elif submitted.rejected:
+        output.console().print(
+            f"[red]rejected[/] {submitted.ref} ({submitted.code}): {submitted.reason}"
+        )
+    else:
+        where = f" on {', '.join(submitted.servers)}" if submitted.servers else ""
+        reason = f" ({submitted.reason})" if submitted.reason and wait == "ended" else ""
+        output.console().print(
+            f"{submitted.ref}: {output.styled_state(submitted.state)}{where}{reason}"
+        )
+    if wait == "ended" or submitted.state.terminal:
+        return session.outcome_code(submitted.state)
+    return session.EXIT_OK
+
+
+async def _send(
+    client: GfairClient,
+    args: argparse.Namespace,
+    job_id: str,
+    wait: WaitFor,
+    timeout_s: float | None,
+) -> Submitted:
+    return await client.submit(
         args.user,
         args.gpus,
         args.command,
@@ -76,18 +140,8 @@ async def _submit(client: GfairClient, args: argparse.Namespace) -> int:
         name=args.name,
         env=environment(args.env),
         working_dir=args.workdir,
-        job_id=args.job_id,
+        job_id=job_id,
         max_retries=args.max_retries,
         wait=wait,
-        timeout_s=args.timeout,
+        timeout_s=timeout_s,
     )
-    if args.json:
-        output.print_json(output.submitted_json(submitted))
-    elif submitted.rejected:
-        output.console().print(
-            f"[red]rejected[/] {submitted.ref} ({submitted.code}): {submitted.reason}"
-        )
-    else:
-        where = f" on {', '.join(submitted.servers)}" if submitted.servers else ""
-        output.console().print(f"{submitted.ref}: {output.styled_state(submitted.state)}{where}")
-    return session.EXIT_FAILED if submitted.rejected else session.EXIT_OK

@@ -45,7 +45,7 @@ from gfair.client.views import (
 )
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.errors import describe_validation_error
-from gfair.events.jobs import JobEvent, JobPlaced, JobRejected
+from gfair.events.jobs import JobAccepted, JobEvent, JobPlaced, JobRejected
 from gfair.events.nodes import NodeUncordoned
 from gfair.events.states import JobState
 from gfair.events.subjects import JOBS_STREAM, job_events_pattern
@@ -58,7 +58,8 @@ from gfair.state.profile_record import JobProfileRecord, job_profile_key
 from gfair.state.share_record import SHARES_KEY, SharesRecord
 from gfair.state.stride_record import StrideRecord, load_stride
 
-WaitFor = Literal["none", "accepted", "running"]
+# How far `submit` waits: not at all, until admitted (or rejected), until it runs, until it ends.
+WaitFor = Literal["none", "accepted", "running", "ended"]
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -134,12 +135,13 @@ class GfairClient:
         job_id: str | None = None,
         max_retries: int | None = None,
         wait: WaitFor = "accepted",
-        timeout_s: float = 30.0,
+        timeout_s: float | None = 30.0,
     ) -> Submitted:
-        """Submit a job; with `wait`, return once it is accepted (or rejected), or running.
+        """Submit a job; with `wait`, return once it is accepted (or rejected), running, or ended.
 
         `job_id` defaults to a fresh one (`new_job_id(name)`). Raises `WaitTimeout` when the
-        awaited state does not come within `timeout_s` (the job is submitted all the same).
+        awaited state does not come within `timeout_s` (None: no limit; the job is submitted
+        all the same). Whatever `wait` says, a job that ends sooner returns its final state.
         """
         try:
             data = JobSubmitted(
@@ -160,7 +162,7 @@ class GfairClient:
         submitted = Submitted(data.user, data.job_id, envelope.id, JobState.SUBMITTED)
         if wait == "none":
             return submitted
-        wanted = {JobState.RUNNING}
+        wanted = {JobState.RUNNING} if wait != "ended" else set()
         if wait == "accepted":
             wanted |= {JobState.QUEUED, JobState.PLACED, JobState.SUSPENDED}
         servers: tuple[str, ...] = ()
@@ -189,6 +191,34 @@ class GfairClient:
         raise WaitTimeout(
             f"job {data.user}/{data.job_id} was submitted but not {wait} within {timeout_s:g}s"
         )
+
+    async def wait(self, user: str, job_id: str, *, timeout_s: float | None = None) -> JobState:
+        """The state the job ends in (completed, failed, cancelled, rejected), once it ends.
+
+        Only its latest life counts: a job id submitted again after an earlier job of that id
+        ended waits for the new one. `UnknownJob` if the job does not exist (yet: a submission
+        placement has not taken in), `WaitTimeout` if it does not end within `timeout_s`.
+        """
+        details = await self.job(user, job_id)
+        events = details.events
+        life = max(
+            (i for i, e in enumerate(events) if isinstance(e.data, (JobAccepted, JobRejected))),
+            default=0,
+        )
+        for event in events[life:]:
+            state = _state_of(event.data)
+            if state is not None and state.terminal:
+                return state
+        if details.state.terminal:  # ended before its events were kept, or they expired
+            return details.state
+        start = events[-1].sequence + 1 if events else 1
+        following = self._follow(user, job_id, start, timeout_s)
+        async with aclosing(following):
+            async for event in following:
+                state = _state_of(event.data)
+                if state is not None and state.terminal:
+                    return state
+        raise WaitTimeout(f"job {user}/{job_id} did not end within {timeout_s:g}s")
 
     async def cancel(
         self,

@@ -1,0 +1,69 @@
+"""`gfair wait JOB`: wait until a job ends, and exit with its outcome.
+
+    gfair wait alice/resnet-3f9c2a && echo trained
+
+Exits 0 when the job completed, 1 when it failed or was rejected, 5 when it was cancelled, 4
+when `--timeout` passed first (the job id and its state so far are printed all the same).
+`--json` prints ``{"user", "job_id", "state", "reason", "timed_out"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gfair.cli import output, session
+from gfair.client import GfairClient, WaitTimeout
+from gfair.events.states import JobState
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "wait",
+        help="wait until a job ends; exit with its outcome",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument("job", metavar="JOB", help="USER/JOB, or JOB with --user")
+    session.add_user_flag(parser)
+    parser.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="give up after this long (default: never)"
+    )
+    session.add_connection_flags(parser)
+    parser.set_defaults(func=lambda args: session.run(args, _wait))
+
+
+async def _wait(client: GfairClient, args: argparse.Namespace) -> int:
+    user, job_id = session.job_reference(args.job, args.user)
+    try:
+        state = await client.wait(user, job_id, timeout_s=args.timeout)
+    except WaitTimeout:
+        details = await client.job(user, job_id, with_events=False)
+        report(user, job_id, details.state, None, timed_out=True, as_json=args.json)
+        return session.EXIT_TIMEOUT
+    details = await client.job(user, job_id, with_events=False)
+    reason = details.record.reason if details.record is not None else None
+    report(user, job_id, state, reason, timed_out=False, as_json=args.json)
+    return session.outcome_code(state)
+
+
+def report(
+    user: str, job_id: str, state: JobState, reason: str | None, *, timed_out: bool, as_json: bool
+) -> None:
+    """The outcome (or, after a timeout, the state so far) on stdout, where scripts read it."""
+    if as_json:
+        output.print_json(
+            {
+                "user": user,
+                "job_id": job_id,
+                "state": str(state),
+                "reason": reason,
+                "timed_out": timed_out,
+            }
+        )
+        return
+    text = f"{user}/{job_id}: {output.styled_state(state)}"
+    if timed_out:
+        text += " (still waiting when the timeout passed)"
+    elif reason:
+        text += f" ({reason})"
+    output.console().print(text)
