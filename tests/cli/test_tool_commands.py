@@ -21,7 +21,7 @@ from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.publisher import EventPublisher
 from gfair.cli.main import main
 from gfair.events.envelope import EventData
-from gfair.events.jobs import JobCompleted, JobFailed
+from gfair.events.jobs import JobCompleted, JobFailed, JobStarted
 from gfair.events.reasons import FailureClass
 
 COMMAND = ["--", "python", "-m", "gfair.sdk.synthetic", "--iterations", "10"]
@@ -314,3 +314,43 @@ def test_submit_wait_completed_exits_with_the_outcome(gfair: Gfair) -> None:
     shown = final_json(out)
     assert shown["job_id"] == "train-2" and shown["timed_out"] is True
     assert shown["state"] in ("queued", "placed", "submitted")
+
+
+def test_history_and_usage_account_for_the_gpu_time(gfair: Gfair) -> None:
+    job_id = gfair.submit("alice", "--gpus", "1")["job_id"]
+    gfair.submit("bob")  # never runs: listed, no GPU time
+    eventually(lambda: gfair.json("job", f"alice/{job_id}")["record"]["servers"] != [])
+    record = gfair.json("job", f"alice/{job_id}")["record"]
+    node, pool = record["servers"][0], record["generation"]
+    publish(
+        gfair.url,
+        JobStarted(user="alice", job_id=job_id, node_id=node, gpu_indices=(0,), attempt=1),
+    )
+    eventually(lambda: gfair.json("job", f"alice/{job_id}")["state"] == "running")
+    time.sleep(1.0)
+    publish(gfair.url, JobCompleted(user="alice", job_id=job_id, attempt=1))
+    eventually(lambda: gfair.json("job", f"alice/{job_id}")["state"] == "completed")
+
+    (line,) = gfair.json("history", "--user", "alice", "--since", "1h")
+    assert line["job_id"] == job_id and line["state"] == "completed"
+    assert line["started_at"] and line["ended_at"] and line["wait_s"] >= 0
+    ran_h = line["runtime_s"] / 3600
+    assert set(line["gpu_hours"]) == {pool} and line["gpu_hours"][pool] == pytest.approx(ran_h)
+    assert 1.0 / 3600 <= ran_h < 30.0 / 3600
+    assert gfair.json("history", "--state", "completed") == [line]
+    assert {j["user"] for j in gfair.json("history")} == {"alice", "bob"}
+    assert gfair.json("history", "--until", "2000-01-01T00:00") == []
+
+    users = {u["user"]: u for u in gfair.json("usage", "--windows", "1h,7d", "--half-life", "1d")}
+    assert set(users) == {"alice", "bob"}
+    assert users["alice"]["windows"]["1h"] == pytest.approx(ran_h)
+    assert users["alice"]["gpu_hours"] == {pool: pytest.approx(ran_h)}
+    assert users["alice"]["decayed_share"] == 1.0 and users["bob"]["decayed_gpu_hours"] == 0.0
+    for argv in (("history",), ("usage",)):
+        code, out, _ = gfair(*argv)
+        assert code == 0 and "alice" in out
+
+    code, _, err = gfair("history", "--since", "yesterdayish")
+    assert code == 1 and "expected a time" in err
+    code, _, err = gfair("usage", "--half-life", "0")
+    assert code == 1 and "> 0" in err

@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "jobs": ("jobs", "list jobs"),
     "job": ("jobs", "show one job"),
     "users": ("users", "users' shares: entitled vs received"),
+    "history": ("history", "jobs with their wait, run time and GPU-hours (sacct)"),
+    "usage": ("usage", "GPU-hours per user over windows, and decayed (sshare)"),
     "nodes": ("nodes", "list nodes, or uncordon one"),
     "why": ("why", "explain why a job waits"),
     "trace": ("trace", "show a job's life as one distributed trace"),

@@ -12,6 +12,14 @@ not revive the job).
 
 Tools read records with `load_job` / `load_jobs`; only placement writes them (`save_job`, a
 revision-checked write, so a second writer loses instead of overwriting).
+
+Accounting (`gfair history`, `gfair usage`) comes from the same folding: the record keeps when
+the job first ran and, per GPU generation, the GPU-seconds it held (its GPUs times the time it
+was running there). An interval opens when a process of the job starts on some node, in the
+generation it was placed in, and closes when none runs any more, by whatever path (suspended,
+migrated, a lost node, a retry); a re-placement while it still runs (the record then says
+`placed`) charges the old generation until the process lets go. A job that ended with an
+interval open (a cancellation) is charged up to its end.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, computed_field
 
 from gfair.events.envelope import Envelope
 from gfair.events.fields import (
@@ -117,6 +125,50 @@ class Decision(_Record):
     rule: str | None = Field(default=None, description="The placement rule that decided")
 
 
+class Accounting(_Record):
+    """When the job ran and the GPU time it held, per generation (see the module's docstring)."""
+
+    started_at: AwareDatetime | None = Field(default=None, description="When it first ran")
+    gpu_seconds: dict[Generation, float] = Field(
+        default_factory=dict, description="GPUs x seconds running, per generation, closed intervals"
+    )
+    running_since: AwareDatetime | None = Field(
+        default=None, description="Start of the interval it is running now, if it is"
+    )
+    running_generation: Generation | None = None
+
+    def opened(self, at: datetime, generation: str | None) -> Accounting:
+        if self.running_since is not None:
+            return self
+        return self.model_copy(
+            update={
+                "started_at": self.started_at or at,
+                "running_since": at,
+                "running_generation": generation,
+            }
+        )
+
+    def closed(self, at: datetime, gpus: int) -> Accounting:
+        if self.running_since is None:
+            return self
+        return self.model_copy(
+            update={
+                "gpu_seconds": self.charged_until(at, gpus),
+                "running_since": None,
+                "running_generation": None,
+            }
+        )
+
+    def charged_until(self, at: datetime, gpus: int) -> dict[str, float]:
+        """GPU-seconds per generation, with the open interval (if any) counted up to `at`."""
+        totals = dict(self.gpu_seconds)
+        if self.running_since is not None:
+            pool = self.running_generation or "unknown"
+            held = max((at - self.running_since).total_seconds(), 0.0) * gpus
+            totals[pool] = totals.get(pool, 0.0) + held
+        return totals
+
+
 class JobRecord(_Record):
     user: UserName
     job_id: JobId
@@ -135,6 +187,7 @@ class JobRecord(_Record):
     created_at: AwareDatetime
     updated_at: AwareDatetime
     decisions: tuple[Decision, ...] = ()
+    accounting: Accounting = Field(default_factory=Accounting)
     applied_event_ids: tuple[str, ...] = Field(
         default=(), description="Recently folded event ids (idempotency)"
     )
@@ -142,6 +195,29 @@ class JobRecord(_Record):
     @property
     def key(self) -> str:
         return job_key(self.user, self.job_id)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ended_at(self) -> datetime | None:
+        """When it ended (its last change, once terminal), None while it lives."""
+        return self.updated_at if self.state.terminal else None
+
+    def gpu_seconds(self, now: datetime) -> dict[str, float]:
+        """GPU-seconds per generation, a running job's current interval counted up to `now`."""
+        return self.accounting.charged_until(self.ended_at or now, self.gpus)
+
+    def accounted(self, at: datetime) -> JobRecord:
+        """The record with its running interval opened or closed at `at`: open while some node
+        runs a process of the job."""
+        if self.state.terminal:
+            accounting = self.accounting  # charged up to its end when read (`gpu_seconds`)
+        elif self.nodes:
+            accounting = self.accounting.opened(at, self.generation)
+        else:
+            accounting = self.accounting.closed(at, self.gpus)
+        if accounting is self.accounting:
+            return self
+        return self.model_copy(update={"accounting": accounting})
 
     @property
     def gpus(self) -> int:
@@ -211,7 +287,7 @@ class JobRecord(_Record):
             state = JobState.PLACED if self.servers else JobState.QUEUED
         return self.model_copy(
             update={"nodes": nodes, "state": state, "updated_at": max(at, self.updated_at)}
-        )
+        ).accounted(at)
 
     def noting(self, event_id: str) -> JobRecord:
         """The record remembering that handling `event_id` changed it (replays re-emit)."""
@@ -279,7 +355,11 @@ class JobRecord(_Record):
             return None
         update["applied_event_ids"] = (*self.applied_event_ids, envelope.id)[-MAX_APPLIED_IDS:]
         update["updated_at"] = max(at, self.updated_at)
-        return self.model_copy(update=update)
+        updated = self.model_copy(update=update)
+        if updated.state.terminal and self.accounting.running_since is not None:
+            # Charged up to the event that ended it, not to a later change of the record.
+            return updated.model_copy(update={"accounting": self.accounting.closed(at, self.gpus)})
+        return updated.accounted(at)
 
     def to_bytes(self) -> bytes:
         return self.model_dump_json().encode()

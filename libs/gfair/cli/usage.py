@@ -1,0 +1,110 @@
+"""`gfair usage`: each user's GPU-hours over recent windows, and decayed (like `sshare`).
+
+    gfair usage --windows 1h,1d,7d --half-life 7d
+
+Per user: jobs (running), GPU-hours since the records began per GPU generation, GPU-hours in
+each window ending now, and usage decayed with a half-life (GPU-hours a half-life ago count
+half), with its share of every user's decayed usage. Read from the job records, whose GPU time
+is kept per job, not per time slice (`gfair.state.usage` says how it is placed in time).
+`--half-life` defaults to ``$GFAIR_USAGE_HALF_LIFE``, else 7d. `--json` prints a list of
+``{"user", "jobs", "running", "gpu_hours": {GEN: H}, "windows": {WINDOW: H},
+"decayed_gpu_hours", "decayed_share"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.table import Table
+
+from gfair.cli import output, session
+from gfair.client import GfairClient
+from gfair.state.usage import UserUsage, format_duration, parse_duration, usage
+
+HALF_LIFE_ENV = "GFAIR_USAGE_HALF_LIFE"
+DEFAULT_HALF_LIFE = "7d"
+DEFAULT_WINDOWS = "1h,1d,7d,30d"
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "usage",
+        help="GPU-hours per user over windows, and decayed (sshare)",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument("--user", action="append", default=[], help="only this user (repeatable)")
+    parser.add_argument(
+        "--windows",
+        default=DEFAULT_WINDOWS,
+        metavar="LIST",
+        help=f"comma-separated windows back from now (default {DEFAULT_WINDOWS})",
+    )
+    parser.add_argument(
+        "--half-life",
+        default=os.environ.get(HALF_LIFE_ENV, DEFAULT_HALF_LIFE),
+        metavar="DURATION",
+        help=f"of the decayed usage (default ${HALF_LIFE_ENV}, else {DEFAULT_HALF_LIFE})",
+    )
+    session.add_connection_flags(parser)
+    parser.set_defaults(func=lambda args: session.run(args, _usage))
+
+
+def windows(text: str) -> list[float]:
+    found = [parse_duration(item) for item in text.split(",") if item.strip()]
+    if not found:
+        raise ValueError(f"--windows {text!r}: give at least one, e.g. 1h,1d,7d")
+    return found
+
+
+async def _usage(client: GfairClient, args: argparse.Namespace) -> int:
+    spans = windows(args.windows)
+    half_life_s = parse_duration(args.half_life)
+    records = [r for r in await client.jobs() if not args.user or r.user in args.user]
+    lines = usage(records, datetime.now(UTC), windows_s=spans, half_life_s=half_life_s)
+    if args.json:
+        output.print_json([usage_json(line) for line in lines])
+    else:
+        output.console().print(usage_table(lines, spans, half_life_s))
+    return session.EXIT_OK
+
+
+def usage_json(line: UserUsage) -> dict[str, Any]:
+    return {
+        "user": line.user,
+        "jobs": line.jobs,
+        "running": line.running,
+        "gpu_hours": dict(sorted(line.gpu_hours.items())),
+        "windows": {format_duration(w): h for w, h in line.windows.items()},
+        "decayed_gpu_hours": line.decayed_gpu_hours,
+        "decayed_share": line.decayed_share,
+    }
+
+
+def usage_table(lines: list[UserUsage], spans: list[float], half_life_s: float) -> Table:
+    pools = sorted({g for line in lines for g in line.gpu_hours})
+    table = Table(
+        title="GPU-hours per user",
+        caption=f"decayed: half-life {format_duration(half_life_s)}; "
+        "share: of all users' decayed usage",
+    )
+    table.add_column("user")
+    table.add_column("jobs (running)", justify="right")
+    for pool in pools:
+        table.add_column(f"{pool} total", justify="right")
+    for span in spans:
+        table.add_column(f"last {format_duration(span)}", justify="right")
+    table.add_column("decayed", justify="right")
+    table.add_column("share", justify="right")
+    for line in lines:
+        table.add_row(
+            line.user,
+            f"{line.jobs} ({line.running})",
+            *(f"{line.gpu_hours.get(p, 0.0):.2f}" for p in pools),
+            *(f"{line.windows[s]:.2f}" for s in spans),
+            f"{line.decayed_gpu_hours:.2f}",
+            f"{line.decayed_share:.0%}",
+        )
+    return table
