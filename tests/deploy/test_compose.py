@@ -20,9 +20,11 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +102,7 @@ class LocalService:
     cwd: Path
     log: Path
     process: asyncio.subprocess.Process | None = None
+    metrics_port: int | None = None
 
 
 def local_services(
@@ -127,9 +130,31 @@ def local_services(
         # The image's virtualenv is first on its PATH; here it is this one.
         env["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
         env["HOME"] = str(root)
+        # In compose every container has the port to itself; here each process needs its own.
+        metrics_port = None
+        if "GFAIR_METRICS_PORT" in env:
+            metrics_port = free_port()
+            env["GFAIR_METRICS_PORT"] = str(metrics_port)
         command = [str(BIN / image.entrypoint[0]), *service["command"]]
-        found.append(LocalService(name, command, env, Path(local(writable)), root / f"{name}.log"))
+        found.append(
+            LocalService(
+                name, command, env, Path(local(writable)), root / f"{name}.log", None, metrics_port
+            )
+        )
     return found
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text: str = response.read().decode()
+        return text
 
 
 def nats_service(config: Mapping[str, Any]) -> tuple[Path, dict[str, str]]:
@@ -305,6 +330,15 @@ async def test_the_compose_services_run_a_job_to_completion(
                     if state is not None and JobState(state).terminal:
                         final = JobState(state)
                 assert final is JobState.COMPLETED, logs(services)
+                # Each service serves its metrics where Prometheus scrapes them; the
+                # executor's GPUs come with its telemetry (every 10 s).
+                executor = next(s for s in services if s.name == "node-executor")
+                assert executor.metrics_port is not None
+                deadline = time.monotonic() + 30
+                while "gfair_node_gpus_busy{" not in scrape(executor.metrics_port):
+                    assert time.monotonic() < deadline, "no busy GPUs exported in 30 s"
+                    await asyncio.sleep(0.5)
+                exported = {s.name: scrape(s.metrics_port) for s in services if s.metrics_port}
         stopped = {s.name: s.process.returncode if s.process else None for s in services}
         spans = collector.spans()
     assert all(code == 0 for code in stopped.values()), f"{stopped}\n{logs(services)}"
@@ -314,3 +348,7 @@ async def test_the_compose_services_run_a_job_to_completion(
     life = find_job_trace(spans, "compose-1", user="alice")
     assert life.services >= {"placement", "split-stride", "node-executor", "failure-detector"}
     assert any(s.name == "publish gfair.job.completed.v1" for s in life.spans)
+    assert set(exported) == {s.name for s in services}
+    for name, text in exported.items():
+        assert "gfair_handler_duration_seconds_count{" in text, name
+    assert "gfair_node_gpus_busy{" in exported["node-executor"]

@@ -4,8 +4,13 @@ Services record through `gfair_metrics()`; `configure_metrics` (called by
 `configure_observability`, so by every service process) decides where the numbers go: an
 OTLP/HTTP collector when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, else a JSON Lines file
 (`GFAIR_METRICS_FILE`, by default ``metrics.jsonl`` beside the span file of the embedded
-mode), else nowhere. Until a process configures a provider the instruments are no-ops, so
-unit tests and tools pay nothing.
+mode), else nowhere; and, with `GFAIR_METRICS_PORT`, also a Prometheus endpoint
+(``http://HOST:PORT/metrics``, `PrometheusEndpoint`) for Prometheus to scrape. Until a process
+configures a provider the instruments are no-ops, so unit tests and tools pay nothing.
+
+In Prometheus a name's dots become underscores, a unit in braces is dropped, ``s`` becomes
+``_seconds``, and counters end in ``_total`` (`gfair.job.suspends` is
+``gfair_job_suspends_total``); `deploy/grafana/dashboards/gfair.json` queries those names.
 
 | instrument | kind | attributes | recorded by |
 |---|---|---|---|
@@ -17,6 +22,9 @@ unit tests and tools pay nothing.
 | ``gfair.job.migrations`` | counter | node, reason | node-executor |
 | ``gfair.trades`` | counter | fast_pool, slow_pool | trading-auction |
 | ``gfair.job.failures`` | counter | failure_class, decision=retried/failed | failure-detector |
+| ``gfair.node.gpus.busy`` | gauge | node, generation | node-executor (GPUs running a job) |
+| ``gfair.handler.duration`` | histogram (s) | service, handler | every service, per event |
+| ``gfair.dead_letters`` | counter | service, stream, reason | every service |
 
 Counters count what a service did, so an event handled twice after a crash may count twice:
 these are operational signals, the streams stay the record.
@@ -27,7 +35,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +46,7 @@ from opentelemetry.sdk.metrics.export import (
     HistogramDataPoint,
     MetricExporter,
     MetricExportResult,
+    MetricReader,
     MetricsData,
     NumberDataPoint,
     PeriodicExportingMetricReader,
@@ -52,6 +61,8 @@ METER_NAME = "gfair"
 # Quantum decisions take milliseconds at demo scale and tens of ms at 1k servers
 # (docs/design.md §5).
 _DECISION_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# Handlers take well under a millisecond to seconds (a start command waits for the process).
+_HANDLER_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 Shares = Mapping[str, Mapping[str, float]]  # user -> pool -> GPUs
 
@@ -97,6 +108,22 @@ class GfairMetrics:
             "gfair.job.failures",
             unit="{failure}",
             description="Job exits classified as failures, by class and what was decided",
+        )
+        self.gpus_busy = meter.create_gauge(
+            "gfair.node.gpus.busy",
+            unit="{gpu}",
+            description="GPUs of a node running a job's process, per generation",
+        )
+        self.handler_duration = meter.create_histogram(
+            "gfair.handler.duration",
+            unit="s",
+            description="Time a service's handler took for one event",
+            explicit_bucket_boundaries_advisory=list(_HANDLER_BUCKETS_S),
+        )
+        self.dead_letters = meter.create_counter(
+            "gfair.dead_letters",
+            unit="{message}",
+            description="Messages parked on gfair.dlq.<stream>, by the reason",
         )
         self._shares_seen: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
@@ -212,6 +239,28 @@ class JsonlMetricExporter(MetricExporter):
         return None
 
 
+class PrometheusEndpoint:
+    """``http://HOST:PORT/metrics`` serving this process's metrics in Prometheus' text format.
+
+    Read at each scrape (no export period); its own registry, so several in one process (tests)
+    do not see each other's metrics.
+    """
+
+    def __init__(self, port: int, host: str = "0.0.0.0") -> None:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        self._registry = CollectorRegistry(auto_describe=True)
+        self.reader = PrometheusMetricReader(registry=self._registry)
+        self._server, self._thread = start_http_server(port, host, registry=self._registry)
+        self.port = self._server.server_port
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
 def metric_exporter(settings: ObservabilitySettings) -> MetricExporter | None:
     match settings.chosen_metrics_exporter():
         case "otlp":
@@ -230,18 +279,27 @@ def metric_exporter(settings: ObservabilitySettings) -> MetricExporter | None:
 
 
 def configure_metrics(
-    service_name: str, settings: ObservabilitySettings, *, set_global: bool = True
+    service_name: str,
+    settings: ObservabilitySettings,
+    *,
+    set_global: bool = True,
+    readers: Sequence[MetricReader] = (),
 ) -> MeterProvider | None:
-    """A meter provider exporting as `settings` say, every `metrics_interval_s`; None when
-    metrics go nowhere. With `set_global`, `gfair_metrics()` records into it."""
+    """A meter provider exporting as `settings` say, every `metrics_interval_s`, and read by
+    `readers` (a `PrometheusEndpoint`'s); None when metrics go nowhere. With `set_global`,
+    `gfair_metrics()` records into it."""
     exporter = metric_exporter(settings)
-    if exporter is None:
+    all_readers = list(readers)
+    if exporter is not None:
+        all_readers.append(
+            PeriodicExportingMetricReader(
+                exporter, export_interval_millis=settings.metrics_interval_s * 1000
+            )
+        )
+    if not all_readers:
         return None
-    reader = PeriodicExportingMetricReader(
-        exporter, export_interval_millis=settings.metrics_interval_s * 1000
-    )
     provider = MeterProvider(
-        metric_readers=[reader],
+        metric_readers=all_readers,
         resource=Resource.create({"service.name": service_name, "service.namespace": "gfair"}),
     )
     if set_global:

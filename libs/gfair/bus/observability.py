@@ -23,7 +23,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gfair.bus.logs import LogFormat, configure_logging
-from gfair.bus.metrics import configure_metrics
+from gfair.bus.metrics import PrometheusEndpoint, configure_metrics
 from gfair.bus.span_file import JsonlSpanExporter
 from gfair.bus.tracing import TRACER_NAME
 
@@ -46,6 +46,13 @@ class ObservabilitySettings(BaseSettings):
         default=None, description="JSON Lines file for metrics (default: beside the span file)"
     )
     metrics_interval_s: float = Field(default=10.0, gt=0, description="Metrics export period")
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port)",
+    )
+    metrics_host: str = Field(default="0.0.0.0", description="Address the metrics port binds")
     log_level: str = "INFO"
     log_format: LogFormat = "json"
 
@@ -82,6 +89,7 @@ class Observability:
     tracer: Tracer
     provider: TracerProvider | None
     meter_provider: MeterProvider | None = None
+    metrics_endpoint: PrometheusEndpoint | None = None
 
     def shutdown(self) -> None:
         """Flush and close the exporters; call once at process exit."""
@@ -89,6 +97,8 @@ class Observability:
             self.provider.shutdown()
         if self.meter_provider is not None:
             self.meter_provider.shutdown()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
 
 
 def _exporter(settings: ObservabilitySettings) -> SpanExporter | None:
@@ -114,11 +124,22 @@ def configure_observability(
     """Configure logs and the tracer provider for a process named `service_name`."""
     settings = settings or ObservabilitySettings()
     configure_logging(service_name, level=settings.log_level, fmt=settings.log_format)
-    meter_provider = configure_metrics(service_name, settings, set_global=set_global)
+    endpoint = None
+    if settings.metrics_port is not None:
+        endpoint = PrometheusEndpoint(settings.metrics_port, settings.metrics_host)
+    meter_provider = configure_metrics(
+        service_name,
+        settings,
+        set_global=set_global,
+        readers=[endpoint.reader] if endpoint is not None else [],
+    )
     exporter = _exporter(settings)
     if exporter is None:
         return Observability(
-            tracer=trace.get_tracer(TRACER_NAME), provider=None, meter_provider=meter_provider
+            tracer=trace.get_tracer(TRACER_NAME),
+            provider=None,
+            meter_provider=meter_provider,
+            metrics_endpoint=endpoint,
         )
     provider = TracerProvider(
         resource=Resource.create({"service.name": service_name, "service.namespace": "gfair"})
@@ -127,5 +148,8 @@ def configure_observability(
     if set_global:
         trace.set_tracer_provider(provider)
     return Observability(
-        tracer=provider.get_tracer(TRACER_NAME), provider=provider, meter_provider=meter_provider
+        tracer=provider.get_tracer(TRACER_NAME),
+        provider=provider,
+        meter_provider=meter_provider,
+        metrics_endpoint=endpoint,
     )

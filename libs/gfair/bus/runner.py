@@ -31,6 +31,7 @@ import structlog
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from gfair.bus.dead_letter import DeadLetter, DeadLetterReason, publish_dead_letter
+from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import EventPublisher, derived_event_id
 from gfair.bus.service import Emit, InvalidInput, Route, Unprocessable
 from gfair.bus.subject_filter import covers
@@ -382,10 +383,15 @@ class HandlerRunner:
         self, envelope: Envelope, data: EventData, delivery: Delivery
     ) -> Sequence[Emit]:
         keep_alive = _KeepAlive(delivery, self._route.consumer.ack_wait_s / 2)
+        began = time.perf_counter()
         try:
             outputs = await self._route.handler(envelope, data)
         finally:
             keep_alive.cancel()
+            gfair_metrics().handler_duration.record(
+                time.perf_counter() - began,
+                {"service": self._service, "handler": self._route.name},
+            )
         if outputs is None:
             raise TypeError(f"handler {self._route.name} returned None; return [] for no events")
         return outputs
@@ -490,6 +496,9 @@ class HandlerRunner:
             self._log.error("dead-lettering failed", error=repr(exc), reason=reason.value)
             await delivery.nak(self._route.backoff.delay(delivery.num_delivered))
             return Outcome.RETRIED
+        gfair_metrics().dead_letters.add(
+            1, {"service": self._service, "stream": delivery.stream, "reason": reason.value}
+        )
         self._log.error(
             "dead-lettered",
             reason=reason.value,

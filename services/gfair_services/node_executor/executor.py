@@ -246,6 +246,7 @@ class NodeExecutor:
         samples, xids = await anyio.to_thread.run_sync(self._read_gpus, self._runs.busy_gpus())
         self._xids.add(xids)
         self._record_utilization(samples)
+        self._record_busy()
         gpus = telemetry_samples(samples, self._xids.take_unreported(self._inventory))
         if not gpus:
             return []
@@ -263,6 +264,16 @@ class NodeExecutor:
                 "generation": gpu.generation,
             }
             gauge.set(min(max(sample.utilization_pct / 100.0, 0.0), 1.0), attributes)
+
+    def _record_busy(self) -> None:
+        """GPUs running a job's process, per generation (0 too: a gauge repeats its last)."""
+        busy = dict.fromkeys(sorted({gpu.generation for gpu in self._inventory.values()}), 0)
+        for index in self._runs.busy_gpus():
+            gpu = self._inventory.get(index)
+            if gpu is not None:
+                busy[gpu.generation] += 1
+        for generation, count in busy.items():
+            gfair_metrics().gpus_busy.set(count, {"node": self.node_id, "generation": generation})
 
     def _read_gpus(self, busy: frozenset[int]) -> tuple[list[GpuSample], list[XidError]]:
         return self._gpus.sample(busy), self._gpus.poll_xid_errors()
