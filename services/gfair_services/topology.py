@@ -13,6 +13,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gfair.bus.job_output import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, job_output_stream
 from gfair.bus.topology import BucketSpec, Storage, Topology, contract_streams
 from gfair.state import buckets
 
@@ -40,6 +41,14 @@ class TopologySettings(BaseSettings):
         gt=0,
         description="How soon a crashed instance's unacknowledged events are redelivered",
     )
+    logs_max_age_s: float = Field(
+        default=DEFAULT_MAX_AGE_S, gt=0, description="Jobs' output older than this is dropped"
+    )
+    logs_max_bytes: int = Field(
+        default=DEFAULT_MAX_BYTES,
+        gt=0,
+        description="Jobs' output kept in all, oldest dropped first (GFAIR_LOGS stream)",
+    )
 
 
 def cluster_buckets(
@@ -59,13 +68,22 @@ def cluster_buckets(
 
 
 def cluster_topology(*, storage: Storage = Storage.FILE, replicas: int | None = None) -> Topology:
-    """Streams of the event contract (dead letters included) and the buckets of `state`.
+    """Streams of the event contract (dead letters included), the jobs' output stream and the
+    buckets of `state`.
 
     `replicas` defaults to ``GFAIR_REPLICAS`` (1 when unset), so a process that does not pass
-    a value of its own (the node executor) declares the same topology as those that do.
+    a value of its own (the node executor) declares the same topology as those that do; the
+    output's retention is ``GFAIR_LOGS_MAX_AGE_S`` and ``GFAIR_LOGS_MAX_BYTES``.
     """
-    count = TopologySettings().replicas if replicas is None else replicas
+    settings = TopologySettings()
+    count = settings.replicas if replicas is None else replicas
+    logs = job_output_stream(
+        replicas=count,
+        storage=storage,
+        max_age_s=settings.logs_max_age_s,
+        max_bytes=settings.logs_max_bytes,
+    )
     return Topology(
-        streams=contract_streams(storage=storage, replicas=count),
+        streams=(*contract_streams(storage=storage, replicas=count), logs),
         buckets=cluster_buckets(storage=storage, replicas=count),
     )

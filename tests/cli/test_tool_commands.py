@@ -16,6 +16,7 @@ import pytest
 import structlog
 
 from client.live_cluster import control_plane_thread, registration
+from gfair.bus.job_output import OUTPUTS, OutputChunk, publish_chunk
 from gfair.bus.logs import configure_logging
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.publisher import EventPublisher
@@ -354,3 +355,61 @@ def test_history_and_usage_account_for_the_gpu_time(gfair: Gfair) -> None:
     assert code == 1 and "expected a time" in err
     code, _, err = gfair("usage", "--half-life", "0")
     assert code == 1 and "> 0" in err
+
+
+def ship(url: str, user: str, job_id: str, *chunks: OutputChunk) -> None:
+    """Publish output chunks as a node executor's shipper does."""
+
+    async def send() -> None:
+        bus = await NatsBus.connect(NatsOptions(servers=(url,), name="test-shipper"))
+        try:
+            for chunk in chunks:
+                await publish_chunk(bus, user, job_id, chunk)
+        finally:
+            await bus.close()
+
+    asyncio.run(send())
+
+
+def test_logs_prints_the_output_and_follows_it_until_the_job_ends(gfair: Gfair) -> None:
+    job_id = gfair.submit("alice")["job_id"]
+    ship(
+        gfair.url,
+        "alice",
+        job_id,
+        OutputChunk("stdout", "v100-0", "run-0001", 0, b"epoch 1\n"),
+        OutputChunk("stderr", "v100-0", "run-0001", 0, b"warning: slow\n"),
+    )
+    code, out, _ = gfair("logs", f"alice/{job_id}")
+    assert code == 0 and out == "epoch 1\nwarning: slow\n"
+    code, out, _ = gfair("logs", job_id, "--user", "alice", "--output", "stderr")
+    assert code == 0 and out == "warning: slow\n"
+    code, out, _ = gfair("logs", f"alice/{job_id}", "--json")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(c["output"], c["text"], c["run"]) for c in lines] == [
+        ("stdout", "epoch 1\n", "run-0001"),
+        ("stderr", "warning: slow\n", "run-0001"),
+    ]
+
+    following = Background(gfair, "logs", f"alice/{job_id}", "-f")
+    time.sleep(1.0)
+    assert following.thread.is_alive()
+    # Resumed on another node, then done: its output, the end of each run, the outcome.
+    ship(
+        gfair.url,
+        "alice",
+        job_id,
+        OutputChunk("stdout", "k80-0", "run-0001", 0, b"epoch 2\n"),
+        *(
+            OutputChunk(o, n, "run-0001", 0, b"", True)
+            for o in OUTPUTS
+            for n in ("v100-0", "k80-0")
+        ),
+    )
+    publish(gfair.url, JobCompleted(user="alice", job_id=job_id, attempt=1))
+    assert following.result() == 0
+    out = gfair.capsys.readouterr().out
+    assert out.endswith("epoch 1\nwarning: slow\nepoch 2\n")
+
+    code, _, err = gfair("logs", "alice/never-submitted")
+    assert code == 1 and "no job alice/never-submitted" in err

@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from gfair.bus.job_output import read_output
 from gfair.bus.nats_bus import NatsBus
 from gfair.bus.server import EmbeddedNatsServer, NatsServerConfig
 from gfair.client import ConnectOptions, GfairClient, NoCluster
@@ -142,6 +143,11 @@ def local_services(
             )
         )
     return found
+
+
+async def job_output(client: GfairClient, job_id: str) -> str:
+    chunks = [c async for c in read_output(client.bus, "alice", job_id)]
+    return b"".join(c.data for c in chunks if c.output == "stdout").decode()
 
 
 def free_port() -> int:
@@ -330,6 +336,11 @@ async def test_the_compose_services_run_a_job_to_completion(
                     if state is not None and JobState(state).terminal:
                         final = JobState(state)
                 assert final is JobState.COMPLETED, logs(services)
+                # The job's output went from the executor into NATS (`gfair logs`).
+                deadline = time.monotonic() + 30
+                while "synthetic job: completed" not in await job_output(client, "compose-1"):
+                    assert time.monotonic() < deadline, "the job's output never arrived"
+                    await asyncio.sleep(0.5)
                 # Each service serves its metrics where Prometheus scrapes them; the
                 # executor's GPUs come with its telemetry (every 10 s).
                 executor = next(s for s in services if s.name == "node-executor")

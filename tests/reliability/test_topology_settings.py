@@ -29,7 +29,8 @@ def replicas_of(service: Service) -> set[int]:
 def test_every_service_declares_the_replicas_and_ack_wait_it_is_given(name: str) -> None:
     service = scheduler_service(name, replicas=3, ack_wait_s=1.5)
     assert replicas_of(service) == {3}
-    assert len(service.topology.buckets) >= 6 and len(service.topology.streams) == 5
+    # The contract's five streams and the jobs' output.
+    assert len(service.topology.buckets) >= 6 and len(service.topology.streams) == 6
     assert {route.consumer.ack_wait_s for route in service.routes} == {1.5}
 
 

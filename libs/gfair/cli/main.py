@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "usage": ("usage", "GPU-hours per user over windows, and decayed (sshare)"),
     "nodes": ("nodes", "list nodes, or uncordon one"),
     "why": ("why", "explain why a job waits"),
+    "logs": ("logs", "a job's stdout and stderr"),
     "trace": ("trace", "show a job's life as one distributed trace"),
     "demo": ("demo", "run a cluster and a multi-user workload for a few minutes, live"),
     "tenants": ("tenants", "render (or --check) the NATS authorization of the tenants file"),

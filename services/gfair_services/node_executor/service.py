@@ -14,6 +14,7 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.serve import BusSettings
 from gfair.bus.service import Service
 from gfair_services.node_executor.executor import SERVICE_NAME, NodeExecutor
+from gfair_services.node_executor.output_shipper import OutputShipper
 from gfair_services.node_executor.settings import NodeExecutorSettings
 
 
@@ -41,11 +42,22 @@ async def serve(
                 tracer=observability.tracer,
                 settings=RunnerSettings(batch=1, fetch_timeout_s=bus_settings.fetch_timeout_s),
             )
+            shipper = OutputShipper(
+                bus,
+                executor.node_id,
+                executor.settings.work_dir / "runs",
+                executor.settings.work_dir / "shipped-output",
+                lambda: (run.job for run in executor.running()),
+                interval_s=executor.settings.output_interval_s,
+            )
             try:
+                shipper.start()  # its first pass comes after the runtime declared the stream
                 await runtime.run(handle_signals=True)
             finally:
-                # Before the connection closes: the drain publishes what it suspended.
+                # Before the connection closes: the drain publishes what it suspended, and
+                # the jobs' last output follows.
                 await executor.close()
+                await shipper.stop()
         finally:
             await bus.close()
     finally:

@@ -43,7 +43,12 @@ class NodeExecutorSettings(BaseSettings):
     )
     work_root: Path | None = Field(
         default=None,
-        description="This executor's run directories and records (None: /tmp/gfair/nodes/<id>)",
+        description="This executor's run directories and records (None: <work base>/<id>)",
+    )
+    work_base: Path = Field(
+        default=DEFAULT_WORK_ROOT,
+        description="Where executors keep their work roots, one per node id (a volume several "
+        "executors share, each in its own directory)",
     )
     heartbeat_s: float = Field(default=5.0, gt=0, description="Heartbeat interval")
     telemetry_s: float = Field(default=10.0, gt=0, description="GPU telemetry interval")
@@ -57,6 +62,9 @@ class NodeExecutorSettings(BaseSettings):
     )
     progress_interval_s: float = Field(
         default=1.0, gt=0, description="At most one progress report per job this often"
+    )
+    output_interval_s: float = Field(
+        default=1.0, gt=0, description="How often jobs' new stdout/stderr is shipped to NATS"
     )
     command_max_age_s: float = Field(
         default=120.0,
@@ -72,7 +80,7 @@ class NodeExecutorSettings(BaseSettings):
             return value.strip()
         return None
 
-    @field_validator("checkpoint_root", "work_root")
+    @field_validator("checkpoint_root", "work_root", "work_base")
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
         # Paths travel in events (checkpoint paths), which require them absolute.
@@ -81,7 +89,7 @@ class NodeExecutorSettings(BaseSettings):
     @model_validator(mode="after")
     def _work_root(self) -> Self:
         if self.work_root is None:
-            self.work_root = DEFAULT_WORK_ROOT / self.node_id
+            self.work_root = self.work_base / self.node_id
         return self
 
     @property

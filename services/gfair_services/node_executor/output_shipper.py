@@ -1,0 +1,162 @@
+"""Ships what jobs write to stdout and stderr into JetStream (`gfair.bus.job_output`).
+
+Every `interval_s` it reads what the runs it follows appended to ``stdout.log`` and
+``stderr.log`` since the last pass and publishes it in chunks. It follows the newest run
+directory of every job running here, and keeps following a run after its process is gone
+until a pass finds nothing new: then the run's files are complete, and an end chunk closes
+each. What was shipped is remembered beside the runs (``<records>/<user>/<job>/<run>.json``,
+written after the store acknowledged; not in the run directory, which belongs to the job), so
+an executor that restarts goes on where it stopped and ships the rest of the runs it left
+unfinished; a repeat of a chunk is dropped by its message id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import structlog
+
+from gfair.bus.job_output import MAX_CHUNK_BYTES, OUTPUTS, OutputChunk, publish_chunk
+from gfair.bus.transport import Bus
+from gfair.events.fields import JobRef
+
+_log = structlog.get_logger("gfair.services.node_executor")
+
+
+class OutputShipper:
+    def __init__(
+        self,
+        bus: Bus,
+        node_id: str,
+        runs_root: Path,
+        records_root: Path,
+        running: Callable[[], Iterable[JobRef]],
+        *,
+        interval_s: float = 1.0,
+        chunk_bytes: int = MAX_CHUNK_BYTES,
+    ) -> None:
+        self._bus = bus
+        self._node_id = node_id
+        self._runs_root = runs_root
+        self._records = records_root
+        self._running = running
+        self._interval_s = interval_s
+        self._chunk_bytes = chunk_bytes
+        # Run directory -> (user, job id) for every run followed.
+        self._followed: dict[Path, JobRef] = {}
+        self._offsets: dict[Path, dict[str, int]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Follow the runs left unfinished by an earlier executor, then ship every interval."""
+        for run in self._runs_root.glob("*/*/run-*"):
+            if not _read_record(self._record_path(run)).get("ended"):
+                self._followed[run] = JobRef(user=run.parent.parent.name, job_id=run.parent.name)
+        self._task = asyncio.create_task(self._loop(), name="output-shipper")
+
+    async def stop(self) -> None:
+        """Stop the loop, then one last pass (after a drain: the suspended runs' last words)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        try:
+            await self.ship()
+        except Exception as exc:
+            _log.warning("shipping job output failed", error=repr(exc))
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                await self.ship()
+            except Exception as exc:
+                # NATS away for a moment: the bytes stay in the files for the next pass.
+                _log.warning("shipping job output failed", error=repr(exc))
+
+    async def ship(self) -> int:
+        """One pass over the runs followed; the bytes shipped."""
+        running = set(self._running())
+        for job in running:
+            latest = _latest_run(self._runs_root / job.user / job.job_id)
+            if latest is not None:
+                self._followed.setdefault(latest, job)
+        shipped = 0
+        for run, job in list(self._followed.items()):
+            sent = await self._ship_run(run, job)
+            shipped += sent
+            if sent == 0 and (job not in running or _latest_run(run.parent) != run):
+                # Its process is gone and a pass found nothing new: its files are complete.
+                await self._close_run(run, job)
+        return shipped
+
+    async def _ship_run(self, run: Path, job: JobRef) -> int:
+        offsets = self._offsets.get(run)
+        if offsets is None:
+            offsets = self._offsets[run] = _offsets(_read_record(self._record_path(run)))
+        sent = 0
+        for output in OUTPUTS:
+            while True:
+                offset = offsets.get(output, 0)
+                path = run / f"{output}.log"
+                data = await asyncio.to_thread(_read_at, path, offset, self._chunk_bytes)
+                if not data:
+                    break
+                chunk = OutputChunk(output, self._node_id, run.name, offset, data)
+                await publish_chunk(self._bus, job.user, job.job_id, chunk)
+                offsets[output] = offset + len(data)
+                sent += len(data)
+        if sent:
+            _write_record(self._record_path(run), {"offsets": offsets, "ended": False})
+        return sent
+
+    async def _close_run(self, run: Path, job: JobRef) -> None:
+        offsets = self._offsets.pop(run, {})
+        for output in OUTPUTS:
+            end = OutputChunk(output, self._node_id, run.name, offsets.get(output, 0), b"", True)
+            await publish_chunk(self._bus, job.user, job.job_id, end)
+        _write_record(self._record_path(run), {"offsets": offsets, "ended": True})
+        del self._followed[run]
+
+    def _record_path(self, run: Path) -> Path:
+        return self._records / run.parent.parent.name / run.parent.name / f"{run.name}.json"
+
+
+def _latest_run(job_dir: Path) -> Path | None:
+    runs = [p for p in job_dir.glob("run-*") if p.name.removeprefix("run-").isdigit()]
+    return max(runs, key=lambda p: int(p.name.removeprefix("run-")), default=None)
+
+
+def _read_at(path: Path, offset: int, size: int) -> bytes:
+    try:
+        with path.open("rb") as stream:
+            stream.seek(offset)
+            return stream.read(size)
+    except FileNotFoundError:
+        return b""
+
+
+def _read_record(path: Path) -> dict[str, object]:
+    try:
+        found = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _offsets(record: dict[str, object]) -> dict[str, int]:
+    raw = record.get("offsets")
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if k in OUTPUTS and isinstance(v, int) and v >= 0}
+
+
+def _write_record(path: Path, record: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".tmp")
+    partial.write_text(json.dumps(record))
+    os.replace(partial, path)

@@ -1,0 +1,121 @@
+"""The node executor's output shipper on a real nats-server: what runs write to stdout and
+stderr ends up in GFAIR_LOGS, once, in order, across passes, chunks, runs and restarts."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gfair.bus.job_output import OutputChunk, job_output_stream, read_output
+from gfair.bus.nats_bus import NatsBus, NatsOptions
+from gfair.bus.topology import Topology
+from gfair.events.fields import JobRef
+from gfair_services.node_executor.output_shipper import OutputShipper
+
+pytestmark = pytest.mark.nats
+
+JOB = JobRef(user="alice", job_id="train-1")
+
+
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[NatsBus]:
+    connected = await NatsBus.connect(NatsOptions(servers=(nats_url,), name="test-shipper"))
+    await connected.ensure_topology(Topology(streams=(job_output_stream(),)))
+    try:
+        yield connected
+    finally:
+        await connected.close()
+
+
+class Node:
+    """A node's run directories, and the jobs its executor says are running."""
+
+    def __init__(self, root: Path) -> None:
+        self.runs = root / "runs"
+        self.records = root / "shipped"
+        self.running: set[JobRef] = {JOB}
+
+    def run(self, number: int) -> Path:
+        path = self.runs / JOB.user / JOB.job_id / f"run-{number:04d}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def shipper(self, bus: NatsBus, chunk_bytes: int = 65536) -> OutputShipper:
+        return OutputShipper(
+            bus, "v100-0", self.runs, self.records, lambda: self.running, chunk_bytes=chunk_bytes
+        )
+
+
+def append(path: Path, text: str) -> None:
+    with path.open("a") as stream:
+        stream.write(text)
+
+
+async def stored(bus: NatsBus) -> list[OutputChunk]:
+    return [c async for c in read_output(bus, JOB.user, JOB.job_id)]
+
+
+def text(chunks: list[OutputChunk], run: str, output: str) -> str:
+    """The file as rebuilt from its chunks, each at its offset (a gap or overlap fails)."""
+    rebuilt = b""
+    for chunk in chunks:
+        if chunk.run == run and chunk.output == output and not chunk.end:
+            assert chunk.offset == len(rebuilt), "chunks out of order, lost or repeated"
+            rebuilt += chunk.data
+    return rebuilt.decode()
+
+
+async def test_output_is_shipped_in_order_across_passes_and_chunks(
+    bus: NatsBus, tmp_path: Path
+) -> None:
+    node = Node(tmp_path)
+    run = node.run(1)
+    shipper = node.shipper(bus, chunk_bytes=4)
+    append(run / "stdout.log", "epoch 1 loss 0.9\n")
+    assert await shipper.ship() == 17
+    append(run / "stdout.log", "epoch 2 loss 0.5\n")
+    append(run / "stderr.log", "warning: slow\n")
+    assert await shipper.ship() == 17 + 14
+    assert await shipper.ship() == 0  # nothing new; still running, so not closed
+    chunks = await stored(bus)
+    assert text(chunks, "run-0001", "stdout") == "epoch 1 loss 0.9\nepoch 2 loss 0.5\n"
+    assert text(chunks, "run-0001", "stderr") == "warning: slow\n"
+    assert all(len(c.data) <= 4 for c in chunks)
+    assert not any(c.end for c in chunks)
+    assert {(c.node, c.run) for c in chunks} == {("v100-0", "run-0001")}
+
+
+async def test_a_run_that_ended_is_closed_and_a_restart_goes_on_where_it_stopped(
+    bus: NatsBus, tmp_path: Path
+) -> None:
+    node = Node(tmp_path)
+    first = node.run(1)
+    append(first / "stdout.log", "step 1\n")
+    assert await node.shipper(bus).ship() == 7
+    # Suspended, then resumed here: a new run directory; the executor restarted meanwhile.
+    append(first / "stdout.log", "yielding at step 2\n")
+    second = node.run(2)
+    append(second / "stdout.log", "resumed at step 2\n")
+    restarted = node.shipper(bus)
+    restarted.start()  # follows the run left unfinished
+    await restarted.stop()  # its last pass: the rest of run 1, all of run 2
+    chunks = await stored(bus)
+    assert text(chunks, "run-0001", "stdout") == "step 1\nyielding at step 2\n"
+    assert text(chunks, "run-0002", "stdout") == "resumed at step 2\n"
+    # Run 1 had nothing more on a later pass and is not the newest: closed; run 2 runs on.
+    again = node.shipper(bus)
+    again.start()
+    await again.stop()
+    node.running.clear()  # the job is over
+    ended = node.shipper(bus)
+    ended.start()
+    assert await ended.ship() == 0
+    await ended.stop()
+    chunks = await stored(bus)
+    ends = {(c.run, c.output) for c in chunks if c.end}
+    assert ends == {(r, o) for r in ("run-0001", "run-0002") for o in ("stdout", "stderr")}
+    # Nothing was stored twice, however many shippers passed over the same files.
+    data = [(c.run, c.output, c.offset) for c in chunks if not c.end]
+    assert len(data) == len(set(data))
