@@ -4,6 +4,7 @@ stderr ends up in GFAIR_LOGS, once, in order, across passes, chunks, runs and re
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,22 +30,36 @@ async def bus(nats_url: str) -> AsyncIterator[NatsBus]:
         await connected.close()
 
 
+@dataclass
+class Started:
+    """The executor's latest run of the job, as its run table holds it."""
+
+    job: JobRef
+    running: bool
+    start_event_id: str
+
+
 class Node:
-    """A node's run directories, and the jobs its executor says are running."""
+    """A node's run directories, and the runs its executor's table holds."""
 
     def __init__(self, root: Path) -> None:
         self.runs = root / "runs"
         self.records = root / "shipped"
-        self.running: set[JobRef] = {JOB}
+        self.table: list[Started] = []
 
-    def run(self, number: int) -> Path:
+    def run(self, number: int, *, running: bool = True) -> Path:
+        """Start run `number` of the job (its directory first, as the supervisor does)."""
         path = self.runs / JOB.user / JOB.job_id / f"run-{number:04d}"
         path.mkdir(parents=True, exist_ok=True)
+        self.table = [Started(JOB, running, f"start-{number}")]
         return path
+
+    def job_ended(self) -> None:
+        self.table = [Started(JOB, False, s.start_event_id) for s in self.table]
 
     def shipper(self, bus: NatsBus, chunk_bytes: int = 65536) -> OutputShipper:
         return OutputShipper(
-            bus, "v100-0", self.runs, self.records, lambda: self.running, chunk_bytes=chunk_bytes
+            bus, "v100-0", self.runs, self.records, lambda: self.table, chunk_bytes=chunk_bytes
         )
 
 
@@ -108,7 +123,7 @@ async def test_a_run_that_ended_is_closed_and_a_restart_goes_on_where_it_stopped
     again = node.shipper(bus)
     again.start()
     await again.stop()
-    node.running.clear()  # the job is over
+    node.job_ended()
     ended = node.shipper(bus)
     ended.start()
     assert await ended.ship() == 0
@@ -119,3 +134,18 @@ async def test_a_run_that_ended_is_closed_and_a_restart_goes_on_where_it_stopped
     # Nothing was stored twice, however many shippers passed over the same files.
     data = [(c.run, c.output, c.offset) for c in chunks if not c.end]
     assert len(data) == len(set(data))
+
+
+async def test_a_job_that_started_and_ended_between_two_passes_is_shipped(
+    bus: NatsBus, tmp_path: Path
+) -> None:
+    node = Node(tmp_path)
+    shipper = node.shipper(bus)
+    assert await shipper.ship() == 0  # nothing started yet
+    run = node.run(1, running=False)  # started, wrote, exited: never seen running
+    append(run / "stdout.log", "synthetic job: completed 10 steps\n")
+    assert await shipper.ship() == 34
+    assert await shipper.ship() == 0  # complete: closed
+    chunks = await stored(bus)
+    assert text(chunks, "run-0001", "stdout") == "synthetic job: completed 10 steps\n"
+    assert {c.output for c in chunks if c.end} == {"stdout", "stderr"}

@@ -127,6 +127,10 @@ class NodeExecutor:
 
     # ----- queries -----------------------------------------------------------------------
 
+    def runs(self) -> list[LocalJob]:
+        """The latest run of every job started here, running or not."""
+        return self._runs.all()
+
     def running(self) -> list[LocalJob]:
         return self._runs.running()
 

@@ -112,6 +112,9 @@ class RunTable:
     def put(self, run: LocalJob) -> None:
         self._runs[run.job] = run
 
+    def all(self) -> list[LocalJob]:
+        return list(self._runs.values())
+
     def running(self) -> list[LocalJob]:
         return [run for run in self._runs.values() if run.running]
 

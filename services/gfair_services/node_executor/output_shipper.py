@@ -2,12 +2,13 @@
 
 Every `interval_s` it reads what the runs it follows appended to ``stdout.log`` and
 ``stderr.log`` since the last pass and publishes it in chunks. It follows the newest run
-directory of every job running here, and keeps following a run after its process is gone
-until a pass finds nothing new: then the run's files are complete, and an end chunk closes
-each. What was shipped is remembered beside the runs (``<records>/<user>/<job>/<run>.json``,
-written after the store acknowledged; not in the run directory, which belongs to the job), so
-an executor that restarts goes on where it stopped and ships the rest of the runs it left
-unfinished; a repeat of a chunk is dropped by its message id.
+directory of every job started here (a job that started and ended between two passes too),
+and keeps following a run after its process is gone until a pass finds nothing new: then the
+run's files are complete, and an end chunk closes each. What was shipped is remembered
+beside the runs (``<records>/<user>/<job>/<run>.json``, written after the store acknowledged;
+not in the run directory, which belongs to the job), so an executor that restarts goes on
+where it stopped and ships the rest of the runs it left unfinished; a repeat of a chunk is
+dropped by its message id.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 
@@ -27,6 +29,19 @@ from gfair.events.fields import JobRef
 _log = structlog.get_logger("gfair.services.node_executor")
 
 
+class Run(Protocol):
+    """What the shipper needs of a run in the executor's table (`LocalJob` is one)."""
+
+    @property
+    def job(self) -> JobRef: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def start_event_id(self) -> str: ...
+
+
 class OutputShipper:
     def __init__(
         self,
@@ -34,7 +49,7 @@ class OutputShipper:
         node_id: str,
         runs_root: Path,
         records_root: Path,
-        running: Callable[[], Iterable[JobRef]],
+        runs: Callable[[], Iterable[Run]],
         *,
         interval_s: float = 1.0,
         chunk_bytes: int = MAX_CHUNK_BYTES,
@@ -43,12 +58,15 @@ class OutputShipper:
         self._node_id = node_id
         self._runs_root = runs_root
         self._records = records_root
-        self._running = running
+        self._runs = runs
         self._interval_s = interval_s
         self._chunk_bytes = chunk_bytes
         # Run directory -> (user, job id) for every run followed.
         self._followed: dict[Path, JobRef] = {}
         self._offsets: dict[Path, dict[str, int]] = {}
+        # The start each job's newest followed run came from, and the runs closed.
+        self._starts: dict[JobRef, str] = {}
+        self._closed: set[Path] = set()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -80,11 +98,19 @@ class OutputShipper:
 
     async def ship(self) -> int:
         """One pass over the runs followed; the bytes shipped."""
-        running = set(self._running())
-        for job in running:
-            latest = _latest_run(self._runs_root / job.user / job.job_id)
-            if latest is not None:
-                self._followed.setdefault(latest, job)
+        started = list(self._runs())
+        running = {s.job for s in started if s.running}
+        for start in started:
+            if not start.running and self._starts.get(start.job) == start.start_event_id:
+                continue  # over, and its run directory found already
+            latest = _latest_run(self._runs_root / start.job.user / start.job.job_id)
+            if latest is None:
+                continue  # not launched yet
+            self._starts[start.job] = start.start_event_id
+            if latest in self._followed or latest in self._closed:
+                continue
+            if not _read_record(self._record_path(latest)).get("ended"):
+                self._followed[latest] = start.job
         shipped = 0
         for run, job in list(self._followed.items()):
             sent = await self._ship_run(run, job)
@@ -121,6 +147,7 @@ class OutputShipper:
             await publish_chunk(self._bus, job.user, job.job_id, end)
         _write_record(self._record_path(run), {"offsets": offsets, "ended": True})
         del self._followed[run]
+        self._closed.add(run)
 
     def _record_path(self, run: Path) -> Path:
         return self._records / run.parent.parent.name / run.parent.name / f"{run.name}.json"

@@ -47,7 +47,7 @@ async def serve(
                 executor.node_id,
                 executor.settings.work_dir / "runs",
                 executor.settings.work_dir / "shipped-output",
-                lambda: (run.job for run in executor.running()),
+                executor.runs,
                 interval_s=executor.settings.output_interval_s,
             )
             try:
