@@ -413,3 +413,20 @@ def test_logs_prints_the_output_and_follows_it_until_the_job_ends(gfair: Gfair) 
 
     code, _, err = gfair("logs", "alice/never-submitted")
     assert code == 1 and "no job alice/never-submitted" in err
+
+
+def test_top_draws_the_shares_the_servers_and_the_counts(gfair: Gfair) -> None:
+    job_id = gfair.submit("alice", "--job-type", "ResNet-50 (batch size 32)")["job_id"]
+    gfair.submit("alice")  # still waiting: alice stays active after the first one ends
+    gfair.submit("bob")
+    eventually(lambda: {u["user"] for u in gfair.json("users")["users"]} >= {"alice", "bob"})
+    publish(gfair.url, JobCompleted(user="alice", job_id=job_id, attempt=1))
+    eventually(lambda: gfair.json("job", f"alice/{job_id}")["state"] == "completed")
+    code, out, err = gfair("top", "--once", "--refresh", "0.1")
+    assert code == 0, err
+    assert "gfair top: 3 job(s)" in out
+    assert "fair share" in out and "what runs where" in out
+    users = [line for line in out.splitlines() if line.startswith(("│ alice", "│ bob"))]
+    assert len(users) == 2
+    assert "0/1/1" in users[0]  # alice: none running, one waiting, one done
+    assert "completed 1" in out  # the lifecycle counts include the job that ended

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("history", "jobs with their wait, run time and GPU-hours (sacct)"),
     "usage": ("usage", "GPU-hours per user over windows, and decayed (sshare)"),
     "nodes": ("nodes", "list nodes, or uncordon one"),
+    "top": ("top", "live view: shares, servers, trades"),
     "why": ("why", "explain why a job waits"),
     "logs": ("logs", "a job's stdout and stderr"),
     "trace": ("trace", "show a job's life as one distributed trace"),

@@ -1,0 +1,157 @@
+"""`gfair top`: the live view of `gfair demo`, for any cluster.
+
+    gfair top --refresh 2 --window 60
+
+Each user's entitled against received GPUs per pool (received over the last `--window`
+seconds, from split-stride's usage counters), what runs on each server this quantum, the
+trades in force, and counts of the jobs' lifecycle events and of trades since the streams
+began (the first refresh reads the job history once). Redrawn every `--refresh` seconds on a
+terminal until Ctrl-C; elsewhere one line per refresh. `--once` draws one view and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+from rich.console import Group
+from rich.live import Live
+from rich.text import Text
+
+from gfair.bus.history import read_history
+from gfair.cli import output, session
+from gfair.cli.demo_dashboard import (
+    COUNTED,
+    ShareWindow,
+    Snapshot,
+    Tally,
+    counters_text,
+    plain_line,
+    servers_table,
+    trades_text,
+    users_table,
+)
+from gfair.client import GfairClient
+from gfair.events.jobs import JobEvent
+from gfair.events.scheduling import TradeCleared
+from gfair.events.subjects import JOBS_STREAM, SCHED_STREAM
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "top",
+        help="live view: shares, servers, trades",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--refresh", type=_positive, default=2.0, metavar="SECONDS", help="default 2"
+    )
+    parser.add_argument(
+        "--window",
+        type=_positive,
+        default=60.0,
+        metavar="SECONDS",
+        help="received share averaged over this long (default 60)",
+    )
+    parser.add_argument("--once", action="store_true", help="draw one view and exit")
+    parser.add_argument("--nats", metavar="URL", help="NATS server URL(s), comma-separated")
+    parser.add_argument("--creds", metavar="FILE", help="NATS credentials file (JWT and NKey)")
+    parser.set_defaults(func=lambda args: session.run(args, _top))
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+class ClusterView:
+    """Samples the cluster's records into demo-dashboard snapshots."""
+
+    def __init__(self, client: GfairClient, window_s: float) -> None:
+        self._client = client
+        self._window = ShareWindow(window_s)
+        self._tally = Tally()
+        self._started = time.monotonic()
+
+    async def sample(self) -> Snapshot:
+        shares = await self._client.shares()
+        stride = await self._client.stride()
+        jobs = await self._client.jobs()
+        now = time.monotonic()
+        if stride is not None:
+            self._window.add(now, stride.usage)
+        await self._count_events()
+        users = set(shares.users) if shares is not None else set()
+        users |= {j.user for j in jobs if j.live}
+        return Snapshot(
+            elapsed_s=now - self._started,
+            duration_s=0.0,
+            shares=shares,
+            stride=stride,
+            jobs=jobs,
+            received=self._window.received(),
+            tally=self._tally,
+            # The demo knows its users' speedups; a cluster's users are whoever is active.
+            speedups=dict.fromkeys(sorted(users), "-"),
+        )
+
+    async def _count_events(self) -> None:
+        bus = self._client.bus
+        async for event in read_history(
+            bus, JOBS_STREAM.name, start_sequence=self._tally.jobs_sequence + 1
+        ):
+            self._tally.jobs_sequence = event.sequence
+            if isinstance(event.data, JobEvent):
+                verb = type(event.data).event_name()
+                if verb in COUNTED:
+                    self._tally.events[verb] += 1
+        async for event in read_history(
+            bus,
+            SCHED_STREAM.name,
+            filter_subjects=(TradeCleared.subject_pattern(),),
+            start_sequence=self._tally.sched_sequence + 1,
+        ):
+            self._tally.sched_sequence = event.sequence
+            self._tally.trades += 1
+
+
+def view(snapshot: Snapshot, window_s: float) -> Group:
+    header = Text(
+        f"gfair top: {len(snapshot.jobs)} job(s); received over the last {window_s:g}s "
+        f"(watching {snapshot.elapsed_s:.0f}s)",
+        style="bold",
+    )
+    return Group(
+        header,
+        users_table(snapshot),
+        servers_table(snapshot),
+        trades_text(snapshot),
+        counters_text(snapshot),
+    )
+
+
+async def _top(client: GfairClient, args: argparse.Namespace) -> int:
+    cluster = ClusterView(client, args.window)
+    console = output.console()
+    snapshot = await cluster.sample()
+    if args.once:
+        # A second sample, so that received shares have a span to be measured over.
+        await asyncio.sleep(args.refresh)
+        console.print(view(await cluster.sample(), args.window))
+        return session.EXIT_OK
+    if not console.is_terminal:
+        while True:
+            console.print(plain_line(snapshot), highlight=False, soft_wrap=True)
+            await asyncio.sleep(args.refresh)
+            snapshot = await cluster.sample()
+    with Live(view(snapshot, args.window), console=console, refresh_per_second=4) as live:
+        while True:
+            await asyncio.sleep(args.refresh)
+            live.update(view(await cluster.sample(), args.window))
