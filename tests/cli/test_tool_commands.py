@@ -430,3 +430,27 @@ def test_top_draws_the_shares_the_servers_and_the_counts(gfair: Gfair) -> None:
     assert len(users) == 2
     assert "0/1/1" in users[0]  # alice: none running, one waiting, one done
     assert "completed 1" in out  # the lifecycle counts include the job that ended
+
+
+def test_submit_from_a_spec_file_with_flags_overriding_it(gfair: Gfair, tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "user: alice\ngpus: 1\nname: resnet\njob_id: from-file\n"
+        "command: python -m gfair.sdk.synthetic --iterations 10\n"
+        "env: {SEED: 1, MODE: fast}\n"
+    )
+    submitted = gfair.json("submit", "-f", str(spec), "--env", "MODE=slow")
+    assert (submitted["user"], submitted["job_id"]) == ("alice", "from-file")
+    record = gfair.json("job", "alice/from-file")["record"]["submission"]
+    assert record["command"] == COMMAND[1:]
+    assert record["env"] == {"SEED": "1", "MODE": "slow"}  # the flag wins
+    assert record["name"] == "resnet" and record["gpus"] == 1
+    override = gfair.json("submit", "-f", str(spec), "--job-id", "other", "--user", "bob")
+    assert (override["user"], override["job_id"]) == ("bob", "other")
+
+    spec.write_text("gpus: 1\ncomand: [python]\n")
+    code, _, err = gfair("submit", "-f", str(spec), "--user", "alice")
+    assert code == 2 and "comand: Extra inputs are not permitted" in err
+    spec.write_text("user: alice\ncommand: [python]\n")
+    code, _, err = gfair("submit", "-f", str(spec))
+    assert code == 2 and "--gpus" in err

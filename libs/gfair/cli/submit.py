@@ -7,17 +7,21 @@ Without `--wait` it returns once placement accepted (or rejected) the job; with 
 `--wait=running`), once it runs; with `--wait=completed`, once it ends, exiting with its outcome
 as `gfair wait` does (0 completed, 1 failed or rejected, 5 cancelled); with `--no-wait`, as soon
 as the submission is stored. A rejection exits 1. When `--timeout` passes first it exits 4 and
-still prints the job and its state so far. `--json` prints
+still prints the job and its state so far. `-f job.yaml` reads the job from a file (YAML, JSON
+or TOML; `schemas/job-spec.schema.json`); flags given as well override its fields. `--json` prints
 ``{"user", "job_id", "event_id", "state", "reason", "code", "servers", "timed_out"}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import Any
 
 from gfair.cli import output, session
 from gfair.client import GfairClient, Submitted, UnknownJob, WaitFor, WaitTimeout
+from gfair.events.job_spec import JobSpec, JobSpecError, load_job_spec
 from gfair.events.states import JobState
 from gfair.events.submission import new_job_id
 
@@ -32,8 +36,15 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="submit a job",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    session.add_user_flag(parser, required=True)
-    parser.add_argument("--gpus", type=int, required=True, help="GPUs the job needs at once")
+    parser.add_argument(
+        "-f",
+        "--file",
+        type=Path,
+        metavar="SPEC",
+        help="the job as a YAML, JSON or TOML file (schemas/job-spec.schema.json)",
+    )
+    session.add_user_flag(parser)
+    parser.add_argument("--gpus", type=int, help="GPUs the job needs at once")
     parser.add_argument("--tickets", type=float, help="weight among the user's own jobs")
     parser.add_argument("--job-type", help="model family, e.g. 'ResNet-50 (batch size 32)'")
     parser.add_argument("--name", help="a label (also the stem of the generated job id)")
@@ -78,10 +89,35 @@ def main(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
-    if not command:
-        return session.fail("give the job's command after --, e.g. -- python train.py", 2)
     args.command = command
+    if args.file is not None:
+        try:
+            apply_spec(args, load_job_spec(args.file))
+        except JobSpecError as exc:
+            return session.fail(str(exc), 2)
+        except ValueError as exc:  # an --env of the command line
+            return session.fail(str(exc), session.EXIT_FAILED)
+    if not args.command:
+        return session.fail("give the job's command after --, e.g. -- python train.py", 2)
+    if args.user is None:
+        return session.fail(f"give --user (or ${session.USER_ENV}), or user: in the spec", 2)
+    if args.gpus is None:
+        return session.fail("give --gpus, or gpus: in the spec", 2)
     return session.run(args, _submit)
+
+
+def apply_spec(args: argparse.Namespace, spec: JobSpec) -> None:
+    """Fill what the command line left out from `spec` (the command line wins)."""
+    if not args.command and spec.command is not None:
+        args.command = list(spec.command)
+    if args.user is None or (args.user == os.environ.get(session.USER_ENV) and spec.user):
+        # $GFAIR_USER is a default, the file says whose job it is.
+        args.user = spec.user or args.user
+    for name in ("gpus", "tickets", "job_type", "name", "job_id", "workdir", "max_retries"):
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(spec, name))
+    given = environment(args.env)
+    args.env = [f"{k}={v}" for k, v in {**spec.env, **given}.items()]
 
 
 async def _submit(client: GfairClient, args: argparse.Namespace) -> int:

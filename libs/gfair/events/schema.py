@@ -16,6 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from gfair.events import job_spec
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.examples import EXAMPLES, example_envelope
 from gfair.events.registry import registered_types
@@ -137,6 +138,7 @@ def expected_files(types: Mapping[str, type[EventData]] | None = None) -> dict[s
     files = {
         ENVELOPE_FILE: render(envelope_schema()),
         INDEX_FILE: render(index_document(types)),
+        job_spec.SCHEMA_FILE: render(job_spec.spec_schema()),
     }
     for event_type, model in types.items():
         files[event_file(event_type)] = render(message_schema(model))
@@ -160,7 +162,7 @@ class SchemaDrift:
 
 
 def _owned_files_on_disk(directory: Path) -> Iterable[str]:
-    for name in (ENVELOPE_FILE, INDEX_FILE):
+    for name in (ENVELOPE_FILE, INDEX_FILE, job_spec.SCHEMA_FILE):
         if (directory / name).is_file():
             yield name
     events = directory / EVENTS_DIR
