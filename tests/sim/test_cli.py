@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+import gfair.sim
 from gfair.cli.main import main
 
 from .test_report import SCHEMA_PATH
@@ -143,3 +145,22 @@ def test_an_unwritable_output_is_refused(
     args = ["simulate", "--trace", str(write_trace(tmp_path)), "--cluster", "v100:1x4"]
     assert main([*args, "--report", str(folder / "r.json")]) == 2
     assert "not writable" in capsys.readouterr().err
+
+
+def test_without_matplotlib_only_plot_needs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """matplotlib is the `plot` extra: a replay runs without it; --plot says what to install
+    before the replay starts."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    for name in [m for m in sys.modules if m.startswith("matplotlib.") or m == "gfair.sim.plot"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delattr(gfair.sim, "plot", raising=False)  # the package's handle on it too
+    args = ["simulate", "--trace", str(write_trace(tmp_path)), "--cluster", "v100:1x4"]
+    report = tmp_path / "r.json"
+    assert main([*args, "--report", str(report)]) == 0
+    assert json.loads(report.read_text())["summary"]["completed"] == 5
+    capsys.readouterr()
+    assert main([*args, "--plot", str(tmp_path / "s.png")]) == 2
+    assert "pip install 'gfair[plot]'" in capsys.readouterr().err
+    assert not (tmp_path / "s.png").exists()

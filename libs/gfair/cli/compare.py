@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gfair.cli.figures import plotting
 from gfair.gavel import load_throughputs
 from gfair.sim.comparison import (
     DEFAULT_POLICIES,
@@ -40,7 +41,6 @@ from gfair.sim.comparison import (
     relative_jct,
     select,
 )
-from gfair.sim.plot import plot_jct_cdfs
 from gfair.sim.replay import MAX_MIN_FAIRNESS, POLICY_NAMES
 from gfair.sim.simulator import PlanError, SimulationStalled
 from gfair.sim.trace import TraceError
@@ -149,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
             philly_days=args.philly_days,
         )
         workloads = select(sources, args.workloads, quick=args.quick)
+        if args.plot is not None:
+            plotting()  # said now, not after the replays
     except (TraceError, ValueError, FileNotFoundError) as error:
         print(f"gfair compare: error: {error}", file=sys.stderr)
         return 2
@@ -194,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         curves: dict[str, dict[str, list[float]]] = {}
         for outcome in outcomes:
             curves.setdefault(outcome.workload, {})[outcome.policy] = list(outcome.jcts_s)
-        plot_jct_cdfs(curves, args.plot, f"JCT CDFs, {args.quantum:g} s quanta")
+        plotting().plot_jct_cdfs(curves, args.plot, f"JCT CDFs, {args.quantum:g} s quanta")
         console.print(f"JCT CDFs: {args.plot}", highlight=False)
     if args.json is not None:
         rows = []

@@ -25,10 +25,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gfair.cli.figures import plotting
 from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.data import PHILLY_TRACE
 from gfair.gavel import load_throughputs
-from gfair.sim.plot import PLOT_FORMATS, plot_shares
 from gfair.sim.replay import POLICY_NAMES, ReplayOptions, replay
 from gfair.sim.report import Report
 from gfair.sim.simulator import PlanError, SimulationStalled, SwitchCosts
@@ -142,7 +142,9 @@ def run(args: argparse.Namespace) -> int:
     if args.report is not None:
         args.report.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
     if args.plot is not None and outcome.series is not None:
-        plot_shares(outcome.series, args.plot, f"{report.policy} on {report.cluster['spec']}")
+        plotting().plot_shares(
+            outcome.series, args.plot, f"{report.policy} on {report.cluster['spec']}"
+        )
     _print_summary(console, report)
     return 0
 
@@ -165,10 +167,11 @@ def _check_outputs(outputs: dict[str, Path | None]) -> None:
         if not os.access(path if path.exists() else folder, os.W_OK):
             raise ValueError(f"{flag} {path}: not writable")
     plot = outputs.get("--plot")
-    if plot is not None and plot.suffix and plot.suffix.lower()[1:] not in PLOT_FORMATS:
+    formats = plotting().PLOT_FORMATS if plot is not None else frozenset()
+    if plot is not None and plot.suffix and plot.suffix.lower()[1:] not in formats:
         raise ValueError(
             f"--plot {plot}: unknown image format {plot.suffix}; "
-            f"one of {', '.join('.' + f for f in sorted(PLOT_FORMATS))}"
+            f"one of {', '.join('.' + f for f in sorted(formats))}"
         )
 
 
