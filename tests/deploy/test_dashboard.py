@@ -144,3 +144,16 @@ def test_prometheus_scrapes_every_gfair_service_on_its_metrics_port() -> None:
         for name in found.split(",")
     }
     assert names == set(ours)
+
+
+def test_a_metrics_port_already_taken_does_not_stop_the_service() -> None:
+    first = PrometheusEndpoint(0, "127.0.0.1")
+    try:
+        settings = ObservabilitySettings(metrics_port=first.port, metrics_host="127.0.0.1")
+        observability = configure_observability("second", settings, set_global=False)
+        try:
+            assert observability.metrics_endpoint is None  # logged, not raised
+        finally:
+            observability.shutdown()
+    finally:
+        first.close()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import structlog
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
@@ -126,7 +127,17 @@ def configure_observability(
     configure_logging(service_name, level=settings.log_level, fmt=settings.log_format)
     endpoint = None
     if settings.metrics_port is not None:
-        endpoint = PrometheusEndpoint(settings.metrics_port, settings.metrics_host)
+        try:
+            endpoint = PrometheusEndpoint(settings.metrics_port, settings.metrics_host)
+        except OSError as exc:
+            # Metrics are for watching the scheduler; a port taken (several processes given
+            # the same GFAIR_METRICS_PORT) must not stop it from scheduling.
+            structlog.get_logger("gfair.observability").error(
+                "cannot serve metrics",
+                port=settings.metrics_port,
+                host=settings.metrics_host,
+                error=str(exc),
+            )
     meter_provider = configure_metrics(
         service_name,
         settings,
