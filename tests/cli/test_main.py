@@ -104,6 +104,8 @@ probe gfair submit --user nodes --gp
 probe gfair simulate --report "$2/rep"
 probe gfair submit --gpus 1 -- pyth
 probe gfair --vers
+probe gfair submit --wait -- pyth
+probe gfair submit --wait c
 """
 
 
@@ -127,6 +129,8 @@ def test_bash_completion_follows_the_tree(
         f"{tmp_path}/report.json",  # a file option completes files
         "",  # after `--`: the shell's default completion
         "--version",
+        "",  # `--wait` takes no value here: `--` still ends gfair's words
+        "completed",
     ]
 
 

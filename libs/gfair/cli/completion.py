@@ -47,6 +47,9 @@ class Command:
     # Options followed by a value, with the values to offer (empty: any word).
     valued: dict[str, list[str]] = field(default_factory=dict)
     file_options: list[str] = field(default_factory=list)
+    # Valued options whose value may be left out (`--wait`, `--wait=completed`): the word
+    # after them is not skipped while walking the line.
+    optional_value: list[str] = field(default_factory=list)
     positional_choices: list[str] = field(default_factory=list)
     subcommands: dict[str, Command] = field(default_factory=dict)
 
@@ -66,6 +69,8 @@ def command_tree(parser: argparse.ArgumentParser, path: str = "gfair", help: str
             if action.nargs != 0:
                 for option in action.option_strings:
                     node.valued[option] = [str(c) for c in action.choices or ()]
+                if action.nargs == "?":
+                    node.optional_value += action.option_strings
                 if action.type is Path:
                     node.file_options += action.option_strings
         elif action.choices:
@@ -83,7 +88,7 @@ def _walk_cases(tree: Command) -> list[str]:
     for node in tree.walk():
         for name, sub in node.subcommands.items():
             arms.append(f"            {_quote(f'{node.path}:{name}')}) node={_quote(sub.path)} ;;")
-        valued = [o for o in node.valued]
+        valued = [o for o in node.valued if o not in node.optional_value]
         if valued:
             patterns = "|".join(_quote(f"{node.path}:{o}") for o in valued)
             arms.append(f"            {patterns}) (( i++ )) ;;")
