@@ -8,6 +8,8 @@ import pytest
 
 from gfair.cli.demo_dashboard import ShareWindow, Snapshot, Tally, plain_line
 from gfair.cli.demo_workload import JOBS, USERS, tickets_setting
+from gfair.events.jobs import JobStarted, JobSuspended
+from gfair.events.reasons import SuspendReason
 from gfair.state.share_record import PoolShare, SharesRecord, UserShare
 
 
@@ -67,3 +69,17 @@ def test_the_workload_contends_and_names_every_user_once() -> None:
     assert sum(job.gpus for job in JOBS) > 16  # more than the demo cluster's GPUs
     assert len({job.name for job in JOBS}) == len(JOBS)
     assert tickets_setting() == "vision=1,nlp=2,rl=1,recsys=2"
+
+
+def test_a_suspend_that_moves_a_job_counts_as_a_migration() -> None:
+    tally = Tally()
+    for reason in (SuspendReason.TIME_SLICE, SuspendReason.MIGRATION, SuspendReason.MIGRATION):
+        tally.count(
+            JobSuspended(user="alice", job_id="j", node_id="k80-0", attempt=1, reason=reason)
+        )
+    tally.count(JobStarted(user="alice", job_id="j", node_id="v100-0", gpu_indices=(0,), attempt=1))
+    assert (tally.events["suspended"], tally.events["migrated"], tally.events["started"]) == (
+        1,
+        2,
+        1,
+    )

@@ -17,6 +17,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from gfair.events.jobs import JobEvent, JobSuspended
+from gfair.events.reasons import SuspendReason
 from gfair.events.states import JobState
 from gfair.state.job_record import JobRecord
 from gfair.state.share_record import SharesRecord
@@ -74,6 +76,15 @@ class Tally:
     trades: int = 0
     jobs_sequence: int = 0
     sched_sequence: int = 0
+
+    def count(self, event: JobEvent) -> None:
+        """Count a job event under its verb; a suspend that moves the job counts as a
+        migration (the scheduler moves jobs through their checkpoints)."""
+        verb = type(event).event_name()
+        if isinstance(event, JobSuspended) and event.reason is SuspendReason.MIGRATION:
+            verb = "migrated"
+        if verb in COUNTED:
+            self.events[verb] += 1
 
 
 @dataclass(frozen=True)

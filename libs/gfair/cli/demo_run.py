@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 
 from gfair.bus.history import read_history
-from gfair.cli.demo_dashboard import COUNTED, ShareWindow, Snapshot, Tally, dashboard, plain_line
+from gfair.cli.demo_dashboard import ShareWindow, Snapshot, Tally, dashboard, plain_line
 from gfair.cli.demo_workload import JOBS, USERS, DemoJob
 from gfair.client import GfairClient, Submitted
 from gfair.events.jobs import JobEvent
@@ -159,9 +159,7 @@ class DemoRun:
         ):
             self.tally.jobs_sequence = event.sequence
             if isinstance(event.data, JobEvent):
-                verb = type(event.data).event_name()
-                if verb in COUNTED:
-                    self.tally.events[verb] += 1
+                self.tally.count(event.data)
         async for event in read_history(
             bus,
             SCHED_STREAM.name,

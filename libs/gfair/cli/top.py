@@ -23,7 +23,6 @@ from rich.text import Text
 from gfair.bus.history import read_history
 from gfair.cli import output, session
 from gfair.cli.demo_dashboard import (
-    COUNTED,
     ShareWindow,
     Snapshot,
     Tally,
@@ -109,9 +108,7 @@ class ClusterView:
         ):
             self._tally.jobs_sequence = event.sequence
             if isinstance(event.data, JobEvent):
-                verb = type(event.data).event_name()
-                if verb in COUNTED:
-                    self._tally.events[verb] += 1
+                self._tally.count(event.data)
         async for event in read_history(
             bus,
             SCHED_STREAM.name,
