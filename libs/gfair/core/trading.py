@@ -36,7 +36,7 @@ every user's effective throughput (`effective_throughput`) ends at least where i
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 Holdings = Mapping[str, Mapping[str, float]]  # user -> pool -> GPUs of share
@@ -151,14 +151,17 @@ def _auction(
     min_quantity: float,
     trades: list[Trade],
 ) -> None:
-    # Bids do not change while trading, only who holds share in both pools.
+    # Bids do not change while trading, only who holds share in both pools; and only the
+    # buyer (the front) or the seller (the back) ever leaves, so two ends walk inwards.
     bids = [
         b for b in ranked if held[b[1]][slow] > min_quantity and held[b[1]][fast] > min_quantity
     ]
-    while len(bids) >= 2:
-        buyer_bid, buyer = bids[0]
-        seller_bid, seller = bids[-1]
-        second = next((b for b, _ in bids[1:] if b < buyer_bid), seller_bid)
+    lower = _next_lower(bids)
+    head, tail = 0, len(bids) - 1
+    while head < tail:
+        buyer_bid, buyer = bids[head]
+        seller_bid, seller = bids[tail]
+        second = bids[lower[head]][0] if lower[head] < tail else seller_bid
         price = max(second, seller_bid * (1.0 + min_seller_gain))
         if not (seller_bid < price < buyer_bid and math.isfinite(price) and price > 0):
             return
@@ -171,11 +174,10 @@ def _auction(
                 held, speeds, demands, buyer, seller, slow, fast, price, quantity
             )
             if quantity <= min_quantity:
-                bids = [b for b in bids if b[1] != limited]
+                head, tail = (head + 1, tail) if limited == buyer else (head, tail - 1)
                 continue
         # Whichever side runs out is set to exactly zero and leaves the auction.
         payment = quantity * price
-        leaving = [] if limited is None else [limited]
         if quantity >= held[seller][fast]:
             quantity = held[seller][fast]
             held[seller][fast] = 0.0
@@ -189,10 +191,19 @@ def _auction(
         held[seller][slow] += payment
         held[buyer][fast] += quantity
         trades.append(Trade(buyer, seller, fast, slow, quantity, price, buyer_bid, seller_bid))
-        for user in (buyer, seller):
-            if held[user][slow] <= min_quantity or held[user][fast] <= min_quantity:
-                leaving.append(user)
-        bids = [b for b in bids if b[1] not in leaving]
+        if limited == buyer or min(held[buyer][slow], held[buyer][fast]) <= min_quantity:
+            head += 1
+        if limited == seller or min(held[seller][slow], held[seller][fast]) <= min_quantity:
+            tail -= 1
+
+
+def _next_lower(bids: Sequence[tuple[float, str]]) -> list[int]:
+    """For each place in `bids` (highest first), the place of the first strictly lower bid
+    (`len(bids)` when none): the second-highest bid of a buyer among tied bidders."""
+    lower = [len(bids)] * len(bids)
+    for at in range(len(bids) - 2, -1, -1):
+        lower[at] = at + 1 if bids[at + 1][0] < bids[at][0] else lower[at + 1]
+    return lower
 
 
 def _within_demand(
@@ -230,46 +241,69 @@ def _acceptable(
     """The largest quantity up to `quantity` leaving neither party worse off under its demand
     cap, and the party that limited it (None when neither did).
 
-    Each party's gain is concave in the quantity (its throughput is concave in its holdings), so
-    the quantities it accepts form an interval from zero: bisection finds its end.
+    A party's gain is concave and piecewise linear in the quantity (its throughput is the
+    speed-weighted share of its best `demand` GPUs), so the quantities it accepts form an
+    interval from zero, and the interval's end lies on the linear piece where the gain turns:
+    found exactly from the pieces' ends, where a prefix of its pools (fastest first) fills its
+    demand.
     """
-
-    def gain_of(user: str) -> Callable[[float], float]:
-        speed, demand = speeds.get(user, {}), demands.get(user, 0.0)
-        order = sorted(held[user], key=lambda p: -speed.get(p, 0.0))  # fastest first
-        sign = 1.0 if user == buyer else -1.0
-
-        def capped(q: float) -> float:
-            left, total = demand, 0.0
-            for pool in order:
-                gpus = held[user][pool]
-                if pool == fast:
-                    gpus += sign * q
-                elif pool == slow:
-                    gpus -= sign * q * price
-                take = min(gpus, left)
-                total += take * speed.get(pool, 0.0)
-                left -= take
-                if left <= 0:
-                    break
-            return total
-
-        base = capped(0.0)
-        return lambda q: capped(q) - base
-
     limited = None
     for user in (seller, buyer):
-        gain = gain_of(user)
-        if gain(quantity) > 0:
+        gain = _Gain(held[user], speeds.get(user, {}), demands.get(user, 0.0), user == buyer)
+        end = gain.positive_until(slow, fast, price, quantity)
+        if end is None:
             continue
-        if gain(quantity * 1e-6) <= 0:  # loses from the first unit: out at this price
+        if end <= 0.0:  # loses from the first unit: out at this price
             return 0.0, user
-        low, high = 0.0, quantity
-        for _ in range(40):  # to a 1e-12 fraction of the quantity
-            middle = (low + high) / 2
-            if gain(middle) > 0:
-                low = middle
-            else:
-                high = middle
-        quantity, limited = low, user
+        quantity, limited = end, user
     return quantity, limited
+
+
+class _Gain:
+    """One party's throughput change as a function of the quantity traded (`_acceptable`)."""
+
+    __slots__ = ("demand", "holding", "order", "sign", "speed")
+
+    def __init__(
+        self, holding: Mapping[str, float], speed: Mapping[str, float], demand: float, buys: bool
+    ) -> None:
+        self.holding, self.speed, self.demand = holding, speed, demand
+        self.order = sorted(holding, key=lambda p: -speed.get(p, 0.0))  # fastest first
+        self.sign = 1.0 if buys else -1.0
+
+    def positive_until(self, slow: str, fast: str, price: float, quantity: float) -> float | None:
+        """None when the gain is positive up to `quantity`; else the end of the quantities
+        with positive gain (0 when there are none)."""
+        slope = {fast: self.sign, slow: -self.sign * price}
+        # The pieces' ends: where the cumulative holding of a prefix of pools meets the demand.
+        ends = {quantity}
+        level, rate = 0.0, 0.0
+        for pool in self.order:
+            level += self.holding[pool]
+            rate += slope.get(pool, 0.0)
+            if rate != 0.0:
+                at = (self.demand - level) / rate
+                if 0.0 < at < quantity:
+                    ends.add(at)
+        base = self._throughput(0.0, slope)
+        before, before_gain = 0.0, 0.0
+        for end in sorted(ends):
+            gain = self._throughput(end, slope) - base
+            if gain <= 0.0:
+                if before_gain <= 0.0:
+                    return 0.0
+                # Linear between the two ends: the root, just inside the positive side.
+                fraction = before_gain / (before_gain - gain) * (1.0 - 1e-9)
+                return before + (end - before) * fraction
+            before, before_gain = end, gain
+        return None
+
+    def _throughput(self, quantity: float, slope: Mapping[str, float]) -> float:
+        left, total = self.demand, 0.0
+        for pool in self.order:
+            take = min(self.holding[pool] + slope.get(pool, 0.0) * quantity, left)
+            total += take * self.speed.get(pool, 0.0)
+            left -= take
+            if left <= 0:
+                break
+        return total
