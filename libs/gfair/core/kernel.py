@@ -194,10 +194,10 @@ class _Packing:
         return whole
 
     def _free_for(self, servers: tuple[str, ...], gpus: int) -> bool:
+        if len(servers) == 1:
+            return self.free.get(servers[0], 0) >= gpus
         if any(s not in self.free for s in servers):
             return False
-        if len(servers) == 1:
-            return self.free[servers[0]] >= gpus
         return all(self.free[s] == self.size[s] for s in servers) and (
             sum(self.size[s] for s in servers) >= gpus
         )
@@ -255,6 +255,10 @@ def _entitled_runs(
     charged: dict[str, dict[str, float]] = {}
     full: set[str] = set()
     repacks = dict.fromkeys(packing, _REPACKS)
+    fits = [
+        functools.partial(_fits, pool, packing=packing, chosen=chosen, repacks=repacks)
+        for pool in pools
+    ]
     while heap and len(full) < len(pools):
         _, seq, rank, user = heapq.heappop(heap)
         pool = pools[rank]
@@ -264,14 +268,7 @@ def _entitled_runs(
         if room.total == 0:
             full.add(pool.generation)
             continue
-        job = _next_job(
-            order[user],
-            start,
-            user,
-            pool.generation,
-            functools.partial(_fits, pool, packing=packing, chosen=chosen, repacks=repacks),
-            chosen,
-        )
+        job = _next_job(order[user], start, user, pool.generation, fits[rank], chosen)
         if job is None:
             continue
         servers = packing[pool.generation].place(job.gpus, _prefer(job))
