@@ -1,10 +1,12 @@
-"""Tenants of a gfair cluster, and the NATS authorization that confines each one to its own jobs.
+"""Tenants and node executors of a gfair cluster, and the NATS authorization that confines each.
 
-A small TOML file names the tenants (`deploy/nats/tenants.toml`); `render_auth_conf` turns it
-into the server's `authorization` block (`deploy/nats/auth.conf`, via `gfair tenants render`).
-Services and the operator may do anything. A tenant may publish only its own submissions and
-cancellations and read only its own jobs' events, live or from the GFAIR_JOBS stream; see
-`tenant_permissions` for the exact grants and why each is safe.
+A small TOML file names the tenants and the nodes (`deploy/nats/tenants.toml`);
+`render_auth_conf` turns it into the server's `authorization` block (`deploy/nats/auth.conf`,
+via `gfair tenants render`). Services and the operator may do anything. A tenant may publish
+only its own submissions and cancellations and read only its own jobs' events, live or from the
+GFAIR_JOBS stream (`tenant_permissions`); a node executor only its own node's reports and
+commands and the job reports an executor makes (`node_permissions`). Each function says
+exactly what it grants and why each grant is safe.
 """
 
 from __future__ import annotations
@@ -15,15 +17,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gfair.bus.job_output import LOGS_STREAM
 from gfair.bus.nats_bus import inbox_prefix_for
+from gfair.events.jobs import (
+    JobCheckpointed,
+    JobEvent,
+    JobExited,
+    JobMigrated,
+    JobProgress,
+    JobResumed,
+    JobStarted,
+    JobSuspended,
+)
+from gfair.events.nodes import NodeEvent, NodeHeartbeat, NodeRegistered, NodeTelemetry
 from gfair.events.subjects import (
+    COMMANDS_STREAM,
     JOBS_STREAM,
     PREFIX,
+    STREAMS,
     SubjectError,
     cancel_subject,
+    dlq_subject,
+    node_commands_pattern,
+    node_subject,
     submit_subject,
     validate_token,
 )
+from gfair.state import buckets
 
 OPERATOR_USER = "operator"
 SERVICES_USER_VARIABLE = "GFAIR_SERVICES_USER"
@@ -64,12 +84,50 @@ class Tenant:
 
 
 @dataclass(frozen=True, slots=True)
+class Node:
+    """A node executor's login: it may act for its own node only (`node_permissions`)."""
+
+    node_id: str
+
+    @property
+    def user(self) -> str:
+        """The NATS user (`GFAIR_NATS_USER` of the executor): never a tenant's name."""
+        return f"{NODE_USER_PREFIX}{self.node_id}"
+
+    @property
+    def variable_stem(self) -> str:
+        return self.node_id.upper().replace("-", "_")
+
+    @property
+    def password_variable(self) -> str:
+        """The environment variable the server reads this node's password from."""
+        return f"GFAIR_NODE_{self.variable_stem}_PASSWORD"
+
+    @property
+    def permissions_variable(self) -> str:
+        return f"NODE_{self.variable_stem}"
+
+    @property
+    def inbox_prefix(self) -> str:
+        return inbox_prefix_for(self.user)
+
+    @property
+    def durable(self) -> str:
+        """The executor's durable consumer of its commands (`NodeExecutor`)."""
+        return f"node-executor-{self.node_id}"
+
+
+NODE_USER_PREFIX = "node-"
+
+
+@dataclass(frozen=True, slots=True)
 class Tenants:
     tenants: tuple[Tenant, ...] = ()
     # The services' durable consumers on GFAIR_JOBS. The create API a tenant may call would
     # also update an existing consumer of any name; these names are denied so no tenant can
     # re-filter a service's consumer and starve it.
     protected_consumers: tuple[str, ...] = ()
+    nodes: tuple[Node, ...] = ()
 
     def __post_init__(self) -> None:
         seen: dict[str, str] = {}
@@ -86,6 +144,20 @@ class Tenants:
             seen[tenant.variable_stem] = tenant.name
         for consumer in self.protected_consumers:
             validate_token(consumer, what="protected consumer name")
+        tenant_names = {tenant.name for tenant in self.tenants}
+        node_stems: dict[str, str] = {}
+        for node in self.nodes:
+            validate_token(node.node_id, what="node id")
+            validate_token(node.user, what=f"NATS user of node {node.node_id!r}")
+            if node.user in tenant_names or node.user == OPERATOR_USER:
+                raise ValueError(f"node {node.node_id!r}: its user {node.user!r} is taken")
+            clash = node_stems.get(node.variable_stem)
+            if clash is not None:
+                raise ValueError(
+                    f"nodes {clash!r} and {node.node_id!r} would share the password variable "
+                    f"{node.password_variable}"
+                )
+            node_stems[node.variable_stem] = node.node_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +206,68 @@ def tenant_permissions(
     )
 
 
+# What a node executor reports, each on its own subject: its node's inventory and liveness,
+# and the life of the runs it carries out. Never a decision (accepted, placed, completed, ...).
+NODE_REPORTS: tuple[type[NodeEvent], ...] = (NodeRegistered, NodeHeartbeat, NodeTelemetry)
+RUN_REPORTS: tuple[type[JobEvent], ...] = (
+    JobStarted,
+    JobResumed,
+    JobProgress,
+    JobCheckpointed,
+    JobSuspended,
+    JobMigrated,
+    JobExited,
+)
+
+
+def _js_api(*tokens: str) -> str:
+    return ".".join(("$JS.API", *tokens))
+
+
+def node_permissions(node: Node) -> TenantPermissions:
+    """What the executor of `node` may publish and subscribe to.
+
+    - publish its node's reports, `gfair.node.<n>.registered|heartbeat|telemetry`, not the
+      failure detector's verdicts on the same subjects (suspected, failed, ...);
+    - publish run reports of any job (`gfair.job.*.*.started`, ...): their subjects name no
+      node, so any executor could report on any job (a limit, deploy/nats/README.md);
+    - publish jobs' output (`gfair.logs.>`) and dead letters of its commands;
+    - its command consumer: create it through the subject-filtered API under its own name
+      and filter only (`gfair.cmd.<n>.*`), pull from it, acknowledge its messages;
+    - read, not write: JetStream's account info, stream info (every process checks that the
+      topology it declares exists; changing it is the services'), job records in `gfair_jobs`
+      (the start guard);
+    - receive replies on `_INBOX_node-<n>.>` only.
+    """
+    commands = COMMANDS_STREAM.name
+    jobs_bucket = f"KV_{buckets.JOBS.name}"
+    stream_names = [s.name for s in STREAMS] + [LOGS_STREAM]
+    stream_names += [f"KV_{bucket.name}" for bucket in buckets.ALL]
+    publish = [node_subject(node.node_id, m.event_name()) for m in NODE_REPORTS]
+    publish += [m.subject_pattern() for m in RUN_REPORTS]
+    publish += [f"{PREFIX}.logs.>", dlq_subject(commands)]
+    publish += [
+        _js_api("INFO"),
+        _js_api("STREAM", "NAMES"),
+        *(_js_api("STREAM", "INFO", name) for name in stream_names),
+        consumer_create_subject(commands, node.durable, node_commands_pattern(node.node_id)),
+        _js_api("CONSUMER", "INFO", commands, node.durable),
+        _js_api("CONSUMER", "MSG", "NEXT", commands, node.durable),
+        f"$JS.ACK.{commands}.{node.durable}.>",
+        _js_api("DIRECT", "GET", jobs_bucket, ">"),
+        _js_api("STREAM", "MSG", "GET", jobs_bucket),
+    ]
+    return TenantPermissions(
+        publish_allow=tuple(publish),
+        publish_deny=(),
+        subscribe_allow=(f"{node.inbox_prefix}.>",),
+    )
+
+
 # --- the tenants file -------------------------------------------------------------------------
 
-_TOP_KEYS = frozenset({"tenants", "jetstream"})
+_TOP_KEYS = frozenset({"tenants", "jetstream", "nodes"})
+_NODE_KEYS = frozenset({"id"})
 _JETSTREAM_KEYS = frozenset({"protected_consumers"})
 _TENANT_KEYS = frozenset({"name", "history"})
 
@@ -159,8 +290,14 @@ def parse_tenants(text: str, *, source: str = "tenants file") -> Tenants:
     if not isinstance(rows, list):
         raise TenantsError(f"{source}: tenants: expected an array of tables ([[tenants]])")
     tenants = [_tenant(row, source, f"tenants[{index}]") for index, row in enumerate(rows)]
+    node_rows = document.get("nodes", [])
+    if not isinstance(node_rows, list):
+        raise TenantsError(f"{source}: nodes: expected an array of tables ([[nodes]])")
+    nodes = [_node(row, source, f"nodes[{index}]") for index, row in enumerate(node_rows)]
     try:
-        return Tenants(tenants=tuple(tenants), protected_consumers=tuple(protected))
+        return Tenants(
+            tenants=tuple(tenants), protected_consumers=tuple(protected), nodes=tuple(nodes)
+        )
     except (SubjectError, ValueError) as error:
         raise TenantsError(f"{source}: {error}") from None
 
@@ -205,6 +342,21 @@ def _tenant(row: Any, source: str, where: str) -> Tenant:
     return Tenant(name=name, history=history)
 
 
+def _node(row: Any, source: str, where: str) -> Node:
+    if not isinstance(row, Mapping):
+        raise TenantsError(f"{source}: {where}: expected a table")
+    _no_unknown_keys(row, _NODE_KEYS, source, f"{where}.")
+    node_id = row.get("id")
+    if not isinstance(node_id, str):
+        raise TenantsError(f"{source}: {where}.id: required, a string (the executor's node id)")
+    try:
+        validate_token(node_id, what="id")
+        validate_token(f"{NODE_USER_PREFIX}{node_id}", what="its NATS user")
+    except SubjectError as error:
+        raise TenantsError(f"{source}: {where}.id: {error}") from None
+    return Node(node_id=node_id)
+
+
 # --- rendering --------------------------------------------------------------------------------
 
 _HEADER = """\
@@ -224,8 +376,13 @@ _HEADER = """\
 # and nothing else: no other user's subjects, no key-value buckets, no node commands, no
 # stream or consumer administration. The services' durable consumers on {stream} are denied
 # by name, so that no tenant can re-create (and so re-filter) them.
-# Passwords come from the environment: ${services_password}, ${operator_password} and
-# GFAIR_TENANT_<T>_PASSWORD for each tenant (upper case, '-' as '_').
+# The executor of a node <n> logs in as node-<n> and may publish its node's reports
+# (gfair.node.<n>.registered|heartbeat|telemetry), run reports of jobs (started, progress,
+# ..., exited) and their output (gfair.logs.>), take its commands from its own consumer
+# (node-executor-<n>, filter gfair.cmd.<n>.*), read stream info and job records; nothing else.
+# Passwords come from the environment: ${services_password}, ${operator_password},
+# GFAIR_TENANT_<T>_PASSWORD for each tenant and GFAIR_NODE_<N>_PASSWORD for each node
+# (upper case, '-' as '_').
 """
 
 
@@ -237,8 +394,10 @@ def _string_array(items: Sequence[str], indent: str) -> list[str]:
     return [f"{indent}{_quoted(item)}" for item in items]
 
 
-def _tenant_block(tenant: Tenant, permissions: TenantPermissions, deny_variable: str) -> list[str]:
-    lines = [f"  {tenant.permissions_variable} = {{", "    publish: {", "      allow: ["]
+def _permissions_block(
+    variable: str, permissions: TenantPermissions, deny_variable: str
+) -> list[str]:
+    lines = [f"  {variable} = {{", "    publish: {", "      allow: ["]
     lines += _string_array(permissions.publish_allow, "        ")
     lines.append("      ]")
     if permissions.publish_deny:
@@ -284,7 +443,9 @@ def render_auth_conf(tenants: Tenants, *, source: str = "deploy/nats/tenants.tom
         lines.append("  ]")
     for tenant in tenants.tenants:
         permissions = tenant_permissions(tenant, tenants.protected_consumers)
-        lines += _tenant_block(tenant, permissions, deny_variable)
+        lines += _permissions_block(tenant.permissions_variable, permissions, deny_variable)
+    for node in tenants.nodes:
+        lines += _permissions_block(node.permissions_variable, node_permissions(node), "")
     lines.append("  users: [")
     lines.append(
         f"    {{user: ${SERVICES_USER_VARIABLE}, password: ${SERVICES_PASSWORD_VARIABLE}, "
@@ -299,6 +460,11 @@ def render_auth_conf(tenants: Tenants, *, source: str = "deploy/nats/tenants.tom
             # Quoted: a bare name such as 1234 would be read as a number.
             f'    {{user: "{tenant.name}", password: ${tenant.password_variable}, '
             f"permissions: ${tenant.permissions_variable}}}"
+        )
+    for node in tenants.nodes:
+        lines.append(
+            f'    {{user: "{node.user}", password: ${node.password_variable}, '
+            f"permissions: ${node.permissions_variable}}}"
         )
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"

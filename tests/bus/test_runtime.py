@@ -7,6 +7,7 @@ import os
 import signal
 from collections import Counter
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -15,9 +16,15 @@ from gfair.bus.key_value import KeyValue, KvConflict
 from gfair.bus.publisher import EventPublisher, derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Backoff, Emit, Service, Unprocessable
-from gfair.bus.topology import DEAD_LETTER_STREAM, BucketSpec, ConsumerSpec, Topology
+from gfair.bus.topology import (
+    DEAD_LETTER_STREAM,
+    BucketSpec,
+    ConsumerSpec,
+    Topology,
+    contract_streams,
+)
 from gfair.bus.transport import Bus, Delivery, PullConsumer
-from gfair.bus.wire import encode
+from gfair.bus.wire import encode, server_timed
 from gfair.events import JobCancelRequested, JobSubmitted
 from gfair.events.envelope import Envelope
 
@@ -480,3 +487,40 @@ def test_a_handler_without_a_consumer_gets_one_from_its_payload_model() -> None:
     assert service.topology.consumers == (route.consumer,)
     with pytest.raises(ValueError, match="already has a handler"):
         service.add_handler(on_submit)
+
+
+async def test_a_tenants_envelope_time_is_replaced_by_when_the_stream_stored_it(bus: Bus) -> None:
+    """A tenant writes its envelope's time itself: handlers see the stream's instead
+    (issue 11, item 5). Events on service subjects keep the time their publisher gave."""
+    service = Service("timekeeper")
+    seen: list[Envelope] = []
+
+    @service.handler()
+    async def on_submit(envelope: Envelope, data: JobSubmitted | JobCancelRequested) -> list[Emit]:
+        seen.append(envelope)
+        return []
+
+    forged = datetime(2001, 1, 1, tzinfo=UTC)
+    before = datetime.now(UTC)
+    publisher = EventPublisher(bus, source="tenant")
+    jobs = Topology(streams=tuple(s for s in contract_streams() if s.name == "GFAIR_JOBS"))
+    running = ServiceRuntime(service, bus, settings=FAST, extra_topology=jobs)
+    await running.prepare()
+    for data in (
+        JobSubmitted(user="alice", job_id="late", gpus=1, command=("true",)),
+        JobCancelRequested(user="alice", job_id="late"),
+    ):
+        await publisher.publish_envelope(Envelope.wrap(data, source="tenant", time=forged))
+    task = asyncio.create_task(running.run(handle_signals=False))
+    try:
+        await eventually(lambda: len(seen) == 2)
+    finally:
+        await running.stop()
+        await task
+    after = datetime.now(UTC)
+    # Stored by the server between the two readings of this clock (same machine), never 2001.
+    for envelope in seen:
+        assert before - timedelta(seconds=1) <= envelope.time <= after + timedelta(seconds=1)
+    # The rule is the subject's, not the type's: a service subject keeps its publisher's time.
+    kept = server_timed(seen[0].model_copy(update={"time": forged}), "gfair.job.a.b.x", after)
+    assert kept.time == forged

@@ -37,6 +37,7 @@ from gfair.bus.nats_bus import NatsBus
 from gfair.bus.server import EmbeddedNatsServer, NatsServerConfig
 from gfair.client import ConnectOptions, GfairClient, NoCluster
 from gfair.events.states import JobState
+from gfair.tenancy import load_tenants
 from gfair.traces import find_job_trace
 
 from .otlp_sink import OtlpSink
@@ -131,6 +132,9 @@ def local_services(
         # The image's virtualenv is first on its PATH; here it is this one.
         env["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
         env["HOME"] = str(root)
+        # A checkout run with its code first on the path (a worktree) runs that code.
+        if "PYTHONPATH" in os.environ:
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         # In compose every container has the port to itself; here each process needs its own.
         metrics_port = None
         if "GFAIR_METRICS_PORT" in env:
@@ -266,11 +270,36 @@ async def wait_until_ready(client: GfairClient, services: list[LocalService]) ->
         await asyncio.sleep(0.2)
 
 
-def test_the_brokers_unauthenticated_monitoring_port_is_published_to_the_host_only() -> None:
-    ports = compose_config()["services"]["nats"]["ports"]
+def test_the_brokers_unauthenticated_monitoring_port_is_reachable_from_its_loopback_only() -> None:
+    config = compose_config()["services"]
+    ports = config["nats"]["ports"]
     by_target = {int(p["target"]): p.get("host_ip", "0.0.0.0") for p in ports}
-    assert by_target[8222] == "127.0.0.1"  # lists users and subjects, no authentication
+    assert 8222 not in by_target  # lists users and subjects, no authentication
     assert by_target[4222] == "0.0.0.0"  # clients authenticate (deploy/nats/auth.conf)
+    # Bound to the broker's own loopback, so no other container (a job's) reaches it either;
+    # the healthchecks run inside the broker's container.
+    conf = (ROOT / "deploy" / "nats" / "nats.conf").read_text()
+    (http,) = [line.split()[1] for line in conf.splitlines() if line.startswith("http:")]
+    assert http.startswith("127.0.0.1:")
+    assert "http://localhost:8222/" in " ".join(config["nats"]["healthcheck"]["test"])
+
+
+def test_each_node_executor_logs_in_as_its_own_node() -> None:
+    config = compose_config()["services"]
+    tenants = load_tenants(ROOT / "deploy" / "nats" / "tenants.toml")
+    users = {node.node_id: node for node in tenants.nodes}
+    executors = [
+        name
+        for name, service in config.items()
+        if (service.get("command") or [])[:2] == ["service", "node-executor"]
+    ]
+    assert executors
+    for name in executors:
+        env = config[name]["environment"]
+        node = users[env["GFAIR_NODE_ID"]]
+        assert env["GFAIR_NATS_USER"] == node.user
+        # The broker knows that node's password under the variable auth.conf reads.
+        assert env["GFAIR_NATS_PASSWORD"] == config["nats"]["environment"][node.password_variable]
 
 
 def test_the_image_runs_the_gfair_command_with_a_writable_data_root() -> None:

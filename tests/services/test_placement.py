@@ -145,6 +145,27 @@ async def test_submissions_breaking_the_limits_are_rejected_with_reasons(
     assert saved.state is JobState.REJECTED and saved.rejection_code is RejectionCode.UNSATISFIABLE
 
 
+async def test_a_user_at_its_pending_cap_is_refused_until_a_job_ends(
+    bus: InMemoryBus, probe: Probe
+) -> None:
+    async with placement(bus, Settings(max_pending_jobs=2)) as state:
+        await register(probe, state, ("v100-0", 4))
+        for job_id in ("j1", "j2", "j3"):
+            await probe.publish(submitted("alice", job_id, 1))
+        (refused,) = await probe.wait_for(JOBS_STREAM, JobRejected)
+        await probe.publish(submitted("bob", "j1", 1))  # the cap is per user
+        await probe.wait_for(JOBS_STREAM, JobAccepted, lambda found: len(found) == 3)
+        await probe.publish(JobCancelRequested(user="alice", job_id="j1"))
+        await eventually(lambda: state.book.unfinished("alice") == 1)
+        await probe.publish(submitted("alice", "j4", 1))
+        await probe.wait_for(JOBS_STREAM, JobAccepted, lambda found: len(found) == 4)
+    assert (refused.job_id, refused.code) == ("j3", RejectionCode.TOO_MANY_PENDING)
+    assert "2 unfinished jobs" in refused.reason and "max_pending_jobs 2" in refused.reason
+    # Refused without a record, so a flood of them grows no bucket.
+    assert await load_job(await bus.key_value(JOBS.name), "alice", "j3") is None
+    assert (await record(bus, "alice", "j4")).state is JobState.QUEUED
+
+
 async def test_a_duplicate_job_id_is_rejected_and_the_first_job_kept(
     bus: InMemoryBus, probe: Probe
 ) -> None:

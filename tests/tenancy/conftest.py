@@ -28,6 +28,8 @@ PASSWORDS = {
     "operator": "operator-secret-77c2",
     "alice": "alice-secret-0b9e",
     "bob": "bob-secret-d41c",
+    "node-sim-1": "node-sim-1-secret-5e02",
+    "node-gpu-1": "node-gpu-1-secret-a7d9",
 }
 SERVER_ENV = {
     "GFAIR_NATS_SERVER_NAME": "tenancy-test",
@@ -36,6 +38,8 @@ SERVER_ENV = {
     "GFAIR_OPERATOR_PASSWORD": PASSWORDS["operator"],
     "GFAIR_TENANT_ALICE_PASSWORD": PASSWORDS["alice"],
     "GFAIR_TENANT_BOB_PASSWORD": PASSWORDS["bob"],
+    "GFAIR_NODE_SIM_1_PASSWORD": PASSWORDS["node-sim-1"],
+    "GFAIR_NODE_GPU_1_PASSWORD": PASSWORDS["node-gpu-1"],
 }
 
 

@@ -65,6 +65,15 @@ def test_a_tenants_file_parses_into_tenants() -> None:
             "would share the password variable GFAIR_TENANT_A_B_PASSWORD",
         ),
         ("[[tenants]\nname = 'x'", "line 1"),
+        ("[[nodes]]\nname = 'n1'", "nodes[0].name: unknown key"),
+        ("[[nodes]]\nid = 'a.b'", "nodes[0].id: id must be 1 to 64"),
+        ("[[nodes]]\nid = '" + "n" * 60 + "'", "nodes[0].id: its NATS user must be 1 to 64"),
+        ("nodes = 'n1'", "nodes: expected an array of tables"),
+        ("[[tenants]]\nname = 'node-n1'\n[[nodes]]\nid = 'n1'", "its user 'node-n1' is taken"),
+        (
+            "[[nodes]]\nid = 'a-b'\n[[nodes]]\nid = 'a_b'",
+            "would share the password variable GFAIR_NODE_A_B_PASSWORD",
+        ),
     ],
 )
 def test_a_bad_tenants_file_is_refused_naming_what_is_wrong(text: str, message: str) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import structlog
 
 from gfair.bus.transport import Bus
-from gfair.bus.wire import decode_envelope, validated_data
+from gfair.bus.wire import decode_envelope, server_timed, validated_data
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.errors import InvalidEvent
 
@@ -41,7 +41,9 @@ async def read_history(
         stream, filter_subjects=filter_subjects, start_sequence=start_sequence
     ):
         try:
-            envelope = decode_envelope(message.data)
+            envelope = server_timed(
+                decode_envelope(message.data), message.subject, message.stored_at
+            )
             if wanted and envelope.type not in wanted:
                 continue
             data = validated_data(envelope, message.subject)

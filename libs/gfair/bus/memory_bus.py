@@ -14,6 +14,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from gfair.bus.key_value import KeyValue
 from gfair.bus.memory_kv import InMemoryKeyValue
@@ -199,6 +200,10 @@ class _MemoryDelivery:
     @property
     def stream_sequence(self) -> int:
         return self._message.sequence
+
+    @property
+    def stored_at(self) -> datetime:
+        return self._message.stored_at
 
     @property
     def num_delivered(self) -> int:

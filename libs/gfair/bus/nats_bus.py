@@ -197,8 +197,31 @@ def _stream_config(spec: StreamSpec) -> api.StreamConfig:
         duplicate_window=spec.duplicate_window_s,
         max_age=spec.max_age_s,
         max_bytes=spec.max_bytes,
+        max_msgs_per_subject=spec.max_msgs_per_subject or -1,
+        max_msg_size=spec.max_msg_size if spec.max_msg_size is not None else -1,
         storage=api.StorageType(spec.storage.value),
         num_replicas=spec.replicas,
+    )
+
+
+def _as_declared(config: api.StreamConfig) -> tuple[object, ...]:
+    """The settings a `StreamSpec` declares, as the server reports them back."""
+
+    def unset_if_negative(value: int | None) -> int | None:
+        return None if value is None or value < 0 else value
+
+    return (
+        config.description or None,
+        tuple(sorted(config.subjects or ())),
+        config.retention,
+        config.discard,
+        config.duplicate_window,
+        config.max_age or None,
+        unset_if_negative(config.max_bytes),
+        unset_if_negative(config.max_msgs_per_subject),
+        unset_if_negative(config.max_msg_size),
+        config.storage,
+        config.num_replicas,
     )
 
 
@@ -392,6 +415,14 @@ class NatsBus:
     async def _ensure_stream(self, spec: StreamSpec) -> None:
         config = _stream_config(spec)
         try:
+            info = await self._api(f"stream {spec.name}", lambda: self._js.stream_info(spec.name))
+        except nats.js.errors.NotFoundError:
+            info = None
+        if info is not None and _as_declared(info.config) == _as_declared(config):
+            # Nothing to change, so nothing written: a node executor's login may read stream
+            # info but not change streams (deploy/nats/README.md).
+            return
+        try:
             await self._api(f"add stream {spec.name}", lambda: self._js.add_stream(config))
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != _STREAM_NAME_IN_USE:
@@ -582,6 +613,7 @@ class NatsBus:
                         subject=msg.subject,
                         data=msg.data,
                         headers=msg.headers or {},
+                        stored_at=meta.timestamp,
                     )
                     # Bounded by the history at call time: later publishes are not read.
                     if sequence == end or meta.num_pending == 0:

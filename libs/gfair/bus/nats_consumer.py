@@ -7,6 +7,7 @@ import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
 
 import nats.errors
 import nats.js.errors
@@ -41,13 +42,22 @@ def consumer_config(spec: ConsumerSpec) -> api.ConsumerConfig:
 
 
 class NatsDelivery:
-    __slots__ = ("_headers", "_msg", "_num_delivered", "_stream", "_stream_sequence")
+    __slots__ = (
+        "_headers",
+        "_msg",
+        "_num_delivered",
+        "_stored_at",
+        "_stream",
+        "_stream_sequence",
+    )
 
     def __init__(self, msg: Msg) -> None:
         self._msg = msg
         meta = msg.metadata
         self._stream = meta.stream
         self._stream_sequence = meta.sequence.stream
+        # The ack subject carries the stored message's timestamp (server clock).
+        self._stored_at = meta.timestamp
         self._num_delivered = meta.num_delivered
         self._headers: Mapping[str, str] = msg.headers or {}
 
@@ -70,6 +80,10 @@ class NatsDelivery:
     @property
     def stream_sequence(self) -> int:
         return self._stream_sequence
+
+    @property
+    def stored_at(self) -> datetime:
+        return self._stored_at
 
     @property
     def num_delivered(self) -> int:

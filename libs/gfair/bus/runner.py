@@ -37,7 +37,7 @@ from gfair.bus.service import Emit, InvalidInput, Route, Unprocessable
 from gfair.bus.subject_filter import covers
 from gfair.bus.tracing import annotate_event, process_span
 from gfair.bus.transport import Bus, BusError, Delivery, PubAck, PullConsumer
-from gfair.bus.wire import decode_envelope, validated_data
+from gfair.bus.wire import decode_envelope, server_timed, validated_data
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.errors import InvalidEvent
 from gfair.events.registry import UnknownEventType, model_for
@@ -242,7 +242,7 @@ class HandlerRunner:
     def _decode(self, delivery: Delivery) -> _Decoded | None:
         """The event a delivery holds if it will reach the handler; None if in any doubt."""
         try:
-            envelope = decode_envelope(delivery.data)
+            envelope = _envelope_of(delivery)
             if self._accepted and envelope.type not in self._accepted:
                 return None
             return envelope, validated_data(envelope, delivery.subject)
@@ -287,7 +287,7 @@ class HandlerRunner:
             annotate_event(span, envelope)
             return await self._handle_valid(delivery, span, batch, envelope, data)
         try:
-            envelope = decode_envelope(delivery.data)
+            envelope = _envelope_of(delivery)
         except InvalidEvent as exc:
             return await self._refuse(
                 delivery, span, DeadLetterReason.UNDECODABLE, exc.reason, envelope=None
@@ -509,3 +509,7 @@ class HandlerRunner:
         )
         await delivery.ack()
         return Outcome.DEAD_LETTERED
+
+
+def _envelope_of(delivery: Delivery) -> Envelope:
+    return server_timed(decode_envelope(delivery.data), delivery.subject, delivery.stored_at)

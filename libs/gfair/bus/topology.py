@@ -55,6 +55,10 @@ class StreamSpec:
     duplicate_window_s: float = 120.0
     max_age_s: float | None = None
     max_bytes: int | None = None
+    # The oldest messages of a subject go first once it holds this many, so a flood on one
+    # subject (one tenant's submissions) cannot push anyone else's messages out.
+    max_msgs_per_subject: int | None = None
+    max_msg_size: int | None = None
     storage: Storage = Storage.FILE
     replicas: int = 1
 
@@ -154,6 +158,38 @@ def dead_letter_subject(stream: str) -> str:
     return dlq_subject(stream)
 
 
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    """How much a stream keeps before it drops its oldest messages (None: no such limit)."""
+
+    max_bytes: int
+    max_age_s: float | None = None
+    max_msgs_per_subject: int | None = None
+    max_msg_size: int | None = None
+
+
+_GIB = 1024**3
+_DAY_S = 86_400.0
+# Every stream is bounded in bytes, so nothing published (a flood of rejected submissions
+# included) can fill the broker's disk (issue 11). Ages only where no service rebuilds from
+# the history: placement rebuilds its node inventory from GFAIR_NODES, which is bounded per
+# subject instead, so the last registration and health verdict of every node stay.
+CONTRACT_LIMITS: dict[str, StreamLimits] = {
+    # Per subject: one tenant's submissions (gfair.submit.<t>), one job's events of one kind.
+    "GFAIR_JOBS": StreamLimits(
+        max_bytes=8 * _GIB,
+        max_age_s=90 * _DAY_S,
+        max_msgs_per_subject=100_000,
+        max_msg_size=1024 * 1024,
+    ),
+    "GFAIR_NODES": StreamLimits(max_bytes=2 * _GIB, max_msgs_per_subject=1_000),
+    # A command older than an executor's command_max_age_s (120 s) is not carried out anyway.
+    "GFAIR_COMMANDS": StreamLimits(max_bytes=_GIB, max_age_s=7 * _DAY_S),
+    "GFAIR_SCHED": StreamLimits(max_bytes=2 * _GIB, max_age_s=7 * _DAY_S),
+    "GFAIR_DLQ": StreamLimits(max_bytes=_GIB, max_age_s=30 * _DAY_S),
+}
+
+
 def contract_streams(
     *,
     storage: Storage = Storage.FILE,
@@ -164,20 +200,27 @@ def contract_streams(
     """The streams of the event contract (`gfair.events.subjects.STREAMS`), dead letters included.
 
     Storage, replication and retention are deployment choices: one file-backed replica for
-    `gfair up`, three replicas on a cluster.
+    `gfair up`, three replicas on a cluster. Retention is `CONTRACT_LIMITS`; `max_age_s`, when
+    given, replaces every stream's age limit.
     """
-    return tuple(
-        StreamSpec(
-            name=stream.name,
-            subjects=stream.subjects,
-            description=stream.description,
-            storage=storage,
-            replicas=replicas,
-            duplicate_window_s=duplicate_window_s,
-            max_age_s=max_age_s,
+    specs = []
+    for stream in STREAMS:
+        limits = CONTRACT_LIMITS[stream.name]
+        specs.append(
+            StreamSpec(
+                name=stream.name,
+                subjects=stream.subjects,
+                description=stream.description,
+                storage=storage,
+                replicas=replicas,
+                duplicate_window_s=duplicate_window_s,
+                max_age_s=limits.max_age_s if max_age_s is None else max_age_s,
+                max_bytes=limits.max_bytes,
+                max_msgs_per_subject=limits.max_msgs_per_subject,
+                max_msg_size=limits.max_msg_size,
+            )
         )
-        for stream in STREAMS
-    )
+    return tuple(specs)
 
 
 def dead_letter_stream(*, replicas: int = 1, storage: Storage = Storage.FILE) -> StreamSpec:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Protocol
 
 from gfair.bus.key_value import KeyValue
@@ -50,6 +51,8 @@ class StoredMessage:
     subject: str
     data: bytes
     headers: Mapping[str, str] = field(default_factory=dict)
+    # When the stream stored it, by the server's clock.
+    stored_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 class Delivery(Protocol):
@@ -65,6 +68,11 @@ class Delivery(Protocol):
     def stream(self) -> str: ...
     @property
     def stream_sequence(self) -> int: ...
+    @property
+    def stored_at(self) -> datetime:
+        """When the stream stored the message, by the server's clock (not the publisher's)."""
+        ...
+
     @property
     def num_delivered(self) -> int:
         """1 on first delivery; redeliveries (nak, ack timeout, crash) count up."""

@@ -7,6 +7,7 @@ without parsing it; the body alone is authoritative.
 from __future__ import annotations
 
 import contextlib
+from datetime import datetime
 
 from pydantic import ValidationError
 
@@ -15,6 +16,7 @@ from gfair.events.codec import publish_headers, verify_subject
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.errors import InvalidEvent, describe_validation_error
 from gfair.events.registry import UnknownEventType, model_for
+from gfair.events.subjects import published_by_tenants
 
 CONTENT_TYPE_HEADER = "Content-Type"
 EVENT_TYPE_HEADER = "Gfair-Event-Type"
@@ -56,3 +58,15 @@ def validated_data(envelope: Envelope, subject: str) -> EventData:
     with contextlib.suppress(NotImplementedError):
         verify_subject(data, subject)
     return data
+
+
+def server_timed(envelope: Envelope, subject: str, stored_at: datetime) -> Envelope:
+    """`envelope` as handlers see it: on a tenant's subject, timed when the stream stored it.
+
+    A tenant writes its envelope's `time` itself; taken as is, it would date its job (and
+    order `gfair jobs`) wherever the tenant likes. The server's stored time is as stable
+    across redeliveries as the envelope's, so a replayed input still decides the same.
+    """
+    if not published_by_tenants(subject) or envelope.time == stored_at:
+        return envelope
+    return envelope.model_copy(update={"time": stored_at})

@@ -39,7 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("logs", "a job's stdout and stderr"),
     "trace": ("trace", "show a job's life as one distributed trace"),
     "demo": ("demo", "run a cluster and a multi-user workload for a few minutes, live"),
-    "tenants": ("tenants", "render (or --check) the NATS authorization of the tenants file"),
+    "tenants": (
+        "tenants",
+        "render (or --check) the NATS authorization of the tenants file (tenants, nodes)",
+    ),
     "completion": ("completion", "print a shell completion script (bash or zsh)"),
 }
 

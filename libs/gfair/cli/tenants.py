@@ -12,13 +12,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gfair.tenancy import Tenants, TenantsError, load_tenants, render_auth_conf, tenant_permissions
+from gfair.tenancy import (
+    Tenants,
+    TenantsError,
+    load_tenants,
+    node_permissions,
+    render_auth_conf,
+    tenant_permissions,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "tenants",
-        help="render (or --check) the NATS authorization of the tenants file",
+        help="render (or --check) the NATS authorization of the tenants file (tenants, nodes)",
         description=(
             "Tenants are declared in a TOML file (deploy/nats/tenants.toml); the NATS server's "
             "authorization (deploy/nats/auth.conf) is rendered from it."
@@ -40,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     render.set_defaults(func=run_render)
 
     listing = commands.add_parser(
-        "list", help="each tenant's password variable, inbox prefix and permissions"
+        "list", help="each tenant's and node's password variable, inbox prefix and permissions"
     )
     listing.add_argument("file", type=Path, help="tenants file (TOML)")
     listing.set_defaults(func=run_list)
@@ -102,6 +109,14 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"  password variable: {tenant.password_variable}")
         print(f"  inbox prefix:      {tenant.inbox_prefix}")
         print(f"  history:           {'yes' if tenant.history else 'no (live events only)'}")
+        print(f"  publish:           {', '.join(permissions.publish_allow)}")
+        print(f"  subscribe:         {', '.join(permissions.subscribe_allow)}")
+    for node in tenants.nodes:
+        permissions = node_permissions(node)
+        print(f"node {node.node_id}")
+        print(f"  user:              {node.user}")
+        print(f"  password variable: {node.password_variable}")
+        print(f"  inbox prefix:      {node.inbox_prefix}")
         print(f"  publish:           {', '.join(permissions.publish_allow)}")
         print(f"  subscribe:         {', '.join(permissions.subscribe_allow)}")
     return 0

@@ -31,6 +31,9 @@ class RejectionCode(StrEnum):
     LIMIT_EXCEEDED = "limit_exceeded"
     # More GPUs than any pool of the cluster has: it could never run.
     UNSATISFIABLE = "unsatisfiable"
+    # Its user already has as many unfinished jobs as the operator allows (placement's
+    # max_pending_jobs); it may submit again once some end.
+    TOO_MANY_PENDING = "too_many_pending"
 
 
 class SuspendReason(StrEnum):

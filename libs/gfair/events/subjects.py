@@ -87,6 +87,19 @@ def dlq_subject(stream: str) -> str:
     return f"{PREFIX}.dlq.{validate_token(stream, what='stream')}"
 
 
+def published_by_tenants(subject: str) -> bool:
+    """Whether `subject` is one tenants publish on (`gfair.submit.*`, `gfair.cancel.*`).
+
+    What a tenant writes there is untrusted beyond its subject: in particular its envelope
+    `time` is the tenant's say, so consumers take the time the stream stored it instead.
+    """
+    tokens = subject.split(".")
+    return len(tokens) == 3 and tokens[0] == PREFIX and tokens[1] in _TENANT_FAMILIES
+
+
+_TENANT_FAMILIES = frozenset({"submit", "cancel"})
+
+
 # --- parsers ----------------------------------------------------------------------------------
 
 

@@ -62,6 +62,21 @@ def check_submission(data: JobSubmitted, subject_user: str, settings: Settings) 
     return None
 
 
+def check_pending(user: str, unfinished: int, settings: Settings) -> Refusal | None:
+    """Refuse a new job of `user` when it already has `settings.max_pending_jobs` unfinished.
+
+    Untrusted tenants could otherwise queue without bound: every queued job costs the
+    scheduler memory and work each quantum, and its record space in `gfair_jobs`.
+    """
+    if unfinished < settings.max_pending_jobs:
+        return None
+    return Refusal(
+        RejectionCode.TOO_MANY_PENDING,
+        f"user {user!r} has {unfinished} unfinished jobs, the most allowed "
+        f"(max_pending_jobs {settings.max_pending_jobs}); submit again when some have ended",
+    )
+
+
 def answer_invalid_submission(invalid: InvalidInput) -> list[Emit]:
     """`JobRejected` for a refused submission whose user and job id can be told, else nothing.
 

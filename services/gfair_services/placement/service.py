@@ -69,7 +69,7 @@ from gfair_services.inventory import INVENTORY_EVENTS, NodeInventory
 from gfair_services.profiler.seed import seed_table
 from gfair_services.topology import cluster_topology
 
-from .admission import Refusal, answer_invalid_submission, check_submission
+from .admission import Refusal, answer_invalid_submission, check_pending, check_submission
 from .book import JobBook
 from .feasibility import unsatisfiable
 from .settings import Settings
@@ -201,6 +201,10 @@ class PlacementService:
             if live.record.submission.event_id == envelope.id:
                 return _submission_outputs(live.record)  # a redelivery
             return [_duplicate(live.record)]
+        over = refusal or check_pending(data.user, self.book.unfinished(data.user), self.settings)
+        if over is not None and over.code is RejectionCode.TOO_MANY_PENDING:
+            # No record: a flood of these must not grow the bucket (the rejection is the answer).
+            return [Emit(JobRejected(user=data.user, job_id=data.job_id, **_why(over)))]
         # Later events about the job (a placement once GPUs free up, a move) join this trace.
         record = JobRecord.accepted(envelope, data, trace_parent=current_traceparent())
         if refusal is None:

@@ -31,6 +31,12 @@ class Settings(TenantSettings, TopologySettings):
     max_job_tickets: float = Field(
         default=1000.0, gt=0, description="Largest weight a job may carry among its user's jobs"
     )
+    max_pending_jobs: int = Field(
+        default=1000,
+        ge=1,
+        description="Most unfinished jobs (queued, running or suspended) one user may have; "
+        "a submission beyond is rejected (too_many_pending)",
+    )
     allowed_users: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_names)] = Field(
         default=(), description="Users allowed to submit (comma-separated); empty: anyone"
     )
