@@ -31,6 +31,10 @@ class RejectionCode(StrEnum):
     LIMIT_EXCEEDED = "limit_exceeded"
     # More GPUs than any pool of the cluster has: it could never run.
     UNSATISFIABLE = "unsatisfiable"
+    # `after_ok` names a job id the user has no job under.
+    UNKNOWN_DEPENDENCY = "unknown_dependency"
+    # `after_ok` names a job that already failed, was cancelled or rejected: it could never run.
+    DEPENDENCY_FAILED = "dependency_failed"
 
 
 class SuspendReason(StrEnum):
