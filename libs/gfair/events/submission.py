@@ -54,7 +54,7 @@ class JobSubmitted(JobEvent):
     `array` makes it a member of a job array (`gfair.events.job_array`): its id must then be
     ``<array.id>-<array.index>``, and `array.limit` only restricts how many of the array run.
     `after_ok` holds it until each of those jobs of the same user completed successfully; it is
-    cancelled when one of them fails or is cancelled (docs/design.md §1.7).
+    cancelled when one of them fails or is cancelled (docs/design.md §1.6).
     """
 
     EVENT_TYPE = "gfair.job.submitted.v1"
