@@ -27,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     listing.add_argument(
         "--state", choices=[s.value for s in JobState], help="only jobs in this state"
     )
+    listing.add_argument("--array", metavar="ID", help="only the jobs of this job array")
     session.add_connection_flags(listing)
     listing.set_defaults(func=lambda args: session.run(args, _jobs))
 
@@ -45,6 +46,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 async def _jobs(client: GfairClient, args: argparse.Namespace) -> int:
     state = JobState(args.state) if args.state else None
     records = await client.jobs(user=args.user, state=state)
+    if args.array is not None:
+        records = [r for r in records if r.submission.array and r.submission.array.id == args.array]
     if args.json:
         output.print_json([output.record_json(r) for r in records])
     else:
@@ -110,6 +113,12 @@ def _summary(details: JobDetails) -> Table:
         table.add_row("running on", ", ".join(record.nodes) or "-")
         table.add_row("attempt", str(record.attempt))
         table.add_row("checkpoint", str(record.last_checkpoint_step or "-"))
+        if sub.array is not None:
+            limit = f", at most {sub.array.limit} running" if sub.array.limit else ""
+            table.add_row("array", f"{sub.array.id} index {sub.array.index}{limit}")
+        if sub.after_ok:
+            held = " (held until they complete)" if record.state is JobState.HELD else ""
+            table.add_row("after ok", ", ".join(sub.after_ok) + held)
         if record.reason:
             table.add_row("reason", record.reason)
         table.add_row("submitted", f"{sub.submitted_at:%Y-%m-%d %H:%M:%S %Z}")

@@ -149,7 +149,7 @@ def jobs_table(records: list[JobRecord]) -> Table:
     for r in records:
         table.add_row(
             f"{r.user}/{r.job_id}",
-            styled_state(r.state),
+            styled_state(r.state) + _held_for(r),
             str(r.gpus),
             r.generation or "-",
             ",".join(r.nodes or r.servers) or "-",
@@ -158,6 +158,12 @@ def jobs_table(records: list[JobRecord]) -> Table:
             r.submission.job_type or r.submission.name or "-",
         )
     return table
+
+
+def _held_for(record: JobRecord) -> str:
+    if record.state is not JobState.HELD:
+        return ""
+    return f" (after {','.join(record.submission.after_ok)})"
 
 
 def users_table(view: UsersView) -> Table:

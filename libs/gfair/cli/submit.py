@@ -10,17 +10,34 @@ as the submission is stored. A rejection exits 1. When `--timeout` passes first 
 still prints the job and its state so far. `-f job.yaml` reads the job from a file (YAML, JSON
 or TOML; `schemas/job-spec.schema.json`); flags given as well override its fields. `--json` prints
 ``{"user", "job_id", "event_id", "state", "reason", "code", "servers", "timed_out"}``.
+
+`--array 0-99%8` submits a job array: one job per index (``0-99``, ``1,3,5-7``, ``0-15:4``), with
+ids ``<array id>-<index>``, at most N of them running at once with ``%N`` (the scheduler
+enforces it), each seeing its index in ``$GFAIR_ARRAY_INDEX`` and the array id in
+``$GFAIR_ARRAY_ID``. The array id (`--job-id`, else generated from `--name`) is printed once;
+`gfair wait`, `gfair cancel` and `gfair jobs --array` take it for the whole array. `--wait` with
+an array waits for every member's admission (default) or end (`--wait=completed`, exiting with
+the worst outcome). `--after-ok JOB[,JOB...]` (repeatable) holds the job until those jobs of the
+same user completed successfully, and cancels it if one fails or is cancelled.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from gfair.cli import output, session
 from gfair.client import GfairClient, Submitted, UnknownJob, WaitFor, WaitTimeout
+from gfair.events.job_array import (
+    ArrayMembership,
+    ArraySpec,
+    ArraySpecError,
+    member_job_id,
+    parse_array_spec,
+)
 from gfair.events.job_spec import JobSpec, JobSpecError, load_job_spec
 from gfair.events.states import JobState
 from gfair.events.submission import new_job_id
@@ -54,6 +71,18 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--workdir", help="absolute working directory on the node")
     parser.add_argument("--max-retries", type=int, help="cap on retries after failures")
+    parser.add_argument(
+        "--array",
+        metavar="SPEC",
+        help="a job array, one job per index: 0-99, 1,3,5-7, 0-15:4; %%N: at most N running",
+    )
+    parser.add_argument(
+        "--after-ok",
+        action="append",
+        default=[],
+        metavar="JOB[,JOB...]",
+        help="hold until these jobs (yours) completed successfully; repeatable",
+    )
     waiting = parser.add_mutually_exclusive_group()
     waiting.add_argument(
         "--wait",
@@ -103,7 +132,49 @@ def main(args: argparse.Namespace) -> int:
         return session.fail(f"give --user (or ${session.USER_ENV}), or user: in the spec", 2)
     if args.gpus is None:
         return session.fail("give --gpus, or gpus: in the spec", 2)
+    try:
+        args.after_ok = dependencies(args.after_ok)
+        args.array_spec = parse_array_spec(args.array) if args.array is not None else None
+    except ValueError as exc:
+        return session.fail(str(exc), 2)
+    if args.array_spec is not None:
+        if args.wait == "running":
+            return session.fail(
+                "--array waits for admission (default) or --wait=completed, not for running", 2
+            )
+        args.array_id = args.job_id or array_id(args.name, args.array_spec)
+        try:
+            member_job_id(args.array_id, args.array_spec.indices[-1])
+        except ArraySpecError as exc:
+            return session.fail(str(exc), 2)
+        return session.run(args, _submit_array)
     return session.run(args, _submit)
+
+
+def dependencies(items: list[str]) -> tuple[str, ...]:
+    """The job ids of repeated, comma-separated `--after-ok`s, each once, in order."""
+    found: dict[str, None] = {}
+    for item in items:
+        for part in item.split(","):
+            job_id = part.strip()
+            if not job_id:
+                raise ValueError(f"--after-ok {item!r}: an empty job id")
+            if "/" in job_id:
+                raise ValueError(
+                    f"--after-ok {job_id!r}: give a job id of the same user, without USER/"
+                )
+            found[job_id] = None
+    return tuple(found)
+
+
+def array_id(name: str | None, spec: ArraySpec) -> str:
+    """A fresh array id with room for ``-<largest index>`` within a job id's 64 characters."""
+    room = 64 - len(f"-{spec.indices[-1]}")
+    base = new_job_id(name)
+    if len(base) <= room:
+        return base
+    stem, _, suffix = base.rpartition("-")
+    return f"{stem[: room - len(suffix) - 1]}-{suffix}"
 
 
 def apply_spec(args: argparse.Namespace, spec: JobSpec) -> None:
@@ -113,9 +184,20 @@ def apply_spec(args: argparse.Namespace, spec: JobSpec) -> None:
     if args.user is None or (args.user == os.environ.get(session.USER_ENV) and spec.user):
         # $GFAIR_USER is a default, the file says whose job it is.
         args.user = spec.user or args.user
-    for name in ("gpus", "tickets", "job_type", "name", "job_id", "workdir", "max_retries"):
+    for name in (
+        "gpus",
+        "tickets",
+        "job_type",
+        "name",
+        "job_id",
+        "workdir",
+        "max_retries",
+        "array",
+    ):
         if getattr(args, name) is None:
             setattr(args, name, getattr(spec, name))
+    if not args.after_ok:
+        args.after_ok = list(spec.after_ok)
     given = environment(args.env)
     args.env = [f"{k}={v}" for k, v in {**spec.env, **given}.items()]
 
@@ -178,6 +260,91 @@ async def _send(
         working_dir=args.workdir,
         job_id=job_id,
         max_retries=args.max_retries,
+        after_ok=args.after_ok,
         wait=wait,
         timeout_s=timeout_s,
     )
+
+
+async def _submit_array(client: GfairClient, args: argparse.Namespace) -> int:
+    spec: ArraySpec = args.array_spec
+    base: str = args.array_id
+    members: dict[str, int] = {member_job_id(base, i): i for i in spec.indices}
+    for job_id, index in members.items():
+        await client.submit(
+            args.user,
+            args.gpus,
+            args.command,
+            tickets=args.tickets,
+            job_type=args.job_type,
+            name=args.name,
+            env=environment(args.env),
+            working_dir=args.workdir,
+            job_id=job_id,
+            max_retries=args.max_retries,
+            array=ArrayMembership(id=base, index=index, limit=spec.limit),
+            after_ok=args.after_ok,
+            wait="none",
+        )
+    limit = f", at most {spec.limit} running" if spec.limit else ""
+    if not args.json:
+        output.console().print(f"{args.user}/{base}: array of {len(members)} job(s){limit}")
+    states: dict[str, JobState] = dict.fromkeys(members, JobState.SUBMITTED)
+    reasons: dict[str, str | None] = dict.fromkeys(members)
+    timed_out = False
+    if args.wait is not None or not args.no_wait:
+        timeout_s = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S
+        try:
+            records = await client.admitted(args.user, list(members), timeout_s=timeout_s)
+            states.update({job_id: r.state for job_id, r in records.items()})
+            reasons.update({job_id: r.reason for job_id, r in records.items()})
+        except WaitTimeout:
+            timed_out = True
+    if args.wait == "completed" and not timed_out:
+        for job_id in members:
+            try:
+                states[job_id] = await client.wait(args.user, job_id, timeout_s=args.timeout)
+            except WaitTimeout:
+                timed_out = True
+                break
+    if args.json:
+        output.print_json(
+            {
+                "user": args.user,
+                "array_id": base,
+                "limit": spec.limit,
+                "jobs": [
+                    {
+                        "job_id": job_id,
+                        "index": index,
+                        "state": str(states[job_id]),
+                        "reason": reasons[job_id],
+                    }
+                    for job_id, index in members.items()
+                ],
+                "timed_out": timed_out,
+            }
+        )
+    else:
+        counts: dict[JobState, int] = {}
+        for state in states.values():
+            counts[state] = counts.get(state, 0) + 1
+        summary = ", ".join(f"{n} {output.styled_state(state)}" for state, n in counts.items())
+        late = " (still waiting when the timeout passed)" if timed_out else ""
+        output.console().print(f"{args.user}/{base}: {summary}{late}")
+        for job_id, state in states.items():
+            if state is JobState.REJECTED:
+                output.console().print(f"[red]rejected[/] {args.user}/{job_id}: {reasons[job_id]}")
+    if timed_out:
+        return session.EXIT_TIMEOUT
+    return worst_outcome(states.values(), ended=args.wait == "completed")
+
+
+def worst_outcome(states: Iterable[JobState], *, ended: bool) -> int:
+    """The exit code of many jobs: failed (or rejected) over cancelled over completed; states
+    not ended count only when `ended` was awaited."""
+    codes = [session.outcome_code(s) for s in states if ended or s.terminal]
+    for code in (session.EXIT_FAILED, session.EXIT_CANCELLED):
+        if code in codes:
+            return code
+    return session.EXIT_OK

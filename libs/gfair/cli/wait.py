@@ -1,20 +1,24 @@
-"""`gfair wait JOB`: wait until a job ends, and exit with its outcome.
+"""`gfair wait JOB`: wait until a job (or every job of an array) ends; exit with its outcome.
 
     gfair wait alice/resnet-3f9c2a && echo trained
 
 Exits 0 when the job completed, 1 when it failed or was rejected, 5 when it was cancelled, 4
-when `--timeout` passed first (the job id and its state so far are printed all the same).
+when `--timeout` passed first (the job id and its state so far are printed all the same). JOB
+may name a job array (`gfair submit --array`): it waits for every member and exits with the
+worst outcome (failed over cancelled over completed).
 `--json` prints ``{"user", "job_id", "state", "reason", "timed_out"}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 from gfair.cli import output, session
-from gfair.client import GfairClient, WaitTimeout
+from gfair.client import GfairClient, UnknownJob, WaitTimeout
 from gfair.events.states import JobState
+from gfair.state.job_record import JobRecord
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -34,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 async def _wait(client: GfairClient, args: argparse.Namespace) -> int:
     user, job_id = session.job_reference(args.job, args.user)
+    members = await array_or_job(client, user, job_id)
+    if members:
+        return await _wait_array(client, args, user, [r.job_id for r in members])
     try:
         state = await client.wait(user, job_id, timeout_s=args.timeout)
     except WaitTimeout:
@@ -44,6 +51,45 @@ async def _wait(client: GfairClient, args: argparse.Namespace) -> int:
     reason = details.record.reason if details.record is not None else None
     report(user, job_id, state, reason, timed_out=False, as_json=args.json)
     return session.outcome_code(state)
+
+
+async def array_or_job(client: GfairClient, user: str, job_id: str) -> list[JobRecord]:
+    """The members of `user`'s array `job_id` when no job has that id; [] for a job.
+    `UnknownJob` when it is neither."""
+    try:
+        await client.job(user, job_id, with_events=False)
+        return []
+    except UnknownJob:
+        members = await client.array_members(user, job_id)
+        if not members:
+            raise
+        return members
+
+
+async def _wait_array(
+    client: GfairClient, args: argparse.Namespace, user: str, job_ids: list[str]
+) -> int:
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    states: dict[str, JobState] = {}
+    for job_id in job_ids:
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        try:
+            states[job_id] = await client.wait(user, job_id, timeout_s=left)
+        except WaitTimeout:
+            break
+    timed_out = len(states) < len(job_ids)
+    for job_id in job_ids:
+        details = await client.job(user, job_id, with_events=False)
+        reason = details.record.reason if details.record is not None else None
+        state = states.setdefault(job_id, details.state)
+        report(user, job_id, state, reason, timed_out=timed_out, as_json=args.json)
+    if timed_out:
+        return session.EXIT_TIMEOUT
+    codes = [session.outcome_code(s) for s in states.values()]
+    for code in (session.EXIT_FAILED, session.EXIT_CANCELLED):
+        if code in codes:
+            return code
+    return session.EXIT_OK
 
 
 def report(

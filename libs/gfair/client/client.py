@@ -45,7 +45,8 @@ from gfair.client.views import (
 )
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.errors import describe_validation_error
-from gfair.events.jobs import JobAccepted, JobEvent, JobPlaced, JobRejected
+from gfair.events.job_array import ArrayMembership
+from gfair.events.jobs import JobAccepted, JobEvent, JobHeld, JobPlaced, JobRejected
 from gfair.events.nodes import NodeUncordoned
 from gfair.events.states import JobState
 from gfair.events.subjects import JOBS_STREAM, job_events_pattern
@@ -134,6 +135,8 @@ class GfairClient:
         working_dir: str | None = None,
         job_id: str | None = None,
         max_retries: int | None = None,
+        array: ArrayMembership | None = None,
+        after_ok: Sequence[str] = (),
         wait: WaitFor = "accepted",
         timeout_s: float | None = 30.0,
     ) -> Submitted:
@@ -155,6 +158,8 @@ class GfairClient:
                 env=dict(env or {}),
                 working_dir=working_dir,
                 max_retries=max_retries,
+                array=array,
+                after_ok=tuple(after_ok),
             )
         except ValidationError as exc:
             raise InvalidRequest(describe_validation_error(exc, root="")) from None
@@ -164,7 +169,7 @@ class GfairClient:
             return submitted
         wanted = {JobState.RUNNING} if wait != "ended" else set()
         if wait == "accepted":
-            wanted |= {JobState.QUEUED, JobState.PLACED, JobState.SUSPENDED}
+            wanted |= {JobState.HELD, JobState.QUEUED, JobState.PLACED, JobState.SUSPENDED}
         servers: tuple[str, ...] = ()
         events = self._follow(data.user, data.job_id, ack.sequence + 1, timeout_s)
         async with aclosing(events):
@@ -192,6 +197,37 @@ class GfairClient:
             f"job {data.user}/{data.job_id} was submitted but not {wait} within {timeout_s:g}s"
         )
 
+    async def admitted(
+        self, user: str, job_ids: Sequence[str], *, timeout_s: float | None = 30.0
+    ) -> dict[str, JobRecord]:
+        """The records of `user`'s jobs `job_ids` once placement decided each one's admission
+        (held, queued, rejected, ...): for many submissions at once, such as an array's.
+        `WaitTimeout` when some are still undecided after `timeout_s`."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        wanted = set(job_ids)
+        found: dict[str, JobRecord] = {}
+        while True:
+            for record in await self.jobs(user):
+                if record.job_id in wanted:
+                    found[record.job_id] = record
+            if len(found) == len(wanted):
+                return found
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(
+                    f"{len(wanted) - len(found)} of {len(wanted)} jobs of {user} were submitted "
+                    f"but not admitted within {timeout_s:g}s"
+                )
+            await asyncio.sleep(self._poll_interval_s)
+
+    async def array_members(self, user: str, array_id: str) -> list[JobRecord]:
+        """The records of the jobs of `user`'s array `array_id`, by index (none: no such array)."""
+        members = [
+            r
+            for r in await self.jobs(user)
+            if r.submission.array is not None and r.submission.array.id == array_id
+        ]
+        return sorted(members, key=lambda r: r.submission.array.index if r.submission.array else 0)
+
     async def wait(self, user: str, job_id: str, *, timeout_s: float | None = None) -> JobState:
         """The state the job ends in (completed, failed, cancelled, rejected), once it ends.
 
@@ -202,7 +238,11 @@ class GfairClient:
         details = await self.job(user, job_id)
         events = details.events
         life = max(
-            (i for i, e in enumerate(events) if isinstance(e.data, (JobAccepted, JobRejected))),
+            (
+                i
+                for i, e in enumerate(events)
+                if isinstance(e.data, (JobHeld, JobAccepted, JobRejected))
+            ),
             default=0,
         )
         for event in events[life:]:
@@ -379,12 +419,19 @@ class GfairClient:
             for node in [await self._read(NODES.name, node_key(s), NodeRecord) for s in servers]
             if node is not None
         ]
+        dependencies: dict[str, JobState] = {}
+        if details.record is not None:
+            for dependency in details.record.submission.after_ok:
+                found = await load_job(await self._bucket(JOBS.name), user, dependency)
+                if found is not None:
+                    dependencies[dependency] = found.record.state
         return explain(
             details,
             stride=await self.stride(),
             shares=await self.shares(),
             nodes=nodes,
             now=datetime.now(UTC),
+            dependencies=dependencies,
         )
 
     async def watch(

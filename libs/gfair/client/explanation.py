@@ -5,12 +5,14 @@ placement's record (admission, the placements the scheduler announced), split-st
 kernel's account of its user per pool, its pass among its user's jobs, the GPUs the jobs on its
 last servers hold, a retry's back-off), the
 trading auction's (its user's share against what its jobs ask) and the failure detector's
-(the health of the servers it is placed on).
+(the health of the servers it is placed on). A job held for its dependencies (`after_ok`) is
+explained by their states; a job array's member beyond the array's limit by the members that
+run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -50,7 +52,10 @@ def explain(
     shares: SharesRecord | None,
     nodes: Sequence[NodeRecord],
     now: datetime,
+    dependencies: Mapping[str, JobState] | None = None,
 ) -> Explanation:
+    """Why `details`' job is where it is; `dependencies` are the states of the jobs its
+    `after_ok` names (absent: unknown)."""
     record, state = details.record, details.state
     ref = f"{details.user}/{details.job_id}"
     reasons: list[Reason] = []
@@ -71,6 +76,21 @@ def explain(
             f"{ref} is running on {', '.join(record.nodes) or ', '.join(record.servers)}"
             f" ({record.generation}), attempt {record.attempt}"
         )
+    elif state is JobState.HELD:
+        waiting = [
+            d
+            for d in record.submission.after_ok
+            if (dependencies or {}).get(d) is not JobState.COMPLETED
+        ]
+        headline = (
+            f"{ref} is held until {', '.join(waiting) or 'its dependencies'} complete "
+            "successfully (after_ok); it counts toward no demand meanwhile"
+        )
+        for dependency in record.submission.after_ok:
+            dep_state = (dependencies or {}).get(dependency)
+            reasons.append(
+                Reason("dependency", f"{details.user}/{dependency} is {dep_state or 'unknown'}")
+            )
     else:
         headline = f"{ref} is {state} and waits for GPUs"
         reasons += _waiting(details, stride, nodes, now)
@@ -106,6 +126,22 @@ def _waiting(
             )
     key = job_key(details.user, details.job_id)
     job = stride.jobs.get(key) if stride is not None else None
+    array = record.submission.array
+    if stride is not None and array is not None and array.limit is not None:
+        members = [
+            j
+            for j in stride.jobs.values()
+            if j.user == details.user and j.array == array.id and j.array_limit is not None
+        ]
+        limit = min((j.array_limit for j in members if j.array_limit), default=array.limit)
+        running = sum(1 for j in members if any(r.phase.holds_gpus for r in j.residency))
+        reasons.append(
+            Reason(
+                "array",
+                f"its array {array.id} runs at most {limit} at once; {running} of its "
+                f"{len(members)} unfinished member(s) hold GPUs",
+            )
+        )
     if stride is None or job is None:
         reasons.append(
             Reason("stride", "admitted; split-stride has not taken it in yet (is split-stride up?)")

@@ -10,6 +10,8 @@ each quantum into `kernel.decide` on that snapshot, then `kernel.settle`:
   held as the same fraction of every pool (`pools.entitlements`); with trading on, users then
   trade share between pools (`trading.trade`) using their estimated speeds. Both are recomputed
   when the set of active jobs or a user's speeds change.
+- Job arrays' limits (`arrays`): the snapshot leaves out an array's members beyond its limit,
+  and the user's demand does not count what they ask beyond it.
 - Speeds come from the `ThroughputEstimator` (defaults, the Gavel seed, then observations); a
   job's speed on a generation whose measured throughput is zero is 0 (it never goes there).
 """
@@ -18,11 +20,11 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from gfair.core import accounts
+from gfair.core import accounts, arrays
 from gfair.core.cluster import Cluster, generation_rank
 from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState, decide, settle
 from gfair.core.placement import PoolView, filter_pools, rejection_reason
@@ -39,6 +41,8 @@ class JobSpec:
     gpus: int
     job_type: str | None = None  # a key of the throughput table, or None (unknown type)
     weight: float = 1.0  # its part of its user's share, relative to the user's other jobs
+    array: str | None = None  # its job array's id (the user's), if it belongs to one
+    array_limit: int | None = None  # at most this many of the array run at once
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ class _User:
     sizes: Counter[int] = field(default_factory=Counter)  # gang size -> jobs
     type_gpus: Counter[str | None] = field(default_factory=Counter)
     demand: int = 0
+    members: dict[str, tuple[int, arrays.ArrayMember]] = field(default_factory=dict)
     speeds: dict[str, float] | None = None  # cached speed profile; None when stale
     # (job type, GPUs) -> the speeds its jobs without observations of their own share: one
     # update reaches them all (an observation of one job refines its type's for the user).
@@ -126,6 +131,7 @@ class GandivaFair:
         self._shares_dirty = False
         self._last: Decision | None = None
         self._running: set[str] = set()  # jobs placed by the last plan
+        self._members: dict[str, arrays.ArrayMember] = {}  # job id -> its array, if any
         self._server_pool = {s.id: s.generation for s in cluster.servers}
         self._gpus = {g: pool.gpus for g, pool in self.pools.items()}
 
@@ -164,6 +170,10 @@ class GandivaFair:
         bisect.insort(user.queue, state, key=_queue_key)
         user.sizes[job.gpus] += 1
         user.demand += job.gpus
+        if job.array is not None:
+            member = arrays.ArrayMember(arrays.array_key(job.user, job.array), job.array_limit)
+            self._members[job.id] = member
+            user.members[job.id] = (job.gpus, member)
         user.type_gpus[job.job_type] += job.gpus
         user.speeds = None
         self._shares_dirty = True
@@ -188,6 +198,8 @@ class GandivaFair:
         if user.type_gpus[spec.job_type] == 0:
             del user.type_gpus[spec.job_type]
         user.demand -= spec.gpus
+        user.members.pop(job_id, None)
+        self._members.pop(job_id, None)
         user.speeds = None
         if user.demand == 0:
             del self._users[spec.user]
@@ -230,10 +242,13 @@ class GandivaFair:
 
     def snapshot(self) -> Snapshot:
         """What the kernel decides the next quantum from (shares as last refreshed)."""
+        queues: Mapping[str, Sequence[JobState]] = {
+            name: user.queue for name, user in self._users.items()
+        }
+        if self._members:
+            queues = arrays.limit_arrays(queues, self._members)
         return Snapshot(
-            self._pool_states,
-            {name: user.state for name, user in self._users.items()},
-            {name: user.queue for name, user in self._users.items()},
+            self._pool_states, {name: user.state for name, user in self._users.items()}, queues
         )
 
     def settled(self) -> bool:
@@ -294,12 +309,18 @@ class GandivaFair:
         result = shares(
             {g: pool.gpus for g, pool in self.pools.items()},
             {u: self._users[u].tickets for u in names},
-            {u: self._users[u].demand for u in names},
+            {u: self._demand(self._users[u]) for u in names},
             {u: self._user_speeds(u, generations) for u in names} if self.config.trading else None,
             min_seller_gain=self.config.min_seller_gain,
         )
         self._trades = result.trades
         accounts.entitle([self._users[name].state for name in names], result.entitled, self.pools)
+
+    @staticmethod
+    def _demand(user: _User) -> int:
+        if not user.members:
+            return user.demand
+        return user.demand - arrays.excess_demand(user.members.values())
 
     def _user_speeds(self, name: str, generations: tuple[str, ...]) -> dict[str, float]:
         user = self._users[name]

@@ -28,6 +28,7 @@ from gfair.events.jobs import (
     JobCompleted,
     JobExited,
     JobFailed,
+    JobHeld,
     JobMigrated,
     JobPlaced,
     JobProgress,
@@ -81,6 +82,7 @@ _EXAMPLES: tuple[EventData, ...] = (
     ),
     JobCancelRequested(user=_USER, job_id=_JOB, reason="superseded by a better learning rate"),
     JobAccepted(user=_USER, job_id=_JOB, gpus=2, job_type="ResNet-50 (batch size 64)"),
+    JobHeld(user=_USER, job_id=_JOB, gpus=2, waiting_on=("preprocess-imagenet",)),
     JobRejected(
         user=_USER,
         job_id=_JOB,

@@ -29,6 +29,7 @@ MAX_REASON_CHARS = 4096
 # The tail of stderr that travels with an exit: enough for a traceback, small enough for a message.
 MAX_STDERR_TAIL_CHARS = 16 * 1024
 MAX_PATH_CHARS = 4096
+MAX_ENV_VARS = 1024
 
 H = TypeVar("H", bound=Hashable)
 
@@ -153,7 +154,7 @@ EnvName = Annotated[str, Field(pattern=ENV_NAME_REGEX)]
 EnvValue = Annotated[str, Field(max_length=MAX_ARG_CHARS), AfterValidator(_no_nul)]
 Environment = Annotated[
     dict[EnvName, EnvValue],
-    Field(max_length=1024, description="Extra environment variables for the job process"),
+    Field(max_length=MAX_ENV_VARS, description="Extra environment variables for the job process"),
 ]
 
 

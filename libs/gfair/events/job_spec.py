@@ -7,6 +7,8 @@
     job_type: ResNet-50 (batch size 32)
     command: [python, train.py, --epochs, "90"]
     env: {SEED: "1"}
+    array: 0-15%4          # optional: 16 jobs, at most 4 running (gfair.events.job_array)
+    after_ok: [prep-3f9c2a] # optional: held until these jobs of the user complete
 
 YAML, JSON or TOML (by the file's suffix). Fields are those of a submission
 (`gfair.events.submission.JobSubmitted`) under the names of `gfair submit`'s flags; an unknown
@@ -36,7 +38,9 @@ from gfair.events.fields import (
     Name,
     Tickets,
     UserName,
+    require_unique,
 )
+from gfair.events.job_array import MAX_DEPENDENCIES, ArraySpecError, parse_array_spec
 
 SCHEMA_FILE = "job-spec.schema.json"
 SUFFIXES = (".yaml", ".yml", ".json", ".toml")
@@ -72,6 +76,41 @@ class JobSpec(BaseModel):
     max_retries: int | None = Field(
         default=None, ge=0, le=MAX_RETRIES, description="Cap on retries after failures"
     )
+    array: str | None = Field(
+        default=None,
+        description="Submit a job array, one job per index: '0-99', '1,3,5-7', '0-15:4', with "
+        "an optional '%N' suffix (at most N running at once)",
+        examples=["0-99%8"],
+    )
+    after_ok: tuple[JobId, ...] = Field(
+        default=(),
+        max_length=MAX_DEPENDENCIES,
+        description="Job ids (of the same user) that must complete successfully first; a list, "
+        "or one comma-separated string",
+        json_schema_extra=lambda schema: _list_or_string(schema),
+    )
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_array_spec(value)
+            except ArraySpecError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("after_ok", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("after_ok")
+    @classmethod
+    def _unique(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(require_unique(value))
 
     @field_validator("command", mode="before")
     @classmethod
@@ -94,6 +133,11 @@ class JobSpec(BaseModel):
 
 def _also_a_string(schema: dict[str, Any]) -> None:
     schema["anyOf"].insert(1, {"type": "string", "minLength": 1})
+
+
+def _list_or_string(schema: dict[str, Any]) -> None:
+    listed = {k: schema.pop(k) for k in ("type", "items", "maxItems") if k in schema}
+    schema["anyOf"] = [{**listed, "uniqueItems": True}, {"type": "string", "minLength": 1}]
 
 
 def spec_schema() -> dict[str, Any]:

@@ -3,10 +3,11 @@
 The `<event>` token is the verb of the event type (`gfair.job.started.v1` -> `started`).
 Who publishes what:
 
-- placement: accepted, rejected, placed
+- placement: held, accepted (at once, or when a held job's dependencies completed), rejected,
+  placed
 - node executor: started, progress, suspended, resumed, migrated, checkpointed, exited
 - failure detector: completed, failed, retried (it classifies each `exited`, docs/design.md §2.6)
-- placement, on a cancel request: cancelled
+- placement, on a cancel request or a failed dependency: cancelled
 """
 
 from __future__ import annotations
@@ -85,6 +86,23 @@ class JobAccepted(JobEvent):
 
     gpus: GpuCount
     job_type: Name | None = None
+
+
+@register
+class JobHeld(JobEvent):
+    """Admission passed, but the job waits for jobs it depends on (`after_ok`) to complete.
+
+    It is not runnable and counts toward no demand until placement releases it with
+    `JobAccepted`, or cancels it (`JobCancelled`) when one of them fails or is cancelled.
+    """
+
+    EVENT_TYPE = "gfair.job.held.v1"
+    JOB_STATE = JobState.HELD
+
+    gpus: GpuCount
+    waiting_on: tuple[JobId, ...] = Field(
+        min_length=1, description="The jobs (of the same user) it still waits for"
+    )
 
 
 @register

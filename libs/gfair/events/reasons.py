@@ -34,6 +34,10 @@ class RejectionCode(StrEnum):
     # Its user already has as many unfinished jobs as the operator allows (placement's
     # max_pending_jobs); it may submit again once some end.
     TOO_MANY_PENDING = "too_many_pending"
+    # `after_ok` names a job id the user has no job under.
+    UNKNOWN_DEPENDENCY = "unknown_dependency"
+    # `after_ok` names a job that already failed, was cancelled or rejected: it could never run.
+    DEPENDENCY_FAILED = "dependency_failed"
 
 
 class SuspendReason(StrEnum):

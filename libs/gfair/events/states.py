@@ -11,6 +11,8 @@ from enum import StrEnum
 
 class JobState(StrEnum):
     SUBMITTED = "submitted"
+    # Admitted, waiting for the jobs it depends on to complete (`after_ok`); not yet runnable.
+    HELD = "held"
     # Admitted and waiting for GPUs (also between retries).
     QUEUED = "queued"
     PLACED = "placed"

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import re
 import secrets
+from typing import Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gfair.events.fields import (
+    MAX_ENV_VARS,
     MAX_RETRIES,
     AbsolutePath,
     Argv,
@@ -25,6 +27,7 @@ from gfair.events.fields import (
     Reason,
     Tickets,
 )
+from gfair.events.job_array import ArrayMembership, Dependencies, member_job_id
 from gfair.events.jobs import JobEvent
 from gfair.events.registry import register
 from gfair.events.states import JobState
@@ -48,6 +51,10 @@ class JobSubmitted(JobEvent):
 
     The user pays with its fair share: `tickets` only weighs this job against the same user's
     other jobs (default: all equal, docs/design.md §1.1); it never raises the user's share.
+    `array` makes it a member of a job array (`gfair.events.job_array`): its id must then be
+    ``<array.id>-<array.index>``, and `array.limit` only restricts how many of the array run.
+    `after_ok` holds it until each of those jobs of the same user completed successfully; it is
+    cancelled when one of them fails or is cancelled (docs/design.md §1.6).
     """
 
     EVENT_TYPE = "gfair.job.submitted.v1"
@@ -73,6 +80,29 @@ class JobSubmitted(JobEvent):
         le=MAX_RETRIES,
         description="Cap on retries after retryable failures; default: the failure policy's",
     )
+    array: ArrayMembership | None = Field(
+        default=None, description="The job array this job belongs to, if any"
+    )
+    after_ok: Dependencies = Field(
+        default=(),
+        description="Job ids of the same user's jobs that must complete successfully before "
+        "this one may run; it is cancelled if one fails or is cancelled",
+    )
+
+    @model_validator(mode="after")
+    def _batch(self) -> Self:
+        if self.job_id in self.after_ok:
+            raise ValueError(f"after_ok: job {self.job_id} cannot wait for itself")
+        if self.array is not None and len(self.env) > MAX_ENV_VARS - 2:
+            raise ValueError(f"env: an array member has room for {MAX_ENV_VARS - 2} variables")
+        if self.array is not None:
+            expected = member_job_id(self.array.id, self.array.index)
+            if self.job_id != expected:
+                raise ValueError(
+                    f"job_id: an array member's id is <array id>-<index>, {expected!r}, "
+                    f"not {self.job_id!r}"
+                )
+        return self
 
     def subject(self) -> str:
         return submit_subject(self.user)

@@ -33,7 +33,10 @@ class GandivaFairPolicy:
         self._trades: frozenset[Trade] = frozenset()
 
     def submit(self, job: TraceJob, now: float) -> Admission:
-        return self.scheduler.submit(JobSpec(job.id, job.user, job.gpus, job.job_type), now)
+        spec = JobSpec(
+            job.id, job.user, job.gpus, job.job_type, array=job.array, array_limit=job.array_limit
+        )
+        return self.scheduler.submit(spec, now)
 
     def finish(self, job_id: str, now: float) -> None:
         self.scheduler.finish(job_id, now)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from gfair.core.cluster import Cluster
+from gfair.core.dependencies import Outcome, Readiness, eligibility
 from gfair.sim.ledger import Ledger, ShareSeries
 from gfair.sim.policy import Policy
 from gfair.sim.speed import SpeedModel
@@ -214,6 +215,11 @@ class Simulator:
         self._sched_cpu = 0.0
         self._idle_plans = 0
         self._vacated: set[str] = set()  # servers where jobs finished since the last decision
+        # Dependencies (gfair.core.dependencies): what is known of each arrived job, the jobs
+        # held for others, and who waits for whom. A held job reaches the policy when released.
+        self._known: dict[str, Outcome] = {}
+        self._held: dict[str, TraceJob] = {}
+        self._dependents: dict[str, list[str]] = {}
 
     # The loop ----------------------------------------------------------------------------
 
@@ -306,29 +312,66 @@ class Simulator:
     # Job life ----------------------------------------------------------------------------
 
     def _submit(self, spec: TraceJob) -> None:
+        if spec.after_ok:
+            verdict = eligibility(spec.after_ok, self._known)
+            if verdict.readiness is Readiness.HELD:
+                self._known[spec.id] = Outcome.PENDING
+                self._held[spec.id] = spec
+                for dependency in verdict.waiting_on:
+                    self._dependents.setdefault(dependency, []).append(spec.id)
+                return
+            if verdict.readiness is not Readiness.READY:
+                self._refuse(spec, verdict.reason, spec.submit_s)
+                return
+        self._admit(spec, spec.submit_s)
+
+    def _admit(self, spec: TraceJob, now: float) -> None:
         began = time.process_time()
-        admission = self.policy.submit(spec, spec.submit_s)
+        admission = self.policy.submit(spec, now)
         self._sched_cpu += time.process_time() - began
         if not admission.accepted:
-            self._outcomes[spec.id] = JobOutcome(
-                id=spec.id,
-                user=spec.user,
-                gpus=spec.gpus,
-                submit_s=spec.submit_s,
-                start_s=None,
-                end_s=None,
-                ideal_s=self._ideal(spec),
-                status="rejected",
-                reason=admission.reason,
-            )
-            self.ledger.account(spec.user)
+            self._refuse(spec, admission.reason, now)
             return
         if spec.id in self._jobs:
             raise ValueError(f"{self.trace.source}:{spec.line}: duplicate job id {spec.id!r}")
-        self._tally(spec.submit_s)
+        self._known[spec.id] = Outcome.PENDING
+        self._tally(now)
         self._jobs[spec.id] = _Job(spec)
         self._active += 1
-        self.ledger.admit(spec.submit_s, spec.user, spec.gpus)
+        self.ledger.admit(now, spec.user, spec.gpus)
+
+    def _refuse(self, spec: TraceJob, reason: str, now: float) -> None:
+        """Rejected, or never to run because a dependency will not complete (`reason`)."""
+        self._outcomes[spec.id] = JobOutcome(
+            id=spec.id,
+            user=spec.user,
+            gpus=spec.gpus,
+            submit_s=spec.submit_s,
+            start_s=None,
+            end_s=None,
+            ideal_s=self._ideal(spec),
+            status="rejected",
+            reason=reason,
+        )
+        self.ledger.account(spec.user)
+        self._known[spec.id] = Outcome.REJECTED
+        self._release_after(spec.id, now)
+
+    def _release_after(self, job_id: str, now: float) -> None:
+        """The jobs held for `job_id`, which just ended, released or refused as their
+        dependencies now say; a refusal passes on down the chain."""
+        for waiting in self._dependents.pop(job_id, ()):
+            spec = self._held.get(waiting)
+            if spec is None:
+                continue
+            verdict = eligibility(spec.after_ok, self._known)
+            if verdict.readiness is Readiness.HELD:
+                continue
+            del self._held[waiting]
+            if verdict.readiness is Readiness.READY:
+                self._admit(spec, now)
+            else:
+                self._refuse(spec, verdict.reason, now)
 
     def _complete(self, job: _Job, at: float) -> None:
         spec = job.spec
@@ -348,6 +391,8 @@ class Simulator:
         began = time.process_time()
         self.policy.finish(spec.id, at)
         self._sched_cpu += time.process_time() - began
+        self._known[spec.id] = Outcome.COMPLETED
+        self._release_after(spec.id, at)
 
     def _stop(self, job: _Job, now: float) -> None:
         """Book the segment that ends at `now` (the job keeps its remaining work)."""
@@ -521,6 +566,18 @@ class Simulator:
         last_end = start
         for spec in self.trace.jobs[: self._next_arrival]:
             outcome = self._outcomes.get(spec.id)
+            if outcome is None and spec.id in self._held:
+                outcome = JobOutcome(
+                    id=spec.id,
+                    user=spec.user,
+                    gpus=spec.gpus,
+                    submit_s=spec.submit_s,
+                    start_s=None,
+                    end_s=None,
+                    ideal_s=self._ideal(spec),
+                    status="unfinished",
+                    reason="held: " + eligibility(spec.after_ok, self._known).reason,
+                )
             if outcome is None:
                 job = self._jobs[spec.id]
                 status = "completed" if job.end_s is not None else "unfinished"

@@ -60,6 +60,9 @@ class TraceJob:
     duration_s: float
     job_type: str | None = None
     line: int = 0  # physical line in the source file, for later error messages
+    after_ok: tuple[str, ...] = ()  # jobs that must complete first (gfair.core.dependencies)
+    array: str | None = None  # its job array's id (the user's), if any
+    array_limit: int | None = None  # at most this many of its array run at once
 
 
 @dataclass(frozen=True)

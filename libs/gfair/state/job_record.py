@@ -45,6 +45,7 @@ from gfair.events.fields import (
     Tickets,
     UserName,
 )
+from gfair.events.job_array import ArrayMembership
 from gfair.events.jobs import (
     JobCheckpointed,
     JobEvent,
@@ -91,6 +92,8 @@ class Submission(_Record):
     env: Environment = Field(default_factory=dict)
     working_dir: AbsolutePath | None = None
     max_retries: int | None = None
+    array: ArrayMembership | None = None
+    after_ok: tuple[JobId, ...] = ()
 
     @classmethod
     def of(
@@ -108,6 +111,8 @@ class Submission(_Record):
             env=data.env,
             working_dir=data.working_dir,
             max_retries=data.max_retries,
+            array=data.array,
+            after_ok=data.after_ok,
         )
 
     @property

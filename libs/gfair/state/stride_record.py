@@ -111,6 +111,10 @@ class StrideJob(_Record):
         default=False, description="Its process ended; waiting for the failure detector's verdict"
     )
     residency: tuple[Residency, ...] = ()
+    array: JobId | None = Field(default=None, description="Its job array's id, if any")
+    array_limit: int | None = Field(
+        default=None, ge=1, description="At most this many of its array run at once"
+    )
 
     @property
     def key(self) -> str:

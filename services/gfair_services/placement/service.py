@@ -11,6 +11,16 @@ Consumers (durable, one worker each, so each reads its events in stream order):
   keep each `JobRecord`'s state current (placements by split-stride among them);
 - ``placement-nodes`` (GFAIR_NODES): the node inventory (registrations and health verdicts).
 
+Dependencies (`after_ok`, `gfair.core.dependencies`) are placement's too, since it holds every
+job's record and so every outcome: a submission naming a job id its user has no job under, or a
+job that already failed, was cancelled or rejected, is rejected; one whose dependencies all
+completed is admitted as any other; any other is admitted as `held` (`JobHeld`), which no other
+service takes for runnable work. When a job ends (`JobCompleted`, `JobFailed`, or a cancel
+handled here), the jobs held for it are decided again: released with `JobAccepted` once every
+dependency completed, or cancelled with the reason when one will never complete, which in turn
+decides the jobs held for them. Dependents are written before the record of the job that ended,
+each noting the event, so a redelivery after a crash re-announces what was decided.
+
 State lives in `gfair_jobs` (this service is its only writer); the node inventory is rebuilt on
 start from the stream's history. The handlers share one lock.
 
@@ -30,6 +40,7 @@ record as stored (or forgets it) and the batch is handled again.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 
 import structlog
 from opentelemetry import trace
@@ -40,6 +51,7 @@ from gfair.bus.service import Emit, Service
 from gfair.bus.topology import consumer_for
 from gfair.bus.tracing import current_traceparent
 from gfair.bus.transport import BusError
+from gfair.core.dependencies import Eligibility, Outcome, Readiness, eligibility
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand
 from gfair.events.envelope import Envelope, EventData
@@ -50,6 +62,7 @@ from gfair.events.jobs import (
     JobCompleted,
     JobEvent,
     JobFailed,
+    JobHeld,
     JobMigrated,
     JobPlaced,
     JobRejected,
@@ -64,6 +77,7 @@ from gfair.events.states import JobState, NodeState
 from gfair.events.subjects import NODES_STREAM, parse_cancel_subject, parse_submit_subject
 from gfair.events.submission import JobCancelRequested, JobSubmitted
 from gfair.state import buckets
+from gfair.state.buckets import job_key
 from gfair.state.job_record import JobRecord, load_job, load_jobs, save_job
 from gfair_services.inventory import INVENTORY_EVENTS, NodeInventory
 from gfair_services.profiler.seed import seed_table
@@ -107,6 +121,9 @@ class PlacementService:
         self._stored: set[str] = set()
         # Records being created: the record sent and the write in flight, by job key.
         self._creating: dict[str, tuple[JobRecord, asyncio.Task[int]]] = {}
+        # Job key -> the keys of the jobs that named it in `after_ok` (kept for every record
+        # with dependencies, ended or not, so a redelivery finds what it decided).
+        self._dependents: dict[str, set[str]] = {}
 
     def service(self) -> Service:
         """The `Service` running this state's handlers."""
@@ -146,6 +163,7 @@ class PlacementService:
         for stored in await load_jobs(self._kv):
             self._stored.add(stored.record.key)
             self.book.put(stored.record, stored.revision)
+            self._note_dependencies(stored.record)
         async for past in runtime.history(
             NODES_STREAM.name,
             filter_subjects=tuple(m.subject_pattern() for m in INVENTORY_EVENTS),
@@ -211,10 +229,19 @@ class PlacementService:
             reason = unsatisfiable(data.gpus, data.job_type, self.inventory, self.estimator)
             if reason is not None:
                 refusal = Refusal(RejectionCode.UNSATISFIABLE, reason)
+        verdict: Eligibility | None = None
+        if refusal is None and data.after_ok:
+            verdict = eligibility(data.after_ok, await self._outcomes(data.user, data.after_ok))
+            refusal = _dependency_refusal(data.user, verdict)
         if refusal is not None:
             candidate = JobRecord.rejected(envelope, data, refusal.code, refusal.reason)
+        elif verdict is not None and verdict.readiness is Readiness.HELD:
+            candidate = record.model_copy(update={"state": JobState.HELD}).with_decision(
+                at, "held", f"{_admitted(data)}; held, {verdict.reason}"
+            )
         else:
             candidate = record.with_decision(at, "admission", _admitted(data))
+        self._note_dependencies(candidate)
         if candidate.key not in self._stored:
             self._create_soon(candidate)
             _log.info(
@@ -261,7 +288,7 @@ class PlacementService:
             return []
         record = stored.record
         if record.state is JobState.CANCELLED and record.seen(envelope.id):
-            return _cancel_outputs(record)
+            return _cancel_outputs(record) + await self._decide_dependents(record, envelope)
         if not record.live:
             _log.info("cancel of a finished job", user=data.user, job_id=data.job_id)
             return []
@@ -278,8 +305,9 @@ class PlacementService:
             .noting(envelope.id)
             .with_decision(at, "cancel", f"cancelled while {record.state}: {reason}")
         )
+        outputs = await self._decide_dependents(cancelled, envelope)
         await self._save(cancelled, stored.revision)
-        return _cancel_outputs(cancelled)
+        return _cancel_outputs(cancelled) + outputs
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -319,8 +347,75 @@ class PlacementService:
                 updated = updated.with_decision(
                     at, "completed", f"attempt {data.attempt} succeeded"
                 )
+        outputs: list[Emit] = []
+        if not updated.live:
+            outputs = await self._decide_dependents(updated, envelope)
         await self._save(updated, stored.revision)
-        return []
+        return outputs
+
+    # -- dependencies --------------------------------------------------------------------------
+
+    def _note_dependencies(self, record: JobRecord) -> None:
+        for dependency in record.submission.after_ok:
+            self._dependents.setdefault(job_key(record.user, dependency), set()).add(record.key)
+
+    async def _outcomes(
+        self, user: str, job_ids: Sequence[str], known: Mapping[str, Outcome] | None = None
+    ) -> dict[str, Outcome]:
+        """What is known of `user`'s jobs `job_ids` (absent: no such job), `known` first."""
+        outcomes: dict[str, Outcome] = {}
+        for job_id in job_ids:
+            if known is not None and job_id in known:
+                outcomes[job_id] = known[job_id]
+                continue
+            stored = self.book.get(job_key(user, job_id)) or await load_job(self.kv, user, job_id)
+            if stored is not None:
+                outcomes[job_id] = _OUTCOMES.get(stored.record.state, Outcome.PENDING)
+        return outcomes
+
+    async def _decide_dependents(self, ended: JobRecord, envelope: Envelope) -> list[Emit]:
+        """Release or cancel the jobs held for `ended` (which is not written yet), and so on
+        down their chains; the announcements. A dependent that already noted `envelope` was
+        decided by an earlier delivery of it: its announcement is made again."""
+        outputs: list[Emit] = []
+        known = {ended.job_id: _OUTCOMES[ended.state]}
+        for key in sorted(self._dependents.get(ended.key, ())):
+            user, _, job_id = key.partition(".")
+            stored = self.book.get(key) or await load_job(self.kv, user, job_id)
+            if stored is None:
+                continue
+            record = stored.record
+            if record.seen(envelope.id):
+                outputs += _decided_outputs(record)
+                if not record.live:
+                    outputs += await self._decide_dependents(record, envelope)
+                continue
+            if record.state is not JobState.HELD:
+                continue
+            after_ok = record.submission.after_ok
+            verdict = eligibility(after_ok, await self._outcomes(user, after_ok, known))
+            at = envelope.time
+            if verdict.readiness is Readiness.HELD:
+                continue
+            if verdict.readiness is Readiness.READY:
+                decided = record.model_copy(update={"state": JobState.QUEUED}).with_decision(
+                    at, "admission", f"released: {verdict.reason}"
+                )
+            else:
+                reason = f"cancelled: {verdict.reason}"
+                decided = record.model_copy(
+                    update={
+                        "state": JobState.CANCELLED,
+                        "cancelled_from": JobState.HELD,
+                        "reason": reason,
+                    }
+                ).with_decision(at, "cancel", reason)
+            decided = decided.noting(envelope.id)
+            if not decided.live:
+                outputs += await self._decide_dependents(decided, envelope)
+            await self._save(decided, stored.revision)
+            outputs += _decided_outputs(decided)
+        return outputs
 
     # -- node changes --------------------------------------------------------------------------
 
@@ -419,6 +514,43 @@ def _duplicate(existing: JobRecord) -> Emit:
     )
 
 
+# What a dependency's record state says of it; a live state is pending.
+_OUTCOMES = {
+    JobState.COMPLETED: Outcome.COMPLETED,
+    JobState.FAILED: Outcome.FAILED,
+    JobState.CANCELLED: Outcome.CANCELLED,
+    JobState.REJECTED: Outcome.REJECTED,
+}
+
+
+def _dependency_refusal(user: str, verdict: Eligibility) -> Refusal | None:
+    match verdict.readiness:
+        case Readiness.UNKNOWN:
+            return Refusal(
+                RejectionCode.UNKNOWN_DEPENDENCY,
+                f"after_ok: {user} has no job {verdict.blocker} (a job may depend only on its "
+                "own user's jobs)",
+            )
+        case Readiness.DOOMED:
+            return Refusal(RejectionCode.DEPENDENCY_FAILED, f"after_ok: {verdict.reason}")
+    return None
+
+
+def _decided_outputs(record: JobRecord) -> list[Emit]:
+    """What announces a held job's release (`JobAccepted`) or cancellation."""
+    if record.state is JobState.CANCELLED:
+        return _cancel_outputs(record)
+    sub = record.submission
+    return [
+        Emit(
+            JobAccepted(
+                user=record.user, job_id=record.job_id, gpus=sub.gpus, job_type=sub.job_type
+            ),
+            trace_parent=sub.trace_parent,
+        )
+    ]
+
+
 def _admitted(data: JobSubmitted) -> str:
     kind = f", job type {data.job_type!r}" if data.job_type else ""
     return f"accepted: {data.gpus} GPU(s){kind}"
@@ -438,6 +570,14 @@ def _submission_outputs(record: JobRecord) -> list[Emit]:
             )
         ]
     sub = record.submission
+    if record.state is JobState.HELD:
+        return [
+            Emit(
+                JobHeld(
+                    user=record.user, job_id=record.job_id, gpus=sub.gpus, waiting_on=sub.after_ok
+                )
+            )
+        ]
     return [
         Emit(
             JobAccepted(

@@ -9,12 +9,16 @@ profiler publishes), passes and where they ran. A job may run when:
 - its process has not exited awaiting the failure detector's verdict, and a retry's delay is over;
 - it holds no residency outside the servers the kernel last placed it on: a job the kernel moved
   starts on its new servers only once its old node confirmed it let go (checkpoint written), so
-  it never runs twice.
+  it never runs twice;
+- it is among the members its job array's limit lets run (`gfair.core.arrays.limit_arrays`).
+
+Jobs held for their dependencies never reach the ledger: placement announces a job as accepted
+only once it may run (`gfair.core.dependencies`).
 
 Entitlements are what the trading auction last published (`EntitlementsUpdated`) when that
 covers every user with jobs; otherwise the no-trading shares (`pools.shares`) of the users'
-tickets and demand (the GPUs of their admitted, unfinished jobs). The ledger converts to and
-from the `StrideRecord` kept in `gfair_stride`.
+tickets and demand (the GPUs of their admitted, unfinished jobs, less what arrays ask beyond
+their limits). The ledger converts to and from the `StrideRecord` kept in `gfair_stride`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from gfair.core import accounts, kernel, pools
+from gfair.core import accounts, arrays, kernel, pools
 from gfair.core.cluster import generation_rank
 from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState
 from gfair.core.throughput import ThroughputEstimator
@@ -98,10 +102,18 @@ class Job:
     runnable_at: datetime | None = None
     exited: bool = False
     stays: dict[str, Stay] = field(default_factory=dict)
+    array: str | None = None  # its job array's id (the user's), if any
+    array_limit: int | None = None
 
     @property
     def key(self) -> str:
         return job_key(self.user, self.job_id)
+
+    @property
+    def member(self) -> arrays.ArrayMember | None:
+        if self.array is None:
+            return None
+        return arrays.ArrayMember(arrays.array_key(self.user, self.array), self.array_limit)
 
     def signature(self) -> tuple[object, ...]:
         """Everything persisted about the job, to tell whether it changed."""
@@ -262,9 +274,12 @@ class Ledger:
         self._entitle(pool_gpus)
         speeds: dict[tuple[str, str | None, int], dict[str, float]] = {}
         queues: dict[str, list[JobState]] = {}
+        members: dict[str, arrays.ArrayMember] = {}
         for key, job in self.jobs.items():
             if not self.runnable(job, now):
                 continue
+            if (member := job.member) is not None:
+                members[key] = member
             shape = (job.user, job.job_type, job.gpus)
             if shape not in speeds:
                 speeds[shape] = self.estimator.gang_speeds(
@@ -292,10 +307,18 @@ class Ledger:
             )
         for queue in queues.values():
             queue.sort(key=lambda state: (state.pass_, state.seq))
+        if members:
+            return Snapshot(pool_states, self.users, arrays.limit_arrays(queues, members))
         return Snapshot(pool_states, self.users, queues)
 
     def _entitle(self, pool_gpus: dict[str, int]) -> None:
         demand = accounts.demand((job.user, job.gpus) for job in self.jobs.values())
+        in_arrays: dict[str, list[tuple[int, arrays.ArrayMember | None]]] = {}
+        for job in self.jobs.values():
+            if job.array is not None:
+                in_arrays.setdefault(job.user, []).append((job.gpus, job.member))
+        for user, members in in_arrays.items():
+            demand[user] -= arrays.excess_demand(members)
         for user in sorted(demand.keys() - self.users.keys()):
             # A record written before accounts were kept: its users arrive now.
             self.users[user] = UserState(user, self._next_seq())
@@ -348,6 +371,8 @@ class Ledger:
         weight: float,
         job_type: str | None,
         attempt: int = 1,
+        array: str | None = None,
+        array_limit: int | None = None,
     ) -> Job:
         """A newly admitted job, and its user's account when it is the user's first."""
         if user not in self.users:
@@ -365,6 +390,8 @@ class Ledger:
             seq=self._next_seq(),
             stride_pass=self._min_pass[user],
             attempt=attempt,
+            array=array,
+            array_limit=array_limit,
         )
         self.jobs[job.key] = job
         mine.add(job.key)
@@ -579,6 +606,8 @@ def _job(record: StrideJob) -> Job:
             )
             for r in record.residency
         },
+        array=record.array,
+        array_limit=record.array_limit,
     )
 
 
@@ -608,4 +637,6 @@ def _record(job: Job) -> StrideJob:
             )
             for s in job.stays.values()
         ),
+        array=job.array,
+        array_limit=job.array_limit,
     )

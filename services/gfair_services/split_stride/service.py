@@ -52,6 +52,7 @@ from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand, NodeCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData, utc_now
 from gfair.events.fields import JobRef
+from gfair.events.job_array import array_environment
 from gfair.events.jobs import (
     JobAccepted,
     JobCancelled,
@@ -281,7 +282,14 @@ class SplitStrideService:
         sub = record.record.submission
         self._submissions[record.record.key] = sub
         self.ledger.admit(
-            event.user, event.job_id, sub.gpus, sub.weight, sub.job_type, record.record.attempt
+            event.user,
+            event.job_id,
+            sub.gpus,
+            sub.weight,
+            sub.job_type,
+            record.record.attempt,
+            array=sub.array.id if sub.array is not None else None,
+            array_limit=sub.array.limit if sub.array is not None else None,
         )
         return True
 
@@ -386,7 +394,7 @@ class SplitStrideService:
             job_id=job.job_id,
             attempt=job.attempt,
             command=sub.command,
-            env=sub.env,
+            env={**sub.env, **array_environment(sub.array)},
             working_dir=sub.working_dir,
             gpu_indices=start.gpu_indices,
             checkpoint_dir=self.settings.checkpoint_dir(job.user, job.job_id),
