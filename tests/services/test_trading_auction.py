@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runner import RunnerSettings
 from gfair.events.envelope import Envelope, EventData
+from gfair.events.job_array import ArrayMembership
 from gfair.events.jobs import JobAccepted, JobCompleted
 from gfair.events.nodes import NodeFailed, NodeRecovered
 from gfair.events.scheduling import EntitlementsUpdated, ProfileUpdated, TradeCleared
@@ -224,6 +225,30 @@ async def test_capacity_follows_node_health_and_demand_follows_jobs(harness: Har
     record = await harness.settle(lambda r: set(r.users) == {"u6"})
     # Alone, u6 is entitled to what its 2 jobs ask (water-filling), nothing more.
     assert sum(s.entitled for s in record.users["u6"].pools.values()) == pytest.approx(2.0)
+
+
+async def test_an_arrays_demand_stops_at_its_limit(harness: Harness) -> None:
+    # Six members of an array limited to two, beside one other job: the market water-fills
+    # what the array can hold at once (2 GPUs), as the scheduler's drivers do, not all six.
+    await harness.publish(registered("k80-0", "k80"), registered("v100-0", "v100"))
+    limited = ArrayMembership(id="sweep", index=0, limit=2)
+    await harness.publish(
+        *(
+            JobAccepted(
+                user="u6",
+                job_id=f"sweep-{i}",
+                gpus=1,
+                job_type="six-x",
+                array=limited.model_copy(update={"index": i}),
+            )
+            for i in range(6)
+        ),
+        *jobs("u2", "two-x", 6),
+    )
+    record = await harness.settle(lambda r: set(r.users) == {"u6", "u2"})
+    assert record.users["u6"].demand == 2
+    assert sum(s.entitled for s in record.users["u6"].pools.values()) == pytest.approx(2.0)
+    assert sum(s.entitled for s in record.users["u2"].pools.values()) == pytest.approx(6.0)
 
 
 async def test_tickets_weigh_the_fair_shares(seed_file: Path) -> None:

@@ -12,13 +12,15 @@ two drivers keep them alike (the parity test in tests/services proves they do):
 - `joining_pass`: a new job joins at its user's minimum pass;
 - `ceiling`: what a user's credit may save up for (its largest gang, see `kernel.settle`);
 - `demand`: what a user asks, the one definition every driver and the trading auction use: the
-  GPUs of its admitted, unfinished jobs, whether they run, wait or are being retried.
+  GPUs of its admitted, unfinished jobs, whether they run, wait or are being retried, less what
+  its job arrays ask beyond their limits (`arrays.excess_demand`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from gfair.core.arrays import ArrayMember, excess_demand
 from gfair.core.kernel import UserState
 
 _EPS = 1e-9
@@ -62,9 +64,15 @@ def ceiling(gang_sizes: Iterable[int]) -> float:
     return float(max(gang_sizes, default=1))
 
 
-def demand(gangs: Iterable[tuple[str, int]]) -> dict[str, float]:
-    """User -> GPUs its admitted, unfinished jobs ask, from (user, GPUs) per job."""
+def demand(gangs: Iterable[tuple[str, int, ArrayMember | None]]) -> dict[str, float]:
+    """User -> GPUs its admitted, unfinished jobs ask, from (user, GPUs, array membership or
+    None) per job, less what its arrays ask beyond their limits."""
     asked: dict[str, float] = {}
-    for user, gpus in gangs:
+    in_arrays: dict[str, list[tuple[int, ArrayMember | None]]] = {}
+    for user, gpus, member in gangs:
         asked[user] = asked.get(user, 0.0) + gpus
+        if member is not None:
+            in_arrays.setdefault(user, []).append((gpus, member))
+    for user, members in in_arrays.items():
+        asked[user] -= excess_demand(members)
     return asked

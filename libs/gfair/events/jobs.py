@@ -40,6 +40,7 @@ from gfair.events.fields import (
     UserName,
     XidCode,
 )
+from gfair.events.job_array import ArrayMembership
 from gfair.events.reasons import FailureClass, MigrationReason, RejectionCode, SuspendReason
 from gfair.events.registry import register
 from gfair.events.states import JobState
@@ -86,6 +87,9 @@ class JobAccepted(JobEvent):
 
     gpus: GpuCount
     job_type: Name | None = None
+    array: ArrayMembership | None = Field(
+        default=None, description="The job array it belongs to, whose limit caps its demand"
+    )
 
 
 @register

@@ -544,7 +544,11 @@ def _decided_outputs(record: JobRecord) -> list[Emit]:
     return [
         Emit(
             JobAccepted(
-                user=record.user, job_id=record.job_id, gpus=sub.gpus, job_type=sub.job_type
+                user=record.user,
+                job_id=record.job_id,
+                gpus=sub.gpus,
+                job_type=sub.job_type,
+                array=sub.array,
             ),
             trace_parent=sub.trace_parent,
         )
@@ -581,7 +585,11 @@ def _submission_outputs(record: JobRecord) -> list[Emit]:
     return [
         Emit(
             JobAccepted(
-                user=record.user, job_id=record.job_id, gpus=sub.gpus, job_type=sub.job_type
+                user=record.user,
+                job_id=record.job_id,
+                gpus=sub.gpus,
+                job_type=sub.job_type,
+                array=sub.array,
             )
         )
     ]

@@ -312,13 +312,7 @@ class Ledger:
         return Snapshot(pool_states, self.users, queues)
 
     def _entitle(self, pool_gpus: dict[str, int]) -> None:
-        demand = accounts.demand((job.user, job.gpus) for job in self.jobs.values())
-        in_arrays: dict[str, list[tuple[int, arrays.ArrayMember | None]]] = {}
-        for job in self.jobs.values():
-            if job.array is not None:
-                in_arrays.setdefault(job.user, []).append((job.gpus, job.member))
-        for user, members in in_arrays.items():
-            demand[user] -= arrays.excess_demand(members)
+        demand = accounts.demand((job.user, job.gpus, job.member) for job in self.jobs.values())
         for user in sorted(demand.keys() - self.users.keys()):
             # A record written before accounts were kept: its users arrive now.
             self.users[user] = UserState(user, self._next_seq())

@@ -20,10 +20,12 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from gfair.core import accounts, pools
+from gfair.core.arrays import ArrayMember, array_key
 from gfair.core.cluster import generation_rank
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.trading import Trade, effective_throughput
 from gfair.events.fields import Generation, GpuCount, JobId, Name, NodeId, UserName
+from gfair.events.job_array import ArrayMembership
 from gfair.state.profile_record import type_key
 from gfair.state.share_record import PoolShare, TradeRecord, UserShare
 
@@ -44,10 +46,17 @@ class ActiveJob(_Input):
     job_id: JobId
     gpus: GpuCount
     job_type: Name | None = None
+    array: ArrayMembership | None = None
 
     @property
     def key(self) -> str:
         return f"job.{self.user}.{self.job_id}"
+
+    @property
+    def member(self) -> ArrayMember | None:
+        if self.array is None:
+            return None
+        return ArrayMember(array_key(self.user, self.array.id), self.array.limit)
 
 
 class PoolNode(_Input):
@@ -161,7 +170,7 @@ class Market:
 
     def allocate(self) -> Allocation:
         capacity = self.capacity()
-        demand = accounts.demand((job.user, job.gpus) for job in self.jobs.values())
+        demand = accounts.demand((job.user, job.gpus, job.member) for job in self.jobs.values())
         counts: Counter[str] = Counter()
         type_gpus: dict[str, Counter[str | None]] = {}
         for job in self.jobs.values():

@@ -174,7 +174,11 @@ class Auction:
     async def on_job_event(self, envelope: Envelope, data: JobEventData) -> Sequence[Emit]:
         if isinstance(data, JobAccepted):
             job = ActiveJob(
-                user=data.user, job_id=data.job_id, gpus=data.gpus, job_type=data.job_type
+                user=data.user,
+                job_id=data.job_id,
+                gpus=data.gpus,
+                job_type=data.job_type,
+                array=data.array,
             )
             if self.market.add_job(job):
                 self.writes.put(self.kv, job.key, _encode(job))
