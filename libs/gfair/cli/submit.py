@@ -248,6 +248,7 @@ async def _send(
     job_id: str,
     wait: WaitFor,
     timeout_s: float | None,
+    array: ArrayMembership | None = None,
 ) -> Submitted:
     return await client.submit(
         args.user,
@@ -260,6 +261,7 @@ async def _send(
         working_dir=args.workdir,
         job_id=job_id,
         max_retries=args.max_retries,
+        array=array,
         after_ok=args.after_ok,
         wait=wait,
         timeout_s=timeout_s,
@@ -271,20 +273,13 @@ async def _submit_array(client: GfairClient, args: argparse.Namespace) -> int:
     base: str = args.array_id
     members: dict[str, int] = {member_job_id(base, i): i for i in spec.indices}
     for job_id, index in members.items():
-        await client.submit(
-            args.user,
-            args.gpus,
-            args.command,
-            tickets=args.tickets,
-            job_type=args.job_type,
-            name=args.name,
-            env=environment(args.env),
-            working_dir=args.workdir,
-            job_id=job_id,
-            max_retries=args.max_retries,
-            array=ArrayMembership(id=base, index=index, limit=spec.limit),
-            after_ok=args.after_ok,
-            wait="none",
+        await _send(
+            client,
+            args,
+            job_id,
+            "none",
+            None,
+            ArrayMembership(id=base, index=index, limit=spec.limit),
         )
     limit = f", at most {spec.limit} running" if spec.limit else ""
     if not args.json:

@@ -540,19 +540,18 @@ def _decided_outputs(record: JobRecord) -> list[Emit]:
     """What announces a held job's release (`JobAccepted`) or cancellation."""
     if record.state is JobState.CANCELLED:
         return _cancel_outputs(record)
+    return [Emit(_accepted(record), trace_parent=record.submission.trace_parent)]
+
+
+def _accepted(record: JobRecord) -> JobAccepted:
     sub = record.submission
-    return [
-        Emit(
-            JobAccepted(
-                user=record.user,
-                job_id=record.job_id,
-                gpus=sub.gpus,
-                job_type=sub.job_type,
-                array=sub.array,
-            ),
-            trace_parent=sub.trace_parent,
-        )
-    ]
+    return JobAccepted(
+        user=record.user,
+        job_id=record.job_id,
+        gpus=sub.gpus,
+        job_type=sub.job_type,
+        array=sub.array,
+    )
 
 
 def _admitted(data: JobSubmitted) -> str:
@@ -582,17 +581,7 @@ def _submission_outputs(record: JobRecord) -> list[Emit]:
                 )
             )
         ]
-    return [
-        Emit(
-            JobAccepted(
-                user=record.user,
-                job_id=record.job_id,
-                gpus=sub.gpus,
-                job_type=sub.job_type,
-                array=sub.array,
-            )
-        )
-    ]
+    return [Emit(_accepted(record))]
 
 
 def _cancel_outputs(record: JobRecord) -> list[Emit]:
