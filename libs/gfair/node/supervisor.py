@@ -34,6 +34,7 @@ import anyio.abc
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from gfair.node.job_account import JobAccount
 from gfair.node.launch import CheckpointRef, JobLaunch, JobPaths, RunningJob, check_job_id
 from gfair.node.lifecycle import (
     Escalation,
@@ -104,6 +105,8 @@ class SupervisorConfig:
     event_buffer: int = 10_000
     # Become a child subreaper (Linux) so stragglers a job leaves behind can be reaped.
     reap_descendants: bool = True
+    # The OS account the jobs run as (the executor must be root); None: the executor's own.
+    account: JobAccount | None = None
 
 
 # What of the host's environment a job may see (see `host_environment`).
@@ -160,6 +163,9 @@ class JobSupervisor:
     async def __aenter__(self) -> JobSupervisor:
         self.config.run_root.mkdir(parents=True, exist_ok=True)
         self.config.checkpoint_root.mkdir(parents=True, exist_ok=True)
+        if self.config.account is not None:
+            # The account's checkpoints, closed to every other tenant's.
+            self.config.account.own(self.config.checkpoint_root)
         if self.config.reap_descendants:
             enable_subreaper()
         self.reaped = await reap_orphans(
@@ -223,6 +229,13 @@ class JobSupervisor:
         workdir.mkdir(parents=True, exist_ok=True)
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         env = self._environment(launch, run, checkpoint_dir)
+        account = self.config.account
+        if account is not None:
+            owned = [checkpoint_dir, run.control_dir]
+            if launch.workdir is None:  # a workdir the job names is the tenant's own affair
+                owned.append(workdir)
+            account.own(*owned)
+            env["HOME"] = str(workdir)  # the executor's home is not the job's
         try:
             with run.stdout.open("ab") as stdout, run.stderr.open("ab") as stderr:
                 process = await anyio.open_process(
@@ -233,6 +246,9 @@ class JobSupervisor:
                     cwd=workdir,
                     env=env,
                     start_new_session=True,
+                    user=None if account is None else account.uid,
+                    group=None if account is None else account.gid,
+                    extra_groups=None if account is None else (),
                 )
         except OSError as exc:
             run.write_exit({"start_error": str(exc)})

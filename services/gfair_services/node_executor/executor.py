@@ -123,6 +123,7 @@ class NodeExecutor:
             term_grace_s=self.settings.term_grace_s,
             shutdown_timeout_s=self.settings.suspend_timeout_s,
             progress_interval_s=self.settings.progress_interval_s,
+            account=self.settings.account_for(user),
         )
 
     # ----- queries -----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from pathlib import Path
@@ -11,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gfair.events.fields import TOKEN_REGEX
+from gfair.node.job_account import JobAccount, parse_accounts
 from gfair.node.simulated import parse_gpu_spec
 
 # The same default as split-stride's, so a one-machine cluster needs no flag to agree on where
@@ -72,6 +74,35 @@ class NodeExecutorSettings(BaseSettings):
         description="Start commands older than this are stale (the job was re-placed meanwhile)",
     )
 
+    job_accounts: str = Field(
+        default="",
+        description="OS accounts tenants' jobs run as, when the executor runs as root: "
+        "'alice=20001,bob=20002:20002,carol=some-os-user' ('*=' names the account of every "
+        "other tenant); empty: jobs run as the executor's own user",
+    )
+
+    @field_validator("job_accounts")
+    @classmethod
+    def _accounts(cls, value: str) -> str:
+        accounts = parse_job_accounts(value)
+        if accounts and os.geteuid() != 0:
+            raise ValueError("job_accounts: only an executor running as root can run jobs as them")
+        return value.strip()
+
+    @property
+    def accounts(self) -> dict[str, JobAccount]:
+        return parse_job_accounts(self.job_accounts)
+
+    def account_for(self, user: str) -> JobAccount | None:
+        """The account `user`'s jobs run as: its own, else '*', else (none configured) None."""
+        accounts = self.accounts
+        if not accounts:
+            return None
+        account = accounts.get(user) or accounts.get("*")
+        if account is None:
+            raise ValueError(f"no job account for tenant {user} (GFAIR_JOB_ACCOUNTS)")
+        return account
+
     @field_validator("simulate_gpus")
     @classmethod
     def _spec(cls, value: str | None) -> str | None:
@@ -99,3 +130,17 @@ class NodeExecutorSettings(BaseSettings):
 
     def checkpoint_dir(self, user: str, job_id: str) -> Path:
         return self.checkpoint_root / user / job_id
+
+
+def parse_job_accounts(text: str) -> dict[str, JobAccount]:
+    """`GFAIR_JOB_ACCOUNTS`: comma-separated ``tenant=account`` (see `job_account`)."""
+    entries: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        tenant, sep, account = item.partition("=")
+        tenant, account = tenant.strip(), account.strip()
+        if not sep or not account or not (tenant == "*" or re.fullmatch(TOKEN_REGEX, tenant)):
+            raise ValueError(f"job_accounts: {item!r} is not tenant=uid[:gid] or tenant=os-user")
+        if tenant in entries:
+            raise ValueError(f"job_accounts: tenant {tenant} is named twice")
+        entries[tenant] = account
+    return parse_accounts(entries)
