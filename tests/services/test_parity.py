@@ -79,15 +79,23 @@ ARRIVALS = (
 ENDS = {7: ("ann", "a2"), 11: ("cat", "c1"), 16: ("ben", "b2"), 19: ("ann", "a1")}
 
 
-def simulated() -> list[dict[str, frozenset[str]]]:
-    """The simulator's driver: the runs of every quantum, server -> job keys."""
+Runs = list[dict[str, frozenset[str]]]  # per quantum: server -> job keys
+Filled = list[frozenset[str]]  # per quantum: jobs started between ticks, before its decision
+
+
+def simulated() -> tuple[Runs, Filled]:
+    """The simulator's driver: the runs of every quantum, and what it backfilled before each
+    (as the simulator calls `backfill` after every end and arrival)."""
     table = load_throughputs()
     scheduler = GandivaFair(Cluster.of(SERVERS), TICKETS, table, SchedulerConfig(trading=False))
-    runs: list[dict[str, frozenset[str]]] = []
+    runs: Runs = []
+    filled: Filled = []
     for quantum in range(QUANTA):
+        started: set[str] = set()
         if quantum in ENDS:
             user, job_id = ENDS[quantum]
             scheduler.finish(f"{user}.{job_id}", float(quantum))
+            started |= scheduler.backfill(float(quantum)).keys()
         for arrival in ARRIVALS:
             if arrival.quantum == quantum:
                 spec = JobSpec(
@@ -97,9 +105,11 @@ def simulated() -> list[dict[str, frozenset[str]]]:
                     arrival.job_type,
                 )
                 assert scheduler.submit(spec, float(quantum)).accepted
+                started |= scheduler.backfill(float(quantum)).keys()
+        filled.append(frozenset(started))
         plan = scheduler.plan(float(quantum))
         runs.append({server: frozenset(jobs) for server, jobs in plan.runs.items() if jobs})
-    return runs
+    return runs, filled
 
 
 class FakeClock:
@@ -190,13 +200,15 @@ async def admit(probe: Probe, state: SplitStrideService, arrival: Arrival) -> No
     await eventually(lambda: f"{arrival.user}.{arrival.job_id}" in state.ledger.jobs)
 
 
-async def live(tmp_path: Path) -> list[dict[str, frozenset[str]]]:
-    """The services' driver: the runs split-stride announced for every quantum."""
+async def live(tmp_path: Path) -> tuple[Runs, Filled]:
+    """The services' driver: the runs split-stride announced for every quantum, and the jobs
+    it started between ticks before each."""
     bus = InMemoryBus()
     probe = Probe(bus)
     clock = FakeClock()
     nodes = Nodes(probe)
-    runs: list[dict[str, frozenset[str]]] = []
+    runs: Runs = []
+    filled: Filled = []
     async with service(bus, tmp_path, clock) as state:
         # Jobs first, servers after: the first quantum decides from the whole first batch, as
         # the simulator's does (no job starts on idle GPUs before the servers are known).
@@ -208,17 +220,21 @@ async def live(tmp_path: Path) -> list[dict[str, frozenset[str]]]:
         await eventually(lambda: len(state.ledger.inventory) == len(SERVERS))
         for quantum in range(QUANTA):
             clock.now = START + timedelta(minutes=quantum)
+            before = len(probe.payloads("GFAIR_COMMANDS", StartCommand))
             if quantum in ENDS:
                 user, job_id = ENDS[quantum]
                 await probe.publish(JobCompleted(user=user, job_id=job_id, attempt=1))
                 await eventually(lambda key=f"{user}.{job_id}": key not in state.ledger.jobs)
             for arrival in ARRIVALS:
                 if arrival.quantum == quantum and quantum > 0:
-                    before = len(probe.payloads("GFAIR_COMMANDS", StartCommand))
                     await admit(probe, state, arrival)
-                    await probe.settle(0.05)
-                    # The cluster is backlogged: no GPU is idle to start it between ticks.
-                    assert len(probe.payloads("GFAIR_COMMANDS", StartCommand)) == before
+            await probe.settle(0.05)
+            filled.append(
+                frozenset(
+                    f"{c.user}.{c.job_id}"
+                    for c in probe.payloads("GFAIR_COMMANDS", StartCommand)[before:]
+                )
+            )
             decided = len(probe.payloads("GFAIR_SCHED", ScheduleDecided))
             await state.on_tick()
             runs.append(
@@ -229,17 +245,23 @@ async def live(tmp_path: Path) -> list[dict[str, frozenset[str]]]:
                 }
             )
             await nodes.answer(state)
-    return runs
+    return runs, filled
 
 
 @pytest.mark.timeout(120)
 async def test_the_simulator_and_the_services_decide_alike_quantum_by_quantum(
     tmp_path: Path,
 ) -> None:
-    expected = simulated()
-    actual = await live(tmp_path)
+    expected, expected_filled = simulated()
+    actual, actual_filled = await live(tmp_path)
     for quantum, (sim, svc) in enumerate(zip(expected, actual, strict=True)):
+        assert actual_filled[quantum] == expected_filled[quantum], (
+            f"before quantum {quantum}: services backfilled {actual_filled[quantum]}, "
+            f"the simulator {expected_filled[quantum]}"
+        )
         assert svc == sim, f"quantum {quantum}: services ran {svc}, the simulator {sim}"
+    # Between ticks, idle GPUs went to waiting jobs at least once (a job ended).
+    assert any(expected_filled)
     # The workload exercises what it is meant to: contention, gangs across servers, moves.
     assert any(len(run) == len(SERVERS) for run in expected)
     assert any("ben.b1" in jobs for run in expected for jobs in run.values())

@@ -34,6 +34,9 @@ The rules, in order:
    room, so whole servers stay free for gangs); a gang larger than a server takes whole idle
    servers. The selected set is packed again with that preference after selection; when the
    affinity packing cannot hold the set, the selection's own packing stands.
+6. **Between quanta** (`backfill`): when a job ends or arrives mid-quantum, the GPUs left idle
+   go to waiting jobs by rule 3 at once, the running jobs staying where they are; the next
+   quantum's decision then starts from them as from any running job.
 
 Jobs are visited within their user by (pass, arrival), as the snapshot lists them; at most
 `_SCAN_LIMIT` of a user's jobs that do not fit are passed over per visit, so a quantum costs what
@@ -229,6 +232,29 @@ def decide(snapshot: Snapshot) -> Decision:
     )
 
 
+def backfill(snapshot: Snapshot, holding: Iterable[JobState]) -> dict[str, tuple[str, ...]]:
+    """Between decisions (a job ended, or arrived, mid-quantum): the GPUs that `holding` (the
+    jobs running, on their `running` servers) leave idle go to waiting jobs by rule 3, so no
+    GPU idles until the next quantum while a job that fits waits. Running jobs stay where they
+    are; nothing is charged (as for any surplus). Returns the placements of the jobs that start.
+    """
+    pools = list(snapshot.pools)
+    packing = {p.generation: _Packing(p.servers) for p in pools}
+    pool_of = {server.id: pool.generation for pool in pools for server in pool.servers}
+    chosen: dict[str, _Choice] = {}
+    for job in holding:
+        pool = pool_of.get(job.running[0]) if job.running else None
+        if pool is None:
+            continue
+        servers = packing[pool].place(job.gpus, (job.running,))
+        if servers is not None:
+            chosen[job.id] = _Choice(job, pool, servers)
+    running = set(chosen)
+    order = {user: jobs for user, jobs in snapshot.jobs.items() if jobs}
+    _surplus_runs(snapshot, pools, packing, order, chosen, {}, repack=False)
+    return {job_id: c.servers for job_id, c in chosen.items() if job_id not in running}
+
+
 def _prefer(job: JobState) -> tuple[tuple[str, ...], ...]:
     # Servers of another pool are simply not free in this one.
     return (job.running, job.home)
@@ -351,11 +377,14 @@ def _surplus_runs(
     order: Mapping[str, Sequence[JobState]],
     chosen: dict[str, _Choice],
     charged: Mapping[str, Mapping[str, float]],
+    *,
+    repack: bool = True,
 ) -> None:
-    """Rule 3: idle GPUs to waiting jobs, most-owed users first, fastest fitting pool."""
+    """Rule 3: idle GPUs to waiting jobs, most-owed users first, fastest fitting pool (without
+    `repack`, chosen jobs keep their servers: they are running)."""
     if all(packing[p.generation].total == 0 for p in pools):
         return
-    repacks = dict.fromkeys(packing, _REPACKS)
+    repacks = dict.fromkeys(packing, _REPACKS if repack else 0)
 
     def owed(user: str) -> tuple[float, int]:
         state = snapshot.users[user]

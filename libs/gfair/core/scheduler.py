@@ -26,7 +26,16 @@ from types import MappingProxyType
 
 from gfair.core import accounts, arrays
 from gfair.core.cluster import Cluster, generation_rank
-from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState, decide, settle
+from gfair.core.kernel import (
+    Decision,
+    JobState,
+    PoolState,
+    Snapshot,
+    UserState,
+    backfill,
+    decide,
+    settle,
+)
 from gfair.core.placement import PoolView, filter_pools, rejection_reason
 from gfair.core.pools import Pool, pools_of, shares
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
@@ -239,6 +248,21 @@ class GandivaFair:
             trades=self._trades,
             waiting=decision.waiting,
         )
+
+    def backfill(self, now: float) -> dict[str, tuple[str, ...]]:
+        """Jobs to start now on GPUs left idle since the last plan (`kernel.backfill`): job id
+        -> servers. They count as running from now on; the next plan decides them as such."""
+        if self._last is None or len(self._states) <= len(self._running):
+            return {}  # before the first plan, or nothing waits
+        # Shares as of the last plan: they only order the waiting users here, and the next
+        # plan refreshes them (trading again at every arrival and end would cost more).
+        holding = [self._states[job_id] for job_id in self._running]
+        started = backfill(self.snapshot(), holding)
+        for job_id, servers in started.items():
+            state = self._states[job_id]
+            state.home = state.running = servers
+        self._running.update(started)
+        return started
 
     def snapshot(self) -> Snapshot:
         """What the kernel decides the next quantum from (shares as last refreshed)."""

@@ -54,6 +54,9 @@ class GandivaFairPolicy:
             self._trades = in_force
         return Decision(runs=plan.runs, trades=new)
 
+    def fill(self, now: float) -> dict[str, tuple[str, ...]]:
+        return self.scheduler.backfill(now)
+
     def quiet_until(self, now: float) -> float:
         # When every runnable job ran, the next plan repeats this one until something changes.
         return UNTIL_NEXT_EVENT if self.scheduler.settled() else EVERY_QUANTUM

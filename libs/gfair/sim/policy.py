@@ -11,12 +11,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, runtime_checkable
 
 from gfair.core.scheduler import Admission
 from gfair.sim.trace import TraceJob
 
-__all__ = ["EVERY_QUANTUM", "UNTIL_NEXT_EVENT", "Admission", "Decision", "Policy"]
+__all__ = [
+    "EVERY_QUANTUM",
+    "UNTIL_NEXT_EVENT",
+    "Admission",
+    "Backfilling",
+    "Decision",
+    "Policy",
+]
 
 # `quiet_until` of a policy whose decision can change at any quantum.
 EVERY_QUANTUM: Final = -math.inf
@@ -62,3 +69,12 @@ class Policy(Protocol):
         the policy promised they would repeat the last decision.
         """
         ...
+
+
+@runtime_checkable
+class Backfilling(Protocol):
+    """A policy that also fills GPUs between its decisions: when a job ends or arrives
+    mid-quantum, `fill` names the waiting jobs to start now (job id -> servers) on GPUs that
+    are idle; the jobs running keep running."""
+
+    def fill(self, now: float) -> Mapping[str, tuple[str, ...]]: ...

@@ -26,7 +26,7 @@ from typing import Final, Protocol
 from gfair.core.cluster import Cluster
 from gfair.core.dependencies import Outcome, Readiness, eligibility
 from gfair.sim.ledger import Ledger, ShareSeries
-from gfair.sim.policy import Policy
+from gfair.sim.policy import Backfilling, Policy
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import Trace, TraceJob
 
@@ -162,6 +162,7 @@ class Simulator:
         self.trace = trace
         self.cluster = cluster
         self.policy = policy
+        self._filler = policy if isinstance(policy, Backfilling) else None
         self.speeds = speeds
         self.config = config or SimConfig()
         if not self.config.quantum_s > 0:
@@ -178,6 +179,7 @@ class Simulator:
                     f"{job.job_type!r}; known: {known}"
                 ) from None
         self._server_gpus = {server.id: server.gpus for server in cluster.servers}
+        self._capacity = sum(self._server_gpus.values())
         self._server_generation = {server.id: server.generation for server in cluster.servers}
         start = trace.jobs[0].submit_s if trace.jobs else 0.0
         series = None
@@ -299,8 +301,38 @@ class Simulator:
             if completion <= arrival:
                 _, _, job_id = heapq.heappop(heap)
                 self._complete(self._jobs[job_id], completion)
+                self._fill(completion)
             else:
                 self._arrive_until(arrival)
+                self._fill(arrival)
+
+    def _fill(self, now: float) -> None:
+        """Start what a backfilling policy puts on GPUs left idle between decisions."""
+        if (
+            self._filler is None
+            or self._active <= self._running
+            or self._held_gpus >= self._capacity
+            or self._plans == 0
+        ):
+            return
+        began = time.process_time()
+        started = self._filler.fill(now)
+        self._sched_cpu += time.process_time() - began
+        for job_id, servers in started.items():
+            job = self._jobs.get(job_id)
+            if job is None or job.end_s is not None or job.servers:
+                raise PlanError(
+                    f"{self.policy.name}: backfill starts {job_id!r}, which is not a waiting job"
+                )
+            if len(servers) > 1:
+                self._check_gang(job, servers)
+            self._start(job, servers, now)
+            for server in servers:
+                self._runs.setdefault(server, []).append(job_id)
+                self._vacated.add(server)  # the next decision compares against it
+                self._check_capacity(server)
+        if started:
+            self._left_waiting = self._active - self._running
 
     def _arrive_until(self, now: float) -> None:
         jobs = self.trace.jobs

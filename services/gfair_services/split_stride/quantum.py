@@ -15,8 +15,9 @@ the difference with what runs now, assigning concrete GPU indices:
   never hold the same index in the ledger.
 
 `start_at_once` starts jobs between ticks: a moved job once its old nodes let go, and, to be
-work-conserving, a newly admitted (or retried) job when the GPUs the kernel would give it now
-are idle and not promised to a moved job; nothing is booked for it until the next tick.
+work-conserving, `fill` gives GPUs left idle (a job arrived, or one ended) to waiting jobs by
+the kernel's `backfill`, where they are not promised to a moved job; nothing is booked for
+them until the next tick.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from datetime import datetime
 
 import structlog
 
-from gfair.core.kernel import decide
+from gfair.core.kernel import backfill, decide
 from gfair.events.reasons import SuspendReason
 from gfair.state.stride_record import Phase
 
@@ -147,14 +148,13 @@ def decide_quantum(ledger: Ledger, now: datetime) -> QuantumPlan:
 
 def start_at_once(ledger: Ledger, key: str, now: datetime, *, arrival: bool) -> Starts:
     """Start `key` between ticks if it may (module doc): a moved job the quantum held back, once
-    its old nodes let go, on its new servers; an `arrival` (admitted, or retried) on the GPUs the
-    kernel would give it now, if they are idle and not promised to a held-back job. Any other
-    job waits for the next quantum: the last one chose not to run it."""
+    its old nodes let go, on its new servers; a retry on the servers it ran on, when they are
+    still there; any other `arrival` (admitted, or retried) through `fill`. Any other job waits
+    for the next quantum: the last one chose not to run it."""
     job = ledger.jobs.get(key)
     if job is None or not ledger.runnable(job, now) or job.stays:
         return Starts([], [])
     names = {entry.node_id for entry in ledger.schedulable()}
-    placed: list[Job] = []
     if key in ledger.held_back:
         servers = job.servers
     elif not arrival:
@@ -162,13 +162,38 @@ def start_at_once(ledger: Ledger, key: str, now: datetime, *, arrival: bool) -> 
     elif job.servers and all(s in names for s in job.servers):
         servers = job.servers  # a retry where it ran
     else:
-        if ledger.free_gpus() < job.gpus:
-            return Starts([], [])
-        chosen = decide(ledger.snapshot(now)).placed.get(key)
-        if chosen is None:
-            return Starts([], [])
-        servers = chosen
-        placed.append(job)
+        return fill(ledger, now)
+    turns = _start_on(ledger, job, servers, now)
+    return Starts(turns or [], [])
+
+
+def fill(ledger: Ledger, now: datetime) -> Starts:
+    """Idle GPUs to waiting jobs between ticks: the kernel's `backfill`, the rule the simulator
+    applies when a job ends or arrives mid-quantum, so no GPU idles until the next tick while a
+    job that fits waits. A job it names starts only where its GPUs are free and not promised to
+    a held-back job; nothing is booked for it until the next tick."""
+    if ledger.free_gpus() <= 0:
+        return Starts([], [])
+    snapshot = ledger.snapshot(now)
+    holding = [state for queue in snapshot.jobs.values() for state in queue if state.running]
+    turns: list[ServerTurn] = []
+    placed: list[Job] = []
+    for key, servers in backfill(snapshot, holding).items():
+        job = ledger.jobs[key]
+        moved = servers != job.servers
+        started = _start_on(ledger, job, servers, now)
+        if started:
+            turns.extend(started)
+            if moved:
+                placed.append(job)
+    return Starts(turns, placed)
+
+
+def _start_on(
+    ledger: Ledger, job: Job, servers: tuple[str, ...], now: datetime
+) -> list[ServerTurn] | None:
+    """Start `job` on `servers` with free GPU indices there; None when they are not free."""
+    key = job.key
     sizes = ledger.sizes()
     before = job.servers, job.generation
     job.servers = servers
@@ -180,10 +205,10 @@ def start_at_once(ledger: Ledger, key: str, now: datetime, *, arrival: bool) -> 
             free = free[: max(0, len(free) - ledger.promised(node_id, sizes))]
         if len(free) < need:
             job.servers = before[0]
-            return Starts([], [])
+            return None
         picks[node_id] = tuple(free[:need])
     ledger.held_back.discard(key)
-    if placed:
+    if servers != before[0]:
         entry = ledger.inventory.get(servers[0])
         job.generation = entry.generation if entry is not None else before[1]
     quantum = max(ledger.quantum - 1, 0)
@@ -193,7 +218,7 @@ def start_at_once(ledger: Ledger, key: str, now: datetime, *, arrival: bool) -> 
         turn = ServerTurn(node_id, central=len(servers) > 1, starts=[start])
         turn.running = tuple(ledger.holders(node_id))
         turns.append(turn)
-    return Starts(turns, placed)
+    return turns
 
 
 def _start(

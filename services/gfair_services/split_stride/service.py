@@ -84,7 +84,7 @@ from gfair_services.profiler.seed import seed_table
 from gfair_services.topology import cluster_topology
 
 from .ledger import Job, Ledger
-from .quantum import ServerTurn, Start, Starts, Stop, decide_quantum, start_at_once
+from .quantum import ServerTurn, Start, Starts, Stop, decide_quantum, fill, start_at_once
 from .settings import Settings
 
 SERVICE_NAME = "split-stride"
@@ -231,19 +231,26 @@ class SplitStrideService:
             case JobSuspended() | JobMigrated() | JobExited():
                 if not ledger.released(data):
                     return None
-                # A job that waited for its old node to let go may start at once where it moved.
-                return await self._starts_events(start_at_once(ledger, key, now, arrival=False))
+                # A job that waited for its old node to let go may start at once where it
+                # moved; GPUs still idle go to waiting jobs.
+                moved = start_at_once(ledger, key, now, arrival=False)
+                filled = fill(ledger, now)
+                return await self._starts_events(
+                    Starts(moved.turns + filled.turns, moved.placed + filled.placed)
+                )
             case JobCompleted() | JobFailed() | JobCancelled():
                 job = ledger.finished(data.user, data.job_id)
                 if job is None:
                     return None
                 self._submissions.pop(key, None)
                 state = data.JOB_STATE or "over"
-                return [
+                kills: list[EventData] = [
                     _kill(job, node_id, stay.attempt, f"the job is {state}")
                     for node_id, stay in sorted(job.stays.items())
                     if stay.holds_gpus
                 ]
+                # Its GPUs go to waiting jobs now; a node runs the kill before any start.
+                return kills + await self._starts_events(fill(ledger, now))
         return None
 
     async def prefetch(self, events: Sequence[tuple[Envelope, EventData]]) -> None:
