@@ -84,3 +84,24 @@ def test_a_users_share_is_split_among_its_jobs_by_weight() -> None:
     assert not scheduler.submit(JobSpec("bad", "u", 1, weight=float("nan")), 0).accepted
     ran = [j for q in range(400) for j in scheduler.plan(q).placements]
     assert ran.count("heavy") == 300 and ran.count("light") == 100
+
+
+def test_a_job_ending_mid_quantum_frees_its_gpus_for_the_most_owed_waiting_job() -> None:
+    # One 4-GPU server, four 1-GPU users backlogged with two jobs each: each quantum runs four.
+    scheduler = GandivaFair(parse_cluster_spec("v100:1x4"), {}, {}, SchedulerConfig(trading=False))
+    for user in "abcd":
+        for n in range(2):
+            assert scheduler.submit(JobSpec(f"{user}{n}", user, 1), 0).accepted
+    plan = scheduler.plan(0)
+    running = dict(plan.placements)
+    assert scheduler.backfill(1) == {}  # every GPU busy: nothing to fill
+    ended = next(iter(running))
+    scheduler.finish(ended, 2)
+    started = scheduler.backfill(2)
+    # One waiting job takes the freed GPU at once; the running jobs stay where they are.
+    assert len(started) == 1 and set(started.values()) == {("v100-0",)}
+    (job,) = started
+    assert job not in running and scheduler.placement(job) == ("v100-0",)
+    assert all(scheduler.placement(j) == s for j, s in running.items() if j != ended)
+    # The next quantum decides from it as from any running job: it keeps its GPU.
+    assert scheduler.plan(3).placements.get(job) == ("v100-0",)
