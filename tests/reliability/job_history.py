@@ -103,6 +103,17 @@ def most_nodes_at_once(events: list[DecodedEvent]) -> dict[Job, int]:
     return dict(most)
 
 
+def story(events: list[DecodedEvent], job: Job) -> list[str]:
+    """One job's events in stream order, one short line each: what a failed assertion shows."""
+    lines = []
+    for index, event in enumerate(events):
+        data = event.data
+        if isinstance(data, JobEvent) and (data.user, data.job_id) == job:
+            where = getattr(data, "node_id", None) or getattr(data, "from_node", "")
+            lines.append(f"{index} {event.envelope.time:%H:%M:%S.%f} {type(data).__name__} {where}")
+    return lines
+
+
 @dataclass(frozen=True, slots=True)
 class Overlap:
     node_id: str

@@ -29,7 +29,7 @@ from gfair.events.reasons import FailureClass, SuspendReason
 from gfair.events.states import JobState
 
 from .conftest import StartCluster, client_of, finished, patiently
-from .job_history import Job, Outcomes, gpu_overlaps, job_history, most_nodes_at_once
+from .job_history import Job, Outcomes, gpu_overlaps, job_history, most_nodes_at_once, story
 from .workload import RESNET, synthetic
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -164,7 +164,7 @@ async def test_a_hundred_jobs_survive_every_service_and_a_node_being_killed(
     assert overlaps == [], overlaps[:5]
     # Every job fits one server here: holding GPUs on two at once would be running twice.
     twice = {job: n for job, n in most_nodes_at_once(history).items() if n > 1}
-    assert twice == {}
+    assert twice == {}, "\n".join(line for job in twice for line in story(history, job))
     victims = [victim for _, victim in chaos.schedule]
     # The last kill came while jobs were still running.
     assert chaos.schedule[-1][0] < took_s

@@ -21,6 +21,7 @@ from gfair.events.envelope import Envelope, EventData
 from gfair.events.jobs import (
     JobAccepted,
     JobCancelled,
+    JobCompleted,
     JobExited,
     JobPlaced,
     JobRetried,
@@ -255,6 +256,51 @@ async def test_a_moved_job_starts_on_its_new_server_only_after_the_old_one_let_g
         )
         await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 3)
     assert (starts(probe)[-1].job_id, starts(probe)[-1].node_id) == ("b", "v100-0")
+
+
+async def test_a_job_still_suspending_is_not_backfilled_onto_another_server(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1), ("v100-1", 1))
+        await admit(probe, state, "alice", "a")
+        await admit(probe, state, "bob", "b")
+        for start in await probe.wait_for(COMMANDS, StartCommand, lambda f: len(f) == 2):
+            await started(probe, start)
+        await admit(probe, state, "carol", "c")
+        for _ in range(3):  # three users, two GPUs: one of a and b makes way for c
+            await state.on_tick()
+            if suspends(probe):
+                break
+        (suspend,) = suspends(probe)
+        (other,) = [s for s in starts(probe)[:2] if s.job_id != suspend.job_id]
+        # The other job ends while the suspended one is still checkpointing: its GPU is idle
+        # and the suspended job waits, but it may not run there until its own node let go.
+        await probe.publish(
+            JobExited(
+                user=other.user,
+                job_id=other.job_id,
+                node_id=other.node_id,
+                attempt=1,
+                exit_code=0,
+                runtime_s=1,
+            )
+        )
+        await probe.publish(JobCompleted(user=other.user, job_id=other.job_id, attempt=1))
+        await eventually(lambda: f"{other.user}.{other.job_id}" not in state.ledger.jobs)
+        assert [s.job_id for s in starts(probe)] == ["a", "b", "c"]
+        await probe.publish(
+            JobSuspended(
+                user=suspend.user,
+                job_id=suspend.job_id,
+                node_id=suspend.node_id,
+                attempt=1,
+                reason=SuspendReason.TIME_SLICE,
+            )
+        )
+        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 4)
+    resumed = starts(probe)[-1]
+    assert (resumed.job_id, resumed.node_id) == (suspend.job_id, other.node_id)
 
 
 async def test_an_exited_job_waits_for_its_verdict_and_a_retry_starts_the_next_attempt(

@@ -171,7 +171,8 @@ def fill(ledger: Ledger, now: datetime) -> Starts:
     """Idle GPUs to waiting jobs between ticks: the kernel's `backfill`, the rule the simulator
     applies when a job ends or arrives mid-quantum, so no GPU idles until the next tick while a
     job that fits waits. A job it names starts only where its GPUs are free and not promised to
-    a held-back job; nothing is booked for it until the next tick."""
+    a held-back job, and only on the servers it is still suspending on, if any; nothing is booked
+    for it until the next tick."""
     if ledger.free_gpus() <= 0:
         return Starts([], [])
     snapshot = ledger.snapshot(now)
@@ -180,6 +181,10 @@ def fill(ledger: Ledger, now: datetime) -> Starts:
     placed: list[Job] = []
     for key, servers in backfill(snapshot, holding).items():
         job = ledger.jobs[key]
+        if any(node not in servers for node in job.stays):
+            # Still being suspended elsewhere: it starts there once that node let go (a
+            # released event fills again), never while it may still run.
+            continue
         moved = servers != job.servers
         started = _start_on(ledger, job, servers, now)
         if started:
