@@ -75,11 +75,24 @@ def test_observations_are_exponentially_weighted() -> None:
 
 def test_user_speeds_weight_job_types_by_gpus() -> None:
     estimator = ThroughputEstimator(TABLE)
-    speeds = estimator.user_speeds("u", {"ResNet": 1, "Big": 3}, GENS)
+    pools = dict.fromkeys(GENS, 8)
+    speeds = estimator.user_speeds("u", {("ResNet", 1): 1, ("Big", 3): 3}, pools)
     # Each type normalised to its fastest generation: ResNet (1/6, 4/6, 1), Big (0, 2/3, 1).
     assert speeds["k80"] == pytest.approx((1 / 6) / 4)
     assert speeds["p100"] == pytest.approx((4 / 6 + 3 * 2 / 3) / 4)
     assert speeds["v100"] == pytest.approx(1.0)
+
+
+def test_user_speeds_count_nothing_on_a_pool_a_gang_does_not_fit() -> None:
+    estimator = ThroughputEstimator(TABLE)
+    # A 12-GPU gang fits only the 16 K80s: V100 and P100 share would be worth nothing to it.
+    pools = {"k80": 16, "p100": 4, "v100": 4}
+    speeds = estimator.user_speeds("u", {("ResNet", 12): 12}, pools)
+    assert speeds == {"k80": pytest.approx(1.0), "p100": 0.0, "v100": 0.0}
+    # With a 1-GPU job beside it, the fast pools are worth what that job makes of them.
+    mixed = estimator.user_speeds("u", {("ResNet", 12): 12, ("ResNet", 1): 4}, pools)
+    assert mixed["v100"] == pytest.approx(4 / 16)
+    assert mixed["k80"] == pytest.approx((12 + 4 / 6) / 16)
 
 
 def test_snapshot_round_trip() -> None:

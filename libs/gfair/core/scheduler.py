@@ -104,7 +104,7 @@ class _User:
     jobs: dict[str, JobState] = field(default_factory=dict)  # in arrival order
     queue: list[JobState] = field(default_factory=list)  # sorted by `_queue_key`
     sizes: Counter[int] = field(default_factory=Counter)  # gang size -> jobs
-    type_gpus: Counter[str | None] = field(default_factory=Counter)
+    gangs: Counter[tuple[str | None, int]] = field(default_factory=Counter)  # -> GPUs asked
     demand: int = 0
     members: dict[str, tuple[int, arrays.ArrayMember]] = field(default_factory=dict)
     speeds: dict[str, float] | None = None  # cached speed profile; None when stale
@@ -183,7 +183,7 @@ class GandivaFair:
             member = arrays.ArrayMember(arrays.array_key(job.user, job.array), job.array_limit)
             self._members[job.id] = member
             user.members[job.id] = (job.gpus, member)
-        user.type_gpus[job.job_type] += job.gpus
+        user.gangs[(job.job_type, job.gpus)] += job.gpus
         user.speeds = None
         self._shares_dirty = True
         fastest = max(usable, key=lambda g: (speeds[g], generation_rank(g)))
@@ -203,9 +203,10 @@ class GandivaFair:
         user.sizes[spec.gpus] -= 1
         if not user.sizes[spec.gpus]:
             del user.sizes[spec.gpus]
-        user.type_gpus[spec.job_type] -= spec.gpus
-        if user.type_gpus[spec.job_type] == 0:
-            del user.type_gpus[spec.job_type]
+        gang = (spec.job_type, spec.gpus)
+        user.gangs[gang] -= spec.gpus
+        if user.gangs[gang] == 0:
+            del user.gangs[gang]
         user.demand -= spec.gpus
         user.members.pop(job_id, None)
         self._members.pop(job_id, None)
@@ -349,7 +350,8 @@ class GandivaFair:
     def _user_speeds(self, name: str, generations: tuple[str, ...]) -> dict[str, float]:
         user = self._users[name]
         if user.speeds is None:
-            user.speeds = self.estimator.user_speeds(name, user.type_gpus, generations)
+            pool_gpus = {g: self.pools[g].gpus for g in generations}
+            user.speeds = self.estimator.user_speeds(name, user.gangs, pool_gpus)
         return user.speeds
 
     def _job_speeds(self, job: JobSpec) -> dict[str, float]:

@@ -170,19 +170,25 @@ class ThroughputEstimator:
         self.forget_job(_PROFILE_JOB)
 
     def user_speeds(
-        self, user: str, type_gpus: Mapping[str | None, int], generations: Iterable[str]
+        self, user: str, gangs: Mapping[tuple[str | None, int], int], pool_gpus: Mapping[str, int]
     ) -> dict[str, float]:
-        """GPU-weighted mean of the speeds of the user's job types, each normalised to its fastest.
+        """GPU-weighted mean of the speeds of the user's gangs, each normalised to its fastest.
 
-        `type_gpus` maps each job type of the user's active jobs to the GPUs they ask together.
-        Per-job observations are left out on purpose: the user's per-type observations already
-        pool all its jobs, and this keeps the cost independent of how many jobs it runs.
+        `gangs` maps each (job type, gang size) of the user's active jobs to the GPUs they ask
+        together. A gang counts 0 on a pool it does not fit (its type measured no throughput
+        there, or the pool has fewer GPUs than it asks), as `gang_speeds` has it: share there
+        is worth nothing to the user, so trading must not buy it. Per-job observations are left
+        out on purpose: the user's per-type observations already pool all its jobs, and this
+        keeps the cost independent of how many jobs it runs.
         """
-        generations = tuple(generations)
+        generations = tuple(pool_gpus)
         total = dict.fromkeys(generations, 0.0)
         weight = 0
-        for job_type, gpus in type_gpus.items():
+        for (job_type, size), gpus in gangs.items():
             speeds = self.type_speeds(user, job_type, generations)
+            for g, pool in pool_gpus.items():
+                if size > pool:
+                    speeds[g] = 0.0
             top = max(speeds.values(), default=0.0)
             if top <= 0 or gpus <= 0:
                 continue

@@ -172,10 +172,10 @@ class Market:
         capacity = self.capacity()
         demand = accounts.demand((job.user, job.gpus, job.member) for job in self.jobs.values())
         counts: Counter[str] = Counter()
-        type_gpus: dict[str, Counter[str | None]] = {}
+        gangs: dict[str, Counter[tuple[str | None, int]]] = {}
         for job in self.jobs.values():
             counts[job.user] += 1
-            type_gpus.setdefault(job.user, Counter())[job.job_type] += job.gpus
+            gangs.setdefault(job.user, Counter())[(job.job_type, job.gpus)] += job.gpus
         users = sorted(demand)
         if not capacity or not users:
             return Allocation(capacity, {}, ())
@@ -183,7 +183,7 @@ class Market:
         tickets = {u: self.tickets(u) for u in users}
         asked = {u: demand[u] for u in users}
         fair = pools.entitlements(capacity, tickets, asked)
-        speeds = {u: self.estimator.user_speeds(u, type_gpus[u], generations) for u in users}
+        speeds = {u: self.estimator.user_speeds(u, gangs[u], capacity) for u in users}
         result = pools.shares(
             capacity,
             tickets,
