@@ -119,10 +119,15 @@ async def test_a_tenant_follows_its_own_job_events_live(logins: Logins) -> None:
     received = await collect(alice, "gfair.job.alice.>")
     await alice.nc.flush()
 
-    await publish(operator, accepted("alice"))
+    # Bob's first: the server delivers one publisher's messages in order, so once alice's has
+    # arrived, bob's would have arrived before it.
     await publish(operator, accepted("bob"))
+    await publish(operator, accepted("alice"))
 
-    await asyncio.sleep(0.2)
+    for _ in range(500):  # up to 10 s on a loaded machine
+        if received:
+            break
+        await asyncio.sleep(0.02)
     assert [m.subject for m in received] == ["gfair.job.alice.job-1.accepted"]
     assert await alice.violations() == []
 
