@@ -148,14 +148,13 @@ class ClusterLogins:
 
     def connect_text(self, nats_url: str) -> str:
         """How the operator and each tenant log in, as shell lines to paste or source."""
-        lines = [
-            f"# Logins of the gfair cluster at {nats_url}; the passwords change at every start.",
-            "# operator: may do anything (gfair jobs, nodes, users, ...)",
-            _exports(nats_url, self.operator),
-        ]
-        for login in self.tenant_logins:
-            lines.append(f"# tenant {login.user}: submits, cancels and follows its own jobs only")
-            lines.append(_exports(nats_url, login, gfair_user=login.user))
+        lines = [f"# Logins of the gfair cluster at {nats_url}; passwords change at every start."]
+        for login, gfair_user in self._sourced():
+            if gfair_user is None:
+                lines.append(f"# {login.user}: may do anything (gfair jobs, nodes, users, ...)")
+            else:
+                lines.append(f"# tenant {login.user}: submits, cancels, follows its own jobs only")
+            lines.append(_exports(nats_url, login, gfair_user=gfair_user))
         return "\n".join(lines) + "\n"
 
     def write_auth_conf(self, directory: Path) -> Path:
@@ -169,12 +168,20 @@ class ClusterLogins:
         """`LOGINS_FILE` and one ``<user>.env`` per login to source, private to this user."""
         _private_dir(directory)
         _write_private(directory / LOGINS_FILE, self.connect_text(nats_url))
-        operator = _exports(nats_url, self.operator)
-        _write_private(directory / f"{OPERATOR_USER}.env", operator + "\n")
-        for login in self.tenant_logins:
-            text = _exports(nats_url, login, gfair_user=login.user)
+        for login, gfair_user in self._sourced():
+            text = _exports(nats_url, login, gfair_user=gfair_user)
             _write_private(directory / f"{login.user}.env", text + "\n")
         return directory / LOGINS_FILE
+
+    def remove_logins(self, directory: Path) -> None:
+        """Remove what `write_logins` wrote: once the cluster stops, its passwords are void."""
+        (directory / LOGINS_FILE).unlink(missing_ok=True)
+        for login, _ in self._sourced():
+            (directory / f"{login.user}.env").unlink(missing_ok=True)
+
+    def _sourced(self) -> list[tuple[Login, str | None]]:
+        """The logins given to people, each with the `GFAIR_USER` its tools act for."""
+        return [(self.operator, None), *((login, login.user) for login in self.tenant_logins)]
 
 
 def _exports(nats_url: str, login: Login, *, gfair_user: str | None = None) -> str:

@@ -71,7 +71,7 @@ from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.events.nodes import NodeRegistered
 from gfair.events.subjects import NODES_STREAM, STREAMS
 from gfair.sdk.environment import ENV_CONTROL_DIR
-from gfair.tenancy import Tenants
+from gfair.tenancy import Tenants, TenantsError
 from gfair_services.topology import MAX_REPLICAS, cluster_topology
 
 _log = structlog.get_logger("gfair.embedded_cluster")
@@ -159,6 +159,10 @@ class ClusterOptions:
         """The tenants of `auth` with the cluster's nodes added; `TenantsError` if it is bad."""
         if self.auth is None:
             return None
+        generated = (self.data_dir / AUTH_DIR).expanduser().absolute()
+        if self.auth.expanduser().absolute().parent == generated:
+            # The generated files would replace it, or sit beside it as if they were its own.
+            raise TenantsError(f"{self.auth}: inside {generated}, where the cluster writes")
         return load_embedded_tenants(
             self.auth,
             node_ids=tuple(s.id for s in self.servers().servers),
@@ -627,6 +631,8 @@ class EmbeddedCluster:
         for broker in self._brokers:
             await asyncio.to_thread(broker.stop)
         self._brokers = []
+        if self.logins is not None:
+            self.logins.remove_logins(self.auth_dir)
 
     async def _stop_children(self, children: Sequence[Child]) -> None:
         for child in children:
