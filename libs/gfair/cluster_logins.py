@@ -144,7 +144,13 @@ class ClusterLogins:
         return env
 
     def auth_conf(self) -> str:
-        return render_auth_conf(self.tenants, source=self.source)
+        # The rendered header tells how to re-render deploy/nats/auth.conf; this copy is not
+        # that file, and is made anew at every start.
+        note = (
+            f"# Rendered by `gfair up --auth {self.source}` at every start, with the cluster's "
+            "nodes and the\n# services' consumers added; edits here are lost.\n"
+        )
+        return note + render_auth_conf(self.tenants, source=self.source)
 
     def connect_text(self, nats_url: str) -> str:
         """How the operator and each tenant log in, as shell lines to paste or source."""

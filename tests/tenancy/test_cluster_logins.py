@@ -102,6 +102,7 @@ def test_every_login_has_its_own_password_given_to_the_server_by_variable() -> N
     assert logins.operator.password not in repr(logins)
     # The rendered file names the variables, never a password.
     conf = logins.auth_conf()
+    assert conf.startswith("# Rendered by `gfair up --auth t.toml` at every start")
     assert "$GFAIR_TENANT_TEAM_B_PASSWORD" in conf
     assert not any(password in conf for password in passwords)
 
