@@ -21,6 +21,12 @@ gives every child all three URLs: losing any one broker loses no event, and the 
 reconnect to the others by themselves. `kill_broker` and `restart_broker` stage that loss;
 `kill(name, restart=False)` and `revive` stage a node or service that stays down a while.
 
+With ``auth`` (`gfair up --auth FILE`, a tenants file) the brokers run the authorization
+rendered from it into ``<data-dir>/auth/``, and every process logs in with a password of its
+own, new at every start (`gfair.cluster_logins`): the services as ``gfair-services``, each
+executor as ``node-<id>`` (the simulated servers are added to the file's ``[[nodes]]``). The
+operator's and the tenants' logins are in `logins` and ``<data-dir>/auth/logins.txt``.
+
 With ``announce`` (`gfair up`) the ready cluster writes its context files
 (``<data-dir>/context.json`` and the per-user one, `gfair.client.cluster_context`), so that tools
 find it without being told its URL, and removes them when it stops.
@@ -55,10 +61,17 @@ from gfair.client.cluster_context import (
     user_context_path,
     write_context,
 )
+from gfair.cluster_logins import (
+    AUTH_DIR,
+    ClusterLogins,
+    Login,
+    load_embedded_tenants,
+)
 from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.events.nodes import NodeRegistered
 from gfair.events.subjects import NODES_STREAM, STREAMS
 from gfair.sdk.environment import ENV_CONTROL_DIR
+from gfair.tenancy import Tenants, TenantsError
 from gfair_services.topology import MAX_REPLICAS, cluster_topology
 
 _log = structlog.get_logger("gfair.embedded_cluster")
@@ -74,6 +87,14 @@ SCHEDULER_SERVICES: tuple[str, ...] = (
 NODE_EXECUTOR = "node_executor"
 # A JetStream cluster needs a quorum of its brokers; three survive the loss of one.
 BROKER_CLUSTER_NAME = "gfair"
+# Other ways to log in that a child could inherit from the environment of `gfair up`; with
+# `auth` every child logs in with its own user and password, and NATS takes one kind at a time.
+_OTHER_CREDENTIALS = (
+    "GFAIR_NATS_TOKEN",
+    "GFAIR_NATS_CREDS",
+    "GFAIR_NATS_NKEY_SEED",
+    "GFAIR_NATS_INBOX_PREFIX",
+)
 
 
 class ClusterError(RuntimeError):
@@ -107,6 +128,8 @@ class ClusterOptions:
     preferred_port: int | None = None
     # Write the context file tools find the cluster by, once ready; removed on stop.
     announce: bool = False
+    # A tenants file (deploy/nats/tenants.toml): the brokers require logins, rendered from it.
+    auth: Path | None = None
 
     def __post_init__(self) -> None:
         if self.brokers < 1:
@@ -115,6 +138,11 @@ class ClusterOptions:
             raise ValueError("brokers are started only without nats_url; give one or the other")
         if self.replicas is not None and not 1 <= self.replicas <= MAX_REPLICAS:
             raise ValueError(f"replicas must be within 1..{MAX_REPLICAS}, not {self.replicas}")
+        if self.auth is not None and self.nats_url is not None:
+            raise ValueError(
+                "auth configures the nats-server the cluster starts; an external one "
+                "(nats_url) has its own authorization"
+            )
         if self.nats_url is None and self.stream_replicas > self.brokers:
             raise ValueError(
                 f"{self.stream_replicas} replicas need as many brokers; {self.brokers} started"
@@ -126,6 +154,20 @@ class ClusterOptions:
 
     def servers(self) -> Cluster:
         return parse_cluster_spec(self.cluster)
+
+    def tenants(self) -> Tenants | None:
+        """The tenants of `auth` with the cluster's nodes added; `TenantsError` if it is bad."""
+        if self.auth is None:
+            return None
+        generated = (self.data_dir / AUTH_DIR).expanduser().absolute()
+        if self.auth.expanduser().absolute().parent == generated:
+            # The generated files would replace it, or sit beside it as if they were its own.
+            raise TenantsError(f"{self.auth}: inside {generated}, where the cluster writes")
+        return load_embedded_tenants(
+            self.auth,
+            node_ids=tuple(s.id for s in self.servers().servers),
+            services=self.services,
+        )
 
 
 class Child:
@@ -212,6 +254,12 @@ class EmbeddedCluster:
         self._stopping = False
         self.started_at: datetime | None = None
         self.context_files: tuple[Path, ...] = ()
+        # Read here, so that a bad tenants file stops the cluster before anything starts.
+        tenants = self.options.tenants()
+        self.logins: ClusterLogins | None = None
+        if tenants is not None:
+            assert self.options.auth is not None
+            self.logins = ClusterLogins(tenants, source=str(self.options.auth))
 
     # -- where things are ---------------------------------------------------------------------
 
@@ -238,8 +286,28 @@ class EmbeddedCluster:
     def logs_dir(self) -> Path:
         return self.data_dir / "logs"
 
+    @property
+    def auth_dir(self) -> Path:
+        """Where `auth` puts the rendered auth.conf and the logins."""
+        return self.data_dir / AUTH_DIR
+
     def log_path(self, name: str) -> Path:
         return self.children[name].log_path
+
+    def bus_options(self, name: str) -> NatsOptions:
+        """How the cluster's own connections (set-up, readiness probes) reach the brokers."""
+        servers = tuple(url for url in self.nats_url.split(",") if url)
+        if self.logins is None:
+            return NatsOptions(servers=servers, name=name)
+        login = self.logins.services
+        return NatsOptions(servers=servers, name=name, user=login.user, password=login.password)
+
+    def _login_env(self, env: dict[str, str], login: Login | None) -> dict[str, str]:
+        if login is None:
+            return env
+        for variable in _OTHER_CREDENTIALS:
+            env.pop(variable, None)
+        return env | login.client_env()
 
     def child_env(self) -> dict[str, str]:
         """The environment every child starts with."""
@@ -285,8 +353,9 @@ class EmbeddedCluster:
         try:
             if self._nats_url is None:
                 self._nats_url = await self._start_brokers()
-            servers = tuple(url for url in self.nats_url.split(",") if url)
-            bus = await NatsBus.connect(NatsOptions(servers=servers, name="gfair-up"))
+            if self.logins is not None:
+                self.logins.write_logins(self.auth_dir, self.nats_url)
+            bus = await NatsBus.connect(self.bus_options("gfair-up"))
             try:
                 await bus.ensure_topology(cluster_topology(replicas=self.options.stream_replicas))
                 self._spawn_all()
@@ -319,6 +388,7 @@ class EmbeddedCluster:
         if count == 1:
             return await self._start_single_broker()
         else:
+            config_file, server_env = self._broker_auth()
             routes = tuple(f"nats://127.0.0.1:{_free_port()}" for _ in range(count))
             configs = [
                 NatsServerConfig(
@@ -328,6 +398,8 @@ class EmbeddedCluster:
                     cluster_listen=routes[index],
                     routes=routes,
                     log_file=self.logs_dir / f"nats-server-{index}.log",
+                    config_file=config_file,
+                    env=server_env,
                 )
                 for index in range(count)
             ]
@@ -335,7 +407,16 @@ class EmbeddedCluster:
         urls = [await asyncio.to_thread(broker.start) for broker in self._brokers]
         return ",".join(urls)
 
+    def _broker_auth(self) -> tuple[Path | None, dict[str, str]]:
+        """The brokers' config file and environment: with `auth`, the rendered authorization
+        and the passwords it reads; without, none."""
+        if self.logins is None:
+            return None, {}
+        config = self.logins.write_auth_conf(self.auth_dir)
+        return config, self.logins.server_env()
+
     async def _start_single_broker(self) -> str:
+        config_file, server_env = self._broker_auth()
         preferred = self.options.preferred_port
         ports: list[int | None] = [None]
         if preferred is not None and _port_free(preferred):
@@ -346,6 +427,8 @@ class EmbeddedCluster:
                     store_dir=self.data_dir / "nats",
                     port=port,
                     log_file=self.logs_dir / "nats-server.log",
+                    config_file=config_file,
+                    env=server_env,
                 )
             )
             self._brokers = [broker]
@@ -370,11 +453,13 @@ class EmbeddedCluster:
 
     def _spawn_all(self) -> None:
         base = self.child_env()
+        logins = self.logins
+        services_env = self._login_env(dict(base), logins.services if logins else None)
         for name in self.options.services:
-            child = Child(name, name, base, self.logs_dir / f"{name.replace('_', '-')}.log")
-            self.children[name] = child
+            log = self.logs_dir / f"{name.replace('_', '-')}.log"
+            self.children[name] = Child(name, name, services_env, log)
         for server in self.servers.servers:
-            env = dict(base)
+            env = self._login_env(dict(base), logins.node(server.id) if logins else None)
             env.update(
                 {
                     "GFAIR_NODE_ID": server.id,
@@ -512,8 +597,7 @@ class EmbeddedCluster:
         A node executor serves once it has registered after `since`; a service once a live
         process of it pulls from its consumers.
         """
-        servers = tuple(url for url in self.nats_url.split(",") if url)
-        bus = await NatsBus.connect(NatsOptions(servers=servers, name="gfair-up-probe"))
+        bus = await NatsBus.connect(self.bus_options("gfair-up-probe"))
         deadline = time.monotonic() + timeout_s
         try:
             while True:
@@ -547,6 +631,8 @@ class EmbeddedCluster:
         for broker in self._brokers:
             await asyncio.to_thread(broker.stop)
         self._brokers = []
+        if self.logins is not None:
+            self.logins.remove_logins(self.auth_dir)
 
     async def _stop_children(self, children: Sequence[Child]) -> None:
         for child in children:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -54,6 +56,9 @@ class NatsServerConfig:
     routes: tuple[str, ...] = ()
     log_file: Path | None = None
     extra_args: tuple[str, ...] = ()
+    # Variables the server gets on top of this process's own: what `$NAME` in `config_file`
+    # refers to (passwords, say), which need not then pass through this process's environment.
+    env: Mapping[str, str] = field(default_factory=dict, repr=False, hash=False)
 
 
 class EmbeddedNatsServer:
@@ -130,6 +135,7 @@ class EmbeddedNatsServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env={**os.environ, **self._config.env} if self._config.env else None,
             )
         except OSError as exc:
             stack.close()

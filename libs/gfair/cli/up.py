@@ -10,6 +10,16 @@ The embedded server listens on 4222, where tools look by default, when that port
 any free port. Either way the running cluster is described in <data-dir>/context.json and in a
 per-user context file, which the other commands read when neither --nats nor $GFAIR_NATS_URL
 is given (`gfair.client.cluster_context`); both are removed when the cluster stops.
+
+    gfair up --auth deploy/nats/tenants.toml
+
+With --auth the nats-server requires a login, with the tenants file's authorization rendered
+into <data-dir>/auth/auth.conf (the file itself is only read), and every process, tenant and
+the operator gets a random password, new at every start. The simulated servers are added as
+node users; the services' consumers are protected. How the operator and each tenant log in is
+printed and kept, readable by this user only, in <data-dir>/auth/logins.txt and
+<data-dir>/auth/<user>.env (`. .gfair/auth/alice.env` in a shell, then `gfair submit ...`),
+removed when the cluster stops.
 """
 
 from __future__ import annotations
@@ -24,7 +34,9 @@ from typing import Any
 
 from gfair.client.cluster_context import CONTEXT_FILE, read_context
 from gfair.client.connection import DEFAULT_NATS_URL, NATS_URL_ENV
+from gfair.cluster_logins import LOGINS_FILE
 from gfair.embedded_cluster import ClusterError, ClusterOptions, EmbeddedCluster
+from gfair.tenancy import TenantsError
 from gfair_services.tenants import parse_user_tickets
 
 
@@ -62,6 +74,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="NAME=VALUE",
         help="a service setting for every process, e.g. --set fail_after_s=10",
     )
+    parser.add_argument(
+        "--auth",
+        type=Path,
+        metavar="TENANTS_FILE",
+        help="require logins: tenants and authorization from this file "
+        "(deploy/nats/tenants.toml); passwords are generated",
+    )
     parser.add_argument("--log-level", default="INFO", help="default INFO")
     parser.set_defaults(func=_run)
 
@@ -88,6 +107,13 @@ def _env(settings: list[str]) -> dict[str, str]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.auth is not None and args.nats is not None:
+        print(
+            "gfair up: --auth configures the nats-server gfair up starts; with --nats, "
+            "that server's own authorization applies (deploy/nats/README.md)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         options = ClusterOptions(
             cluster=args.cluster,
@@ -100,10 +126,16 @@ def _run(args: argparse.Namespace) -> int:
             env=_env(args.settings),
             preferred_port=_default_port(),
             announce=True,
+            auth=args.auth,
         )
         options.servers()  # the spec is checked before anything starts
     except ValueError as error:
         print(f"gfair up: {error}", file=sys.stderr)
+        return 2
+    try:
+        options.tenants()  # and the tenants file, with --auth
+    except TenantsError as error:
+        print(f"gfair up: --auth {error}", file=sys.stderr)
         return 2
     running = read_context(args.data_dir / CONTEXT_FILE)
     if running is not None and running.running:
@@ -175,8 +207,23 @@ def _print_summary(cluster: EmbeddedCluster) -> None:
         "",
         *_how_tools_find_it(cluster),
         "  then: gfair submit ..., gfair jobs, gfair users; Ctrl-C stops the cluster",
+        *_logins(cluster),
     ]
     print("\n".join(lines), flush=True)
+
+
+def _logins(cluster: EmbeddedCluster) -> list[str]:
+    if cluster.logins is None:
+        return []
+    where = cluster.auth_dir
+    return [
+        "",
+        f"logins required (authorization from {cluster.options.auth}, rendered into "
+        f"{where / 'auth.conf'});",
+        "every tool needs one of these (kept in "
+        f"{where / LOGINS_FILE}, or `. {where}/<user>.env`):",
+        cluster.logins.connect_text(cluster.nats_url).rstrip("\n"),
+    ]
 
 
 def _how_tools_find_it(cluster: EmbeddedCluster) -> list[str]:
