@@ -113,6 +113,11 @@ def test_the_printed_logins_let_a_tenant_submit_and_the_operator_follow(
         # Found through the context file, but not let in without a login.
         stranger = gfair("jobs", "--json", env=environment, cwd=elsewhere)
         assert stranger.returncode == 3, stranger.stdout + stranger.stderr
+        assert "refused the login (no login)" in stranger.stderr, stranger.stderr
+        wrong = environment | printed["operator"] | {"GFAIR_NATS_PASSWORD": "Wrong0password"}
+        mistyped = gfair("jobs", "--json", env=wrong, cwd=elsewhere)
+        assert mistyped.returncode == 3
+        assert "refused the login (user 'operator')" in mistyped.stderr, mistyped.stderr
 
         up.send_signal(signal.SIGINT)
         assert up.wait(60) == 0

@@ -102,9 +102,13 @@ class ConnectOptions:
 async def connect_bus(options: ConnectOptions) -> NatsBus:
     """A `NatsBus` for a tool; `NotReachable` when no server answers within the timeout."""
 
+    refused: list[Exception] = []
+
     async def quiet(exc: Exception) -> None:
-        # nats-py prints every connection error by default; the caller reports the outcome.
-        del exc
+        # nats-py prints every connection error by default; the caller reports the outcome,
+        # which for a refused login is not "unreachable".
+        if "authorization violation" in str(exc).lower():
+            refused.append(exc)
 
     client = NatsClient()
     try:
@@ -118,6 +122,14 @@ async def connect_bus(options: ConnectOptions) -> NatsBus:
             **options.connect_kwargs(),
         )
     except (nats.errors.Error, OSError, TimeoutError) as exc:
+        if refused:
+            user = options.connect_kwargs().get("user")
+            who = f"user {user!r}" if user else "no login"
+            raise NotReachable(
+                f"NATS at {', '.join(options.servers)} refused the login ({who}): "
+                "authorization violation. Set GFAIR_NATS_USER and GFAIR_NATS_PASSWORD "
+                "(`gfair up --auth` prints them)."
+            ) from exc
         detail = str(exc) or type(exc).__name__
         raise NotReachable(
             f"cannot reach NATS at {', '.join(options.servers)}, from "
