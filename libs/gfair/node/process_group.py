@@ -4,7 +4,8 @@ Member listing reads /proc (Linux); elsewhere groups look empty and only signals
 
 A job's process may leave its group (`setsid`, a daemon's double fork); such an escapee is
 still found by the variable every process of the run inherits (`marked`), unless it cleared
-its environment too. Only a cgroup per job would hold that last one (not used yet).
+its environment too. The job's cgroup (job_cgroup.py), where the host gives one, holds that
+last one.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from gfair.node.job_cgroup import JobCgroup
 from gfair.node.launch import CheckpointRef, JobLaunch, RunningJob
 from gfair.node.lifecycle import Escalation, JobCheckpointed, JobEvent, JobExited, JobProgress
 from gfair.node.progress import ProgressTail, RateWindow
@@ -50,6 +51,8 @@ class SupervisedJob:
     # Progress is news only once this run reports a mini-batch of its own.
     progress_emitted_steps: int = 0
     exit: JobExited | None = None
+    # The job's own cgroup, where the node makes them (job_cgroup.py).
+    cgroup: JobCgroup | None = None
 
     def absorb(self, records: list[ProgressRecord]) -> list[JobEvent]:
         """Update from the job's records; return the lifecycle events they imply."""

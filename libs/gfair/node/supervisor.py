@@ -35,6 +35,7 @@ import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gfair.node.job_account import JobAccount
+from gfair.node.job_cgroup import GATE_LINE, CgroupTree, JobCgroup, empty, gated, runnable
 from gfair.node.launch import CheckpointRef, JobLaunch, JobPaths, RunningJob, check_job_id
 from gfair.node.lifecycle import (
     Escalation,
@@ -107,6 +108,8 @@ class SupervisorConfig:
     reap_descendants: bool = True
     # The OS account the jobs run as (the executor must be root); None: the executor's own.
     account: JobAccount | None = None
+    # Where each job gets a cgroup of its own (job_cgroup.py); None: the host gives none.
+    cgroups: CgroupTree | None = None
 
 
 # What of the host's environment a job may see (see `host_environment`).
@@ -174,6 +177,9 @@ class JobSupervisor:
             checkpoint_root=self.config.checkpoint_root,
             grace_s=self.config.term_grace_s,
         )
+        if self.config.cgroups is not None:
+            # Whatever an earlier executor's jobs left once they were stopped (escapees).
+            await anyio.to_thread.run_sync(self.config.cgroups.sweep)
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         return self
@@ -187,6 +193,8 @@ class JobSupervisor:
         # Shielded: even when the executor is being cancelled, its jobs must not outlive it.
         with anyio.CancelScope(shield=True):
             await self.shutdown()
+            if self.config.cgroups is not None:
+                self.config.cgroups.close()
         assert self._task_group is not None
         self._task_group.cancel_scope.cancel()
         # The block's own exception is not the watchers' business: let it propagate as is,
@@ -236,11 +244,17 @@ class JobSupervisor:
                 owned.append(workdir)
             account.own(*owned)
             env["HOME"] = str(workdir)  # the executor's home is not the job's
+        tree = self.config.cgroups
+        cgroup = None if tree is None else await anyio.to_thread.run_sync(tree.job, launch.job_id)
         try:
+            if cgroup is not None:
+                # Behind the gate the shell, not the program, is what starts: a program that
+                # cannot run must still fail here, as it would without the gate.
+                runnable(launch.argv[0], env.get("PATH", os.defpath), workdir)
             with run.stdout.open("ab") as stdout, run.stderr.open("ab") as stderr:
                 process = await anyio.open_process(
-                    list(launch.argv),
-                    stdin=subprocess.DEVNULL,
+                    list(launch.argv) if cgroup is None else gated(launch.argv),
+                    stdin=subprocess.DEVNULL if cgroup is None else subprocess.PIPE,
                     stdout=stdout,
                     stderr=stderr,
                     cwd=workdir,
@@ -250,7 +264,11 @@ class JobSupervisor:
                     group=None if account is None else account.gid,
                     extra_groups=None if account is None else (),
                 )
+            if cgroup is not None:
+                await _enter(process, cgroup)
         except OSError as exc:
+            if cgroup is not None:
+                cgroup.remove()
             run.write_exit({"start_error": str(exc)})
             raise JobStartError(
                 f"job {launch.job_id}: cannot start {launch.argv[0]!r}: {exc}"
@@ -299,6 +317,7 @@ class JobSupervisor:
             steps=resume.step if resume else 0,
             progress_emitted_steps=resume.step if resume else 0,
             checkpoint=resume,
+            cgroup=cgroup,
         )
         self._jobs[launch.job_id] = job
         self._finished.pop(launch.job_id, None)
@@ -461,7 +480,7 @@ class JobSupervisor:
                     if returncode is None:
                         signal_group(job.handle.pgid, signal.SIGKILL)
                         returncode = await job.process.wait()
-                    await self._clear_group(job.handle.pgid, str(job.run.control_dir))
+                    await self._clear_group(job)
                     latest = await anyio.to_thread.run_sync(job.store.latest)
                     events = self._finish(job, returncode, latest)
             # Outside the shield: a consumer that stopped reading must not block a shutdown.
@@ -471,10 +490,14 @@ class JobSupervisor:
             # Waiters (suspend, kill, wait) wake after the exit's events are in the stream.
             job.exited.set()
 
-    async def _clear_group(self, pgid: int, control_dir: str) -> None:
+    async def _clear_group(self, job: SupervisedJob) -> None:
         """The leader is gone; anything left in its group (workers, daemons) goes with it, and
-        so does any process of the run that left the group (`setsid`): a job cannot outlive
-        its cancel or its suspend."""
+        so does any process of the run that left the group (`setsid`): everything in its
+        cgroup, where it has one, else what carries the run's marker. A job cannot outlive its
+        cancel or its suspend."""
+        pgid, control_dir = job.handle.pgid, str(job.run.control_dir)
+        if job.cgroup is not None:
+            await anyio.to_thread.run_sync(empty, job.cgroup, _CLEAR_GROUP_S)
         signal_group(pgid, signal.SIGKILL)
         escaped: set[int] = set()
         with anyio.move_on_after(_CLEAR_GROUP_S):
@@ -542,3 +565,19 @@ class JobSupervisor:
         if exited is None:
             raise UnknownJob(job_id)
         return exited
+
+
+async def _enter(process: anyio.abc.Process, cgroup: JobCgroup) -> None:
+    """Move the gated `process` into `cgroup`, then let it become the job; a process that could
+    not be moved is killed before it ran anything."""
+    try:
+        cgroup.add(process.pid)
+        assert process.stdin is not None
+        await process.stdin.send(GATE_LINE)
+        await process.stdin.aclose()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            process.kill()
+            await process.wait()
+            cgroup.remove()
+        raise

@@ -43,6 +43,7 @@ from gfair.events.reasons import SuspendReason
 from gfair.events.subjects import node_commands_pattern, stream_for_subject
 from gfair.node.discovery import open_gpus
 from gfair.node.gpu import GpuBackend, GpuSample, XidError
+from gfair.node.job_cgroup import AUTO, CgroupError, CgroupTree, locate
 from gfair.node.orphans import ReapedRun
 from gfair.node.supervisor import SupervisorConfig
 from gfair.state.buckets import JOBS
@@ -78,6 +79,13 @@ class NodeExecutor:
         self._inventory = {gpu.index: gpu for gpu in self._gpus.inventory()}
         self._xids = XidLog(list(self._inventory.values()))
         self._runs = RunTable()
+        self._cgroup_base = locate(self.settings.job_cgroups)
+        _log.info(
+            "job cgroups",
+            node_id=self.node_id,
+            under=str(self._cgroup_base) if self._cgroup_base else None,
+            setting=self.settings.job_cgroups,
+        )
         self._sink = EventSink()
         relay = ReportRelay(self.node_id, self._runs, self._sink, self._gpus, self._xids)
         self._supervisors = UserSupervisors(self._supervisor_config, relay)
@@ -124,7 +132,21 @@ class NodeExecutor:
             shutdown_timeout_s=self.settings.suspend_timeout_s,
             progress_interval_s=self.settings.progress_interval_s,
             account=self.settings.account_for(user),
+            cgroups=self._cgroup_tree(user),
         )
+
+    def _cgroup_tree(self, user: str) -> CgroupTree | None:
+        if self._cgroup_base is None:
+            return None
+        try:
+            return CgroupTree.under(self._cgroup_base, self.node_id, user, self.settings.work_dir)
+        except CgroupError as error:
+            if self.settings.job_cgroups != AUTO:
+                raise
+            # The host showed a hierarchy but refuses this subtree: run as if it had none.
+            _log.warning("no job cgroups", node_id=self.node_id, error=str(error))
+            self._cgroup_base = None
+            return None
 
     # ----- queries -----------------------------------------------------------------------
 

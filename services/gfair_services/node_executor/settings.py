@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gfair.events.fields import TOKEN_REGEX
 from gfair.node.job_account import JobAccount, parse_accounts
+from gfair.node.job_cgroup import AUTO, CgroupError, locate
 from gfair.node.simulated import parse_gpu_spec
 
 # The same default as split-stride's, so a one-machine cluster needs no flag to agree on where
@@ -80,6 +81,23 @@ class NodeExecutorSettings(BaseSettings):
         "'alice=20001,bob=20002:20002,carol=some-os-user' ('*=' names the account of every "
         "other tenant); empty: jobs run as the executor's own user",
     )
+
+    job_cgroups: str = Field(
+        default=AUTO,
+        description="Where each job gets a cgroup (v2) of its own, so that every process it "
+        "starts goes with it: 'auto' (under the executor's own cgroup, when the host lets it "
+        "make cgroups there), 'off', or a writable cgroup2 directory",
+    )
+
+    @field_validator("job_cgroups")
+    @classmethod
+    def _cgroups(cls, value: str) -> str:
+        value = value.strip() or AUTO
+        try:
+            locate(value)
+        except CgroupError as error:
+            raise ValueError(str(error)) from None
+        return value
 
     @field_validator("job_accounts")
     @classmethod
