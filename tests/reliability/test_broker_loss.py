@@ -22,7 +22,7 @@ from gfair.events.subjects import JOBS_STREAM
 from gfair.state.buckets import JOBS, STRIDE
 
 from .conftest import StartCluster, client_of, finished, patiently
-from .job_history import Outcomes, gpu_overlaps, job_history
+from .job_history import Outcomes, gpu_overlaps, job_history, story
 from .workload import RESNET, synthetic
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
@@ -73,10 +73,20 @@ async def test_losing_one_of_three_brokers_loses_no_event_and_no_job(
                     wait="none",
                 )
             )
-        states = await asyncio.gather(
-            *(finished(client, "alice", j, 120) for j in early),
-            *(finished(client, "bob", j, 120) for j in late),
+        waits = [("alice", j) for j in early] + [("bob", j) for j in late]
+        ends = await asyncio.gather(
+            *(finished(client, user, job_id, 120) for user, job_id in waits),
+            return_exceptions=True,
         )
+        stuck = [job for job, end in zip(waits, ends, strict=True) if not isinstance(end, JobState)]
+        if stuck:
+            # What the stream and the scheduler say of each, for whoever reads a red run.
+            history = await patiently(partial(job_history, client))
+            lines = [line for job in stuck for line in [str(job), *story(history, job)]]
+            for user, job_id in stuck:
+                lines.append(f"why {user}/{job_id}: {await client.why(user, job_id)}")
+            raise AssertionError("did not finish within 120 s:\n" + "\n".join(lines))
+        states = [end for end in ends if isinstance(end, JobState)]
         all_done_s = time.monotonic() - killed_at
         # Every service pulls from its consumers again, on its own connection.
         for name in SCHEDULER_SERVICES:
