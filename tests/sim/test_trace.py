@@ -61,6 +61,19 @@ def test_columns_may_come_in_any_order_with_an_explicit_job_id() -> None:
     assert [(j.id, j.gpus, j.submit_s) for j in trace.jobs] == [("j-2", 1, 3.0), ("j-1", 2, 7.0)]
 
 
+def test_arrays_and_dependencies_read_as_gfair_submit_has_them() -> None:
+    text = (
+        "job_id,submit_time_s,user,gpus,duration_s,array,array_limit,after_ok\n"
+        "s-0,0,ann,1,30,s,,\n"
+        "s-1,0,ann,1,30,s,2,\n"
+        "train,5,ann,2,60,,,s-0 s-1\n"
+    )
+    jobs = {job.id: job for job in parse_trace(io.StringIO(text)).jobs}
+    # The limit one row gives holds for the whole array, rows before it included.
+    assert [(jobs[j].array, jobs[j].array_limit) for j in ("s-0", "s-1")] == [("s", 2)] * 2
+    assert jobs["train"].after_ok == ("s-0", "s-1") and jobs["train"].array is None
+
+
 @pytest.mark.parametrize("suffix", [".xz", ".gz", ".csv"])
 def test_compressed_files_are_read_by_suffix(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / f"trace{suffix}"
@@ -99,6 +112,18 @@ def test_compressed_files_are_read_by_suffix(tmp_path: Path, suffix: str) -> Non
         ("a,b,c\n1,2,3\n", "t.csv:1: unrecognised header"),
         ("submit_time_s,user,gpus,duration_s,colour\n", "t.csv:1: unknown column(s) ['colour']"),
         ("", "t.csv:1: empty file"),
+        (
+            "submit_time_s,user,gpus,duration_s,array,array_limit\n0,a,1,5,s,2\n0,a,1,5,s,3\n",
+            "t.csv:3: column 'array_limit': array 's' of 'a' runs 3 at once here but 2 earlier",
+        ),
+        (
+            "submit_time_s,user,gpus,duration_s,array_limit\n0,a,1,5,2\n",
+            "t.csv:2: column 'array_limit': array_limit needs an array",
+        ),
+        (
+            "job_id,submit_time_s,user,gpus,duration_s,after_ok\nx,0,a,1,5,\ny,0,b,1,5,x\n",
+            "t.csv:3: job 'y' waits for 'x', which is no job of 'b' in this trace",
+        ),
     ],
 )
 def test_malformed_input_names_line_and_column(text: str, message: str) -> None:

@@ -4,9 +4,13 @@ The format is told apart by the header, compression by the file suffix (`.xz`, `
 malformed row is reported with its physical line number and the offending column, and nothing is
 returned: a simulation over a half-read trace would measure the wrong workload.
 
-gfair CSV: ``submit_time_s,user,gpus,duration_s[,job_type][,tickets][,job_id]`` (any column
-order). ``duration_s`` is the job's run time on a V100; ``job_type`` names a row of the Gavel
-table or is empty; ``tickets`` is per user and may be left empty on all but one of its rows.
+gfair CSV: ``submit_time_s,user,gpus,duration_s[,job_type][,tickets][,job_id][,array]
+[,array_limit][,after_ok]`` (any column order). ``duration_s`` is the job's run time on a V100;
+``job_type`` names a row of the Gavel table or is empty; ``tickets`` is per user and may be left
+empty on all but one of its rows. As `gfair submit` has them: ``array`` names the user's job
+array the job belongs to and ``array_limit`` how many of it may run at once (the same on every
+row of the array that gives one); ``after_ok`` lists, space-separated, the job ids of the same
+user that must complete first (a job id the trace does not have is an error).
 
 Philly CSV: ``timestamp,duration,num_gpus,gpu_time,cluster[,job_id]``. The virtual cluster
 (``cluster``) is the tenant; timestamps become seconds since the earliest submission (the file is
@@ -22,7 +26,7 @@ import lzma
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 GFAIR_REQUIRED: Final = ("submit_time_s", "user", "gpus", "duration_s")
-GFAIR_OPTIONAL: Final = ("job_type", "tickets", "job_id")
+GFAIR_OPTIONAL: Final = ("job_type", "tickets", "job_id", "array", "array_limit", "after_ok")
 PHILLY_REQUIRED: Final = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 PHILLY_OPTIONAL: Final = ("job_id",)
 
@@ -229,6 +233,7 @@ class _GfairRows(_Rows):
     def read(self, reader: CsvReader) -> Trace:
         jobs: list[TraceJob] = []
         tickets: dict[str, float] = {}
+        limits: dict[tuple[str, str], int] = {}
         seen: set[str] = set()
         for data_row, row in self.rows(reader):
             user = self.token(row, "user")
@@ -240,6 +245,7 @@ class _GfairRows(_Rows):
                         f"user {user!r} has {value:g} tickets here but {tickets[user]:g} earlier",
                         "tickets",
                     )
+            array, limit = self.array(row, user, limits)
             jobs.append(
                 TraceJob(
                     id=self.job_id(row, data_row, seen),
@@ -249,9 +255,58 @@ class _GfairRows(_Rows):
                     duration_s=self.number(row, "duration_s", positive=True),
                     job_type=self.optional(row, "job_type") or None,
                     line=self.line,
+                    after_ok=self.after_ok(row),
+                    array=array,
+                    array_limit=limit,
                 )
             )
+        self.check_dependencies(jobs)
+        jobs = [
+            replace(job, array_limit=limits.get((job.user, job.array))) if job.array else job
+            for job in jobs
+        ]
         return _finish(jobs, tickets, self.source, "gfair")
+
+    def array(
+        self, row: list[str], user: str, limits: dict[tuple[str, str], int]
+    ) -> tuple[str | None, int | None]:
+        name = self.optional(row, "array")
+        raw_limit = self.optional(row, "array_limit")
+        if not name:
+            if raw_limit:
+                raise self.error("array_limit needs an array", "array_limit")
+            return None, None
+        if not _TOKEN.fullmatch(name):
+            raise self.error(f"expected 1-64 of [A-Za-z0-9_-], got {name!r}", "array")
+        if not raw_limit:
+            return name, None  # the array's limit, if a row gives one, is filled in after
+        limit = self.count(row, "array_limit")
+        if limits.setdefault((user, name), limit) != limit:
+            raise self.error(
+                f"array {name!r} of {user!r} runs {limit} at once here but "
+                f"{limits[(user, name)]} earlier",
+                "array_limit",
+            )
+        return name, limit
+
+    def after_ok(self, row: list[str]) -> tuple[str, ...]:
+        ids = tuple(self.optional(row, "after_ok").split())
+        for job_id in ids:
+            if not _TOKEN.fullmatch(job_id):
+                raise self.error(f"expected job ids, got {job_id!r}", "after_ok")
+        return ids
+
+    def check_dependencies(self, jobs: list[TraceJob]) -> None:
+        owners = {job.id: job.user for job in jobs}
+        for job in jobs:
+            for needed in job.after_ok:
+                if owners.get(needed) != job.user:
+                    raise TraceError(
+                        self.source,
+                        f"job {job.id!r} waits for {needed!r}, which is no job of "
+                        f"{job.user!r} in this trace (column after_ok)",
+                        line=job.line,
+                    )
 
 
 class _PhillyRows(_Rows):
