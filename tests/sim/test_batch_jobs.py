@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.scheduler import SchedulerConfig
 from gfair.core.throughput import ThroughputTable
 from gfair.sim.gandiva_fair import GandivaFairPolicy
+from gfair.sim.replay import ReplayOptions, build_policy
 from gfair.sim.simulator import JobOutcome, SimConfig, SimResult, Simulator
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import Trace, TraceJob
@@ -75,3 +78,22 @@ def test_a_dependent_job_starts_only_after_its_dependencies_complete_and_chains_
     assert "ghost" in outcomes["orphan"].reason
     assert outcomes["doomed"].status == "rejected"
     assert "dependency too-big rejected" in outcomes["doomed"].reason
+
+
+@pytest.mark.parametrize("policy", ["fifo", "tiresias", "max-min-fairness", "static-partition"])
+def test_every_baseline_policy_is_held_to_an_arrays_limit_too(
+    throughput: ThroughputTable, speeds: SpeedModel, policy: str
+) -> None:
+    """The comparison is fair: a user's `%N` binds every policy, not only gandiva-fair."""
+    members = [
+        TraceJob(f"s-{i}", "alice", 1, 0.0, 600.0, RESNET, array="s", array_limit=3)
+        for i in range(9)
+    ]
+    trace = Trace(jobs=tuple(members), tickets={}, source="t", format="gfair")
+    cluster = parse_cluster_spec("v100:1x8")
+    options = ReplayOptions(policy=policy, quantum_s=60)
+    chosen = build_policy(policy, cluster, trace, speeds, throughput, options)
+    result = Simulator(trace, cluster, chosen, speeds, SimConfig(quantum_s=60)).run()
+    array = list(_by_id(result).values())
+    assert all(j.status == "completed" for j in array)
+    assert _most_at_once(array) == 3

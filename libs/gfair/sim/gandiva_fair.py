@@ -18,6 +18,7 @@ from gfair.sim.trace import TraceJob
 
 class GandivaFairPolicy:
     name = "gandiva-fair"
+    limits_arrays = True  # the kernel's snapshot does (sim.policy.LimitingArrays)
 
     def __init__(
         self,

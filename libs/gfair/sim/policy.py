@@ -78,3 +78,12 @@ class Backfilling(Protocol):
     are idle; the jobs running keep running."""
 
     def fill(self, now: float) -> Mapping[str, tuple[str, ...]]: ...
+
+
+@runtime_checkable
+class LimitingArrays(Protocol):
+    """A policy that keeps every job array within its limit itself (gandiva-fair's kernel does,
+    in its snapshot). For any other the simulator admits at most `array_limit` of an array's
+    members at a time, the next as one ends: the user's limit holds under every policy."""
+
+    limits_arrays: bool

@@ -19,6 +19,7 @@ import heapq
 import math
 import random
 import time
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
@@ -26,7 +27,7 @@ from typing import Final, Protocol
 from gfair.core.cluster import Cluster
 from gfair.core.dependencies import Outcome, Readiness, eligibility
 from gfair.sim.ledger import Ledger, ShareSeries
-from gfair.sim.policy import Backfilling, Policy
+from gfair.sim.policy import Backfilling, LimitingArrays, Policy
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import Trace, TraceJob
 
@@ -163,6 +164,11 @@ class Simulator:
         self.cluster = cluster
         self.policy = policy
         self._filler = policy if isinstance(policy, Backfilling) else None
+        self._gates_arrays = not isinstance(policy, LimitingArrays)
+        # Per (user, array), for a policy that does not limit arrays: members admitted and
+        # unfinished, and members waiting for one of them to end.
+        self._array_admitted: Counter[tuple[str, str]] = Counter()
+        self._array_waiting: dict[tuple[str, str], deque[TraceJob]] = {}
         self.speeds = speeds
         self.config = config or SimConfig()
         if not self.config.quantum_s > 0:
@@ -358,12 +364,19 @@ class Simulator:
         self._admit(spec, spec.submit_s)
 
     def _admit(self, spec: TraceJob, now: float) -> None:
+        array = self._gated_array(spec)
+        if array is not None and self._array_admitted[array] >= (spec.array_limit or 0):
+            self._known[spec.id] = Outcome.PENDING
+            self._array_waiting.setdefault(array, deque()).append(spec)
+            return
         began = time.process_time()
         admission = self.policy.submit(spec, now)
         self._sched_cpu += time.process_time() - began
         if not admission.accepted:
             self._refuse(spec, admission.reason, now)
             return
+        if array is not None:
+            self._array_admitted[array] += 1
         if spec.id in self._jobs:
             raise ValueError(f"{self.trace.source}:{spec.line}: duplicate job id {spec.id!r}")
         self._known[spec.id] = Outcome.PENDING
@@ -425,6 +438,18 @@ class Simulator:
         self._sched_cpu += time.process_time() - began
         self._known[spec.id] = Outcome.COMPLETED
         self._release_after(spec.id, at)
+        array = self._gated_array(spec)
+        if array is not None:
+            self._array_admitted[array] -= 1
+            waiting = self._array_waiting.get(array)
+            if waiting:
+                self._admit(waiting.popleft(), at)
+
+    def _gated_array(self, spec: TraceJob) -> tuple[str, str] | None:
+        """The array whose limit the simulator holds `spec` to (policy.LimitingArrays)."""
+        if not self._gates_arrays or spec.array is None or spec.array_limit is None:
+            return None
+        return (spec.user, spec.array)
 
     def _stop(self, job: _Job, now: float) -> None:
         """Book the segment that ends at `now` (the job keeps its remaining work)."""
