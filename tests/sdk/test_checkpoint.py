@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import BinaryIO
 
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 
 from gfair.sdk.checkpoint import (
     MANIFEST_NAME,
+    STALE_STAGING_S,
     CheckpointError,
     CheckpointStore,
     read_checkpoint,
@@ -93,6 +96,8 @@ def test_staging_left_by_a_killed_writer_is_ignored_then_cleaned(tmp_path: Path)
     dead = tmp_path / ".staging-2-999999-abcdef"
     dead.mkdir()
     (dead / "model.pt").write_bytes(b"partial")
+    long_ago = time.time() - STALE_STAGING_S - 1
+    os.utime(dead, (long_ago, long_ago))
 
     latest = store.latest()
     assert latest is not None and latest.step == 1
@@ -100,6 +105,21 @@ def test_staging_left_by_a_killed_writer_is_ignored_then_cleaned(tmp_path: Path)
     saved = CheckpointStore(tmp_path).save({"step": 3}, step=3)
     assert saved.seq == 3  # never reuses a number a dead writer may have claimed
     assert not dead.exists()
+
+
+def test_the_parts_of_a_gang_write_side_by_side(tmp_path: Path) -> None:
+    """Two writers of one job's checkpoints (a gang's parts on two servers): neither removes
+    what the other is writing, and a number the other committed first is skipped."""
+    one, other = CheckpointStore(tmp_path), CheckpointStore(tmp_path)
+    with one.stage({"step": 5}, step=5) as draft:
+        (draft.path / "model.pt").write_bytes(b"weights")
+        assert other.save({"step": 5}, step=5).seq == 2  # draft holds 1, and survives
+        assert draft.path.exists()
+        taken = tmp_path / "ckpt-000000000001"  # the other part committed number 1 meanwhile
+        taken.mkdir()
+        (taken / "model.pt").write_bytes(b"theirs")
+    assert draft.committed is not None and draft.committed.seq == 3
+    assert read_checkpoint(draft.committed.path).file("model.pt").read_bytes() == b"weights"
 
 
 def test_stage_commits_files_written_in_the_block(tmp_path: Path) -> None:

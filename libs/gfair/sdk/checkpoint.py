@@ -29,6 +29,9 @@ MANIFEST_NAME = "gfair-checkpoint.json"
 MANIFEST_FORMAT = 1
 _COMMITTED_PREFIX = "ckpt-"
 _STAGING_PREFIX = ".staging-"
+# Another writer's staging directory untouched this long is an abandoned write. Far longer than
+# writing one checkpoint takes, which is what a gang's other part may be doing at the moment.
+STALE_STAGING_S = 3600.0
 
 # Return values are ignored, so `lambda fh: fh.write(data)` works as a writer.
 FileWriter = Callable[[BinaryIO], object]
@@ -186,25 +189,21 @@ class CheckpointStore:
         if MANIFEST_NAME in sizes:
             raise ValueError(f"{MANIFEST_NAME} is reserved for gfair's manifest")
         created_at = time.time()
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "seq": seq,
-            "step": step,
-            "created_at": created_at,
-            "state": state,
-            "files": sizes,
-        }
-        manifest_path = staging / MANIFEST_NAME
-        with manifest_path.open("w", encoding="utf-8") as fh:
-            json.dump(manifest, fh, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
         for directory in [staging, *sorted(p for p in staging.rglob("*") if p.is_dir())]:
             _fsync_dir(directory)
-        final = self.root / f"{_COMMITTED_PREFIX}{seq:012d}"
-        if final.exists():
-            raise CheckpointError(f"{final} already exists: two writers for one job?")
-        staging.rename(final)
+        while True:
+            _write_manifest(staging, seq, step, created_at, state, sizes)
+            final = self.root / f"{_COMMITTED_PREFIX}{seq:012d}"
+            try:
+                # Fails, rather than replaces, when the name is taken (a non-empty directory).
+                staging.rename(final)
+                break
+            except OSError:
+                if not final.exists():
+                    raise
+            # The parts of a gang on several servers write the job's checkpoints side by side;
+            # another part committed this number first: commit as the next one.
+            seq = self._next_seq()
         _fsync_dir(self.root)
         return Checkpoint(seq, step, final, created_at, state, tuple(sorted(sizes)))
 
@@ -217,9 +216,11 @@ class CheckpointStore:
         for seq, path in self._committed_dirs():
             if seq < oldest_kept:
                 shutil.rmtree(path, ignore_errors=True)
-        # Staging directories of other writers belong to earlier attempts that died mid-write.
+        # Old staging directories of other writers belong to earlier attempts that died
+        # mid-write; a fresh one may be another part of the same gang, writing right now.
+        stale_before = time.time() - STALE_STAGING_S
         for path in self.root.glob(f"{_STAGING_PREFIX}*"):
-            if not path.name.endswith(self._token):
+            if not path.name.endswith(self._token) and _modified_at(path) < stale_before:
                 shutil.rmtree(path, ignore_errors=True)
 
     def _next_seq(self) -> int:
@@ -245,6 +246,36 @@ def _committed_seq(name: str) -> int | None:
     if digits == name or not digits.isdigit():
         return None
     return int(digits)
+
+
+def _write_manifest(
+    staging: Path,
+    seq: int,
+    step: int,
+    created_at: float,
+    state: dict[str, Any],
+    sizes: dict[str, int],
+) -> None:
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "seq": seq,
+        "step": step,
+        "created_at": created_at,
+        "state": state,
+        "files": sizes,
+    }
+    with (staging / MANIFEST_NAME).open("w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    _fsync_dir(staging)
+
+
+def _modified_at(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return time.time()  # removed meanwhile: nothing to prune
 
 
 def _safe_child(root: Path, name: str) -> Path:
