@@ -7,10 +7,9 @@ nats-server through its environment (the rendered file holds none). The services
 ``gfair-services``, each node executor as ``node-<id>``, and the tenants and the operator get
 their ``GFAIR_NATS_*`` exports in ``<data-dir>/auth/`` (private files) and on the terminal.
 
-Two things are added to the file as it is rendered, because the embedded cluster, not the
-user, decides them: a ``[[nodes]]`` entry for every simulated server (``v100-0``, ...) the file
-does not already declare, and the services' durable consumers on GFAIR_JOBS among the
-protected ones, so that no tenant can re-filter them whatever the file lists.
+One thing is added to the file as it is rendered, because the embedded cluster, not the user,
+decides it: a ``[[nodes]]`` entry for every simulated server (``v100-0``, ...) the file does
+not already declare.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from __future__ import annotations
 import os
 import secrets
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,49 +66,36 @@ class Login:
         return {"GFAIR_NATS_USER": self.user, "GFAIR_NATS_PASSWORD": self.password}
 
 
-def services_jobs_consumers(services: Iterable[str]) -> tuple[str, ...]:
-    """The durable consumer each of `services` keeps on GFAIR_JOBS (``placement-jobs``, ...)."""
-    return tuple(f"{service.replace('_', '-')}-jobs" for service in services)
-
-
 def embedded_tenants(
     tenants: Tenants,
     *,
     node_ids: Sequence[str],
-    services: Sequence[str],
     source: str = "tenants file",
 ) -> Tenants:
-    """`tenants` as the embedded cluster renders them: its nodes and consumers added.
+    """`tenants` as the embedded cluster renders them: its nodes added.
 
     The simulated servers' ids come from the cluster spec, which a user writing the file for
     production would not know; requiring them in the file would only make it fail to start.
     """
     declared = {node.node_id for node in tenants.nodes}
     nodes = tenants.nodes + tuple(Node(n) for n in node_ids if n not in declared)
-    protected = tuple(
-        dict.fromkeys(tenants.protected_consumers + services_jobs_consumers(services))
-    )
     for tenant in tenants.tenants:
         if tenant.name == SERVICES_USER:
             raise TenantsError(
                 f"{source}: tenant {tenant.name!r} is the services' user in gfair up; rename it"
             )
     try:
-        return Tenants(tenants=tenants.tenants, protected_consumers=protected, nodes=nodes)
+        return Tenants(tenants=tenants.tenants, nodes=nodes)
     except (SubjectError, ValueError) as error:
         # A tenant called node-<id> for a simulated server, say.
         raise TenantsError(f"{source}: with the cluster's own nodes added: {error}") from None
 
 
-def load_embedded_tenants(
-    path: Path, *, node_ids: Sequence[str], services: Sequence[str]
-) -> Tenants:
+def load_embedded_tenants(path: Path, *, node_ids: Sequence[str]) -> Tenants:
     """Read and check the tenants file at `path`; `TenantsError` says what is wrong."""
     if path.is_dir():
         raise TenantsError(f"{path}: a directory, not a tenants file (TOML)")
-    return embedded_tenants(
-        load_tenants(path), node_ids=node_ids, services=services, source=str(path)
-    )
+    return embedded_tenants(load_tenants(path), node_ids=node_ids, source=str(path))
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
+import nats.errors
 import structlog
 
 from gfair.bus.history import read_history
@@ -69,22 +70,24 @@ from gfair.cluster_logins import (
 )
 from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.events.nodes import NodeRegistered
-from gfair.events.subjects import NODES_STREAM, STREAMS
+from gfair.events.subjects import NODES_STREAM, STREAMS, query_subject
 from gfair.sdk.environment import ENV_CONTROL_DIR
 from gfair.tenancy import Tenants, TenantsError
 from gfair_services.topology import MAX_REPLICAS, cluster_topology
 
 _log = structlog.get_logger("gfair.embedded_cluster")
 
-# Scheduler services, in start order (node executors come after them, one per server).
+# The services, in start order (node executors come after them, one per server).
 SCHEDULER_SERVICES: tuple[str, ...] = (
     "failure_detector",
     "profiler",
     "trading_auction",
     "placement",
     "split_stride",
+    "query",
 )
 NODE_EXECUTOR = "node_executor"
+QUERY_SERVICE = "query"
 # A JetStream cluster needs a quorum of its brokers; three survive the loss of one.
 BROKER_CLUSTER_NAME = "gfair"
 # Other ways to log in that a child could inherit from the environment of `gfair up`; with
@@ -164,9 +167,7 @@ class ClusterOptions:
             # The generated files would replace it, or sit beside it as if they were its own.
             raise TenantsError(f"{self.auth}: inside {generated}, where the cluster writes")
         return load_embedded_tenants(
-            self.auth,
-            node_ids=tuple(s.id for s in self.servers().servers),
-            services=self.services,
+            self.auth, node_ids=tuple(s.id for s in self.servers().servers)
         )
 
 
@@ -489,6 +490,8 @@ class EmbeddedCluster:
                 waiting_nodes -= await self._registered_since(bus, self.started_at)
             if waiting_services:
                 waiting_services -= await self._consuming(bus, waiting_services)
+            if QUERY_SERVICE in waiting_services and await self._answering(bus):
+                waiting_services.discard(QUERY_SERVICE)
             if time.monotonic() > deadline:
                 missing = ", ".join(sorted(waiting_nodes | waiting_services))
                 raise ClusterError(
@@ -509,6 +512,14 @@ class EmbeddedCluster:
             if past.envelope.time >= since and isinstance(past.data, NodeRegistered):
                 found.add(past.data.node_id)
         return found
+
+    async def _answering(self, bus: NatsBus) -> bool:
+        """Whether the query service answers (it has no consumer to look for)."""
+        try:
+            await bus.client.request(query_subject("gfair-up", "nodes"), b"{}", timeout=0.5)
+        except (nats.errors.Error, TimeoutError):
+            return False
+        return True
 
     async def _consuming(self, bus: NatsBus, services: set[str]) -> set[str]:
         """Services with a consumer that a live process is pulling from right now."""

@@ -3,10 +3,10 @@
 A small TOML file names the tenants and the nodes (`deploy/nats/tenants.toml`);
 `render_auth_conf` turns it into the server's `authorization` block (`deploy/nats/auth.conf`,
 via `gfair tenants render`). Services and the operator may do anything. A tenant may publish
-only its own submissions and cancellations and read only its own jobs' events, live or from the
-GFAIR_JOBS stream (`tenant_permissions`); a node executor only its own node's reports and
-commands and the job reports an executor makes (`node_permissions`). Each function says
-exactly what it grants and why each grant is safe.
+only its own submissions, cancellations and questions to the query service, and read only its
+own jobs' events live and the service's answers (`tenant_permissions`); a node executor only
+its own node's reports and commands and the job reports an executor makes
+(`node_permissions`). Each function says exactly what it grants and why each grant is safe.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from gfair.events.jobs import (
 from gfair.events.nodes import NodeEvent, NodeHeartbeat, NodeRegistered, NodeTelemetry
 from gfair.events.subjects import (
     COMMANDS_STREAM,
-    JOBS_STREAM,
     PREFIX,
     STREAMS,
     SubjectError,
@@ -40,6 +39,7 @@ from gfair.events.subjects import (
     dlq_subject,
     node_commands_pattern,
     node_subject,
+    queries_pattern,
     submit_subject,
     validate_token,
 )
@@ -49,9 +49,6 @@ OPERATOR_USER = "operator"
 SERVICES_USER_VARIABLE = "GFAIR_SERVICES_USER"
 SERVICES_PASSWORD_VARIABLE = "GFAIR_SERVICES_PASSWORD"
 OPERATOR_PASSWORD_VARIABLE = "GFAIR_OPERATOR_PASSWORD"
-# The JetStream flow-control replies of consumers on GFAIR_JOBS: a push consumer stalls when
-# its reader may not answer them. Only the consumer named in the subject acts on one.
-_FLOW_CONTROL = f"$JS.FC.{JOBS_STREAM.name}.>"
 
 
 class TenantsError(ValueError):
@@ -61,8 +58,6 @@ class TenantsError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Tenant:
     name: str
-    # May read its jobs' past events from the stream, not only follow them live.
-    history: bool = True
 
     @property
     def variable_stem(self) -> str:
@@ -123,10 +118,6 @@ NODE_USER_PREFIX = "node-"
 @dataclass(frozen=True, slots=True)
 class Tenants:
     tenants: tuple[Tenant, ...] = ()
-    # The services' durable consumers on GFAIR_JOBS. The create API a tenant may call would
-    # also update an existing consumer of any name; these names are denied so no tenant can
-    # re-filter a service's consumer and starve it.
-    protected_consumers: tuple[str, ...] = ()
     nodes: tuple[Node, ...] = ()
 
     def __post_init__(self) -> None:
@@ -142,8 +133,6 @@ class Tenants:
                     f"{tenant.password_variable}"
                 )
             seen[tenant.variable_stem] = tenant.name
-        for consumer in self.protected_consumers:
-            validate_token(consumer, what="protected consumer name")
         tenant_names = {tenant.name for tenant in self.tenants}
         node_stems: dict[str, str] = {}
         for node in self.nodes:
@@ -163,7 +152,6 @@ class Tenants:
 @dataclass(frozen=True, slots=True)
 class TenantPermissions:
     publish_allow: tuple[str, ...]
-    publish_deny: tuple[str, ...]
     subscribe_allow: tuple[str, ...]
 
 
@@ -177,31 +165,26 @@ def consumer_create_subject(stream: str, consumer: str, filter_subject: str) -> 
     return f"$JS.API.CONSUMER.CREATE.{stream}.{consumer}.{filter_subject}"
 
 
-def tenant_permissions(
-    tenant: Tenant, protected_consumers: Sequence[str] = ()
-) -> TenantPermissions:
+def tenant_permissions(tenant: Tenant) -> TenantPermissions:
     """What `tenant` may publish and subscribe to.
 
     - publish `gfair.submit.<t>` and `gfair.cancel.<t>`: its own requests, nobody else's;
+    - publish `gfair.query.<t>.*`: questions to the query service, which answers about the
+      user the subject names only (its jobs, their events and output, its share);
     - subscribe `gfair.job.<t>.>`: its jobs' events as they happen;
-    - subscribe `_INBOX_<t>.>`: replies to its own requests (JetStream acks, consumer
-      deliveries). Not `_INBOX.>`, where everybody's replies go;
-    - with `history`: create a consumer on GFAIR_JOBS through the subject-filtered API, whose
-      filter must lie inside `gfair.job.<t>.>` (the server checks that the filter in the
-      request equals the one in the subject and refuses multi-filter requests there), and
-      answer its flow control. No pull API (`MSG.NEXT`), which would let it pull from any
-      consumer, the services' included: a tenant's consumer delivers to its own inbox.
+    - subscribe `_INBOX_<t>.>`: replies to its own requests (JetStream acks, answers). Not
+      `_INBOX.>`, where everybody's replies go.
+
+    Nothing of the JetStream API: a consumer's configuration (durable or not, where it
+    delivers) travels in the request body, which permissions cannot see, so a tenant allowed
+    to create one could create any; the query service reads the streams for it instead.
     """
-    stream = JOBS_STREAM.name
-    publish = [submit_subject(tenant.name), cancel_subject(tenant.name)]
-    deny: list[str] = []
-    if tenant.history:
-        publish.append(consumer_create_subject(stream, "*", tenant_job_events(tenant.name)))
-        publish.append(_FLOW_CONTROL)
-        deny = [consumer_create_subject(stream, name, ">") for name in protected_consumers]
     return TenantPermissions(
-        publish_allow=tuple(publish),
-        publish_deny=tuple(deny),
+        publish_allow=(
+            submit_subject(tenant.name),
+            cancel_subject(tenant.name),
+            queries_pattern(tenant.name),
+        ),
         subscribe_allow=(tenant_job_events(tenant.name), f"{tenant.inbox_prefix}.>"),
     )
 
@@ -258,18 +241,21 @@ def node_permissions(node: Node) -> TenantPermissions:
         _js_api("STREAM", "MSG", "GET", jobs_bucket),
     ]
     return TenantPermissions(
-        publish_allow=tuple(publish),
-        publish_deny=(),
-        subscribe_allow=(f"{node.inbox_prefix}.>",),
+        publish_allow=tuple(publish), subscribe_allow=(f"{node.inbox_prefix}.>",)
     )
 
 
 # --- the tenants file -------------------------------------------------------------------------
 
-_TOP_KEYS = frozenset({"tenants", "jetstream", "nodes"})
+_TOP_KEYS = frozenset({"tenants", "nodes"})
 _NODE_KEYS = frozenset({"id"})
-_JETSTREAM_KEYS = frozenset({"protected_consumers"})
-_TENANT_KEYS = frozenset({"name", "history"})
+_TENANT_KEYS = frozenset({"name"})
+# Keys of earlier versions, and why they went: the file names them, so it must say so.
+_RETIRED_KEYS = {
+    "jetstream": "tenants create no consumers any more, so none need protecting from them; "
+    "remove the [jetstream] table",
+    "history": "every tenant reads its own jobs' events through the query service; remove it",
+}
 
 
 def parse_tenants(text: str, *, source: str = "tenants file") -> Tenants:
@@ -279,13 +265,6 @@ def parse_tenants(text: str, *, source: str = "tenants file") -> Tenants:
     except tomllib.TOMLDecodeError as error:
         raise TenantsError(f"{source}: {error}") from None
     _no_unknown_keys(document, _TOP_KEYS, source, "")
-    jetstream = document.get("jetstream", {})
-    if not isinstance(jetstream, Mapping):
-        raise TenantsError(f"{source}: jetstream: expected a table")
-    _no_unknown_keys(jetstream, _JETSTREAM_KEYS, source, "jetstream.")
-    protected = _string_list(
-        jetstream.get("protected_consumers", []), source, "jetstream.protected_consumers"
-    )
     rows = document.get("tenants", [])
     if not isinstance(rows, list):
         raise TenantsError(f"{source}: tenants: expected an array of tables ([[tenants]])")
@@ -295,9 +274,7 @@ def parse_tenants(text: str, *, source: str = "tenants file") -> Tenants:
         raise TenantsError(f"{source}: nodes: expected an array of tables ([[nodes]])")
     nodes = [_node(row, source, f"nodes[{index}]") for index, row in enumerate(node_rows)]
     try:
-        return Tenants(
-            tenants=tuple(tenants), protected_consumers=tuple(protected), nodes=tuple(nodes)
-        )
+        return Tenants(tenants=tuple(tenants), nodes=tuple(nodes))
     except (SubjectError, ValueError) as error:
         raise TenantsError(f"{source}: {error}") from None
 
@@ -314,15 +291,12 @@ def _no_unknown_keys(
     table: Mapping[str, Any], known: frozenset[str], source: str, where: str
 ) -> None:
     unknown = sorted(set(table) - known)
+    for key in unknown:
+        if key in _RETIRED_KEYS:
+            raise TenantsError(f"{source}: {where}{key}: no longer used: {_RETIRED_KEYS[key]}")
     if unknown:
         expected = ", ".join(sorted(known))
         raise TenantsError(f"{source}: {where}{unknown[0]}: unknown key (known: {expected})")
-
-
-def _string_list(value: Any, source: str, where: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise TenantsError(f"{source}: {where}: expected an array of strings")
-    return list(value)
 
 
 def _tenant(row: Any, source: str, where: str) -> Tenant:
@@ -336,10 +310,7 @@ def _tenant(row: Any, source: str, where: str) -> Tenant:
         validate_token(name, what="name")
     except SubjectError as error:
         raise TenantsError(f"{source}: {where}.name: {error}") from None
-    history = row.get("history", True)
-    if not isinstance(history, bool):
-        raise TenantsError(f"{source}: {where}.history: expected true or false")
-    return Tenant(name=name, history=history)
+    return Tenant(name=name)
 
 
 def _node(row: Any, source: str, where: str) -> Node:
@@ -366,16 +337,13 @@ _HEADER = """\
 #
 # The services user (${services_user}) and `{operator}` may do anything. A tenant <t> may
 #   - publish its own submissions and cancellations: gfair.submit.<t>, gfair.cancel.<t>;
+#   - ask the query service about its own jobs: gfair.query.<t>.*;
 #   - follow its jobs' events live: subscribe gfair.job.<t>.>;
-#   - read them from the stream (history): create a consumer on {stream} through the
-#     subject-filtered API, $JS.API.CONSUMER.CREATE.{stream}.<name>.gfair.job.<t>.<...>,
-#     delivering to its own inbox, and answer its flow control ($JS.FC.{stream}.>);
 #   - receive replies on _INBOX_<t>.> only: tenant clients connect with inbox prefix
 #     _INBOX_<t> (nats-py: connect(inbox_prefix=...); gfair tools derive it from
 #     GFAIR_NATS_USER, or set GFAIR_NATS_INBOX_PREFIX);
 # and nothing else: no other user's subjects, no key-value buckets, no node commands, no
-# stream or consumer administration. The services' durable consumers on {stream} are denied
-# by name, so that no tenant can re-create (and so re-filter) them.
+# JetStream API (a consumer's configuration is in the request body, out of permissions' sight).
 # The executor of a node <n> logs in as node-<n> and may publish its node's reports
 # (gfair.node.<n>.registered|heartbeat|telemetry), run reports of jobs (started, progress,
 # ..., exited) and their output (gfair.logs.>), take its commands from its own consumer
@@ -394,15 +362,10 @@ def _string_array(items: Sequence[str], indent: str) -> list[str]:
     return [f"{indent}{_quoted(item)}" for item in items]
 
 
-def _permissions_block(
-    variable: str, permissions: TenantPermissions, deny_variable: str
-) -> list[str]:
+def _permissions_block(variable: str, permissions: TenantPermissions) -> list[str]:
     lines = [f"  {variable} = {{", "    publish: {", "      allow: ["]
     lines += _string_array(permissions.publish_allow, "        ")
-    lines.append("      ]")
-    if permissions.publish_deny:
-        lines.append(f"      deny: ${deny_variable}")
-    lines += ["    }", "    subscribe: {", "      allow: ["]
+    lines += ["      ]", "    }", "    subscribe: {", "      allow: ["]
     lines += _string_array(permissions.subscribe_allow, "        ")
     lines += ["      ]", "    }", "  }"]
     return lines
@@ -410,7 +373,6 @@ def _permissions_block(
 
 def render_auth_conf(tenants: Tenants, *, source: str = "deploy/nats/tenants.toml") -> str:
     """The `authorization` block for `tenants`, byte-for-byte reproducible."""
-    deny_variable = "SERVICE_CONSUMERS"
     lines = [
         _HEADER.format(
             source=source,
@@ -418,7 +380,6 @@ def render_auth_conf(tenants: Tenants, *, source: str = "deploy/nats/tenants.tom
             services_password=SERVICES_PASSWORD_VARIABLE,
             operator=OPERATOR_USER,
             operator_password=OPERATOR_PASSWORD_VARIABLE,
-            stream=JOBS_STREAM.name,
         ).rstrip("\n"),
         "authorization {",
         "  SERVICE = {",
@@ -430,22 +391,10 @@ def render_auth_conf(tenants: Tenants, *, source: str = "deploy/nats/tenants.tom
         '    subscribe: ">"',
         "  }",
     ]
-    if any(t.history for t in tenants.tenants) and tenants.protected_consumers:
-        lines.append(f"  # The services' durable consumers on {JOBS_STREAM.name}.")
-        lines.append(f"  {deny_variable} = [")
-        lines += _string_array(
-            [
-                consumer_create_subject(JOBS_STREAM.name, c, ">")
-                for c in tenants.protected_consumers
-            ],
-            "    ",
-        )
-        lines.append("  ]")
     for tenant in tenants.tenants:
-        permissions = tenant_permissions(tenant, tenants.protected_consumers)
-        lines += _permissions_block(tenant.permissions_variable, permissions, deny_variable)
+        lines += _permissions_block(tenant.permissions_variable, tenant_permissions(tenant))
     for node in tenants.nodes:
-        lines += _permissions_block(node.permissions_variable, node_permissions(node), "")
+        lines += _permissions_block(node.permissions_variable, node_permissions(node))
     lines.append("  users: [")
     lines.append(
         f"    {{user: ${SERVICES_USER_VARIABLE}, password: ${SERVICES_PASSWORD_VARIABLE}, "

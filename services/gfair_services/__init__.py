@@ -1,4 +1,4 @@
-"""The six gfair services: thin shells whose handlers call the core.
+"""The gfair services: thin shells whose handlers call the core, and the query service.
 
 Convention every service package follows (`gfair_services.<name>`, `<name>` one of
 `SERVICE_NAMES`):
@@ -10,7 +10,8 @@ Convention every service package follows (`gfair_services.<name>`, `<name>` one 
   the flags from the model, so a new field needs no CLI code. Fields that are not plain scalars
   take JSON on the command line, or whatever their own validator parses.
 - Optionally it also exports ``async def serve(settings: Settings) -> None`` when the process
-  owns resources beyond its `Service` (the node executor's job supervisor): the runner then
+  owns resources beyond its `Service` (the node executor's job supervisor), or is no `Service`
+  at all (the query service answers requests; it has no ``build_service``): the runner then
   calls it instead of ``gfair.bus.serve(build_service(settings))``.
 - ``__main__.py`` is two lines: ``from gfair_services.entrypoint import run_service`` and
   ``raise SystemExit(run_service("<name>"))``, so ``python -m gfair_services.<name>`` works.
@@ -27,4 +28,5 @@ SERVICE_NAMES: tuple[str, ...] = (
     "trading_auction",
     "failure_detector",
     "node_executor",
+    "query",
 )

@@ -110,6 +110,33 @@ def test_the_printed_logins_let_a_tenant_submit_and_the_operator_follow(
         )
         assert waited.returncode == 0, waited.stdout + waited.stderr
 
+        # Every reading command works with a tenant's login, about her own jobs only.
+        bob = environment | printed["bob"]
+        theirs = gfair("submit", "--gpus", "1", "--wait", "completed", *JOB, env=bob, cwd=elsewhere)
+        assert theirs.returncode == 0, theirs.stdout + theirs.stderr
+        listed = gfair("jobs", "--json", env=alice, cwd=elsewhere)
+        assert listed.returncode == 0, listed.stderr
+        assert [(j["user"], j["job_id"]) for j in json.loads(listed.stdout)] == [
+            ("alice", job["job_id"])
+        ]
+        reference = f"alice/{job['job_id']}"
+        for argv in (
+            ("wait", reference),
+            ("job", reference),
+            ("why", reference),
+            ("logs", reference),
+            ("users",),
+            ("nodes",),
+            ("history",),
+            ("usage",),
+        ):
+            read = gfair(*argv, env=alice, cwd=elsewhere)
+            assert read.returncode == 0, (argv, read.stdout + read.stderr)
+            assert "bob" not in read.stdout, (argv, read.stdout)
+        assert "synthetic" in gfair("logs", reference, env=alice, cwd=elsewhere).stdout
+        foreign = gfair("jobs", "--user", "bob", env=alice, cwd=elsewhere)
+        assert foreign.returncode != 0 and "only alice's jobs" in foreign.stderr, foreign.stderr
+
         # Found through the context file, but not let in without a login.
         stranger = gfair("jobs", "--json", env=environment, cwd=elsewhere)
         assert stranger.returncode == 3, stranger.stdout + stranger.stderr

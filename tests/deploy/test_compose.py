@@ -312,7 +312,7 @@ def test_the_image_runs_the_gfair_command_with_a_writable_data_root() -> None:
         for name, service in config["services"].items()
         if (service.get("build") or {}).get("dockerfile") == GFAIR_DOCKERFILE
     ]
-    # The six services, and nothing runs a subcommand the gfair CLI does not have.
+    # The services, and nothing runs a subcommand the gfair CLI does not have.
     assert sorted(ours) == sorted(
         [
             "profiler",
@@ -321,6 +321,7 @@ def test_the_image_runs_the_gfair_command_with_a_writable_data_root() -> None:
             "trading-auction",
             "failure-detector",
             "node-executor",
+            "query",
         ]
     )
     for name in ours:
@@ -378,6 +379,14 @@ async def test_the_compose_services_run_a_job_to_completion(
                 while "gfair_node_gpus_busy{" not in scrape(executor.metrics_port):
                     assert time.monotonic() < deadline, "no busy GPUs exported in 30 s"
                     await asyncio.sleep(0.5)
+                # A tenant reads her job through the query service.
+                alice = ConnectOptions(
+                    servers=(nats.url,),
+                    user="alice",
+                    password=nats_env["GFAIR_TENANT_ALICE_PASSWORD"],
+                )
+                async with await GfairClient.connect(options=alice) as tenant:
+                    assert [j.job_id for j in await tenant.jobs()] == ["compose-1"]
                 exported = {s.name: scrape(s.metrics_port) for s in services if s.metrics_port}
         stopped = {s.name: s.process.returncode if s.process else None for s in services}
         spans = collector.spans()

@@ -11,7 +11,7 @@ import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
-from gfair.client import ConnectOptions, GfairClient
+from gfair.client import ClientError, ConnectOptions, GfairClient
 from gfair.cluster_logins import Login
 from gfair.embedded_cluster import EmbeddedCluster
 from gfair.events.states import JobState
@@ -155,3 +155,52 @@ async def test_without_a_login_or_with_a_wrong_password_nobody_gets_in(
 
 async def _ignore(exc: Exception) -> None:
     del exc
+
+
+async def test_a_tenants_client_reads_its_own_jobs_and_nothing_else(
+    start_cluster: StartCluster, tenants_file: Path
+) -> None:
+    async with start_cluster(cluster="v100:1x2", auth=tenants_file) as cluster:
+        bob = await client_as(cluster, "bob")
+        async with bob:
+            theirs = await bob.submit("bob", 1, synthetic(duration_s=120), wait="running")
+            assert theirs.state is JobState.RUNNING
+            for _ in range(100):  # until the auction has counted his job
+                view = await bob.users()
+                if view.users:
+                    break
+                await asyncio.sleep(0.1)
+            assert [u.user for u in view.users] == ["bob"]
+            assert view.capacity == {"v100": 2}
+        alice = await client_as(cluster, "alice")
+        async with alice:
+            ran = await alice.submit("alice", 1, synthetic(iterations=20), wait="ended")
+            assert ran.state is JobState.COMPLETED, ran
+            assert await alice.wait("alice", ran.job_id, timeout_s=30) is JobState.COMPLETED
+            assert [(j.user, j.job_id) for j in await alice.jobs()] == [("alice", ran.job_id)]
+            details = await alice.job("alice", ran.job_id)
+            kinds = [type(e.data).__name__ for e in details.events]
+            assert kinds[0] == "JobAccepted" and kinds[-1] == "JobCompleted", kinds
+            assert details.failures is not None  # the failure detector's record, cut to hers
+            assert "completed" in (await alice.why("alice", ran.job_id)).headline
+            nodes = await alice.nodes()
+            assert [n.node_id for n in nodes] == ["v100-0"]
+            assert all(ref.user == "alice" for node in nodes for ref in node.running)
+            for _ in range(100):  # executors ship output every second
+                output = b"".join([c.data async for c in alice.output("alice", ran.job_id)])
+                if b"synthetic" in output:
+                    break
+                await asyncio.sleep(0.1)
+            assert b"synthetic" in output
+            assert [e async for e in alice.events()] != []
+            assert [s async for s in alice.cleared_trades()] == []
+            with pytest.raises(ClientError, match="only alice's jobs"):
+                await alice.jobs("bob")
+            with pytest.raises(ClientError, match="only alice's jobs"):
+                await alice.job("bob", theirs.job_id)
+            # Asking on bob's subject anyway is refused by NATS, not answered.
+            connection = await connection_as(cluster, "alice")
+            with pytest.raises(nats.errors.Error):
+                await connection.nc.request("gfair.query.bob.jobs", b"{}", timeout=1)
+            assert "gfair.query.bob.jobs" in await connection.refusal()
+            await connection.nc.close()

@@ -20,7 +20,9 @@ from gfair_services.tenants import TenantSettings, parse_user_tickets
 @pytest.mark.parametrize("name", SERVICE_NAMES)
 def test_every_service_follows_the_package_convention(name: str) -> None:
     module = service_module(name)
-    assert callable(module.build_service)
+    # A service of the bus runtime builds a `Service`; one that is not (the query service,
+    # on request/reply) serves itself.
+    assert callable(getattr(module, "build_service", None) or getattr(module, "serve", None))
     parser = build_parser(name, settings_class(module))
     assert parser.parse_args([]) is not None  # every field has a default or comes from env
 

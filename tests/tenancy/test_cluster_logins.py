@@ -13,34 +13,21 @@ from gfair.cluster_logins import (
     ClusterLogins,
     embedded_tenants,
     new_password,
-    services_jobs_consumers,
 )
-from gfair.embedded_cluster import SCHEDULER_SERVICES, ClusterOptions, EmbeddedCluster
-from gfair.events.subjects import JOBS_STREAM
+from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.tenancy import Node, Tenant, Tenants, TenantsError, parse_tenants
-
-from .test_tenants_file import services_durables_on
 
 NODES = ("v100-0", "v100-1")
 
 
-def test_the_simulated_nodes_are_added_and_the_services_consumers_protected() -> None:
+def test_the_simulated_nodes_are_added() -> None:
     declared = parse_tenants(
-        "[jetstream]\nprotected_consumers = ['mine']\n"
         "[[tenants]]\nname = 'alice'\n[[nodes]]\nid = 'v100-1'\n[[nodes]]\nid = 'gpu-9'\n"
     )
-    tenants = embedded_tenants(declared, node_ids=NODES, services=SCHEDULER_SERVICES)
+    tenants = embedded_tenants(declared, node_ids=NODES)
     assert tenants.tenants == (Tenant("alice"),)
     # The file's own nodes keep their place; only those it lacks are added.
     assert tenants.nodes == (Node("v100-1"), Node("gpu-9"), Node("v100-0"))
-    assert tenants.protected_consumers[0] == "mine"
-    assert set(services_jobs_consumers(SCHEDULER_SERVICES)) <= set(tenants.protected_consumers)
-
-
-def test_the_consumers_protected_are_those_the_services_keep_on_the_jobs_stream() -> None:
-    assert set(services_jobs_consumers(SCHEDULER_SERVICES)) == services_durables_on(
-        JOBS_STREAM.name
-    )
 
 
 @pytest.mark.parametrize(
@@ -54,9 +41,7 @@ def test_a_tenant_that_would_take_a_login_of_the_cluster_is_refused(
     text: str, message: str
 ) -> None:
     with pytest.raises(TenantsError, match=message):
-        embedded_tenants(
-            parse_tenants(text), node_ids=NODES, services=SCHEDULER_SERVICES, source="t.toml"
-        )
+        embedded_tenants(parse_tenants(text), node_ids=NODES, source="t.toml")
 
 
 def test_a_bad_tenants_file_stops_the_cluster_before_it_starts(tmp_path: Path) -> None:

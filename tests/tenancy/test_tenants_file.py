@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 from pathlib import Path
 
@@ -10,7 +9,6 @@ import pytest
 
 from gfair.bus.server import nats_server_binary
 from gfair.cli.main import main as gfair
-from gfair.events.subjects import JOBS_STREAM
 from gfair.tenancy import (
     Tenant,
     Tenants,
@@ -20,29 +18,21 @@ from gfair.tenancy import (
     render_auth_conf,
     tenant_permissions,
 )
-from gfair_services import SERVICE_NAMES
 
 from .conftest import SERVER_ENV, SHIPPED
 
 TWO = """
-[jetstream]
-protected_consumers = ["placement-jobs"]
-
 [[tenants]]
 name = "alice"
 
 [[tenants]]
 name = "team-b"
-history = false
 """
 
 
 def test_a_tenants_file_parses_into_tenants() -> None:
     tenants = parse_tenants(TWO)
-    assert tenants == Tenants(
-        tenants=(Tenant("alice"), Tenant("team-b", history=False)),
-        protected_consumers=("placement-jobs",),
-    )
+    assert tenants == Tenants(tenants=(Tenant("alice"), Tenant("team-b")))
     team = tenants.tenants[1]
     assert team.password_variable == "GFAIR_TENANT_TEAM_B_PASSWORD"
     assert team.inbox_prefix == "_INBOX_team-b"
@@ -52,13 +42,12 @@ def test_a_tenants_file_parses_into_tenants() -> None:
     ("text", "message"),
     [
         ("[[tenants]]\nname = 'a.b'", "tenants[0].name: name must be 1 to 64"),
-        ("[[tenants]]\nname = 'alice'\n[[tenants]]\nhistory = true", "tenants[1].name: required"),
+        ("[[tenants]]\nname = 'alice'\n[[tenants]]", "tenants[1].name: required"),
         ("[[tenants]]\nname = 'x'\nhistroy = false", "tenants[0].histroy: unknown key"),
-        ("[[tenants]]\nname = 'x'\nhistory = 'no'", "tenants[0].history: expected true or false"),
+        ("[[tenants]]\nname = 'x'\nhistory = false", "tenants[0].history: no longer used"),
         ("tenant = []", "tenant: unknown key"),
         ("tenants = 3", "tenants: expected an array of tables"),
-        ("[jetstream]\nprotected_consumers = 'p'", "jetstream.protected_consumers: expected"),
-        ("[jetstream]\nprotected_consumers = ['a.>']", "protected consumer name must be"),
+        ("[jetstream]\nprotected_consumers = ['p']", "jetstream: no longer used"),
         ("[[tenants]]\nname = 'operator'", "operator"),
         (
             "[[tenants]]\nname = 'a-b'\n[[tenants]]\nname = 'a_b'",
@@ -83,25 +72,20 @@ def test_a_bad_tenants_file_is_refused_naming_what_is_wrong(text: str, message: 
     assert message in str(refused.value)
 
 
-def test_a_tenant_without_history_gets_no_jetstream_grants() -> None:
-    tenants = parse_tenants(TWO)
-    alice, team = (tenant_permissions(t, tenants.protected_consumers) for t in tenants.tenants)
+def test_a_tenant_may_publish_its_requests_and_questions_and_no_jetstream_api() -> None:
+    alice, team = (tenant_permissions(t) for t in parse_tenants(TWO).tenants)
     assert alice.publish_allow == (
         "gfair.submit.alice",
         "gfair.cancel.alice",
-        f"$JS.API.CONSUMER.CREATE.{JOBS_STREAM.name}.*.gfair.job.alice.>",
-        f"$JS.FC.{JOBS_STREAM.name}.>",
+        "gfair.query.alice.*",
     )
-    assert alice.publish_deny == (f"$JS.API.CONSUMER.CREATE.{JOBS_STREAM.name}.placement-jobs.>",)
-    assert team.publish_allow == ("gfair.submit.team-b", "gfair.cancel.team-b")
-    assert team.publish_deny == ()
     assert team.subscribe_allow == ("gfair.job.team-b.>", "_INBOX_team-b.>")
 
 
 @pytest.mark.nats
 @pytest.mark.parametrize(
     "text",
-    [TWO, "", "[[tenants]]\nname = 'solo'\nhistory = false", "[[tenants]]\nname = '1234'"],
+    [TWO, "", "[[nodes]]\nid = 'solo'", "[[tenants]]\nname = '1234'"],
 )
 def test_what_is_rendered_is_a_configuration_the_server_accepts(
     tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch
@@ -109,8 +93,8 @@ def test_what_is_rendered_is_a_configuration_the_server_accepts(
     tenants = parse_tenants(text)
     for name, value in SERVER_ENV.items():
         monkeypatch.setenv(name, value)
-    for tenant in tenants.tenants:
-        monkeypatch.setenv(tenant.password_variable, "pw")
+    for login in (*tenants.tenants, *tenants.nodes):
+        monkeypatch.setenv(login.password_variable, "pw")
     (tmp_path / "auth.conf").write_text(render_auth_conf(tenants))
     config = tmp_path / "nats.conf"
     config.write_text("include ./auth.conf\n")
@@ -129,29 +113,6 @@ def test_the_shipped_auth_conf_is_what_the_shipped_tenants_file_renders() -> Non
     assert (SHIPPED / "auth.conf").read_text() == render_auth_conf(
         tenants, source="deploy/nats/tenants.toml"
     ), "re-render: gfair tenants render deploy/nats/tenants.toml -o deploy/nats/auth.conf"
-
-
-def services_durables_on(stream: str) -> set[str]:
-    """The durable consumers each service declares on `stream`, as it builds itself."""
-    durables: set[str] = set()
-    for name in SERVICE_NAMES:
-        package = importlib.import_module(f"gfair_services.{name}")
-        # The node executor needs GPUs to build itself; simulated ones do.
-        overrides = {"simulate_gpus": "v100:1"} if name == "node_executor" else {}
-        service = package.build_service(package.Settings(**overrides))
-        durables |= {c.durable for c in service.topology.consumers if c.stream == stream}
-    return durables
-
-
-def test_every_services_consumer_on_the_jobs_stream_is_protected_from_tenants() -> None:
-    protected = set(load_tenants(SHIPPED / "tenants.toml").protected_consumers)
-    durables = services_durables_on(JOBS_STREAM.name)
-    assert durables, "expected the services to consume GFAIR_JOBS"
-    missing = durables - protected
-    assert not missing, (
-        f"add {sorted(missing)} to [jetstream] protected_consumers in deploy/nats/tenants.toml "
-        "and re-render auth.conf: a tenant could otherwise re-filter them"
-    )
 
 
 def test_the_cli_renders_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

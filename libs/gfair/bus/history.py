@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 import structlog
@@ -30,7 +30,7 @@ async def read_history(
     filter_subjects: tuple[str, ...] = (),
     start_sequence: int = 1,
     accepts: tuple[type[EventData], ...] = (),
-) -> AsyncIterator[HistoricalEvent]:
+) -> AsyncGenerator[HistoricalEvent, None]:
     """Every decodable event stored so far, oldest first; `accepts` narrows the types.
 
     Undecodable or invalid messages are skipped with a warning: the live consumers have

@@ -19,7 +19,7 @@ executor restarting) is stored once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 
 from gfair.bus.topology import Storage, StreamSpec
@@ -116,7 +116,7 @@ async def publish_chunk(bus: Bus, user: str, job_id: str, chunk: OutputChunk) ->
 
 async def read_output(
     bus: Bus, user: str, job_id: str, *, start_sequence: int = 1
-) -> AsyncIterator[OutputChunk]:
+) -> AsyncGenerator[OutputChunk, None]:
     """The job's chunks stored so far, from `start_sequence` on, in the order stored."""
     async for message in bus.history(
         LOGS_STREAM,

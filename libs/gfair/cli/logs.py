@@ -18,10 +18,9 @@ import sys
 import time
 from typing import Any
 
-from gfair.bus.job_output import OUTPUTS, OutputChunk, read_output
-from gfair.bus.transport import BusError
+from gfair.bus.job_output import OUTPUTS, OutputChunk
 from gfair.cli import output, session
-from gfair.client import GfairClient, NoCluster, UnknownJob
+from gfair.client import GfairClient, UnknownJob
 
 # How often -f looks for new output; the executors ship every second.
 POLL_S = 0.5
@@ -74,12 +73,9 @@ async def _print_stored(
     client: GfairClient, user: str, job_id: str, show: _Printer, *, start: int
 ) -> int:
     """Print what is stored from `start` on; the sequence to read from next."""
-    try:
-        async for chunk in read_output(client.bus, user, job_id, start_sequence=start):
-            show(chunk)
-            start = chunk.sequence + 1
-    except BusError as exc:
-        raise NoCluster(f"cannot read jobs' output (no GFAIR_LOGS stream?): {exc}") from exc
+    async for chunk in client.output(user, job_id, start=start):
+        show(chunk)
+        start = chunk.sequence + 1
     return start
 
 

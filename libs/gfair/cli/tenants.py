@@ -104,11 +104,10 @@ def run_list(args: argparse.Namespace) -> int:
     if tenants is None:
         return 1
     for tenant in tenants.tenants:
-        permissions = tenant_permissions(tenant, tenants.protected_consumers)
+        permissions = tenant_permissions(tenant)
         print(tenant.name)
         print(f"  password variable: {tenant.password_variable}")
         print(f"  inbox prefix:      {tenant.inbox_prefix}")
-        print(f"  history:           {'yes' if tenant.history else 'no (live events only)'}")
         print(f"  publish:           {', '.join(permissions.publish_allow)}")
         print(f"  subscribe:         {', '.join(permissions.subscribe_allow)}")
     for node in tenants.nodes:

@@ -20,7 +20,6 @@ from rich.console import Group
 from rich.live import Live
 from rich.text import Text
 
-from gfair.bus.history import read_history
 from gfair.cli import output, session
 from gfair.cli.demo_dashboard import (
     ShareWindow,
@@ -34,8 +33,6 @@ from gfair.cli.demo_dashboard import (
 )
 from gfair.client import GfairClient
 from gfair.events.jobs import JobEvent
-from gfair.events.scheduling import TradeCleared
-from gfair.events.subjects import JOBS_STREAM, SCHED_STREAM
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -102,20 +99,12 @@ class ClusterView:
         )
 
     async def _count_events(self) -> None:
-        bus = self._client.bus
-        async for event in read_history(
-            bus, JOBS_STREAM.name, start_sequence=self._tally.jobs_sequence + 1
-        ):
+        async for event in self._client.events(start=self._tally.jobs_sequence + 1):
             self._tally.jobs_sequence = event.sequence
             if isinstance(event.data, JobEvent):
                 self._tally.count(event.data)
-        async for event in read_history(
-            bus,
-            SCHED_STREAM.name,
-            filter_subjects=(TradeCleared.subject_pattern(),),
-            start_sequence=self._tally.sched_sequence + 1,
-        ):
-            self._tally.sched_sequence = event.sequence
+        async for sequence in self._client.cleared_trades(start=self._tally.sched_sequence + 1):
+            self._tally.sched_sequence = sequence
             self._tally.trades += 1
 
 

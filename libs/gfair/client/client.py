@@ -25,17 +25,19 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Literal, Self, TypeVar
+from typing import Literal, Self
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from gfair.bus.history import HistoricalEvent, read_history
-from gfair.bus.key_value import KeyValue
+from gfair.bus.history import HistoricalEvent
+from gfair.bus.job_output import OutputChunk
 from gfair.bus.publisher import EventPublisher
 from gfair.bus.transport import Bus, BusError, NoStreamForSubject, PubAck
 from gfair.client.connection import ConnectOptions, connect_bus, split_servers
 from gfair.client.errors import ClientError, NoCluster, UnknownJob, WaitTimeout
 from gfair.client.explanation import Explanation, explain
+from gfair.client.query_access import QueryAccess
+from gfair.client.state_access import DirectAccess, StateAccess
 from gfair.client.views import (
     JobDetails,
     PoolUsage,
@@ -49,19 +51,14 @@ from gfair.events.job_array import ArrayMembership
 from gfair.events.jobs import JobAccepted, JobEvent, JobHeld, JobPlaced, JobRejected
 from gfair.events.nodes import NodeUncordoned
 from gfair.events.states import JobState
-from gfair.events.subjects import JOBS_STREAM, job_events_pattern
 from gfair.events.submission import JobCancelRequested, JobSubmitted, new_job_id
-from gfair.state.buckets import JOBS, NODES, PROFILES, SHARES, STRIDE, job_key
-from gfair.state.job_failures import FAILURES, JobFailureRecord
-from gfair.state.job_record import JobRecord, load_job, load_jobs
-from gfair.state.node_record import NodeRecord, node_key
-from gfair.state.profile_record import JobProfileRecord, job_profile_key
-from gfair.state.share_record import SHARES_KEY, SharesRecord
-from gfair.state.stride_record import StrideRecord, load_stride
+from gfair.state.job_record import JobRecord
+from gfair.state.node_record import NodeRecord
+from gfair.state.share_record import SharesRecord
+from gfair.state.stride_record import StrideRecord
 
 # How far `submit` waits: not at all, until admitted (or rejected), until it runs, until it ends.
 WaitFor = Literal["none", "accepted", "running", "ended"]
-M = TypeVar("M", bound=BaseModel)
 
 
 class InvalidRequest(ClientError):
@@ -76,8 +73,10 @@ class GfairClient:
         source: str = "gfair-client",
         poll_interval_s: float = 0.2,
         owns_bus: bool = False,
+        access: StateAccess | None = None,
     ) -> None:
         self._bus = bus
+        self._access: StateAccess = access or DirectAccess(bus, poll_interval_s=poll_interval_s)
         self._publisher = EventPublisher(bus, source)
         self._poll_interval_s = poll_interval_s
         self._owns_bus = owns_bus
@@ -99,13 +98,22 @@ class GfairClient:
         if servers is not None:
             options = dataclasses.replace(options, servers=split_servers(servers))
         bus = await connect_bus(options)
-        return cls(bus, source=options.name, poll_interval_s=poll_interval_s, owns_bus=True)
+        tenant = options.tenant()
+        access = QueryAccess(bus.client, tenant) if tenant is not None else None
+        return cls(
+            bus,
+            source=options.name,
+            poll_interval_s=poll_interval_s,
+            owns_bus=True,
+            access=access,
+        )
 
     @property
     def bus(self) -> Bus:
         return self._bus
 
     async def close(self) -> None:
+        await self._access.close()
         if self._owns_bus:
             await self._bus.close()
 
@@ -295,7 +303,7 @@ class GfairClient:
         self, node_id: str, *, operator: str | None = None, reason: str | None = None
     ) -> Envelope:
         """Clear a node's quarantine (the failure detector acts on it)."""
-        if await self._read(NODES.name, node_key(node_id), NodeRecord) is None:
+        if await self._access.node(node_id) is None:
             raise ClientError(f"unknown node {node_id!r}")
         try:
             data = NodeUncordoned(node_id=node_id, operator=operator or _operator(), reason=reason)
@@ -321,43 +329,34 @@ class GfairClient:
 
     async def jobs(self, user: str | None = None, state: JobState | None = None) -> list[JobRecord]:
         """Job records, oldest first; `user` and `state` narrow them."""
-        bucket = await self._bucket(JOBS.name)
-        records = [stored.record for stored in await load_jobs(bucket, user=user)]
+        records = await self._access.job_records(user)
         if state is not None:
             records = [r for r in records if r.state is state]
         return sorted(records, key=lambda r: (r.created_at, r.user, r.job_id))
 
     async def job(self, user: str, job_id: str, *, with_events: bool = True) -> JobDetails:
         """A job's record and events; `UnknownJob` if neither exists."""
-        stored = await load_job(await self._bucket(JOBS.name), user, job_id)
+        found = await self._access.job(user, job_id)
         events: list[HistoricalEvent] = []
-        if with_events or stored is None:
-            events = [e async for e in self._history(user, job_id, 1)]
-        if stored is None and not events:
+        if with_events or found.record is None:
+            events = [e async for e in self._access.events(user, job_id, 1)]
+        if found.record is None and not events:
             raise UnknownJob(f"no job {user}/{job_id}")
         return JobDetails(
             user=user,
             job_id=job_id,
-            record=stored.record if stored is not None else None,
+            record=found.record,
             events=tuple(events),
-            profile=await self._read(
-                PROFILES.name, job_profile_key(user, job_id), JobProfileRecord
-            ),
-            failures=await self._read(FAILURES.name, job_key(user, job_id), JobFailureRecord),
+            profile=found.profile,
+            failures=found.failures,
         )
 
     async def nodes(self) -> list[NodeRecord]:
-        bucket = await self._bucket(NODES.name)
-        found = []
-        for key in await bucket.keys():
-            entry = await bucket.get(key)
-            if entry is not None and entry.value:
-                found.append(NodeRecord.model_validate_json(entry.value))
-        return sorted(found, key=lambda n: n.node_id)
+        return await self._access.nodes()
 
     async def users(self) -> UsersView:
         """Each active user's fair share, entitlement and received GPU time, per pool."""
-        shares = await self._read(SHARES.name, SHARES_KEY, SharesRecord)
+        shares = await self.shares()
         stride = await self.stride()
         usage = stride.usage if stride is not None else {}
         elapsed = 0.0
@@ -404,27 +403,26 @@ class GfairClient:
         )
 
     async def shares(self) -> SharesRecord | None:
-        return await self._read(SHARES.name, SHARES_KEY, SharesRecord)
+        return await self._access.shares()
 
     async def stride(self) -> StrideRecord | None:
-        stored = await load_stride(await self._bucket(STRIDE.name))
-        return stored.record if stored is not None else None
+        return await self._access.stride()
 
-    async def why(self, user: str, job_id: str) -> Explanation:
-        """Why the job is where it is: what it waits for, or how it ended."""
+    async def why(self, user: str, job_id: str, *, viewer: str | None = None) -> Explanation:
+        """Why the job is where it is: what it waits for, or how it ended. With `viewer`, other
+        users' jobs go unnamed (the query service answering a tenant)."""
+        answered = await self._access.why(user, job_id)
+        if answered is not None:
+            return answered
         details = await self.job(user, job_id)
         servers = details.record.servers if details.record is not None else ()
-        nodes = [
-            node
-            for node in [await self._read(NODES.name, node_key(s), NodeRecord) for s in servers]
-            if node is not None
-        ]
+        nodes = [node for node in [await self._access.node(s) for s in servers] if node]
         dependencies: dict[str, JobState] = {}
         if details.record is not None:
             for dependency in details.record.submission.after_ok:
-                found = await load_job(await self._bucket(JOBS.name), user, dependency)
+                found = await self._access.job_record(user, dependency)
                 if found is not None:
-                    dependencies[dependency] = found.record.state
+                    dependencies[dependency] = found.state
         return explain(
             details,
             stride=await self.stride(),
@@ -432,7 +430,25 @@ class GfairClient:
             nodes=nodes,
             now=datetime.now(UTC),
             dependencies=dependencies,
+            viewer=viewer,
         )
+
+    def events(
+        self, user: str | None = None, job_id: str | None = None, *, start: int = 1
+    ) -> AsyncGenerator[HistoricalEvent, None]:
+        """Job events stored so far, from stream sequence `start` on: one job's, one user's, or
+        (neither given) every job's the login may read."""
+        return self._access.events(user, job_id, start)
+
+    def output(
+        self, user: str, job_id: str, *, start: int = 1
+    ) -> AsyncGenerator[OutputChunk, None]:
+        """What the job wrote to stdout and stderr, as stored so far from `start` on."""
+        return self._access.output(user, job_id, start)
+
+    def cleared_trades(self, *, start: int = 1) -> AsyncGenerator[int, None]:
+        """Stream sequences of the trade clearings from `start` on (none for a tenant)."""
+        return self._access.cleared_trades(start)
 
     async def watch(
         self,
@@ -449,7 +465,7 @@ class GfairClient:
         """
         start = 1
         if not from_start:
-            async for event in self._history(user, job_id, 1):
+            async for event in self._access.events(user, job_id, 1):
                 start = event.sequence + 1
         events = self._follow(user, job_id, start, timeout_s)
         async with aclosing(events):
@@ -469,50 +485,14 @@ class GfairClient:
             # Read each batch to its end before handing any of it out: a history read left
             # half-way when the caller stops would delete its consumer only when collected,
             # possibly after the connection closed.
-            batch = [event async for event in self._history(user, job_id, start)]
+            batch = [event async for event in self._access.events(user, job_id, start)]
             for event in batch:
                 start = event.sequence + 1
                 yield event
             if deadline is not None and time.monotonic() >= deadline:
                 return
-            pause = self._poll_interval_s
-            if deadline is not None:
-                pause = min(pause, max(deadline - time.monotonic(), 0.0))
-            await asyncio.sleep(pause)
-
-    def _history(self, user: str, job_id: str, start: int) -> AsyncGenerator[HistoricalEvent, None]:
-        return self._guarded_history(job_events_pattern(user, job_id), start)
-
-    async def _guarded_history(
-        self, pattern: str, start: int
-    ) -> AsyncGenerator[HistoricalEvent, None]:
-        history = read_history(
-            self._bus, JOBS_STREAM.name, filter_subjects=(pattern,), start_sequence=start
-        )
-        try:
-            async for event in history:
-                yield event
-        except BusError as exc:
-            raise NoCluster(f"cannot read {JOBS_STREAM.name}: {exc}") from exc
-
-    async def _bucket(self, name: str) -> KeyValue:
-        try:
-            return await self._bus.key_value(name)
-        except BusError as exc:
-            raise NoCluster(
-                f"no bucket {name}: no gfair cluster on this NATS, or it never started ({exc})"
-            ) from exc
-
-    async def _read(self, bucket: str, key: str, model: type[M]) -> M | None:
-        """One record, or None when it (or its whole bucket) does not exist."""
-        try:
-            kv = await self._bus.key_value(bucket)
-        except BusError:
-            return None
-        entry = await kv.get(key)
-        if entry is None or not entry.value:
-            return None
-        return model.model_validate_json(entry.value)
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            await self._access.changed(user, job_id, left)
 
 
 def _state_of(data: EventData) -> JobState | None:

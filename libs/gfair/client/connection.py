@@ -6,10 +6,11 @@ wants to know now), and otherwise rides out reconnects like the services do.
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import nats.errors
 from nats.aio.client import Client as NatsClient
@@ -24,6 +25,8 @@ from gfair.client.cluster_context import (
     split_servers,
 )
 from gfair.client.errors import NotReachable
+from gfair.cluster_logins import SERVICES_USER
+from gfair.tenancy import NODE_USER_PREFIX, OPERATOR_USER, SERVICES_USER_VARIABLE
 
 __all__ = [
     "DEFAULT_NATS_URL",
@@ -64,6 +67,10 @@ class ConnectOptions:
     tls_hostname: str | None = None
     # Anything else `nats.connect` takes, passed through as is.
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # How reads are made: straight from the services' records and streams, or by asking the
+    # query service as a tenant must (`gfair.client.state_access`). "auto": a tenant's login
+    # (a user that is not the operator, the services or a node executor) asks.
+    reads: Literal["auto", "direct", "query"] = "auto"
     # Where `servers` came from; not an argument: `dataclasses.replace` with other servers must
     # not keep the credentials of a context they no longer come from.
     address: ClusterAddress = field(init=False, compare=False)
@@ -97,6 +104,18 @@ class ConnectOptions:
             # A tenant may only read replies on its own inbox (deploy/nats/auth.conf).
             explicit["inbox_prefix"] = inbox_prefix_for(self.user)
         return from_environment | explicit | dict(self.extra)
+
+    def tenant(self) -> str | None:
+        """The tenant whose reads go through the query service, or None to read directly."""
+        user = self.connect_kwargs().get("user")
+        if self.reads == "direct" or (self.reads == "auto" and not isinstance(user, str)):
+            return None
+        if not isinstance(user, str):
+            raise ValueError("reads='query' needs a user login (the tenant the service answers)")
+        privileged = {OPERATOR_USER, os.environ.get(SERVICES_USER_VARIABLE) or SERVICES_USER}
+        if self.reads == "auto" and (user in privileged or user.startswith(NODE_USER_PREFIX)):
+            return None
+        return user
 
 
 async def connect_bus(options: ConnectOptions) -> NatsBus:

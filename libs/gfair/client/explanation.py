@@ -53,9 +53,10 @@ def explain(
     nodes: Sequence[NodeRecord],
     now: datetime,
     dependencies: Mapping[str, JobState] | None = None,
+    viewer: str | None = None,
 ) -> Explanation:
     """Why `details`' job is where it is; `dependencies` are the states of the jobs its
-    `after_ok` names (absent: unknown)."""
+    `after_ok` names (absent: unknown). For a `viewer`, jobs of other users go unnamed."""
     record, state = details.record, details.state
     ref = f"{details.user}/{details.job_id}"
     reasons: list[Reason] = []
@@ -93,7 +94,7 @@ def explain(
             )
     else:
         headline = f"{ref} is {state} and waits for GPUs"
-        reasons += _waiting(details, stride, nodes, now)
+        reasons += _waiting(details, stride, nodes, now, viewer)
     if not state.terminal:
         reasons += _share(details.user, shares)
     reasons += [
@@ -108,6 +109,7 @@ def _waiting(
     stride: StrideRecord | None,
     nodes: Sequence[NodeRecord],
     now: datetime,
+    viewer: str | None,
 ) -> list[Reason]:
     record = details.record
     assert record is not None
@@ -163,7 +165,7 @@ def _waiting(
         )
     reasons += _account(key, details.user, stride)
     for server in job.servers:
-        reasons += _on_server(key, record.gpus, server, stride)
+        reasons += _on_server(key, record.gpus, server, stride, viewer)
     return reasons
 
 
@@ -200,7 +202,9 @@ def _account(key: str, user: str, stride: StrideRecord) -> list[Reason]:
     return reasons
 
 
-def _on_server(key: str, gpus: int, server: str, stride: StrideRecord) -> list[Reason]:
+def _on_server(
+    key: str, gpus: int, server: str, stride: StrideRecord, viewer: str | None
+) -> list[Reason]:
     reasons: list[Reason] = []
     info = stride.servers.get(server)
     if info is not None:
@@ -209,7 +213,7 @@ def _on_server(key: str, gpus: int, server: str, stride: StrideRecord) -> list[R
         free = info.gpus - held
         if gpus > free and holding:
             others = ", ".join(
-                f"{_job_name(k)} ({len(indices)})" for k, indices in sorted(holding.items())
+                f"{_job_name(k, viewer)} ({len(indices)})" for k, indices in sorted(holding.items())
             )
             reasons.append(
                 Reason(
@@ -227,8 +231,10 @@ def _gpus(count: int) -> str:
     return f"{count} GPU" + ("" if count == 1 else "s")
 
 
-def _job_name(key: str) -> str:
+def _job_name(key: str, viewer: str | None) -> str:
     user, _, job_id = key.partition(".")
+    if viewer is not None and user != viewer:
+        return "another user's job"
     return f"{user}/{job_id}" if job_id else key
 
 

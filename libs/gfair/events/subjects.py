@@ -9,6 +9,7 @@
 | gfair.cmd.<node_id>.<command>        | GFAIR_COMMANDS  |
 | gfair.sched.<event>                  | GFAIR_SCHED     |
 | gfair.dlq.<stream>                   | GFAIR_DLQ       |
+| gfair.query.<user>.<what>            | none: request/reply with the query service |
 
 Every variable part is a token (`[A-Za-z0-9_-]{1,64}`), so a user, job or node name can never
 smuggle a `.` or a wildcard into a subject and widen what a permission or a consumer selects.
@@ -87,6 +88,19 @@ def dlq_subject(stream: str) -> str:
     return f"{PREFIX}.dlq.{validate_token(stream, what='stream')}"
 
 
+def query_subject(user: str, what: str) -> str:
+    """Where `user` asks the query service `what` (a request; the reply comes to its inbox)."""
+    return (
+        f"{PREFIX}.query.{validate_token(user, what='user')}.{validate_token(what, what='query')}"
+    )
+
+
+def queries_pattern(user: str | None = None) -> str:
+    """Every question `user` may ask; with no user, everybody's (what the service answers)."""
+    who = "*" if user is None else validate_token(user, what="user")
+    return f"{PREFIX}.query.{who}.*"
+
+
 def published_by_tenants(subject: str) -> bool:
     """Whether `subject` is one tenants publish on (`gfair.submit.*`, `gfair.cancel.*`).
 
@@ -157,6 +171,17 @@ def parse_node_subject(subject: str) -> NodeSubject:
 def parse_command_subject(subject: str) -> CommandSubject:
     node_id, command = _split(subject, "cmd", ("node_id", "command"))
     return CommandSubject(node_id, command)
+
+
+@dataclass(frozen=True, slots=True)
+class QuerySubject:
+    user: str
+    what: str
+
+
+def parse_query_subject(subject: str) -> QuerySubject:
+    user, what = _split(subject, "query", ("user", "what"))
+    return QuerySubject(user, what)
 
 
 def parse_sched_subject(subject: str) -> str:

@@ -1,0 +1,3 @@
+from gfair_services.entrypoint import run_service
+
+raise SystemExit(run_service("query"))

@@ -1,0 +1,126 @@
+"""The query service: tenants' questions about their own jobs, answered on request/reply.
+
+It subscribes to ``gfair.query.*.*`` in the queue group `QUEUE_GROUP`, so any number of
+replicas share the questions, and answers each from the services' records (`QueryResponder`).
+It keeps no state and writes nothing: a restart loses at most the questions in flight, which
+their askers time out on and ask again. Each answer is a span (``query <what>``) in the trace
+of the asking tool when it sent a trace context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import structlog
+from nats.aio.msg import Msg
+from opentelemetry.trace import StatusCode, Tracer
+
+from gfair.bus.metrics import gfair_metrics
+from gfair.bus.nats_bus import NatsBus
+from gfair.bus.observability import configure_observability
+from gfair.bus.serve import BusSettings
+from gfair.bus.tracing import extract_context
+from gfair.client import GfairClient
+from gfair.client.queries import ERROR_HEADER, QUERIES
+from gfair.client.state_access import DirectAccess
+from gfair.events.subjects import queries_pattern
+from gfair_services.query.responder import QueryRefused, QueryResponder
+from gfair_services.query.settings import QuerySettings
+
+SERVICE_NAME = "query"
+QUEUE_GROUP = "gfair-query"
+
+_log = structlog.get_logger("gfair.services.query")
+
+
+class QueryService:
+    """Answers questions on `bus` until `stop`; `run` returns once the last one is answered."""
+
+    def __init__(self, bus: NatsBus, settings: QuerySettings, tracer: Tracer) -> None:
+        self._bus = bus
+        access = DirectAccess(bus)
+        self._responder = QueryResponder(access, GfairClient(bus, access=access))
+        self._tracer = tracer
+        self._slots = asyncio.Semaphore(settings.query_concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopped = asyncio.Event()
+
+    async def run(self) -> None:
+        subscription = await self._bus.client.subscribe(
+            queries_pattern(), queue=QUEUE_GROUP, cb=self._on_question
+        )
+        _log.info("answering queries", subjects=queries_pattern(), queue=QUEUE_GROUP)
+        try:
+            await self._stopped.wait()
+        finally:
+            await subscription.unsubscribe()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def _on_question(self, msg: Msg) -> None:
+        # Answered in a task of its own: nats-py calls back one message at a time.
+        task = asyncio.create_task(self._answer(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, msg: Msg) -> None:
+        if not msg.reply:
+            return  # a publish, not a request: nobody waits for an answer
+        asked = msg.subject.rsplit(".", 1)[-1]
+        what = asked if asked in QUERIES else "unknown"  # a label per question, not per typo
+        async with self._slots:
+            began = time.perf_counter()
+            try:
+                await self._answer_in_span(msg, what)
+            finally:
+                gfair_metrics().handler_duration.record(
+                    time.perf_counter() - began, {"service": SERVICE_NAME, "handler": what}
+                )
+
+    async def _answer_in_span(self, msg: Msg, what: str) -> None:
+        with self._tracer.start_as_current_span(
+            f"query {what}", context=extract_context(msg.headers or {})
+        ) as span:
+            span.set_attribute("messaging.destination.name", msg.subject)
+            try:
+                answer = await self._responder.answer(msg.subject, msg.data)
+            except QueryRefused as exc:
+                span.set_status(StatusCode.ERROR, str(exc))
+                await self._reply(msg, b"", {ERROR_HEADER: str(exc)})
+                return
+            except Exception as exc:  # a bus failure: say so, keep answering others
+                _log.exception("query failed", subject=msg.subject)
+                span.record_exception(exc)
+                span.set_status(StatusCode.ERROR, str(exc))
+                await self._reply(msg, b"", {ERROR_HEADER: f"the query service failed: {exc}"})
+                return
+            await self._reply(msg, answer.model_dump_json().encode(), None)
+
+    async def _reply(self, msg: Msg, data: bytes, headers: dict[str, str] | None) -> None:
+        try:
+            await self._bus.client.publish(msg.reply, data, headers=headers)
+        except Exception as exc:  # the asker is gone or the connection dropped: nothing to do
+            _log.warning("cannot answer", subject=msg.subject, error=str(exc))
+
+
+async def serve(settings: QuerySettings, bus_settings: BusSettings | None = None) -> None:
+    """Run the query service against NATS until SIGTERM/SIGINT."""
+    bus_settings = bus_settings or BusSettings()
+    observability = configure_observability(SERVICE_NAME)
+    try:
+        bus = await NatsBus.connect(bus_settings.nats_options(name=SERVICE_NAME))
+        try:
+            service = QueryService(bus, settings, observability.tracer)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, service.stop)
+            await service.run()
+        finally:
+            await bus.close()
+    finally:
+        observability.shutdown()
