@@ -77,16 +77,16 @@ from gfair_services.topology import MAX_REPLICAS, cluster_topology
 
 _log = structlog.get_logger("gfair.embedded_cluster")
 
-# The services, in start order (node executors come after them, one per server).
+# Scheduler services, in start order (node executors come after them, one per server).
 SCHEDULER_SERVICES: tuple[str, ...] = (
     "failure_detector",
     "profiler",
     "trading_auction",
     "placement",
     "split_stride",
-    "query",
 )
 NODE_EXECUTOR = "node_executor"
+# Tenants' reads; it decides nothing and consumes no stream.
 QUERY_SERVICE = "query"
 # A JetStream cluster needs a quorum of its brokers; three survive the loss of one.
 BROKER_CLUSTER_NAME = "gfair"
@@ -113,7 +113,7 @@ class ClusterOptions:
     nats_url: str | None = None
     span_file: Path | None = None  # default <data-dir>/traces/spans.jsonl
     user_tickets: Mapping[str, float] = field(default_factory=dict)
-    services: tuple[str, ...] = SCHEDULER_SERVICES
+    services: tuple[str, ...] = (*SCHEDULER_SERVICES, QUERY_SERVICE)
     heartbeat_s: float = 1.0
     log_level: str = "INFO"
     # More GFAIR_* settings for every child, e.g. {"GFAIR_FAIL_AFTER_S": "10"}.
@@ -605,8 +605,8 @@ class EmbeddedCluster:
     async def wait_serving(self, name: str, since: datetime, timeout_s: float = 60.0) -> float:
         """Until child `name` serves again after `since`; the seconds it took from `since`.
 
-        A node executor serves once it has registered after `since`; a service once a live
-        process of it pulls from its consumers.
+        A node executor serves once it has registered after `since`; the query service once it
+        answers; any other service once a live process of it pulls from its consumers.
         """
         bus = await NatsBus.connect(self.bus_options("gfair-up-probe"))
         deadline = time.monotonic() + timeout_s
@@ -616,6 +616,9 @@ class EmbeddedCluster:
                 if child.alive:
                     if child.module == NODE_EXECUTOR:
                         if name in await self._registered_since(bus, since):
+                            break
+                    elif child.module == QUERY_SERVICE:
+                        if await self._answering(bus):
                             break
                     elif await self._consuming(bus, {name.replace("_", "-")}):
                         break

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gfair.client import GfairClient
-from gfair.embedded_cluster import SCHEDULER_SERVICES, EmbeddedCluster
+from gfair.embedded_cluster import EmbeddedCluster
 from gfair.events.jobs import JobCompleted, JobFailed, JobSuspended
 from gfair.events.reasons import FailureClass, SuspendReason
 from gfair.events.states import JobState
@@ -90,7 +90,8 @@ class Chaos:
 
     @classmethod
     def planned(cls, cluster: EmbeddedCluster, rng: random.Random) -> Chaos:
-        victims = list(SCHEDULER_SERVICES) + rng.sample(list(cluster.node_ids), EXECUTORS_KILLED)
+        victims = list(cluster.options.services)
+        victims += rng.sample(list(cluster.node_ids), EXECUTORS_KILLED)
         moments = sorted(rng.uniform(*KILLS_BETWEEN_S) for _ in victims)
         rng.shuffle(victims)
         return cls(cluster, list(zip(moments, victims, strict=True)))
