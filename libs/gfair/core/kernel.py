@@ -242,7 +242,9 @@ def backfill(snapshot: Snapshot, holding: Iterable[JobState]) -> dict[str, tuple
     packing = {p.generation: _Packing(p.servers) for p in pools}
     pool_of = {server.id: pool.generation for pool in pools for server in pool.servers}
     chosen: dict[str, _Choice] = {}
-    for job in holding:
+    # In an order of the kernel's own: best fit picks among equally free servers by the order
+    # they became so, and the drivers hold their running jobs in orders of their own.
+    for job in sorted(holding, key=lambda j: (j.running, j.id)):
         pool = pool_of.get(job.running[0]) if job.running else None
         if pool is None:
             continue

@@ -139,7 +139,9 @@ class GandivaFair:
         self._trades: tuple[Trade, ...] = ()
         self._shares_dirty = False
         self._last: Decision | None = None
-        self._running: set[str] = set()  # jobs placed by the last plan
+        # Jobs placed by the last plan (and backfilled since), in the order they were: a dict,
+        # not a set, so that nothing decided from it depends on the process's string hashing.
+        self._running: dict[str, None] = {}
         self._members: dict[str, arrays.ArrayMember] = {}  # job id -> its array, if any
         self._server_pool = {s.id: s.generation for s in cluster.servers}
         self._gpus = {g: pool.gpus for g, pool in self.pools.items()}
@@ -195,7 +197,7 @@ class GandivaFair:
         except KeyError:
             raise KeyError(f"unknown job {job_id!r}") from None
         state = self._states.pop(job_id)
-        self._running.discard(job_id)
+        self._running.pop(job_id, None)
         self.estimator.forget_job(job_id)
         user = self._users[spec.user]
         del user.jobs[job_id]
@@ -262,7 +264,7 @@ class GandivaFair:
         for job_id, servers in started.items():
             state = self._states[job_id]
             state.home = state.running = servers
-        self._running.update(started)
+        self._running.update(dict.fromkeys(started))
         return started
 
     def snapshot(self) -> Snapshot:
@@ -314,8 +316,9 @@ class GandivaFair:
 
     def _carry_out(self, decision: Decision) -> tuple[Migration, ...]:
         migrations: list[Migration] = []
-        for job_id in self._running - decision.placed.keys():
-            self._states[job_id].running = ()
+        for job_id in self._running:
+            if job_id not in decision.placed:
+                self._states[job_id].running = ()
         for job_id, servers in decision.placed.items():
             state = self._states[job_id]
             before = state.running or state.home
@@ -324,7 +327,7 @@ class GandivaFair:
                 cause = "pool" if across else "server"
                 migrations.append(Migration(job_id, before, servers, cause))
             state.home = state.running = servers
-        self._running = set(decision.placed)
+        self._running = dict.fromkeys(decision.placed)
         return tuple(migrations)
 
     def _refresh_shares(self) -> None:

@@ -535,16 +535,18 @@ class Simulator:
         changed.update(self._vacated)
         self._vacated.clear()
         jobs = self._jobs
-        # Job -> its servers after this decision, for the jobs whose servers change.
+        # Job -> its servers after this decision, for the jobs whose servers change. Sets are
+        # walked in sorted order: the order jobs stop and start in orders their later events,
+        # and a replay must not depend on the process's string hashing.
         moving: dict[str, set[str]] = {}
-        for server in changed:
+        for server in sorted(changed):
             wanted = set(runs.get(server, ()))
             held = set(self._runs.get(server, ()))
             if wanted == held:
                 continue
             if server not in self._server_gpus:
                 raise PlanError(f"{self.policy.name}: unknown server {server!r}")
-            for job_id in wanted ^ held:
+            for job_id in sorted(wanted ^ held):
                 servers = moving.get(job_id)
                 if servers is None:
                     job = jobs.get(job_id)
