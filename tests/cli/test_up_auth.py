@@ -129,6 +129,7 @@ def test_the_printed_logins_let_a_tenant_submit_and_the_operator_follow(
             ("nodes",),
             ("history",),
             ("usage",),
+            ("top", "--once"),
         ):
             read = gfair(*argv, env=alice, cwd=elsewhere)
             assert read.returncode == 0, (argv, read.stdout + read.stderr)
