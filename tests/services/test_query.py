@@ -29,7 +29,7 @@ from gfair.state.buckets import SHARES as SHARES_BUCKET
 from gfair.state.node_record import NodeFailureEntry, NodeRecord
 from gfair.state.share_record import SHARES_KEY, PoolShare, TradeRecord, UserShare
 from gfair.state.stride_record import STATE_KEY
-from gfair_services.query.responder import QueryRefused, QueryResponder
+from gfair_services.query.responder import QueryResponder, Unanswerable
 from gfair_services.query.scope import own_node, own_shares
 from gfair_services.topology import cluster_topology
 
@@ -218,7 +218,7 @@ async def test_why_names_no_other_users_job(bus: InMemoryBus) -> None:
 async def test_a_bad_question_gets_a_reason(
     bus: InMemoryBus, subject: str, body: object, says: str
 ) -> None:
-    with pytest.raises(QueryRefused, match=says):
+    with pytest.raises(Unanswerable, match=says):
         await ask(bus, subject, body)
 
 

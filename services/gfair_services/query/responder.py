@@ -7,9 +7,8 @@ the services keep them (`DirectAccess`) and cut down to the caller's part (`scop
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -36,13 +35,13 @@ from gfair.client.queries import (
 from gfair.client.state_access import DirectAccess
 from gfair.events.errors import describe_validation_error
 from gfair.events.subjects import SubjectError, parse_query_subject
+from gfair.state.job_record import JobRecord
 from gfair_services.query.scope import own_node, own_shares, own_stride
 
-T = TypeVar("T")
 Item = TypeVar("Item", bound=BaseModel)
 
 
-class QueryRefused(Exception):
+class Unanswerable(Exception):
     """The question cannot be answered; the message says why, for the caller to read."""
 
 
@@ -52,62 +51,67 @@ class QueryResponder:
         self._client = client
 
     async def answer(self, subject: str, body: bytes) -> BaseModel:
-        """The answer to the question `body` asked on `subject`; `QueryRefused` if none."""
+        """The answer to the question `body` asked on `subject`; `Unanswerable` if none."""
         try:
             asked = parse_query_subject(subject)
         except SubjectError as exc:
-            raise QueryRefused(str(exc)) from None
+            raise Unanswerable(str(exc)) from None
         kinds = QUERIES.get(asked.what)
         if kinds is None:
-            raise QueryRefused(f"no query {asked.what!r}; one of: {', '.join(sorted(QUERIES))}")
+            raise Unanswerable(f"no query {asked.what!r}; one of: {', '.join(sorted(QUERIES))}")
         try:
             question = kinds[0].model_validate_json(body or b"{}")
         except ValidationError as exc:
-            raise QueryRefused(describe_validation_error(exc, root="")) from None
+            raise Unanswerable(describe_validation_error(exc, root="")) from None
         user = asked.user
         try:
             return await self._dispatch(user, asked.what, question)
         except ClientError as exc:
-            raise QueryRefused(str(exc)) from None
+            raise Unanswerable(str(exc)) from None
 
     async def _dispatch(self, user: str, what: str, question: BaseModel) -> BaseModel:
         access = self._access
         match what, question:
             case "jobs", JobsQuery(after=after):
                 records = sorted(await access.job_records(user), key=lambda r: r.job_id)
-                kept = [r for r in records if after is None or r.job_id > after]
-                jobs, more = _page(kept)
-                return JobsPage(records=tuple(jobs), next=jobs[-1].job_id if more else None)
+                jobs = _Page[JobRecord]()
+                for record in records:
+                    if (after is None or record.job_id > after) and not jobs.add(record):
+                        break
+                last = jobs.items[-1].job_id if jobs.full else None
+                return JobsPage(records=tuple(jobs.items), next=last)
             case "job", JobQuery(job_id=job_id):
                 return await access.job(user, job_id)
             case "events", EventsQuery(job_id=job_id, start=start):
-                events = await _first(
-                    access.events(user, job_id, start),
-                    lambda e: StoredEvent(
-                        sequence=e.sequence, subject=e.envelope.subject, envelope=e.envelope
-                    ),
-                )
-                events, more = _page(events)
-                return EventsPage(
-                    events=tuple(events), next=events[-1].sequence + 1 if more else None
-                )
+                events = _Page[StoredEvent]()
+                history = access.events(user, job_id, start)
+                async with aclosing(history):
+                    async for e in history:
+                        stored = StoredEvent(
+                            sequence=e.sequence, subject=e.envelope.subject, envelope=e.envelope
+                        )
+                        if not events.add(stored):
+                            break
+                after_last = events.items[-1].sequence + 1 if events.full else None
+                return EventsPage(events=tuple(events.items), next=after_last)
             case "output", OutputQuery(job_id=job_id, start=start):
-                chunks = await _first(
-                    access.output(user, job_id, start),
-                    lambda c: StoredChunk(
-                        output=c.output,
-                        node=c.node,
-                        run=c.run,
-                        offset=c.offset,
-                        data=c.data,
-                        end=c.end,
-                        sequence=c.sequence,
-                    ),
-                )
-                chunks, more = _page(chunks)
-                return OutputPage(
-                    chunks=tuple(chunks), next=chunks[-1].sequence + 1 if more else None
-                )
+                chunks = _Page[StoredChunk]()
+                output = access.output(user, job_id, start)
+                async with aclosing(output):
+                    async for c in output:
+                        chunk = StoredChunk(
+                            output=c.output,
+                            node=c.node,
+                            run=c.run,
+                            offset=c.offset,
+                            data=c.data,
+                            end=c.end,
+                            sequence=c.sequence,
+                        )
+                        if not chunks.add(chunk):
+                            break
+                after_last = chunks.items[-1].sequence + 1 if chunks.full else None
+                return OutputPage(chunks=tuple(chunks.items), next=after_last)
             case "shares", NoQuery():
                 shares = await access.shares()
                 return SharesAnswer(record=own_shares(shares, user) if shares else None)
@@ -121,26 +125,20 @@ class QueryResponder:
         raise AssertionError(f"query {what!r} has no answer")  # QUERIES and this match agree
 
 
-async def _first(items: AsyncGenerator[T, None], convert: Callable[[T], Item]) -> list[Item]:
-    """What `items` holds up to a page's worth and one more (so the page knows it is not the
-    last), converted; the read stops there."""
-    found: list[Item] = []
-    size = 0
-    async with aclosing(items):
-        async for item in items:
-            converted = convert(item)
-            found.append(converted)
-            size += len(converted.model_dump_json())
-            if size > PAGE_BYTES:
-                break
-    return found
+class _Page(Generic[Item]):
+    """Items up to about `PAGE_BYTES` of JSON (at least one); `full` once one was turned away,
+    so the asker knows to ask on from the last item kept."""
 
+    def __init__(self) -> None:
+        self.items: list[Item] = []
+        self.full = False
+        self._size = 0
 
-def _page(items: list[Item]) -> tuple[list[Item], bool]:
-    """The first items that fit in a page (at least one), and whether any are left over."""
-    size = 0
-    for index, item in enumerate(items):
-        size += len(item.model_dump_json())
-        if size > PAGE_BYTES and index > 0:
-            return items[:index], True
-    return items, False
+    def add(self, item: Item) -> bool:
+        size = len(item.model_dump_json())
+        if self.items and self._size + size > PAGE_BYTES:
+            self.full = True
+            return False
+        self.items.append(item)
+        self._size += size
+        return True

@@ -26,7 +26,7 @@ from gfair.client import GfairClient
 from gfair.client.queries import ERROR_HEADER, QUERIES
 from gfair.client.state_access import DirectAccess
 from gfair.events.subjects import queries_pattern
-from gfair_services.query.responder import QueryRefused, QueryResponder
+from gfair_services.query.responder import QueryResponder, Unanswerable
 from gfair_services.query.settings import QuerySettings
 
 SERVICE_NAME = "query"
@@ -89,7 +89,7 @@ class QueryService:
             span.set_attribute("messaging.destination.name", msg.subject)
             try:
                 answer = await self._responder.answer(msg.subject, msg.data)
-            except QueryRefused as exc:
+            except Unanswerable as exc:
                 span.set_status(StatusCode.ERROR, str(exc))
                 await self._reply(msg, b"", {ERROR_HEADER: str(exc)})
                 return
