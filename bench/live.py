@@ -3,9 +3,9 @@
 Run: ``.venv/bin/python -m bench.live [--cluster v100:2x8] [--latency-jobs 40] [--rate 200]
 [--seconds 5] [--time-limit 240]``
 
-Starts a whole cluster as `gfair up` does (embedded nats-server, the five scheduler services
-and one node executor per server, simulated GPUs, a 60 s quantum so that time-slicing does not
-interfere) and measures, in the same run:
+Starts a whole cluster as `gfair up` does (embedded nats-server, the five scheduler services,
+the query service and one node executor per server, simulated GPUs, a 60 s quantum so that
+time-slicing does not interfere) and measures, in the same run:
 
 - the bus alone, as baseline: raw JetStream (publish, durable pull, ack) and the gfair runtime
   (`EventPublisher` -> `HandlerRunner`) publish-to-handle latency on the same server, one

@@ -1,4 +1,4 @@
-"""`gfair service NAME [flags]`: run one of the six services in the foreground.
+"""`gfair service NAME [flags]`: run one of the services in the foreground.
 
     gfair service split-stride --quantum-s 3 --nats nats://127.0.0.1:4222
     gfair service node-executor --node-id v100-0 --simulate-gpus v100:4

@@ -3,8 +3,9 @@
     gfair up --cluster v100:2x4,k80:2x4 --quantum 3 --tickets alice=2 bob=1
 
 Starts an embedded nats-server (unless --nats names one), creates the streams and buckets, then
-the six services, one node executor per server of the spec, and waits until all are up. Logs go
-to <data-dir>/logs, spans to <data-dir>/traces/spans.jsonl. Ctrl-C or SIGTERM stops it all.
+the six services and the query service, one node executor per server of the spec, and waits
+until all are up. Logs go to <data-dir>/logs, spans to <data-dir>/traces/spans.jsonl. Ctrl-C
+or SIGTERM stops it all.
 
 The embedded server listens on 4222, where tools look by default, when that port is free, else on
 any free port. Either way the running cluster is described in <data-dir>/context.json and in a
