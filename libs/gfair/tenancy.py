@@ -17,17 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gfair.bus.job_output import LOGS_STREAM
+from gfair.bus.job_output import LOGS_STREAM, node_output_pattern
 from gfair.bus.nats_bus import inbox_prefix_for
 from gfair.events.jobs import (
     JobCheckpointed,
-    JobEvent,
     JobExited,
     JobMigrated,
     JobProgress,
     JobResumed,
     JobStarted,
     JobSuspended,
+    RunReport,
 )
 from gfair.events.nodes import NodeEvent, NodeHeartbeat, NodeRegistered, NodeTelemetry
 from gfair.events.subjects import (
@@ -192,7 +192,7 @@ def tenant_permissions(tenant: Tenant) -> TenantPermissions:
 # What a node executor reports, each on its own subject: its node's inventory and liveness,
 # and the life of the runs it carries out. Never a decision (accepted, placed, completed, ...).
 NODE_REPORTS: tuple[type[NodeEvent], ...] = (NodeRegistered, NodeHeartbeat, NodeTelemetry)
-RUN_REPORTS: tuple[type[JobEvent], ...] = (
+RUN_REPORTS: tuple[type[RunReport], ...] = (
     JobStarted,
     JobResumed,
     JobProgress,
@@ -212,9 +212,10 @@ def node_permissions(node: Node) -> TenantPermissions:
 
     - publish its node's reports, `gfair.node.<n>.registered|heartbeat|telemetry`, not the
       failure detector's verdicts on the same subjects (suspected, failed, ...);
-    - publish run reports of any job (`gfair.job.*.*.started`, ...): their subjects name no
-      node, so any executor could report on any job (a limit, deploy/nats/README.md);
-    - publish jobs' output (`gfair.logs.>`) and dead letters of its commands;
+    - publish run reports and output of the jobs it runs, on subjects that end with its node
+      (`gfair.job.*.*.started.<n>`, ..., `gfair.logs.*.*.*.<n>`): it cannot speak for
+      another node, and a report whose payload names another node is refused on arrival;
+    - publish dead letters of its commands;
     - its command consumer: create it through the subject-filtered API under its own name
       and filter only (`gfair.cmd.<n>.*`), pull from it, acknowledge its messages;
     - read, not write: JetStream's account info, stream info (every process checks that the
@@ -227,8 +228,8 @@ def node_permissions(node: Node) -> TenantPermissions:
     stream_names = [s.name for s in STREAMS] + [LOGS_STREAM]
     stream_names += [f"KV_{bucket.name}" for bucket in buckets.ALL]
     publish = [node_subject(node.node_id, m.event_name()) for m in NODE_REPORTS]
-    publish += [m.subject_pattern() for m in RUN_REPORTS]
-    publish += [f"{PREFIX}.logs.>", dlq_subject(commands)]
+    publish += [m.reported_by(node.node_id) for m in RUN_REPORTS]
+    publish += [node_output_pattern(node.node_id), dlq_subject(commands)]
     publish += [
         _js_api("INFO"),
         _js_api("STREAM", "NAMES"),
@@ -345,8 +346,8 @@ _HEADER = """\
 # and nothing else: no other user's subjects, no key-value buckets, no node commands, no
 # JetStream API (a consumer's configuration is in the request body, out of permissions' sight).
 # The executor of a node <n> logs in as node-<n> and may publish its node's reports
-# (gfair.node.<n>.registered|heartbeat|telemetry), run reports of jobs (started, progress,
-# ..., exited) and their output (gfair.logs.>), take its commands from its own consumer
+# (gfair.node.<n>.registered|heartbeat|telemetry), its run reports of jobs and their output
+# (gfair.job.*.*.started.<n>, ..., gfair.logs.*.*.*.<n>), take its commands from its own consumer
 # (node-executor-<n>, filter gfair.cmd.<n>.*), read stream info and job records; nothing else.
 # Passwords come from the environment: ${services_password}, ${operator_password},
 # GFAIR_TENANT_<T>_PASSWORD for each tenant and GFAIR_NODE_<N>_PASSWORD for each node

@@ -28,6 +28,7 @@ from gfair.events.subjects import (
     parse_node_subject,
     parse_sched_subject,
     parse_submit_subject,
+    run_report_subject,
     sched_subject,
     stream_for_subject,
     submit_subject,
@@ -81,6 +82,8 @@ def test_parsers_invert_builders(user: str, job: str, event: str) -> None:
     assert parse_submit_subject(submit_subject(user)) == user
     assert parse_cancel_subject(cancel_subject(user)) == user
     assert parse_job_subject(job_subject(user, job, event)) == JobSubject(user, job, event)
+    report = run_report_subject(user, job, event, job)
+    assert parse_job_subject(report) == JobSubject(user, job, event, job)
     assert parse_node_subject(node_subject(job, event)) == NodeSubject(job, event)
     assert parse_command_subject(command_subject(job, event)) == CommandSubject(job, event)
     assert parse_sched_subject(sched_subject(event)) == event

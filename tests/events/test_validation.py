@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from gfair.events import (
     Envelope,
     InvalidEvent,
+    JobExited,
     JobSubmitted,
     decode,
     describe_validation_error,
@@ -223,6 +224,18 @@ def test_a_payload_on_another_users_subject_is_refused() -> None:
         decode(encode(envelope), subject="gfair.submit.alice")
     assert "arrived on gfair.submit.alice" in caught.value.reason
     assert "gfair.submit.bob" in caught.value.reason
+
+
+def test_a_run_report_naming_another_node_than_its_subject_is_refused() -> None:
+    # node-a's credentials may publish on ...exited.node-a; the payload claims node-b's run.
+    forged = JobExited(
+        user="alice", job_id="j1", node_id="node-b", attempt=1, exit_code=1, runtime_s=5.0
+    )
+    subject = "gfair.job.alice.j1.exited.node-a"
+    envelope = Envelope.wrap(forged, source="node-a", subject=subject)
+    with pytest.raises(InvalidEvent) as caught:
+        decode(encode(envelope), subject=subject)
+    assert "gfair.job.alice.j1.exited.node-b arrived on " + subject in caught.value.reason
 
 
 def test_an_envelope_claiming_another_subject_is_refused() -> None:

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
+from gfair.bus.job_output import OutputChunk, publish_chunk, read_output
 from gfair.bus.nats_bus import NatsBus
 from gfair.bus.runtime import ServiceRuntime
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.codec import encode, publish_headers
 from gfair.events.envelope import Envelope, EventData
-from gfair.events.jobs import JobAccepted, JobRejected, JobStarted
+from gfair.events.jobs import JobAccepted, JobExited, JobRejected, JobStarted
 from gfair.events.nodes import NodeFailed, NodeHeartbeat
 from gfair.events.reasons import RejectionCode
 from gfair.events.subjects import STREAMS, command_subject
@@ -188,11 +190,16 @@ async def test_a_node_executor_cannot_speak_for_another_node(logins: Logins) -> 
         NodeHeartbeat(node_id="gpu-1", seq=0, running=()),  # another node's report
         NodeFailed(node_id="sim-1", reason="forged"),  # a verdict, even on its own node
         JobAccepted(user="alice", job_id="j1", gpus=1),  # a decision, not a run report
+        # a run report of a job on another node
+        JobExited(user="alice", job_id="j1", node_id="gpu-1", attempt=1, exit_code=0, runtime_s=1),
     ]
     for data in forbidden:
         envelope = Envelope.wrap(data, source="t")
         await node.nc.publish(envelope.subject, encode(envelope))
         assert "permissions violation" in (await node.refusal()).lower(), envelope.subject
+    # Nor another node's job output.
+    await node.nc.publish("gfair.logs.alice.j1.stdout.gpu-1", b"forged")
+    assert "permissions violation" in (await node.refusal()).lower()
     # Commands are the scheduler's, for any node, its own included.
     for target in ("gpu-1", "sim-1"):
         await node.nc.publish(command_subject(target, "start"), b"{}")
@@ -216,13 +223,17 @@ async def test_a_node_executor_cannot_speak_for_another_node(logins: Logins) -> 
     assert stored == ["gfair.node.sim-1.heartbeat"]
 
 
-async def test_a_node_executor_may_report_runs(logins: Logins) -> None:
+async def test_a_node_executor_may_report_its_own_runs(logins: Logins) -> None:
     operator = await services(logins)
     node = await logins.bus("node-sim-1")
     await publish(
         node, JobStarted(user="alice", job_id="j1", node_id="sim-1", attempt=1, gpu_indices=(0,))
     )
-    assert [m.subject async for m in operator.history(JOBS)] == ["gfair.job.alice.j1.started"]
+    chunk = OutputChunk(output="stdout", node="sim-1", run="run-0001", offset=0, data=b"hi")
+    await publish_chunk(node, "alice", "j1", chunk)
+    stored = [m.subject async for m in operator.history(JOBS)]
+    assert stored == ["gfair.job.alice.j1.started.sim-1"]
+    assert [c async for c in read_output(operator, "alice", "j1")] == [replace(chunk, sequence=1)]
 
 
 # --- streams -------------------------------------------------------------------------------------

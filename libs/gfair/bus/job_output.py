@@ -1,14 +1,14 @@
 """A job's output (stdout, stderr) in JetStream, so it outlives the node and the container.
 
 The node executor ships what each run of a job writes to its ``stdout.log`` and ``stderr.log``
-as chunks on ``gfair.logs.<user>.<job_id>.<stdout|stderr>``, stored in the ``GFAIR_LOGS``
-stream with bounded retention (by age and by size, oldest dropped first), and `gfair logs`
-reads them back. These are not events of the contract: the payload is the output's bytes as
-written, the headers say where they come from:
+as chunks on ``gfair.logs.<user>.<job_id>.<stdout|stderr>.<node>``, stored in the
+``GFAIR_LOGS`` stream with bounded retention (by age and by size, oldest dropped first), and
+`gfair logs` reads them back. The node that ran it is the subject's last token, so NATS holds
+each executor to its own node's output. These are not events of the contract: the payload is
+the output's bytes as written, the headers say where in the run's file they go:
 
 | header | value |
 |---|---|
-| ``Gfair-Node`` | the node that ran it |
 | ``Gfair-Run`` | the run directory (``run-0003``): a new one per start or resume on that node |
 | ``Gfair-Offset`` | byte offset of the chunk in that run's file |
 | ``Gfair-End`` | ``1`` on the empty chunk that closes a run's file once its process has exited |
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from gfair.bus.topology import Storage, StreamSpec
 from gfair.bus.transport import Bus, PubAck, StoredMessage
-from gfair.events.subjects import PREFIX
+from gfair.events.subjects import PREFIX, SubjectError, validate_token
 
 LOGS_STREAM = "GFAIR_LOGS"
 OUTPUTS = ("stdout", "stderr")
@@ -33,17 +33,22 @@ DEFAULT_MAX_BYTES = 1 << 30
 # Well under NATS' default 1 MiB payload limit.
 MAX_CHUNK_BYTES = 64 * 1024
 
-_NODE, _RUN, _OFFSET, _END = "Gfair-Node", "Gfair-Run", "Gfair-Offset", "Gfair-End"
+_RUN, _OFFSET, _END = "Gfair-Run", "Gfair-Offset", "Gfair-End"
 
 
-def output_subject(user: str, job_id: str, output: str) -> str:
+def output_subject(user: str, job_id: str, output: str, node: str) -> str:
     if output not in OUTPUTS:
         raise ValueError(f"output {output!r}: one of {', '.join(OUTPUTS)}")
-    return f"{PREFIX}.logs.{user}.{job_id}.{output}"
+    return f"{PREFIX}.logs.{user}.{job_id}.{output}.{validate_token(node, what='node id')}"
 
 
 def job_output_pattern(user: str, job_id: str) -> str:
-    return f"{PREFIX}.logs.{user}.{job_id}.*"
+    return f"{PREFIX}.logs.{user}.{job_id}.*.*"
+
+
+def node_output_pattern(node: str) -> str:
+    """Every output one node may ship (what its executor is allowed to publish)."""
+    return f"{PREFIX}.logs.*.*.*.{validate_token(node, what='node id')}"
 
 
 def job_output_stream(
@@ -77,7 +82,7 @@ class OutputChunk:
     sequence: int = 0  # in the stream, once stored
 
     def headers(self) -> dict[str, str]:
-        headers = {_NODE: self.node, _RUN: self.run, _OFFSET: str(self.offset)}
+        headers = {_RUN: self.run, _OFFSET: str(self.offset)}
         if self.end:
             headers[_END] = "1"
         return headers
@@ -85,17 +90,18 @@ class OutputChunk:
     @classmethod
     def from_message(cls, message: StoredMessage) -> OutputChunk | None:
         """The chunk a stored message holds; None for one that is not (a stray publish)."""
-        output = message.subject.rsplit(".", 1)[-1]
+        tokens = message.subject.split(".")
         headers: Mapping[str, str] = message.headers or {}
         try:
             offset = int(headers.get(_OFFSET, ""))
-        except ValueError:
+            node = validate_token(tokens[5], what="node id") if len(tokens) == 6 else ""
+        except (ValueError, SubjectError):
             return None
-        if output not in OUTPUTS or _NODE not in headers or _RUN not in headers:
+        if not node or tokens[4] not in OUTPUTS or _RUN not in headers:
             return None
         return cls(
-            output=output,
-            node=headers[_NODE],
+            output=tokens[4],
+            node=node,
             run=headers[_RUN],
             offset=offset,
             data=message.data,
@@ -107,7 +113,7 @@ class OutputChunk:
 async def publish_chunk(bus: Bus, user: str, job_id: str, chunk: OutputChunk) -> PubAck:
     tail = ".end" if chunk.end else ""
     return await bus.publish(
-        output_subject(user, job_id, chunk.output),
+        output_subject(user, job_id, chunk.output, chunk.node),
         chunk.data,
         headers=chunk.headers(),
         msg_id=f"log.{chunk.node}.{user}.{job_id}.{chunk.run}.{chunk.output}.{chunk.offset}{tail}",

@@ -44,7 +44,7 @@ from gfair.events.job_array import ArrayMembership
 from gfair.events.reasons import FailureClass, MigrationReason, RejectionCode, SuspendReason
 from gfair.events.registry import register
 from gfair.events.states import JobState
-from gfair.events.subjects import PREFIX, job_subject
+from gfair.events.subjects import PREFIX, job_subject, run_report_subject, validate_token
 
 
 class JobEvent(EventData):
@@ -70,6 +70,38 @@ class JobEvent(EventData):
     @classmethod
     def subject_pattern(cls) -> str:
         return f"{PREFIX}.job.*.*.{cls.event_name()}"
+
+
+class RunReport(JobEvent):
+    """What a node executor says of a job it runs. Its subject ends with the reporting node
+    (`reporter`): NATS lets each executor publish only its own, and a payload naming another
+    node than its subject is refused on arrival, so no node can speak for another."""
+
+    @property
+    def reporter(self) -> str:
+        raise NotImplementedError
+
+    def subject(self) -> str:
+        return run_report_subject(self.user, self.job_id, self.event_name(), self.reporter)
+
+    @classmethod
+    def subject_pattern(cls) -> str:
+        return f"{PREFIX}.job.*.*.{cls.event_name()}.*"
+
+    @classmethod
+    def reported_by(cls, node_id: str) -> str:
+        """The subjects node `node_id` publishes these reports on (its permission)."""
+        return f"{PREFIX}.job.*.*.{cls.event_name()}.{validate_token(node_id, what='node id')}"
+
+
+class NodeReport(RunReport):
+    """A run report about the job on `node_id`, which is the node that reports it."""
+
+    node_id: NodeId
+
+    @property
+    def reporter(self) -> str:
+        return self.node_id
 
 
 def _not_success(failure_class: FailureClass) -> FailureClass:
@@ -132,24 +164,22 @@ class JobPlaced(JobEvent):
 
 
 @register
-class JobStarted(JobEvent):
+class JobStarted(NodeReport):
     """A node executor started the job's process on its GPUs (fresh or from a checkpoint)."""
 
     EVENT_TYPE = "gfair.job.started.v1"
     JOB_STATE = JobState.RUNNING
 
-    node_id: NodeId
     gpu_indices: GpuIndices
     attempt: Attempt
 
 
 @register
-class JobProgress(JobEvent):
+class JobProgress(NodeReport):
     """Mini-batch rate measured on one GPU generation: the profiler's raw observation."""
 
     EVENT_TYPE = "gfair.job.progress.v1"
 
-    node_id: NodeId
     generation: Generation
     attempt: Attempt
     minibatches_per_s: Rate
@@ -159,13 +189,12 @@ class JobProgress(JobEvent):
 
 
 @register
-class JobSuspended(JobEvent):
+class JobSuspended(NodeReport):
     """Checkpointed and off its GPUs until a later quantum."""
 
     EVENT_TYPE = "gfair.job.suspended.v1"
     JOB_STATE = JobState.SUSPENDED
 
-    node_id: NodeId
     attempt: Attempt
     reason: SuspendReason
     checkpoint_step: Step | None = None
@@ -173,13 +202,12 @@ class JobSuspended(JobEvent):
 
 
 @register
-class JobResumed(JobEvent):
+class JobResumed(NodeReport):
     """Back on GPUs from its checkpoint."""
 
     EVENT_TYPE = "gfair.job.resumed.v1"
     JOB_STATE = JobState.RUNNING
 
-    node_id: NodeId
     gpu_indices: GpuIndices
     attempt: Attempt
     checkpoint_step: Step | None = None
@@ -187,7 +215,7 @@ class JobResumed(JobEvent):
 
 
 @register
-class JobMigrated(JobEvent):
+class JobMigrated(RunReport):
     """Checkpointed and released on `from_node`; it next starts on `to_node`."""
 
     EVENT_TYPE = "gfair.job.migrated.v1"
@@ -199,6 +227,10 @@ class JobMigrated(JobEvent):
     attempt: Attempt
     checkpoint_step: Step | None = None
 
+    @property
+    def reporter(self) -> str:
+        return self.from_node  # the node it leaves announces the move
+
     @model_validator(mode="after")
     def _moves(self) -> Self:
         if self.from_node == self.to_node:
@@ -207,12 +239,11 @@ class JobMigrated(JobEvent):
 
 
 @register
-class JobCheckpointed(JobEvent):
+class JobCheckpointed(NodeReport):
     """A checkpoint was written: on failure the job resumes from here, not from scratch."""
 
     EVENT_TYPE = "gfair.job.checkpointed.v1"
 
-    node_id: NodeId
     attempt: Attempt
     step: Step
     path: AbsolutePath
@@ -221,7 +252,7 @@ class JobCheckpointed(JobEvent):
 
 
 @register
-class JobExited(JobEvent):
+class JobExited(NodeReport):
     """The job's process ended without being asked to; the failure detector classifies it.
 
     Exactly one of `exit_code` (it exited) and `signal` (a signal killed it) is set.
@@ -229,7 +260,6 @@ class JobExited(JobEvent):
 
     EVENT_TYPE = "gfair.job.exited.v1"
 
-    node_id: NodeId
     attempt: Attempt
     exit_code: ExitStatus | None = None
     signal: SignalNumber | None = None

@@ -5,6 +5,7 @@
 | gfair.submit.<user>                  | GFAIR_JOBS      |
 | gfair.cancel.<user>                  | GFAIR_JOBS      |
 | gfair.job.<user>.<job_id>.<event>    | GFAIR_JOBS      |
+| gfair.job.<user>.<job_id>.<event>.<node_id> | GFAIR_JOBS (a node's run report) |
 | gfair.node.<node_id>.<event>         | GFAIR_NODES     |
 | gfair.cmd.<node_id>.<command>        | GFAIR_COMMANDS  |
 | gfair.sched.<event>                  | GFAIR_SCHED     |
@@ -53,6 +54,12 @@ def job_subject(user: str, job_id: str, event: str) -> str:
         f"{PREFIX}.job.{validate_token(user, what='user')}."
         f"{validate_token(job_id, what='job id')}.{validate_token(event, what='event')}"
     )
+
+
+def run_report_subject(user: str, job_id: str, event: str, node_id: str) -> str:
+    """Where node `node_id` reports on a job it runs: the node is the last token, so a
+    permission can hold each executor to its own reports and a consumer can tell who spoke."""
+    return f"{job_subject(user, job_id, event)}.{validate_token(node_id, what='node id')}"
 
 
 def job_events_pattern(user: str, job_id: str | None = None) -> str:
@@ -122,6 +129,7 @@ class JobSubject:
     user: str
     job_id: str
     event: str
+    node_id: str | None = None  # the reporting node, on a run report's subject
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +167,10 @@ def parse_cancel_subject(subject: str) -> str:
 
 
 def parse_job_subject(subject: str) -> JobSubject:
+    """A job event's subject, or a run report's (with the reporting node last)."""
+    if subject.count(".") == 5:
+        user, job_id, event, node = _split(subject, "job", ("user", "job_id", "event", "node_id"))
+        return JobSubject(user, job_id, event, node)
     user, job_id, event = _split(subject, "job", ("user", "job_id", "event"))
     return JobSubject(user, job_id, event)
 
