@@ -221,12 +221,17 @@ class GandivaFair:
         spec = self._jobs[job_id]
         self.estimator.observe(job_id, spec.user, spec.job_type, generation, rate)
         user = self._users[spec.user]
-        user.speeds = None
         self._states[job_id].speeds = self._job_speeds(spec)
         for (job_type, gpus), shared in user.type_speeds.items():
             if job_type == spec.job_type:
                 shared.update(self._job_speeds(JobSpec("", spec.user, gpus, job_type)))
-        self._shares_dirty = True
+        # Shares depend on speeds only through trading, and on the user's speed profile only:
+        # an observation that confirms it (the common case) leaves them as they are.
+        before, user.speeds = user.speeds, None
+        if self.config.trading and (
+            before is None or self._user_speeds(spec.user, tuple(self.pools)) != before
+        ):
+            self._shares_dirty = True
 
     def plan(self, now: float) -> QuantumPlan:
         if self._shares_dirty:
