@@ -137,6 +137,9 @@ def test_the_printed_logins_let_a_tenant_submit_and_the_operator_follow(
         assert "synthetic" in gfair("logs", reference, env=alice, cwd=elsewhere).stdout
         foreign = gfair("jobs", "--user", "bob", env=alice, cwd=elsewhere)
         assert foreign.returncode != 0 and "only alice's jobs" in foreign.stderr, foreign.stderr
+        # An operator's command is refused by the client, not left to a publish that times out.
+        uncordon = gfair("nodes", "uncordon", "sim-1", env=alice, cwd=elsewhere)
+        assert uncordon.returncode != 0 and "operator's command" in uncordon.stderr, uncordon
 
         # Found through the context file, but not let in without a login.
         stranger = gfair("jobs", "--json", env=environment, cwd=elsewhere)

@@ -303,6 +303,12 @@ class GfairClient:
         self, node_id: str, *, operator: str | None = None, reason: str | None = None
     ) -> Envelope:
         """Clear a node's quarantine (the failure detector acts on it)."""
+        if self._access.tenant is not None:
+            # Said at once: the server would drop the publish, and the client wait it out.
+            raise ClientError(
+                f"uncordon is an operator's command; {self._access.tenant!r} is a tenant's "
+                "login (log in as operator)"
+            )
         if await self._access.node(node_id) is None:
             raise ClientError(f"unknown node {node_id!r}")
         try:

@@ -42,6 +42,12 @@ M = TypeVar("M", bound=BaseModel)
 class StateAccess(Protocol):
     """The reads behind `GfairClient`. `user` None means every user the reader may see."""
 
+    @property
+    def tenant(self) -> str | None:
+        """The tenant the reader is held to (it sees and may act on its own jobs only); None
+        for a login that reads everything (operator, services)."""
+        ...
+
     async def job_records(self, user: str | None) -> list[JobRecord]: ...
 
     async def job_record(self, user: str, job_id: str) -> JobRecord | None: ...
@@ -88,6 +94,8 @@ class StateAccess(Protocol):
 
 class DirectAccess:
     """Reads the records and streams on `bus` (a login that may read them all)."""
+
+    tenant: str | None = None
 
     def __init__(self, bus: Bus, *, poll_interval_s: float = 0.2) -> None:
         self._bus = bus
