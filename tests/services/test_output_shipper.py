@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gfair.bus.job_output import OutputChunk, job_output_stream, read_output
+from gfair.bus.job_output import OutputChunk, job_output_stream, publish_chunk, read_output
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.topology import Topology
 from gfair.events.fields import JobRef
@@ -149,3 +149,18 @@ async def test_a_job_that_started_and_ended_between_two_passes_is_shipped(
     chunks = await stored(bus)
     assert text(chunks, "run-0001", "stdout") == "synthetic job: completed 10 steps\n"
     assert {c.output for c in chunks if c.end} == {"stdout", "stderr"}
+
+
+async def test_output_stored_before_the_node_joined_its_subject_is_still_read(
+    bus: NatsBus,
+) -> None:
+    # Until 2026-11-25 a chunk's subject ended with the output, and a header named the node.
+    legacy = {"Gfair-Node": "v100-0", "Gfair-Run": "run-0001", "Gfair-Offset": "0"}
+    await bus.publish("gfair.logs.alice.train-1.stdout", b"old\n", headers=legacy)
+    later = OutputChunk(output="stdout", node="v100-0", run="run-0001", offset=4, data=b"new\n")
+    await publish_chunk(bus, JOB.user, JOB.job_id, later)
+    chunks = await stored(bus)
+    assert [(c.node, c.offset, c.data) for c in chunks] == [
+        ("v100-0", 0, b"old\n"),
+        ("v100-0", 4, b"new\n"),
+    ]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from gfair.bus.topology import Storage, StreamSpec
 from gfair.bus.transport import Bus, PubAck, StoredMessage
-from gfair.events.subjects import PREFIX, SubjectError, validate_token
+from gfair.events.subjects import PREFIX, validate_token
 
 LOGS_STREAM = "GFAIR_LOGS"
 OUTPUTS = ("stdout", "stderr")
@@ -33,7 +33,7 @@ DEFAULT_MAX_BYTES = 1 << 30
 # Well under NATS' default 1 MiB payload limit.
 MAX_CHUNK_BYTES = 64 * 1024
 
-_RUN, _OFFSET, _END = "Gfair-Run", "Gfair-Offset", "Gfair-End"
+_RUN, _OFFSET, _END, _LEGACY_NODE = "Gfair-Run", "Gfair-Offset", "Gfair-End", "Gfair-Node"
 
 
 def output_subject(user: str, job_id: str, output: str, node: str) -> str:
@@ -43,7 +43,7 @@ def output_subject(user: str, job_id: str, output: str, node: str) -> str:
 
 
 def job_output_pattern(user: str, job_id: str) -> str:
-    return f"{PREFIX}.logs.{user}.{job_id}.*.*"
+    return f"{PREFIX}.logs.{user}.{job_id}.>"
 
 
 def node_output_pattern(node: str) -> str:
@@ -92,12 +92,14 @@ class OutputChunk:
         """The chunk a stored message holds; None for one that is not (a stray publish)."""
         tokens = message.subject.split(".")
         headers: Mapping[str, str] = message.headers or {}
+        if len(tokens) not in (5, 6) or tokens[4] not in OUTPUTS or _RUN not in headers:
+            return None
+        # Chunks stored before the node joined the subject named it in a header.
+        node = tokens[5] if len(tokens) == 6 else headers.get(_LEGACY_NODE, "")
         try:
             offset = int(headers.get(_OFFSET, ""))
-            node = validate_token(tokens[5], what="node id") if len(tokens) == 6 else ""
-        except (ValueError, SubjectError):
-            return None
-        if not node or tokens[4] not in OUTPUTS or _RUN not in headers:
+            validate_token(node, what="node id")
+        except ValueError:  # SubjectError is one
             return None
         return cls(
             output=tokens[4],
