@@ -27,7 +27,6 @@ from gfair.events.jobs import (
     JobCompleted,
     JobExited,
     JobFailed,
-    JobPlaced,
     JobProgress,
     JobRetried,
     JobStarted,
@@ -117,13 +116,6 @@ class Harness:
         envelope = await self.tool.publish(data)
         await until(lambda: envelope.id in self.detector.handled and self.bus.backlog() == 0)
         return envelope
-
-    async def start(
-        self, job_id: str, node_id: str = "n1", attempt: int = 1, user: str = "alice"
-    ) -> None:
-        """Split-stride places the job on the node, and the node starts it."""
-        await self.send(JobPlaced(user=user, job_id=job_id, servers=(node_id,), generation="v100"))
-        await self.send(started(job_id, node_id, attempt, user))
 
     async def outputs(self, *types: type[EventData]) -> list[EventData]:
         """Everything the detector published so far, of `types`, oldest first."""
@@ -239,7 +231,7 @@ def exited(
 async def test_silent_node_is_suspected_then_failed_and_recovers(harness: Harness) -> None:
     job = JobRef(user="alice", job_id="j1")
     await harness.send(registered("n1"))
-    await harness.start("j1", "n1")
+    await harness.send(started("j1", "n1"))
     await harness.send(heartbeat("n1", 1, job))
 
     await harness.check(10.0)
@@ -293,7 +285,7 @@ async def test_failed_node_jobs_include_those_only_the_detector_knew_of(
 ) -> None:
     await harness.send(registered("n2"))
     await harness.send(heartbeat("n2", 1))  # reports nothing running
-    await harness.start("j7", "n2", user="bob")
+    await harness.send(started("j7", "n2", user="bob"))
     await harness.check(70.0)
     (failed,) = await harness.outputs(NodeFailed)
     assert isinstance(failed, NodeFailed)
@@ -306,14 +298,14 @@ async def test_a_node_back_from_a_partition_stops_copies_running_elsewhere(
     job = JobRef(user="alice", job_id="j1")
     await harness.send(registered("n1"))
     await harness.send(registered("n2"))
-    await harness.start("j1", "n1")
+    await harness.send(started("j1", "n1"))
     await harness.send(heartbeat("n2", 1))
     await harness.check(70.0)
     failed = [e for e in await harness.outputs(NodeFailed) if isinstance(e, NodeFailed)]
     assert [(e.node_id, e.jobs) for e in failed] == [("n1", (job,)), ("n2", ())]
     harness.clock.at(75.0)
     await harness.send(registered("n2"))
-    await harness.start("j1", "n2")  # placement moved it; it resumed there
+    await harness.send(started("j1", "n2"))  # placement moved it; it resumed there
 
     # n1 was only cut off: its heartbeats return, still listing its copy of j1.
     harness.clock.at(90.0)
@@ -335,7 +327,7 @@ async def test_a_node_back_from_a_partition_stops_copies_running_elsewhere(
 
 
 async def test_user_error_is_retried_once_then_fails(harness: Harness) -> None:
-    await harness.start("j1")
+    await harness.send(started("j1"))
     await harness.send(exited("j1", exit_code=2, stderr="Traceback...\nValueError: bad lr"))
     (retry,) = await harness.outputs(JobRetried)
     assert isinstance(retry, JobRetried)
@@ -348,7 +340,7 @@ async def test_user_error_is_retried_once_then_fails(harness: Harness) -> None:
     await harness.send(exited("j1", exit_code=2))
     assert len(await harness.outputs(JobRetried, JobFailed)) == 1
 
-    await harness.start("j1", attempt=2)
+    await harness.send(started("j1", attempt=2))
     await harness.send(exited("j1", attempt=2, exit_code=2, stderr="ValueError: bad lr"))
     (failed,) = await harness.outputs(JobFailed)
     assert isinstance(failed, JobFailed)
@@ -362,13 +354,13 @@ async def test_user_error_is_retried_once_then_fails(harness: Harness) -> None:
 
 
 async def test_out_of_memory_is_its_own_class(harness: Harness) -> None:
-    await harness.start("j2")
+    await harness.send(started("j2"))
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     await harness.send(exited("j2", exit_code=1, stderr=oom))
     (retry,) = await harness.outputs(JobRetried)
     assert isinstance(retry, JobRetried)
     assert retry.failure_class is FailureClass.OUT_OF_MEMORY
-    await harness.start("j2", attempt=2)
+    await harness.send(started("j2", attempt=2))
     await harness.send(exited("j2", attempt=2, exit_code=1, stderr=oom))
     (failed,) = await harness.outputs(JobFailed)
     assert isinstance(failed, JobFailed)
@@ -377,7 +369,7 @@ async def test_out_of_memory_is_its_own_class(harness: Harness) -> None:
 
 async def test_infrastructure_failure_resumes_from_the_last_checkpoint(harness: Harness) -> None:
     await harness.send(registered("n1"))
-    await harness.start("j3")
+    await harness.send(started("j3"))
     await harness.send(
         JobCheckpointed(
             user="alice", job_id="j3", node_id="n1", attempt=1, step=40, path="/ckpt/alice/j3/1"
@@ -398,7 +390,7 @@ async def test_infrastructure_failure_resumes_from_the_last_checkpoint(harness: 
 
 async def test_success_completes_and_later_exits_are_ignored(harness: Harness) -> None:
     harness.clock.at(0.0)
-    await harness.start("j4")
+    await harness.send(started("j4"))
     await harness.send(
         JobProgress(
             user="alice",
@@ -421,24 +413,11 @@ async def test_success_completes_and_later_exits_are_ignored(harness: Harness) -
     assert (await harness.job("alice", "j4")).terminal is JobState.COMPLETED
 
 
-async def test_a_node_never_sent_the_job_cannot_start_or_end_it(harness: Harness) -> None:
-    # n2 may only speak as n2, but it speaks of a job split-stride placed on n1.
-    await harness.send(JobPlaced(user="alice", job_id="j9", servers=("n1",), generation="v100"))
-    await harness.send(started("j9", "n2"))
-    await harness.send(exited("j9", node_id="n2", exit_code=0))
-    assert await harness.outputs(JobCompleted, JobRetried, JobFailed) == []
-    assert (await harness.job("alice", "j9")).running_on is None
-    # The node it was sent to is believed.
-    await harness.send(started("j9", "n1"))
-    await harness.send(exited("j9", node_id="n1", exit_code=0))
-    assert [type(e) for e in await harness.outputs(JobCompleted)] == [JobCompleted]
-
-
 async def test_the_submissions_max_retries_caps_every_class(harness: Harness) -> None:
     await harness.send(
         JobSubmitted(user="carol", job_id="j5", gpus=1, command=("x",), max_retries=0)
     )
-    await harness.start("j5", user="carol")
+    await harness.send(started("j5", user="carol"))
     await harness.send(exited("j5", user="carol", exit_code=None, signal=9))
     (failed,) = await harness.outputs(JobFailed)
     assert isinstance(failed, JobFailed)
@@ -447,14 +426,14 @@ async def test_the_submissions_max_retries_caps_every_class(harness: Harness) ->
 
 
 async def test_cancelled_job_exit_is_not_decided(harness: Harness) -> None:
-    await harness.start("j6")
+    await harness.send(started("j6"))
     await harness.send(JobCancelled(user="alice", job_id="j6", previous_state=JobState.RUNNING))
     await harness.send(exited("j6", exit_code=None, signal=15))
     assert await harness.outputs(JobRetried, JobFailed, JobCompleted) == []
 
 
 async def test_a_redelivered_exit_decides_once(harness: Harness) -> None:
-    await harness.start("j8")
+    await harness.send(started("j8"))
     envelope = await harness.send(exited("j8", exit_code=3))
     # As a redelivery after a crash between publishing and acknowledging would.
     data = JobExited.model_validate(envelope.data)
@@ -471,7 +450,7 @@ async def test_node_failing_jobs_is_quarantined_until_uncordoned(harness: Harnes
     for index in range(3):
         harness.clock.at(60.0 * index)
         job_id = f"q{index}"
-        await harness.start(job_id)
+        await harness.send(started(job_id))
         await harness.send(exited(job_id, exit_code=1, stderr="NCCL error: unhandled system error"))
     (quarantined,) = await harness.outputs(NodeQuarantined)
     assert isinstance(quarantined, NodeQuarantined)
@@ -486,7 +465,7 @@ async def test_node_failing_jobs_is_quarantined_until_uncordoned(harness: Harnes
     assert (await harness.node("n1")).state is NodeState.QUARANTINED
 
     # User errors say nothing about the node.
-    await harness.start("u1")
+    await harness.send(started("u1"))
     await harness.send(exited("u1", exit_code=1, stderr="KeyError: 'lr'"))
     assert (await harness.node("n1")).failure_counts == {FailureClass.INFRASTRUCTURE: 3}
 
@@ -497,7 +476,7 @@ async def test_node_failing_jobs_is_quarantined_until_uncordoned(harness: Harnes
     assert record.recent_failures == ()
 
     # Failures before the uncordon no longer count: one more does not quarantine it again.
-    await harness.start("q9")
+    await harness.send(started("q9"))
     await harness.send(exited("q9", exit_code=None, signal=9))
     assert len(await harness.outputs(NodeQuarantined)) == 2
 
@@ -505,7 +484,7 @@ async def test_node_failing_jobs_is_quarantined_until_uncordoned(harness: Harnes
 async def test_uncordon_of_a_failed_node_keeps_it_failed(harness: Harness) -> None:
     await harness.send(registered("n1"))
     for index in range(3):
-        await harness.start(f"q{index}")
+        await harness.send(started(f"q{index}"))
         await harness.send(exited(f"q{index}", exit_code=None, xids=(48,), signal=9))
     await harness.check(100.0)
     assert (await harness.node("n1")).state is NodeState.FAILED
@@ -522,7 +501,7 @@ async def test_uncordon_of_a_failed_node_keeps_it_failed(harness: Harness) -> No
 
 async def test_job_without_progress_is_killed_and_retried(harness: Harness) -> None:
     harness.clock.at(0.0)
-    await harness.start("h1")
+    await harness.send(started("h1"))
     for second in (30.0, 60.0):
         harness.clock.at(second)
         await harness.send(
@@ -552,7 +531,7 @@ async def test_job_without_progress_is_killed_and_retried(harness: Harness) -> N
     # Not hung twice; and a suspended job is not hung at all.
     await harness.check(1000.0)
     assert len(await harness.outputs(KillCommand)) == 1
-    await harness.start("h2")
+    await harness.send(started("h2"))
     await harness.send(
         JobSuspended(
             user="alice", job_id="h2", node_id="n1", attempt=1, reason=SuspendReason.TIME_SLICE
@@ -570,7 +549,7 @@ async def test_restart_keeps_retry_budgets_and_node_states(bus: InMemoryBus, clo
     async with ServiceRuntime(first.service, bus, settings=FAST):
         harness = Harness(bus, clock, first)
         await harness.send(registered("n1"))
-        await harness.start("r1")
+        await harness.send(started("r1"))
         await harness.send(exited("r1", exit_code=1))
         await harness.check(30.0)
         assert (await harness.node("n1")).state is NodeState.SUSPECTED
@@ -583,7 +562,7 @@ async def test_restart_keeps_retry_budgets_and_node_states(bus: InMemoryBus, clo
         # The restart grants a fresh grace period instead of failing it on the spot.
         await harness.check(40.0)
         assert await harness.outputs(NodeFailed) == []
-        await harness.start("r1", attempt=2)
+        await harness.send(started("r1", attempt=2))
         await harness.send(exited("r1", attempt=2, exit_code=1))
         (failed,) = await harness.outputs(JobFailed)
         assert isinstance(failed, JobFailed)

@@ -50,9 +50,6 @@ class JobFailureRecord(BaseModel):
     max_retries: int | None = Field(default=None, description="From the submission, if set")
     retries: dict[FailureClass, int] = Field(default_factory=dict)
     running_on: NodeId | None = None
-    # The servers split-stride last placed the job on: only they (and the node it runs on)
-    # are believed about it. None in records written before placements were kept: any node.
-    placed_on: tuple[NodeId, ...] | None = None
     running_since: AwareDatetime | None = None
     first_started_at: AwareDatetime | None = None
     last_checkpoint_step: int | None = None

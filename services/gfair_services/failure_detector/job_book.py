@@ -23,7 +23,6 @@ from gfair.events.jobs import (
     JobCheckpointed,
     JobExited,
     JobMigrated,
-    JobPlaced,
     JobProgress,
     JobResumed,
     JobStarted,
@@ -118,17 +117,11 @@ class JobBook:
         update = {"submitted_at": now, "max_retries": data.max_retries}
         return Change(jobs=(record.model_copy(update=update),))
 
-    def placed(self, data: JobPlaced) -> Change:
-        record = self._live(data.user, data.job_id)
-        if record is None or record.placed_on == data.servers:
-            return NO_CHANGE
-        return Change(jobs=(record.model_copy(update={"placed_on": data.servers}),))
-
     def started(
         self, data: JobStarted | JobResumed, correlation_id: str | None, now: datetime
     ) -> Change:
         record = self._live(data.user, data.job_id)
-        if record is None or data.attempt < record.attempt or not _sent(record, data.node_id):
+        if record is None or data.attempt < record.attempt:
             return NO_CHANGE
         update: dict[str, object] = {
             "attempt": data.attempt,
@@ -158,7 +151,7 @@ class JobBook:
 
     def checkpointed(self, data: JobCheckpointed) -> Change:
         record = self._live(data.user, data.job_id)
-        if record is None or not _sent(record, data.node_id):
+        if record is None:
             return NO_CHANGE
         step = _later(record.last_checkpoint_step, data.step)
         if step == record.last_checkpoint_step:
@@ -169,12 +162,7 @@ class JobBook:
         record = self._live(data.user, data.job_id)
         node = data.node_id if isinstance(data, JobSuspended) else data.from_node
         # A late report from a node the job has since left says nothing about where it is now.
-        if (
-            record is None
-            or data.attempt < record.attempt
-            or record.running_on not in (None, node)
-            or not _sent(record, node)
-        ):
+        if record is None or data.attempt < record.attempt or record.running_on not in (None, node):
             return NO_CHANGE
         return Change(
             jobs=(
@@ -238,9 +226,9 @@ class JobBook:
         record = self._live(data.user, data.job_id)
         if record is None or data.attempt < record.attempt:
             return ExitVerdict(NO_CHANGE)  # after the job's end, or of an attempt already decided
-        if record.running_on not in (None, data.node_id) or not _sent(record, data.node_id):
-            # A copy left on a node it was taken from (declared failed, re-placed meanwhile),
-            # or a node that was never given the job: its end decides nothing.
+        if record.running_on not in (None, data.node_id):
+            # A copy left on a node it was taken from (declared failed, re-placed meanwhile):
+            # the job lives on elsewhere; that copy's end decides nothing.
             return ExitVerdict(NO_CHANGE)
         # The exit may be the first the detector hears of this attempt (its start was lost).
         record = record.model_copy(update={"attempt": data.attempt})
@@ -343,14 +331,6 @@ class JobBook:
         if record is None:
             record = JobFailureRecord(user=user, job_id=job_id)
         return None if record.terminal is not None else record
-
-
-def _sent(record: JobFailureRecord, node_id: str) -> bool:
-    """Whether `node_id` may speak of the job: it runs it, or split-stride placed it there.
-    Each executor can only report as itself (its subjects end with its node); this keeps it
-    from reporting on jobs it was never given, such as completing another tenant's job."""
-    placed = record.placed_on
-    return placed is None or node_id == record.running_on or node_id in placed
 
 
 def _later(known: int | None, seen: int | None) -> int | None:

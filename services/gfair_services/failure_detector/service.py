@@ -44,7 +44,6 @@ from gfair.events.jobs import (
     JobExited,
     JobFailed,
     JobMigrated,
-    JobPlaced,
     JobProgress,
     JobResumed,
     JobRetried,
@@ -72,7 +71,6 @@ _tracer = trace.get_tracer("gfair.services.failure_detector")
 NodeInput = NodeRegistered | NodeHeartbeat | NodeUncordoned
 JobInput = (
     JobSubmitted
-    | JobPlaced
     | JobStarted
     | JobResumed
     | JobProgress
@@ -178,8 +176,6 @@ class FailureDetector:
                 change = self._decide_exit(data, now)
             elif isinstance(data, JobSubmitted):
                 change = self.jobs.submitted(data, now)
-            elif isinstance(data, JobPlaced):
-                change = self.jobs.placed(data)
             elif isinstance(data, JobStarted | JobResumed):
                 correlation = envelope.correlation_id or envelope.id
                 change = self.jobs.started(data, correlation, now)
@@ -290,7 +286,7 @@ class FailureDetector:
         key = job_key(user, job_id)
         kv = self._started(self._jobs_kv)
         if key not in self._stored_jobs:
-            self.jobs.add(JobFailureRecord(user=user, job_id=job_id, placed_on=()), now)
+            self.jobs.add(JobFailureRecord(user=user, job_id=job_id), now)
             return
         if self._writes.writing(kv, key):
             await self._writes.settle()  # a read must see what was written
@@ -298,7 +294,7 @@ class FailureDetector:
         record = (
             JobFailureRecord.model_validate_json(entry.value)
             if entry is not None
-            else JobFailureRecord(user=user, job_id=job_id, placed_on=())
+            else JobFailureRecord(user=user, job_id=job_id)
         )
         self.jobs.add(record, now)
 
