@@ -138,6 +138,7 @@ class GandivaFair:
         self._seq = 0
         self._trades: tuple[Trade, ...] = ()
         self._shares_dirty = False
+        self._profiled = False  # a job was profiled since the last plan: its speeds may differ
         self._last: Decision | None = None
         # Jobs placed by the last plan (and backfilled since), in the order they were: a dict,
         # not a set, so that nothing decided from it depends on the process's string hashing.
@@ -225,6 +226,7 @@ class GandivaFair:
         for (job_type, gpus), shared in user.type_speeds.items():
             if job_type == spec.job_type:
                 shared.update(self._job_speeds(JobSpec("", spec.user, gpus, job_type)))
+        self._profiled = True
         # Shares depend on speeds only through trading, and on the user's speed profile only:
         # an observation that confirms it (the common case) leaves them as they are.
         before, user.speeds = user.speeds, None
@@ -236,6 +238,7 @@ class GandivaFair:
     def plan(self, now: float) -> QuantumPlan:
         if self._shares_dirty:
             self._refresh_shares()
+        self._profiled = False
         snapshot = self.snapshot()
         decision = decide(snapshot)
         ran = [self._states[job_id] for job_id in decision.placed]
@@ -286,7 +289,11 @@ class GandivaFair:
     def settled(self) -> bool:
         """Whether the next plan would repeat the last one until a job arrives, finishes or is
         profiled: every runnable job ran (nothing was booked) and nothing changed since."""
-        return self._last is not None and self._last.waiting == 0 and not self._shares_dirty
+        return (
+            self._last is not None
+            and self._last.waiting == 0
+            and not (self._shares_dirty or self._profiled)
+        )
 
     def entitlements(self) -> Mapping[str, Mapping[str, float]]:
         if self._shares_dirty:

@@ -86,12 +86,12 @@ class RunReport(JobEvent):
 
     @classmethod
     def subject_pattern(cls) -> str:
-        return f"{PREFIX}.job.*.*.{cls.event_name()}.*"
+        return f"{super().subject_pattern()}.*"
 
     @classmethod
     def reported_by(cls, node_id: str) -> str:
         """The subjects node `node_id` publishes these reports on (its permission)."""
-        return f"{PREFIX}.job.*.*.{cls.event_name()}.{validate_token(node_id, what='node id')}"
+        return f"{super().subject_pattern()}.{validate_token(node_id, what='node id')}"
 
 
 class NodeReport(RunReport):
