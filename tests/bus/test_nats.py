@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -154,6 +155,25 @@ async def test_embedded_servers_form_a_three_node_jetstream_cluster(tmp_path: Pa
     finally:
         for server in servers:
             server.stop()
+
+
+async def test_a_consumer_deleted_between_fetches_is_declared_again(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    # No request is open when it goes, so no "deleted" status tells the fetcher: only the
+    # server's silence (or its "no responders") does.
+    bus = await connect(nats_server)
+    await bus.ensure_topology(TOPOLOGY)
+    consumer = await bus.consume(ConsumerSpec(stream=STREAM, durable="quiet", ack_wait_s=2.0))
+    await bus.client.jetstream().delete_consumer(STREAM, "quiet")
+    await bus.publish("bustest.ping.a", b"after", msg_id="after")
+    received: list[bytes] = []
+    deadline = time.monotonic() + 10.0
+    while not received and time.monotonic() < deadline:
+        received = [d.data for d in await consumer.fetch(10, 0.2)]
+    assert received == [b"after"]
+    await consumer.close()
+    await bus.close()
 
 
 async def test_a_deleted_consumer_is_declared_again_and_events_keep_coming(

@@ -22,6 +22,10 @@ from gfair.bus.transport import BusError, Delivery
 
 _log = structlog.get_logger("gfair.bus.nats")
 
+# How long past a pull request's expiry the server may stay silent before the consumer is taken
+# for gone: a live consumer always answers an expired request, but a deleted one answers nothing.
+_SILENCE_GRACE_S = 1.0
+
 
 def consumer_config(spec: ConsumerSpec) -> api.ConsumerConfig:
     filters = list(spec.filter_subjects)
@@ -140,6 +144,8 @@ class NatsPullConsumer:
         # What the last status said to do before the next request.
         self._missing = False
         self._unavailable = False
+        # When the server, silent since a request went out, should have answered it at the latest.
+        self._silent_after: float | None = None
 
     @property
     def spec(self) -> ConsumerSpec:
@@ -178,14 +184,30 @@ class NatsPullConsumer:
             # The consumer was deleted (by an operator, or a memory-backed server restarted):
             # declare it again and carry on from its deliver policy.
             self._missing = False
-            _log.warning("consumer missing, recreating", consumer=self._spec.durable)
-            await self._recreate(self._spec)
+            await self._declare_again("consumer missing, recreating")
+        elif self._silent_after is not None and time.monotonic() > self._silent_after:
+            # Deleted while no request was open, or declared again while its deletion was still
+            # under way: requests to a consumer that does not exist go unanswered, or are
+            # answered only by "no responders".
+            self._silent_after = None
+            await self._declare_again("consumer silent, declaring it again")
         if self._unavailable:
             # Nobody answers for the consumer: no leader yet (a cluster electing one), or gone.
             self._unavailable = False
             await asyncio.sleep(min(left, 0.1))
             return False
         return True
+
+    async def _declare_again(self, why: str) -> None:
+        _log.warning(why, consumer=self._spec.durable)
+        try:
+            await self._recreate(self._spec)
+        except Exception as exc:
+            # The server may not answer yet (a cluster electing a leader): the next silence or
+            # refusal tries again.
+            _log.warning(
+                "declaring the consumer failed", consumer=self._spec.durable, error=repr(exc)
+            )
 
     async def _request(self, batch: int, left: float) -> None:
         if self._client.is_closed or self._client.is_draining:
@@ -199,9 +221,13 @@ class NatsPullConsumer:
             )
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError) as exc:
             raise BusError(f"consumer {self._spec.durable}: connection closed") from exc
-        self._open_until = time.monotonic() + expires_s
+        now = time.monotonic()
+        reconnects = self._client.stats["reconnects"]
+        if self._silent_after is None or reconnects != self._open_reconnects:
+            self._silent_after = now + expires_s + _SILENCE_GRACE_S
+        self._open_until = now + expires_s
         self._open_left = batch
-        self._open_reconnects = self._client.stats["reconnects"]
+        self._open_reconnects = reconnects
 
     def _request_open(self) -> bool:
         # A reconnect drops the server's side of the request: the subscription moved on.
@@ -223,6 +249,8 @@ class NatsPullConsumer:
     def _accept(self, msg: Msg) -> Delivery | None:
         """An event, or None for a status (which may end the open request)."""
         status = JetStreamContext.is_status_msg(msg)
+        if status != api.StatusCode.SERVICE_UNAVAILABLE:
+            self._silent_after = None
         if not status:
             self._open_left -= 1
             return NatsDelivery(msg)
