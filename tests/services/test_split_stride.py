@@ -399,6 +399,49 @@ async def test_jobs_on_a_failed_node_are_placed_elsewhere(
     assert suspends(probe) == []  # a dead node gets no suspend
 
 
+async def test_the_end_of_a_copy_on_a_node_the_job_left_decides_nothing(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    # The node was declared failed while its copy kept running; the job started elsewhere. The
+    # failure detector ignores that copy's end, so split-stride must not wait for its verdict.
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 2), ("v100-1", 2))
+        await admit(probe, state, "alice", "j1")
+        (first,) = await probe.wait_for(COMMANDS, StartCommand)
+        await started(probe, first)
+        await probe.publish(NodeFailed(node_id=first.node_id, reason="no heartbeats"))
+        await eventually(lambda: not state.ledger.jobs["alice.j1"].stays)
+        await state.on_tick()
+        second = (await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2))[-1]
+        await started(probe, second)
+        await probe.publish(
+            JobExited(
+                user="alice",
+                job_id="j1",
+                node_id=first.node_id,
+                attempt=1,
+                exit_code=0,
+                runtime_s=3,
+            )
+        )
+        await probe.settle(0.1)
+        job = state.ledger.jobs["alice.j1"]
+        assert not job.exited
+        assert set(job.stays) == {second.node_id}
+        # Its own node's exit still waits for the verdict.
+        await probe.publish(
+            JobExited(
+                user="alice",
+                job_id="j1",
+                node_id=second.node_id,
+                attempt=1,
+                exit_code=0,
+                runtime_s=3,
+            )
+        )
+        await eventually(lambda: state.ledger.jobs["alice.j1"].exited)
+
+
 async def test_a_quarantined_node_is_drained(
     bus: InMemoryBus, probe: Probe, settings: Settings
 ) -> None:

@@ -525,10 +525,16 @@ class Ledger:
             return False
         node_id = event.from_node if isinstance(event, JobMigrated) else event.node_id
         changed = False
+        stay = job.stays.get(node_id)
         if isinstance(event, JobExited) and event.attempt >= job.attempt:
+            if stay is None and any(s.holds_gpus for s in job.stays.values()):
+                # A copy left where the job no longer runs (its node was declared failed, and
+                # the job started elsewhere): the failure detector ignores its end too, so
+                # waiting for a verdict would hold the job forever.
+                _log.info("exit of a copy elsewhere ignored", job=job.key, node_id=node_id)
+                return False
             job.exited = True  # until the failure detector says what becomes of it
             changed = True
-        stay = job.stays.get(node_id)
         if stay is None:
             return changed
         if isinstance(event, JobSuspended) and stay.pending_suspends > 0:
