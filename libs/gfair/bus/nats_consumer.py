@@ -184,13 +184,13 @@ class NatsPullConsumer:
             # The consumer was deleted (by an operator, or a memory-backed server restarted):
             # declare it again and carry on from its deliver policy.
             self._missing = False
-            await self._declare_again("consumer missing, recreating")
+            await self._declare_again("consumer missing, recreating", left)
         elif self._silent_after is not None and time.monotonic() > self._silent_after:
             # Deleted while no request was open, or declared again while its deletion was still
             # under way: requests to a consumer that does not exist go unanswered, or are
             # answered only by "no responders".
             self._silent_after = None
-            await self._declare_again("consumer silent, declaring it again")
+            await self._declare_again("consumer silent, declaring it again", left)
         if self._unavailable:
             # Nobody answers for the consumer: no leader yet (a cluster electing one), or gone.
             self._unavailable = False
@@ -198,10 +198,12 @@ class NatsPullConsumer:
             return False
         return True
 
-    async def _declare_again(self, why: str) -> None:
+    async def _declare_again(self, why: str, left: float) -> None:
         _log.warning(why, consumer=self._spec.durable)
         try:
-            await self._recreate(self._spec)
+            # Within the fetch's time (or a little more): a stop must not wait out the API's
+            # retries while a cluster elects a leader.
+            await asyncio.wait_for(self._recreate(self._spec), max(left, 0.5))
         except Exception as exc:
             # The server may not answer yet (a cluster electing a leader): the next silence or
             # refusal tries again.
