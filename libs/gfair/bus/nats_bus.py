@@ -562,7 +562,7 @@ class NatsBus:
             end = info.state.last_seq
         except nats.js.errors.NotFoundError:
             raise BusError(f"no stream {stream!r}") from None
-        if end < start_sequence:
+        if end < start_sequence or info.state.messages == 0:
             return
         name = f"history-{uuid.uuid4().hex}"
         filters = list(filter_subjects)
@@ -588,8 +588,13 @@ class NatsBus:
             f"history of {stream}", lambda: self._js.add_consumer(stream, config)
         )
         sub = await self._js.pull_subscribe_bind(consumer=name, stream=stream)
+        # An unselective read ends at `end` and nowhere before: in a cluster its cursor may sit
+        # on a replica still catching up (a broker just restarted), whose "nothing pending"
+        # would end the read early. A selective read cannot know its last sequence; it ends
+        # when its cursor has nothing more.
+        selective = bool(filters) or last_per_subject
         try:
-            done = not created.num_pending
+            done = not created.num_pending and selective
             progress_at = time.monotonic()
             while not done:
                 try:
@@ -616,7 +621,7 @@ class NatsBus:
                         stored_at=meta.timestamp,
                     )
                     # Bounded by the history at call time: later publishes are not read.
-                    if sequence == end or meta.num_pending == 0:
+                    if sequence >= end or (meta.num_pending == 0 and selective):
                         done = True
                         break
         finally:
