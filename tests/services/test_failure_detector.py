@@ -567,3 +567,36 @@ async def test_restart_keeps_retry_budgets_and_node_states(bus: InMemoryBus, clo
         (failed,) = await harness.outputs(JobFailed)
         assert isinstance(failed, JobFailed)
         assert failed.failure_class is FailureClass.USER_ERROR
+
+
+# ----- retention -------------------------------------------------------------------------------
+
+
+async def test_records_of_ended_jobs_are_purged_after_the_retention(
+    bus: InMemoryBus, clock: Clock
+) -> None:
+    first = ObservedDetector(settings(job_retention_s=3600.0), clock=clock)
+    async with ServiceRuntime(first.service, bus, settings=FAST):
+        harness = Harness(bus, clock, first)
+        for job_id in ("done", "gone", "live"):
+            await harness.send(started(job_id))
+        harness.clock.at(10.0)
+        await harness.send(exited("done", exit_code=0))
+        harness.clock.at(20.0)
+        await harness.send(
+            JobCancelled(user="alice", job_id="gone", previous_state=JobState.RUNNING)
+        )
+        assert (await harness.job("alice", "gone")).ended_at == T0 + timedelta(seconds=20)
+        kv = await bus.key_value(FAILURES.name)
+        harness.clock.at(10.0 + 3601.0)
+        await first.purge()
+        assert sorted(await kv.keys()) == ["alice.gone", "alice.live"]
+
+    # A restarted detector knows from the records when each job ended.
+    second = ObservedDetector(settings(job_retention_s=3600.0), clock=clock)
+    async with ServiceRuntime(second.service, bus, settings=FAST):
+        harness = Harness(bus, clock, second)
+        harness.clock.at(20.0 + 3601.0)
+        await second.purge()
+        assert await kv.keys() == ["alice.live"]
+        assert (await harness.job("alice", "live")).terminal is None

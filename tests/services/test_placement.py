@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -314,3 +314,45 @@ async def test_a_restarted_placement_rebuilds_its_view(bus: InMemoryBus, probe: 
         "j1": RejectionCode.DUPLICATE_JOB_ID,  # the restarted service knew j1
         "j2": RejectionCode.UNSATISFIABLE,  # and the nodes
     }
+
+
+async def test_records_of_ended_jobs_are_purged_after_the_retention(
+    bus: InMemoryBus, probe: Probe
+) -> None:
+    now = [datetime.now(UTC)]
+    settings = Settings(job_retention_s=3600.0)
+
+    def clock() -> datetime:
+        return now[0]
+
+    state = PlacementService(settings, ThroughputEstimator(TABLE), clock)
+    async with ServiceRuntime(state.service(), bus, settings=FAST):
+        await register(probe, state, ("v100-0", 4))
+        for job_id in ("done", "live"):
+            await probe.publish(submitted("alice", job_id, 1))
+        await probe.publish(submitted("alice", "huge", 64))  # rejected: no pool that large
+        await probe.wait_for(JOBS_STREAM, JobAccepted, lambda found: len(found) == 2)
+        await probe.wait_for(JOBS_STREAM, JobRejected)
+        await probe.publish(JobCompleted(user="alice", job_id="done", attempt=1))
+        await eventually(lambda: "alice.done" not in state.book)
+        await probe.settle()
+        now[0] += timedelta(minutes=59)
+        await state.purge()
+        assert sorted(await (await bus.key_value(JOBS.name)).keys()) == [
+            "alice.done",
+            "alice.huge",
+            "alice.live",
+        ]
+
+    # A restarted placement knows from the records when each ended.
+    state = PlacementService(settings, ThroughputEstimator(TABLE), clock)
+    async with ServiceRuntime(state.service(), bus, settings=FAST):
+        now[0] += timedelta(minutes=2)
+        await state.purge()
+        assert await (await bus.key_value(JOBS.name)).keys() == ["alice.live"]
+        assert (await record(bus, "alice", "live")).state is JobState.QUEUED
+        # The id is free again.
+        await probe.publish(submitted("alice", "done", 1))
+        await probe.wait_for(JOBS_STREAM, JobAccepted, lambda found: len(found) == 3)
+        await probe.settle()
+    assert (await record(bus, "alice", "done")).state is JobState.QUEUED

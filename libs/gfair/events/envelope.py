@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeAlias
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
@@ -26,6 +27,10 @@ SUBJECT_PATTERN = re.compile(r"^[^.*>\s]+(\.[^.*>\s]+)*$")
 
 def new_event_id() -> str:
     return uuid.uuid4().hex
+
+
+# What services read the time from: `utc_now`, or a test's hand-driven clock.
+Clock: TypeAlias = Callable[[], datetime]
 
 
 def utc_now() -> datetime:

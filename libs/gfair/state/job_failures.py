@@ -56,6 +56,8 @@ class JobFailureRecord(BaseModel):
     iterations: int | None = None
     # Set once the job completed, failed or was cancelled: later exits are ignored.
     terminal: JobState | None = None
+    # When the detector learnt of its end; the record is purged a retention after it.
+    ended_at: AwareDatetime | None = None
     # The correlation id of the job's events, carried by what the detector emits on a timer.
     correlation_id: str | None = None
     decisions: tuple[FailureDecision, ...] = ()

@@ -106,7 +106,7 @@ def _completed(
         runtime_s=max(runtime, 0.0) if runtime is not None else None,
         iterations=record.iterations,
     )
-    done = record.model_copy(update={**_STOPPED, "terminal": JobState.COMPLETED})
+    done = record.model_copy(update={**_STOPPED, "terminal": JobState.COMPLETED, "ended_at": now})
     note = _note(record, "completed", FailureClass.SUCCESS, classification.reason, node_id, now)
     return Change(events=(completed,), jobs=(noted(done, note),))
 
@@ -130,7 +130,7 @@ def _failed(
         signal=exit.signal if exit else None,
         stderr_tail=exit.stderr_tail[-MAX_STDERR_TAIL_CHARS:] if exit else "",
     )
-    done = record.model_copy(update={**_STOPPED, "terminal": JobState.FAILED})
+    done = record.model_copy(update={**_STOPPED, "terminal": JobState.FAILED, "ended_at": now})
     note = _note(record, "failed", kind, reason, node_id, now)
     return Change(events=(failed,), jobs=(noted(done, note),))
 

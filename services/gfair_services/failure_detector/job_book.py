@@ -178,7 +178,7 @@ class JobBook:
             )
         )
 
-    def cancelled(self, data: JobCancelled) -> Change:
+    def cancelled(self, data: JobCancelled, now: datetime) -> Change:
         record = self._live(data.user, data.job_id)
         if record is None:
             return NO_CHANGE
@@ -187,6 +187,7 @@ class JobBook:
                 record.model_copy(
                     update={
                         "terminal": JobState.CANCELLED,
+                        "ended_at": now,
                         "running_on": None,
                         "running_since": None,
                     }

@@ -24,8 +24,8 @@ settles (or at the end of a check), before any input that caused them is acknowl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 import structlog
@@ -36,8 +36,9 @@ from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
+from gfair.bus.transport import BusError
 from gfair.bus.write_behind import WriteBehind
-from gfair.events.envelope import Envelope, utc_now
+from gfair.events.envelope import Clock, Envelope, utc_now
 from gfair.events.jobs import (
     JobCancelled,
     JobCheckpointed,
@@ -87,7 +88,7 @@ class FailureDetector:
         self,
         settings: FailureDetectorSettings | None = None,
         *,
-        clock: Callable[[], datetime] = utc_now,
+        clock: Clock = utc_now,
     ) -> None:
         self.settings = settings or FailureDetectorSettings()
         self._clock = clock
@@ -105,6 +106,8 @@ class FailureDetector:
         self._writes = WriteBehind()
         # Keys `gfair_failures` holds: a job under any other key has no record to read.
         self._stored_jobs: set[str] = set()
+        # Ended jobs' keys, with when each ended: purged a retention after (`purge`).
+        self._ended: dict[str, datetime] = {}
         self.service = self._build()
 
     def _build(self) -> Service:
@@ -125,6 +128,7 @@ class FailureDetector:
             settle=self._writes.settle,
         )
         service.add_timer(self.settings.check_interval_s, self.check, name="failure-check")
+        service.add_timer(self.settings.retention_check_s, self.purge, name="job-retention")
         return service
 
     # ----- start -------------------------------------------------------------------------
@@ -141,6 +145,8 @@ class FailureDetector:
         stored_jobs = await _entries(self._jobs_kv)
         self._stored_jobs = {entry.key for entry in stored_jobs}
         jobs = [JobFailureRecord.model_validate_json(entry.value) for entry in stored_jobs]
+        # Records written before they noted when their job ended count from this start.
+        self._ended = {job.key: job.ended_at or now for job in jobs if job.terminal is not None}
         self.nodes.restore(nodes, now)
         self.jobs.restore(jobs, now)
         _log.info("failure detector restored", nodes=len(nodes), live_jobs=self.jobs.live())
@@ -184,7 +190,7 @@ class FailureDetector:
             elif isinstance(data, JobSuspended | JobMigrated):
                 change = self.jobs.stopped(data)
             else:
-                change = self.jobs.cancelled(data)
+                change = self.jobs.cancelled(data, now)
             await self._commit(change, now, cause=envelope)
         return []
 
@@ -276,8 +282,34 @@ class FailureDetector:
         for job in change.jobs:
             self._writes.put(jobs_kv, job.key, job.model_dump_json().encode())
             self._stored_jobs.add(job.key)
+            if job.terminal is not None:
+                self._ended[job.key] = job.ended_at or now
         self.nodes.apply(change, now)
         self.jobs.apply(change, now)
+
+    # ----- retention ---------------------------------------------------------------------
+
+    async def purge(self) -> list[Emit]:
+        """Delete the records of jobs that ended more than `job_retention_s` ago."""
+        async with self._lock:
+            cutoff = self._clock() - timedelta(seconds=self.settings.job_retention_s)
+            expired = sorted(key for key, at in self._ended.items() if at < cutoff)
+            if not expired:
+                return []
+            kv = self._started(self._jobs_kv)
+            await self._writes.settle()  # no write of theirs may land after the delete
+            purged = 0
+            for key in expired:
+                try:
+                    await kv.delete(key)
+                except BusError as error:
+                    _log.warning("purging job records stopped", job=key, error=str(error))
+                    break
+                del self._ended[key]
+                self._stored_jobs.discard(key)
+                purged += 1
+            _log.info("ended jobs' records purged", count=purged, before=cutoff)
+        return []
 
     async def _ensure_job(self, user: str, job_id: str, now: datetime) -> None:
         """Bring a job's record into memory: finished jobs are kept only in the bucket."""

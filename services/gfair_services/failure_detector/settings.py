@@ -10,10 +10,11 @@ from pydantic_settings import SettingsConfigDict
 from gfair.core.failure import FailureClass
 from gfair.core.health import HeartbeatPolicy, QuarantinePolicy
 from gfair.core.retry import BackOff, RetryPolicy
+from gfair_services.retention import RetentionSettings
 from gfair_services.topology import TopologySettings
 
 
-class FailureDetectorSettings(TopologySettings):
+class FailureDetectorSettings(TopologySettings, RetentionSettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
     suspect_after_s: float = Field(

@@ -1,10 +1,12 @@
 """Placement's view of the live jobs: their records, with the bucket revisions they were read or
-written at (placement is the only writer of `gfair_jobs`)."""
+written at (placement is the only writer of `gfair_jobs`); and of the ended ones, when each
+ended, so that their records can be purged once the retention has passed."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 
 from gfair.state.job_record import JobRecord, StoredJob
 
@@ -13,6 +15,7 @@ class JobBook:
     def __init__(self) -> None:
         self._jobs: dict[str, StoredJob] = {}
         self._per_user: Counter[str] = Counter()
+        self._ended: dict[str, datetime] = {}
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -31,9 +34,11 @@ class JobBook:
         return self._per_user[user]
 
     def put(self, record: JobRecord, revision: int) -> None:
-        """Remember `record` at `revision`; a terminal record is forgotten."""
+        """Remember `record` at `revision`; of a terminal record, only when it ended."""
         if not record.live:
             self.remove(record.key)
+            if record.ended_at is not None:
+                self._ended[record.key] = record.ended_at
             return
         if record.key not in self._jobs:
             self._per_user[record.user] += 1
@@ -43,3 +48,13 @@ class JobBook:
         gone = self._jobs.pop(key, None)
         if gone is not None:
             self._per_user[gone.record.user] -= 1
+
+    def ended_before(self, cutoff: datetime) -> list[str]:
+        """The ended jobs whose records are older than `cutoff`, oldest first."""
+        return sorted(
+            (k for k, at in self._ended.items() if at < cutoff), key=self._ended.__getitem__
+        )
+
+    def forget(self, key: str) -> None:
+        """An ended job whose record was purged."""
+        self._ended.pop(key, None)

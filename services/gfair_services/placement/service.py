@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 
 import structlog
 from opentelemetry import trace
@@ -54,7 +55,7 @@ from gfair.bus.transport import BusError
 from gfair.core.dependencies import Eligibility, Outcome, Readiness, eligibility
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand
-from gfair.events.envelope import Envelope, EventData
+from gfair.events.envelope import Clock, Envelope, EventData, utc_now
 from gfair.events.jobs import (
     JobAccepted,
     JobCancelled,
@@ -109,9 +110,12 @@ _tracer = trace.get_tracer("gfair.placement")
 
 
 class PlacementService:
-    def __init__(self, settings: Settings, estimator: ThroughputEstimator) -> None:
+    def __init__(
+        self, settings: Settings, estimator: ThroughputEstimator, clock: Clock = utc_now
+    ) -> None:
         self.settings = settings
         self.estimator = estimator
+        self.clock = clock
         self.book = JobBook()
         self.inventory = NodeInventory()
         self._lock = asyncio.Lock()
@@ -147,6 +151,7 @@ class PlacementService:
             ack_wait_s=ack_wait_s,
             settle=self.settle,
         )
+        service.add_timer(self.settings.retention_check_s, self.purge, name="job-retention")
         service.on_start(self.start)
         return service
 
@@ -426,6 +431,32 @@ class PlacementService:
         for stored in list(self.book):
             if node_id in stored.record.nodes:
                 await self._save(stored.record.lost_node(node_id, at), stored.revision)
+
+    # -- retention -----------------------------------------------------------------------------
+
+    async def purge(self) -> list[Emit]:
+        """Delete the records of jobs that ended more than `job_retention_s` ago. Their events
+        stay in `GFAIR_JOBS` for its own age limit; a later submission may reuse the id, and one
+        naming such a job in `after_ok` is refused as naming no job."""
+        async with self._lock:
+            cutoff = self.clock() - timedelta(seconds=self.settings.job_retention_s)
+            purged: set[str] = set()
+            for key in self.book.ended_before(cutoff):
+                try:
+                    await self.kv.delete(key)
+                except BusError as error:
+                    _log.warning("purging job records stopped", job=key, error=str(error))
+                    break
+                self.book.forget(key)
+                self._stored.discard(key)
+                purged.add(key)
+            if purged:
+                for key in purged:
+                    self._dependents.pop(key, None)
+                for dependents in self._dependents.values():
+                    dependents -= purged
+                _log.info("ended jobs' records purged", count=len(purged), before=cutoff)
+        return []
 
     # -- writes --------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 from pydantic_settings import NoDecode, SettingsConfigDict
 
+from gfair_services.retention import RetentionSettings
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
 
@@ -18,7 +19,7 @@ def _names(value: object) -> object:
     return value
 
 
-class Settings(TenantSettings, TopologySettings):
+class Settings(TenantSettings, TopologySettings, RetentionSettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
     max_job_gpus: int = Field(default=256, ge=1, description="Largest gang a user may ask for")

@@ -35,8 +35,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
-from typing import TypeAlias
 
 import structlog
 from opentelemetry import trace
@@ -50,7 +48,7 @@ from gfair.bus.topology import consumer_for
 from gfair.bus.transport import PubAck
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand, NodeCommand, StartCommand, SuspendCommand
-from gfair.events.envelope import Envelope, EventData, utc_now
+from gfair.events.envelope import Clock, Envelope, EventData, utc_now
 from gfair.events.fields import JobRef
 from gfair.events.job_array import array_environment
 from gfair.events.jobs import (
@@ -103,7 +101,6 @@ JOB_EVENTS: tuple[type[EventData], ...] = (
 )
 _TERMINAL = (JobCompleted, JobFailed, JobCancelled)
 SHARES_EVENTS: tuple[type[EventData], ...] = (EntitlementsUpdated, ProfileUpdated)
-Clock: TypeAlias = Callable[[], datetime]
 
 
 _log = structlog.get_logger("gfair.split_stride")

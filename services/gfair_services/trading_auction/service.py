@@ -21,7 +21,7 @@ ignore revisions they have seen).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 import structlog
@@ -35,7 +35,7 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
 from gfair.bus.write_behind import WriteBehind
 from gfair.core.trading import bid
-from gfair.events.envelope import Envelope, EventData, utc_now
+from gfair.events.envelope import Clock, Envelope, EventData, utc_now
 from gfair.events.jobs import JobAccepted, JobCancelled, JobCompleted, JobFailed
 from gfair.events.nodes import (
     NodeFailed,
@@ -119,7 +119,7 @@ def _same_trade(a: TradeRecord, b: TradeRecord) -> bool:
 
 
 class Auction:
-    def __init__(self, market: Market, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(self, market: Market, clock: Clock = utc_now) -> None:
         self.market = market
         self.clock = clock
         self.current: SharesRecord | None = None
@@ -314,7 +314,7 @@ class Auction:
 
 
 def build_service(
-    settings: TradingAuctionSettings | None = None, clock: Callable[[], datetime] = utc_now
+    settings: TradingAuctionSettings | None = None, clock: Clock = utc_now
 ) -> Service:
     settings = settings or TradingAuctionSettings()
     market = Market(
