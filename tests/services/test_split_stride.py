@@ -381,18 +381,27 @@ async def test_an_ended_job_is_killed_where_it_runs_and_frees_its_gpus(
     assert suspends(probe) == []  # the GPU was free: nothing to take it from
 
 
+async def start_then_lose_its_node(
+    probe: Probe, state: SplitStrideService
+) -> tuple[StartCommand, StartCommand]:
+    """alice/j1 starts on one of two servers, that node is declared failed, and the next
+    quantum starts the job on the other: the two start commands."""
+    await register(probe, state, ("v100-0", 2), ("v100-1", 2))
+    await admit(probe, state, "alice", "j1")
+    (first,) = await probe.wait_for(COMMANDS, StartCommand)
+    await started(probe, first)
+    await probe.publish(NodeFailed(node_id=first.node_id, reason="no heartbeats"))
+    await eventually(lambda: not state.ledger.jobs["alice.j1"].stays)
+    await state.on_tick()
+    second = (await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2))[-1]
+    return first, second
+
+
 async def test_jobs_on_a_failed_node_are_placed_elsewhere(
     bus: InMemoryBus, probe: Probe, settings: Settings
 ) -> None:
     async with split_stride(bus, settings) as state:
-        await register(probe, state, ("v100-0", 2), ("v100-1", 2))
-        await admit(probe, state, "alice", "j1")
-        (first,) = await probe.wait_for(COMMANDS, StartCommand)
-        await started(probe, first)
-        await probe.publish(NodeFailed(node_id=first.node_id, reason="no heartbeats"))
-        await eventually(lambda: not state.ledger.jobs["alice.j1"].stays)
-        await state.on_tick()
-        second = (await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2))[-1]
+        first, second = await start_then_lose_its_node(probe, state)
     assert second.node_id != first.node_id
     assert first.node_id not in decisions(probe, 0)
     assert placements(probe)[-1].servers == (second.node_id,)
@@ -405,14 +414,7 @@ async def test_the_end_of_a_copy_on_a_node_the_job_left_decides_nothing(
     # The node was declared failed while its copy kept running; the job started elsewhere. The
     # failure detector ignores that copy's end, so split-stride must not wait for its verdict.
     async with split_stride(bus, settings) as state:
-        await register(probe, state, ("v100-0", 2), ("v100-1", 2))
-        await admit(probe, state, "alice", "j1")
-        (first,) = await probe.wait_for(COMMANDS, StartCommand)
-        await started(probe, first)
-        await probe.publish(NodeFailed(node_id=first.node_id, reason="no heartbeats"))
-        await eventually(lambda: not state.ledger.jobs["alice.j1"].stays)
-        await state.on_tick()
-        second = (await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2))[-1]
+        first, second = await start_then_lose_its_node(probe, state)
         await started(probe, second)
         await probe.publish(
             JobExited(
