@@ -90,13 +90,15 @@ class ReportRelay:
             (run.stop is StopKind.YIELD and report.yielded)
             or (run.stop is StopKind.KILL and report.terminated_by is not None)
         )
+        if run is not None:
+            # Its process is gone: the run holds nothing from here on, before anyone hears of it.
+            run.status = RunStatus.STOPPED if asked or report.yielded else RunStatus.EXITED
         try:
             if asked:
                 return
             if run is not None and report.yielded:
                 # Yielded with no command of ours: the supervisor's own shutdown asked (a drain
                 # that did not get to it first). A yield must never read as an exit 0.
-                asked = True
                 drained = run.suspended(self._node_id, SuspendReason.DRAIN, None)
                 key = f"{self._node_id}/yield/{run.job}/{run.started_at!r}"
                 await self._sink.publish_for(run, drained, key=key)
@@ -105,7 +107,6 @@ class ReportRelay:
             await self._report_exit(user, run, report)
         finally:
             if run is not None:
-                run.status = RunStatus.STOPPED if asked else RunStatus.EXITED
                 run.end_span(report)
                 run.exit_handled.set()
 
