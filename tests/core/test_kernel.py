@@ -65,6 +65,27 @@ def test_decide_is_pure_and_deterministic() -> None:
     assert sum(gpus[j] for j in first.placed) == 12  # every GPU busy, jobs waiting
 
 
+def test_one_gpu_jobs_spread_over_servers_move_together_so_a_waiting_gang_runs() -> None:
+    # Four one-GPU jobs of the most owed user ran two by two on two 4-GPU servers; a 4-GPU
+    # gang waits. Kept where they ran, they would leave two GPUs idle on each server and the
+    # gang waiting; packed onto one server, they leave the other whole for the gang.
+    cluster = parse_cluster_spec("k80:2x4")
+    pools = (PoolState("k80", cluster.by_generation("k80"), 0),)
+    users = {
+        "a": UserState("a", 1, {"k80": 4.0}, {"k80": 8.0}),
+        "g": UserState("g", 2, {"k80": 4.0}, {}),
+    }
+    ran = ("k80-0", "k80-1", "k80-0", "k80-1")
+    jobs = {
+        "a": [JobState(f"a{i}", "a", 1, i, {"k80": 1.0}, running=(ran[i],)) for i in range(4)],
+        "g": [JobState("gang", "g", 4, 9, {"k80": 1.0})],
+    }
+    decision = decide(Snapshot(pools, users, jobs))
+    assert decision.waiting == 0
+    assert len(set(decision.placed[f"a{i}"] for i in range(4))) == 1
+    assert decision.placed["gang"] != decision.placed["a0"]
+
+
 def test_a_waiting_gang_saves_up_and_then_runs_first() -> None:
     # A 4-GPU gang beside a stream of one-GPU jobs of another user on one 4-GPU server: the
     # gang's credit grows while the small jobs run, until it is the most owed and takes the

@@ -33,7 +33,9 @@ The rules, in order:
    returns to the servers holding its checkpoint, else goes best-fit (the fullest server with
    room, so whole servers stay free for gangs); a gang larger than a server takes whole idle
    servers. The selected set is packed again with that preference after selection; when the
-   affinity packing cannot hold the set, the selection's own packing stands.
+   affinity packing cannot hold the set, the selection's own packing stands. A gang that does
+   not fit because jobs that stay put leave every server partly free has the pool's chosen
+   jobs packed again by best fit alone (`_fits`): some move rather than GPUs idle.
 6. **Between quanta** (`backfill`): when a job ends or arrives mid-quantum, the GPUs left idle
    go to waiting jobs by rule 3 at once, the running jobs staying where they are; the next
    quantum's decision then starts from them as from any running job.
@@ -346,7 +348,10 @@ def _fits(
     """Whether a job of `gpus` fits the pool now, packing the pool's chosen jobs again,
     largest first, when the free GPUs suffice but are scattered (at most `_REPACKS` times per
     pool and quantum, and only in pools running at most `_REPACK_JOBS` jobs, to bound a
-    quantum's cost): greedy packing in priority order leaves holes a gang cannot use."""
+    quantum's cost): greedy packing in priority order leaves holes a gang cannot use. The
+    chosen jobs keep their servers where that leaves room; where it does not (jobs that ran
+    spread over several servers hold each one partly), they are packed by best fit alone, so
+    some move within the pool rather than the GPUs they leave scattered idling."""
     room = packing[pool.generation]
     if room.fits(gpus):
         return True
@@ -356,20 +361,25 @@ def _fits(
     members = [c for c in chosen.values() if c.pool == pool.generation]
     if len(members) > _REPACK_JOBS:
         return False
-    fresh = _Packing(pool.servers)
     members.sort(key=lambda c: (-c.job.gpus, not c.job.running, c.job.seq))
-    placed: list[tuple[_Choice, tuple[str, ...]]] = []
-    for choice in members:
-        servers = fresh.place(choice.job.gpus, _prefer(choice.job))
-        if servers is None:
-            return False
-        placed.append((choice, servers))
-    if not fresh.fits(gpus):
-        return False
-    for choice, servers in placed:
-        choice.servers = servers
-    packing[pool.generation] = fresh
-    return True
+    for prefer in (_prefer, _anywhere):
+        fresh = _Packing(pool.servers)
+        placed: list[tuple[_Choice, tuple[str, ...]]] = []
+        for choice in members:
+            servers = fresh.place(choice.job.gpus, prefer(choice.job))
+            if servers is None:
+                break
+            placed.append((choice, servers))
+        if len(placed) == len(members) and fresh.fits(gpus):
+            for choice, servers in placed:
+                choice.servers = servers
+            packing[pool.generation] = fresh
+            return True
+    return False
+
+
+def _anywhere(job: JobState) -> tuple[tuple[str, ...], ...]:
+    return ()
 
 
 def _surplus_runs(
