@@ -518,8 +518,9 @@ class Ledger:
             stay.unconfirmed = False  # it did start: its stop will be confirmed in turn
         return False
 
-    def released(self, event: JobSuspended | JobMigrated | JobExited) -> bool:
-        """The node stopped the job: a suspend, a migration away, or the process ended."""
+    def released(self, event: JobSuspended | JobMigrated | JobExited, at: datetime) -> bool:
+        """The node stopped the job at `at`: a suspend, a migration away, or the process
+        ended."""
         job = self.jobs.get(job_key(event.user, event.job_id))
         if job is None:
             return False
@@ -541,6 +542,8 @@ class Ledger:
             stay.pending_suspends -= 1
             if stay.holds_gpus:
                 return True  # an older suspend; the start sent after it is still in force
+        if stay.holds_gpus:
+            self._charge(job, stay, at)  # it ended mid-quantum: its part of the quantum
         del job.stays[node_id]
         return True
 
@@ -556,19 +559,21 @@ class Ledger:
     # -- usage --------------------------------------------------------------------------------
 
     def account(self, now: datetime) -> None:
-        """Charge the GPUs held since the last tick to their users, per pool."""
-        if self.last_tick_at is not None:
-            elapsed = (now - self.last_tick_at).total_seconds()
-            elapsed = max(0.0, min(elapsed, self.settings.usage_gap_s))
-            for job in self.residents():
-                for stay in job.stays.values():
-                    if not stay.holds_gpus:
-                        continue
-                    entry = self.inventory.get(stay.node_id)
-                    pool = entry.generation if entry is not None else job.generation or "unknown"
-                    per_pool = self.usage.setdefault(job.user, {})
-                    per_pool[pool] = per_pool.get(pool, 0.0) + len(stay.gpu_indices) * elapsed
+        """Charge the GPUs held since the last tick (or since they were taken, if later) to
+        their users, per pool."""
+        for job in self.residents():
+            for stay in job.stays.values():
+                if stay.holds_gpus:
+                    self._charge(job, stay, now)
         self.last_tick_at = now
+
+    def _charge(self, job: Job, stay: Stay, until: datetime) -> None:
+        since = stay.since if self.last_tick_at is None else max(stay.since, self.last_tick_at)
+        elapsed = max(0.0, min((until - since).total_seconds(), self.settings.usage_gap_s))
+        entry = self.inventory.get(stay.node_id)
+        pool = entry.generation if entry is not None else job.generation or "unknown"
+        per_pool = self.usage.setdefault(job.user, {})
+        per_pool[pool] = per_pool.get(pool, 0.0) + len(stay.gpu_indices) * elapsed
 
     def expire(self, now: datetime) -> list[tuple[str, Stay]]:
         """Drop starts and suspends no node confirmed in time; what was dropped."""

@@ -226,7 +226,7 @@ class SplitStrideService:
             case JobStarted() | JobResumed():
                 return [] if ledger.confirmed(data, envelope.time) else None
             case JobSuspended() | JobMigrated() | JobExited():
-                if not ledger.released(data):
+                if not ledger.released(data, envelope.time):
                     return None
                 # A job that waited for its old node to let go may start at once where it
                 # moved; GPUs still idle go to waiting jobs.
