@@ -34,8 +34,8 @@ The rules, in order:
    room, so whole servers stay free for gangs); a gang larger than a server takes whole idle
    servers. The selected set is packed again with that preference after selection; when the
    affinity packing cannot hold the set, the selection's own packing stands. A gang that does
-   not fit because jobs that stay put leave every server partly free has the pool's chosen
-   jobs packed again by best fit alone (`_fits`): some move rather than GPUs idle.
+   not fit because jobs that stay put leave every server partly free gets the server cheapest
+   to clear: its jobs move to the others' free GPUs (`_fits`), rather than GPUs idle.
 6. **Between quanta** (`backfill`): when a job ends or arrives mid-quantum, the GPUs left idle
    go to waiting jobs by rule 3 at once, the running jobs staying where they are; the next
    quantum's decision then starts from them as from any running job.
@@ -350,8 +350,8 @@ def _fits(
     pool and quantum, and only in pools running at most `_REPACK_JOBS` jobs, to bound a
     quantum's cost): greedy packing in priority order leaves holes a gang cannot use. The
     chosen jobs keep their servers where that leaves room; where it does not (jobs that ran
-    spread over several servers hold each one partly), they are packed by best fit alone, so
-    some move within the pool rather than the GPUs they leave scattered idling."""
+    spread over several servers each hold part of one), the jobs of the server that is
+    cheapest to clear move to the others' free GPUs, rather than the scattered GPUs idle."""
     room = packing[pool.generation]
     if room.fits(gpus):
         return True
@@ -362,24 +362,53 @@ def _fits(
     if len(members) > _REPACK_JOBS:
         return False
     members.sort(key=lambda c: (-c.job.gpus, not c.job.running, c.job.seq))
-    for prefer in (_prefer, _anywhere):
+    fresh = _Packing(pool.servers)
+    placed: list[tuple[_Choice, tuple[str, ...]]] = []
+    for choice in members:
+        servers = fresh.place(choice.job.gpus, _prefer(choice.job))
+        if servers is None:
+            return False
+        placed.append((choice, servers))
+    if not fresh.fits(gpus):
+        cleared = _clear_a_server(pool, gpus, placed)
+        if cleared is None:
+            return False
+        fresh, placed = cleared
+    for choice, servers in placed:
+        choice.servers = servers
+    packing[pool.generation] = fresh
+    return True
+
+
+def _clear_a_server(
+    pool: PoolState, gpus: int, placed: list[tuple[_Choice, tuple[str, ...]]]
+) -> tuple[_Packing, list[tuple[_Choice, tuple[str, ...]]]] | None:
+    """A packing of `placed` that leaves one server of at least `gpus` GPUs empty, moving only
+    the one-server jobs on it (the server holding the fewest GPUs that can so be cleared); or
+    None. Gangs larger than a server are not helped: they need several servers cleared."""
+    held: dict[str, int] = {server.id: 0 for server in pool.servers}
+    spanning: set[str] = set()
+    for choice, servers in placed:
+        if len(servers) > 1:
+            spanning.update(servers)
+        else:
+            held[servers[0]] += choice.job.gpus
+    candidates = sorted(
+        (s for s in pool.servers if s.gpus >= gpus and s.id not in spanning),
+        key=lambda s: (held[s.id], s.id),
+    )
+    for target in candidates:
         fresh = _Packing(pool.servers)
-        placed: list[tuple[_Choice, tuple[str, ...]]] = []
-        for choice in members:
-            servers = fresh.place(choice.job.gpus, prefer(choice.job))
-            if servers is None:
-                break
-            placed.append((choice, servers))
-        if len(placed) == len(members) and fresh.fits(gpus):
-            for choice, servers in placed:
-                choice.servers = servers
-            packing[pool.generation] = fresh
-            return True
-    return False
-
-
-def _anywhere(job: JobState) -> tuple[tuple[str, ...], ...]:
-    return ()
+        fresh.place(target.gpus, ((target.id,),))  # kept empty while the others are packed
+        staying = [(c, servers) for c, servers in placed if target.id not in servers]
+        moving = [c for c, servers in placed if target.id in servers]
+        for choice, servers in staying:
+            fresh.place(choice.job.gpus, (servers,))
+        moved = [(c, fresh.place(c.job.gpus, ())) for c in moving]
+        if all(servers is not None for _, servers in moved):
+            fresh.release((target.id,), target.gpus)
+            return fresh, staying + [(c, s) for c, s in moved if s is not None]
+    return None
 
 
 def _surplus_runs(
