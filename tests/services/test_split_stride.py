@@ -127,6 +127,13 @@ async def started(probe: Probe, command: StartCommand) -> None:
     )
 
 
+def completed_on(node_id: str, job_id: str) -> JobExited:
+    """The node executor's report that alice's `job_id` (attempt 1) ended with exit code 0."""
+    return JobExited(
+        user="alice", job_id=job_id, node_id=node_id, attempt=1, exit_code=0, runtime_s=1
+    )
+
+
 async def test_a_placed_job_starts_at_once_on_idle_gpus(
     bus: InMemoryBus, probe: Probe, settings: Settings
 ) -> None:
@@ -416,31 +423,13 @@ async def test_the_end_of_a_copy_on_a_node_the_job_left_decides_nothing(
     async with split_stride(bus, settings) as state:
         first, second = await start_then_lose_its_node(probe, state)
         await started(probe, second)
-        await probe.publish(
-            JobExited(
-                user="alice",
-                job_id="j1",
-                node_id=first.node_id,
-                attempt=1,
-                exit_code=0,
-                runtime_s=3,
-            )
-        )
+        await probe.publish(completed_on(first.node_id, "j1"))
         await probe.settle(0.1)
         job = state.ledger.jobs["alice.j1"]
         assert not job.exited
         assert set(job.stays) == {second.node_id}
         # Its own node's exit still waits for the verdict.
-        await probe.publish(
-            JobExited(
-                user="alice",
-                job_id="j1",
-                node_id=second.node_id,
-                attempt=1,
-                exit_code=0,
-                runtime_s=3,
-            )
-        )
+        await probe.publish(completed_on(second.node_id, "j1"))
         await eventually(lambda: state.ledger.jobs["alice.j1"].exited)
 
 
@@ -544,11 +533,7 @@ async def test_a_job_ending_mid_quantum_is_charged_until_it_ended(
         await state.on_tick()
         held = state.ledger.usage["alice"]["v100"]
         await probe.settle(0.3)
-        await probe.publish(
-            JobExited(
-                user="alice", job_id="a", node_id="v100-0", attempt=1, exit_code=0, runtime_s=1
-            )
-        )
+        await probe.publish(completed_on("v100-0", "a"))
         await eventually(lambda: not state.ledger.jobs["alice.a"].stays)
         await probe.settle(0.3)
         await state.on_tick()
