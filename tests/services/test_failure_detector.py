@@ -317,6 +317,8 @@ async def test_a_node_back_from_a_partition_stops_copies_running_elsewhere(
     assert isinstance(kill, KillCommand)
     assert (kill.node_id, kill.job_id, kill.attempt) == ("n1", "j1", 1)
     assert "runs on n2" in kill.reason
+    # Only a copy that started before the start on n2 was heard of is one left behind.
+    assert kill.started_before == T0 + timedelta(seconds=75)
     # The killed copy's end decides nothing: the job lives on on n2.
     await harness.send(exited("j1", node_id="n1", exit_code=None, signal=15))
     assert await harness.outputs(JobRetried, JobFailed) == []

@@ -393,6 +393,32 @@ async def test_kill_stops_the_job_without_reporting_an_exit(node: Node, tmp_path
     assert await node.events(JobExited, JobSuspended) == []
 
 
+async def test_a_fence_kills_only_a_copy_older_than_the_start_it_names(
+    node: Node, tmp_path: Path
+) -> None:
+    await node.send(start_command(tmp_path, "moved", SLEEPER, (0,)))
+    await node.wait_for(JobStarted)
+    started = node.executor.running()[0].started_at
+
+    def fence(elsewhere_since: float) -> KillCommand:
+        return KillCommand(
+            node_id=NODE,
+            user="alice",
+            job_id="moved",
+            attempt=1,
+            reason="the job runs on n2",
+            started_before=datetime.fromtimestamp(elsewhere_since, UTC),
+        )
+
+    # The sender heard of a start elsewhere from before this run: this run is the newer one.
+    await node.send(fence(started - 5.0))
+    await settle(node)
+    assert [run.job.job_id for run in node.executor.running()] == ["moved"]
+    # A start elsewhere after this run began: this is a copy left behind.
+    await node.send(fence(started + 5.0))
+    await eventually(lambda: _now(not node.executor.running()))
+
+
 async def test_commands_for_jobs_not_here_change_nothing(node: Node, tmp_path: Path) -> None:
     for command in (
         SuspendCommand(node_id=NODE, user="alice", job_id="nobody", attempt=1),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import AwareDatetime, Field, model_validator
 
 from gfair.events.envelope import EventData
 from gfair.events.fields import (
@@ -109,3 +109,9 @@ class KillCommand(NodeCommand):
     EVENT_TYPE = "gfair.cmd.kill.v1"
 
     reason: Reason
+    started_before: AwareDatetime | None = Field(
+        default=None,
+        description="Kill only a run that started before this time: a fence of a copy left "
+        "behind says when the job started elsewhere, so it cannot kill a newer start its "
+        "sender had not heard of yet",
+    )

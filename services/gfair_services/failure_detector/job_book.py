@@ -267,6 +267,7 @@ class JobBook:
             record = self._records.get(job_key(job.user, job.job_id))
             if record is None:
                 continue
+            started_before = None
             if record.terminal is not None:
                 reason = f"the job is {record.terminal.value}"
             elif (
@@ -278,6 +279,9 @@ class JobBook:
                     f"the job runs on {record.running_on} since "
                     f"{record.running_since.isoformat()}; this copy must not run twice"
                 )
+                # Reports on two streams arrive in no common order: a copy that started after
+                # the start heard of here is the job's newest run, not one left behind.
+                started_before = record.running_since
             else:
                 continue
             kills.append(
@@ -288,6 +292,7 @@ class JobBook:
                     # Attempts only grow: the copy's attempt is at most the job's.
                     attempt=record.attempt,
                     reason=reason,
+                    started_before=started_before,
                 )
             )
         return Change(events=tuple(kills))

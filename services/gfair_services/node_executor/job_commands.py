@@ -219,4 +219,13 @@ class JobCommands:
         if run is None or not run.running:
             _log.info("kill of a job not running here ignored", job=str(command.job))
             return
+        if command.started_before is not None and (
+            run.started_at >= command.started_before.timestamp()
+        ):
+            _log.info(
+                "kill of a run newer than its sender knew ignored",
+                job=str(command.job),
+                reason=command.reason,
+            )
+            return
         await self._control.kill_run(run, command.reason)
