@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TypeVar
 
 import structlog
@@ -36,7 +36,6 @@ from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
-from gfair.bus.transport import BusError
 from gfair.bus.write_behind import WriteBehind
 from gfair.events.envelope import Clock, Envelope, utc_now
 from gfair.events.jobs import (
@@ -61,6 +60,7 @@ from gfair_services.failure_detector.change import Change
 from gfair_services.failure_detector.job_book import JobBook
 from gfair_services.failure_detector.node_book import NodeBook
 from gfair_services.failure_detector.settings import FailureDetectorSettings
+from gfair_services.retention import EndedJobs
 from gfair_services.topology import cluster_topology
 
 SERVICE_NAME = "failure-detector"
@@ -107,7 +107,7 @@ class FailureDetector:
         # Keys `gfair_failures` holds: a job under any other key has no record to read.
         self._stored_jobs: set[str] = set()
         # Ended jobs' keys, with when each ended: purged a retention after (`purge`).
-        self._ended: dict[str, datetime] = {}
+        self._ended = EndedJobs()
         self.service = self._build()
 
     def _build(self) -> Service:
@@ -146,7 +146,9 @@ class FailureDetector:
         self._stored_jobs = {entry.key for entry in stored_jobs}
         jobs = [JobFailureRecord.model_validate_json(entry.value) for entry in stored_jobs]
         # Records written before they noted when their job ended count from this start.
-        self._ended = {job.key: job.ended_at or now for job in jobs if job.terminal is not None}
+        for job in jobs:
+            if job.terminal is not None:
+                self._ended.note(job.key, job.ended_at or now)
         self.nodes.restore(nodes, now)
         self.jobs.restore(jobs, now)
         _log.info("failure detector restored", nodes=len(nodes), live_jobs=self.jobs.live())
@@ -283,7 +285,7 @@ class FailureDetector:
             self._writes.put(jobs_kv, job.key, job.model_dump_json().encode())
             self._stored_jobs.add(job.key)
             if job.terminal is not None:
-                self._ended[job.key] = job.ended_at or now
+                self._ended.note(job.key, job.ended_at or now)
         self.nodes.apply(change, now)
         self.jobs.apply(change, now)
 
@@ -292,23 +294,11 @@ class FailureDetector:
     async def purge(self) -> list[Emit]:
         """Delete the records of jobs that ended more than `job_retention_s` ago."""
         async with self._lock:
-            cutoff = self._clock() - timedelta(seconds=self.settings.job_retention_s)
-            expired = sorted(key for key, at in self._ended.items() if at < cutoff)
-            if not expired:
-                return []
-            kv = self._started(self._jobs_kv)
-            await self._writes.settle()  # no write of theirs may land after the delete
-            purged = 0
-            for key in expired:
-                try:
-                    await kv.delete(key)
-                except BusError as error:
-                    _log.warning("purging job records stopped", job=key, error=str(error))
-                    break
-                del self._ended[key]
-                self._stored_jobs.discard(key)
-                purged += 1
-            _log.info("ended jobs' records purged", count=purged, before=cutoff)
+            cutoff = self.settings.retention_cutoff(self._clock())
+            if self._ended.before(cutoff):
+                await self._writes.settle()  # no write of theirs may land after the delete
+                kv = self._started(self._jobs_kv)
+                self._stored_jobs -= set(await self._ended.purge(kv, cutoff))
         return []
 
     async def _ensure_job(self, user: str, job_id: str, now: datetime) -> None:

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime
 
 from gfair.state.job_record import JobRecord, StoredJob
+from gfair_services.retention import EndedJobs
 
 
 class JobBook:
     def __init__(self) -> None:
         self._jobs: dict[str, StoredJob] = {}
         self._per_user: Counter[str] = Counter()
-        self._ended: dict[str, datetime] = {}
+        self.ended = EndedJobs()
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -38,7 +38,7 @@ class JobBook:
         if not record.live:
             self.remove(record.key)
             if record.ended_at is not None:
-                self._ended[record.key] = record.ended_at
+                self.ended.note(record.key, record.ended_at)
             return
         if record.key not in self._jobs:
             self._per_user[record.user] += 1
@@ -48,13 +48,3 @@ class JobBook:
         gone = self._jobs.pop(key, None)
         if gone is not None:
             self._per_user[gone.record.user] -= 1
-
-    def ended_before(self, cutoff: datetime) -> list[str]:
-        """The ended jobs whose records are older than `cutoff`, oldest first."""
-        return sorted(
-            (k for k, at in self._ended.items() if at < cutoff), key=self._ended.__getitem__
-        )
-
-    def forget(self, key: str) -> None:
-        """An ended job whose record was purged."""
-        self._ended.pop(key, None)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 
 import structlog
 from opentelemetry import trace
@@ -439,23 +438,13 @@ class PlacementService:
         stay in `GFAIR_JOBS` for its own age limit; a later submission may reuse the id, and one
         naming such a job in `after_ok` is refused as naming no job."""
         async with self._lock:
-            cutoff = self.clock() - timedelta(seconds=self.settings.job_retention_s)
-            purged: set[str] = set()
-            for key in self.book.ended_before(cutoff):
-                try:
-                    await self.kv.delete(key)
-                except BusError as error:
-                    _log.warning("purging job records stopped", job=key, error=str(error))
-                    break
-                self.book.forget(key)
-                self._stored.discard(key)
-                purged.add(key)
-            if purged:
-                for key in purged:
-                    self._dependents.pop(key, None)
-                for dependents in self._dependents.values():
-                    dependents -= purged
-                _log.info("ended jobs' records purged", count=len(purged), before=cutoff)
+            cutoff = self.settings.retention_cutoff(self.clock())
+            purged = set(await self.book.ended.purge(self.kv, cutoff))
+            self._stored -= purged
+            for key in purged:
+                self._dependents.pop(key, None)
+            for dependents in self._dependents.values():
+                dependents -= purged
         return []
 
     # -- writes --------------------------------------------------------------------------------
