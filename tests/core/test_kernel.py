@@ -86,6 +86,39 @@ def test_one_gpu_jobs_spread_over_servers_move_together_so_a_waiting_gang_runs()
     assert decision.placed["gang"] != decision.placed["a0"]
 
 
+def _two_jobs_one_fast_gpu(waiting: bool) -> Snapshot:
+    # One V100 and one K80. The stride visits user "a" first (earlier arrival); "b"'s job gains
+    # ten times from a V100, "a"'s twice. With `waiting`, a third user's job waits too.
+    cluster = parse_cluster_spec("v100:1x1,k80:1x1")
+    pools = (
+        PoolState("v100", cluster.by_generation("v100"), 0),
+        PoolState("k80", cluster.by_generation("k80"), 1),
+    )
+    names = ["a", "b", "c"] if waiting else ["a", "b"]
+    share = 1.0 / len(names)
+    users = {n: UserState(n, i, {"v100": share, "k80": share}) for i, n in enumerate(names)}
+    speeds = {"a": {"v100": 1.0, "k80": 0.5}, "b": {"v100": 1.0, "k80": 0.1}, "c": {"v100": 1.0}}
+    jobs = {n: [JobState(n + "0", n, 1, i, dict(speeds[n]))] for i, n in enumerate(names)}
+    if waiting:  # "c" is owed the most, and only fits the V100
+        users["c"].credit["v100"] = 2.0
+    return Snapshot(pools, users, jobs)
+
+
+def test_when_every_job_runs_the_fast_gpus_go_to_the_jobs_that_gain_most_there() -> None:
+    decision = decide(_two_jobs_one_fast_gpu(waiting=False))
+    assert decision.waiting == 0
+    assert decision.placed == {"b0": ("v100-0",), "a0": ("k80-0",)}
+
+
+def test_while_a_job_waits_the_stride_decides_who_runs_where() -> None:
+    # The same pools with a job waiting: entitlements and credits decide, and the quantum is
+    # booked; nothing is reassigned for speed.
+    decision = decide(_two_jobs_one_fast_gpu(waiting=True))
+    assert decision.waiting == 1
+    assert decision.placed["c0"] == ("v100-0",)
+    assert decision.placed["a0"] == ("k80-0",)
+
+
 def test_a_waiting_gang_saves_up_and_then_runs_first() -> None:
     # A 4-GPU gang beside a stream of one-GPU jobs of another user on one 4-GPU server: the
     # gang's credit grows while the small jobs run, until it is the most owed and takes the

@@ -39,6 +39,11 @@ The rules, in order:
 6. **Between quanta** (`backfill`): when a job ends or arrives mid-quantum, the GPUs left idle
    go to waiting jobs by rule 3 at once, the running jobs staying where they are; the next
    quantum's decision then starts from them as from any running job.
+7. **When nobody waits**, every runnable job runs and the quantum is not booked (`settle`), so
+   which pool each job runs in is free: the fastest pool goes to the jobs that gain most from
+   it over the slower ones, then the next (`_fastest_to_fastest`). Otherwise rule 1 decides,
+   and on a cluster with few fast GPUs the earliest users visited would hold them whether they
+   gain 10x there or nothing.
 
 Jobs are visited within their user by (pass, arrival), as the snapshot lists them; at most
 `_SCAN_LIMIT` of a user's jobs that do not fit are passed over per visit, so a quantum costs what
@@ -221,6 +226,8 @@ def decide(snapshot: Snapshot) -> Decision:
         _surplus_runs(snapshot, pools, packing, order, chosen, charged)
     _affinity(pools, packing, chosen)
     _surplus_runs(snapshot, pools, packing, order, chosen, charged)  # what packing freed
+    if len(chosen) == sum(len(jobs) for jobs in order.values()):
+        _fastest_to_fastest(pools, packing, chosen)
     placed = {job_id: choice.servers for job_id, choice in chosen.items()}
     runs: dict[str, list[str]] = {}
     for job_id, servers in placed.items():
@@ -510,6 +517,59 @@ def _fast_first(
                 choice.pool, choice.servers = target.generation, placed
                 moved = True
     return moved
+
+
+def _fastest_to_fastest(
+    pools: list[PoolState], packing: dict[str, _Packing], chosen: Mapping[str, _Choice]
+) -> None:
+    """Rule 7: when every runnable job runs, nobody is owed anything (`settle` books no quantum
+    in which nobody waits), so each pool, fastest first, goes to the jobs that gain most from
+    it over the slower pools, instead of to whoever the stride happened to visit there first.
+    A job gaining nothing from a faster pool (it runs as fast or faster on a slower one) is
+    not put there while a slower one has room. When the new assignment cannot hold every job
+    (gangs and fragmentation), the decision stands."""
+    if len(pools) < 2:
+        return
+    fresh = {p.generation: _Packing(p.servers) for p in pools}
+    target: dict[str, tuple[str, tuple[str, ...]]] = {}
+    left = list(chosen.values())
+    for index, pool in enumerate(pools):
+        slower = [p.generation for p in pools[index + 1 :]]
+        gains = {c.job.id: _gain(c.job, pool.generation, slower) for c in left}
+        ranked = sorted(
+            (c for c in left if gains[c.job.id] > 1 + _EPS),
+            key=lambda c: (-gains[c.job.id], c.pool != pool.generation, c.job.seq),
+        )
+        for choice in ranked:
+            servers = fresh[pool.generation].place(choice.job.gpus, _prefer(choice.job))
+            if servers is not None:
+                target[choice.job.id] = (pool.generation, servers)
+        left = [c for c in left if c.job.id not in target]
+    left.sort(key=lambda c: (-c.job.gpus, c.job.seq))
+    for choice in left:  # no gain anywhere, or no room where it gains: the fastest that fits
+        for pool in sorted(pools, key=lambda p: -choice.job.speeds.get(p.generation, 0.0)):
+            if choice.job.speeds.get(pool.generation, 0.0) <= 0:
+                break
+            servers = fresh[pool.generation].place(choice.job.gpus, _prefer(choice.job))
+            if servers is not None:
+                target[choice.job.id] = (pool.generation, servers)
+                break
+        if choice.job.id not in target:
+            return
+    for choice in chosen.values():
+        choice.pool, choice.servers = target[choice.job.id]
+    packing.update(fresh)
+    _affinity(pools, packing, chosen)  # the same sets, packed to stay where they ran
+
+
+def _gain(job: JobState, generation: str, slower: Sequence[str]) -> float:
+    """How much faster `job` runs on `generation` than on the best of `slower` (inf when only
+    here fits it, 0 when it does not fit here)."""
+    here = job.speeds.get(generation, 0.0)
+    rest = max((job.speeds.get(g, 0.0) for g in slower), default=0.0)
+    if here <= 0:
+        return 0.0
+    return here / rest if rest > 0 else float("inf")
 
 
 def _affinity(
