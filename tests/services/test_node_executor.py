@@ -49,6 +49,8 @@ from gfair.events.nodes import NodeHeartbeat, NodeRegistered, NodeTelemetry
 from gfair.events.reasons import MigrationReason, SuspendReason
 from gfair.events.states import JobState
 from gfair.events.submission import JobSubmitted
+from gfair.node.job_cgroup import AUTO, locate
+from gfair.node.job_limits import JobLimits, LimitError, check_host
 from gfair.node.run_directory import RunDirectory
 from gfair.node.simulated import SimulatedGpus
 from gfair.sdk.environment import ENV_CONTROL_DIR
@@ -379,6 +381,35 @@ async def test_crash_is_reported_with_stderr_and_xids(node: Node, tmp_path: Path
     assert exited.xid_errors == (79,)
     assert exited.runtime_s >= 0.4
     assert node.executor.running() == []
+
+
+def _enforces(limits: JobLimits) -> bool:
+    try:
+        check_host(limits, locate(AUTO))
+    except LimitError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(
+    not _enforces(JobLimits(memory_per_gpu=48 << 20)), reason="no memory controller on this host"
+)
+async def test_a_job_over_the_nodes_memory_per_gpu_exits_as_out_of_memory(
+    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
+) -> None:
+    # 48 MiB per GPU, two GPUs: 96 MiB; the job touches 256 MiB.
+    greedy = (
+        sys.executable,
+        "-c",
+        "b = bytearray(256 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1",
+    )
+    settings = make_settings(tmp_path, job_memory_per_gpu="48M")
+    async for node in running_node(memory_bus, settings, gpus):
+        await node.send(start_command(tmp_path, "greedy", greedy, (0, 1)))
+        (exited,) = await node.wait_for(JobExited)
+        assert isinstance(exited, JobExited)
+        assert exited.signal == signal.SIGKILL
+        assert "over its memory limit of 0.0938 GiB" in exited.stderr_tail
 
 
 async def test_kill_stops_the_job_without_reporting_an_exit(node: Node, tmp_path: Path) -> None:

@@ -58,6 +58,7 @@ OUT_OF_MEMORY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("cudaErrorMemoryAllocation", r"cudaErrorMemoryAllocation"),
         ("TensorFlow OOM", r"ResourceExhaustedError|OOM when allocating"),
         ("host MemoryError", r"\bMemoryError\b"),
+        ("memory limit", r"over its memory limit"),  # the node executor's note (job_limits)
     )
 )
 

@@ -11,8 +11,7 @@ Where no writable cgroup2 hierarchy is mounted (cgroup v1 only; a container whos
 ``/sys/fs/cgroup`` is read-only; an executor that is not root and was delegated no subtree),
 `locate` finds none in ``auto`` mode and jobs run without: the process group, the marker and the
 executor as subreaper then hold all but a process that both left the group and cleared its
-environment. Memory and CPU limits are not set here: they need the controllers delegated to the
-executor's subtree, which a host running cgroup v1 controllers (as CI's does) cannot give.
+environment. Memory and CPU limits are `gfair.node.job_limits`'.
 """
 
 from __future__ import annotations
@@ -154,6 +153,12 @@ class JobCgroup:
         return True
 
 
+def tenant_directory(node_id: str, tenant: str, work_dir: Path) -> Path:
+    """``gfair-<node>-<place>/<tenant>``, relative to where job cgroups are made (`CgroupTree`)."""
+    place = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:12]
+    return Path(f"gfair-{node_id}-{place}") / tenant
+
+
 @dataclass(frozen=True, slots=True)
 class CgroupTree:
     """One tenant's job cgroups on one node: ``<base>/gfair-<node>-<place>/<tenant>/<job id>``,
@@ -165,8 +170,7 @@ class CgroupTree:
 
     @classmethod
     def under(cls, base: Path, node_id: str, tenant: str, work_dir: Path) -> CgroupTree:
-        place = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:12]
-        path = base / f"gfair-{node_id}-{place}" / tenant
+        path = base / tenant_directory(node_id, tenant, work_dir)
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as error:

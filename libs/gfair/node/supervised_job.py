@@ -15,6 +15,7 @@ import anyio
 import anyio.abc
 
 from gfair.node.job_cgroup import JobCgroup
+from gfair.node.job_limits import JobLimitGroups
 from gfair.node.launch import CheckpointRef, JobLaunch, RunningJob
 from gfair.node.lifecycle import Escalation, JobCheckpointed, JobEvent, JobExited, JobProgress
 from gfair.node.progress import ProgressTail, RateWindow
@@ -53,6 +54,8 @@ class SupervisedJob:
     exit: JobExited | None = None
     # The job's own cgroup, where the node makes them (job_cgroup.py).
     cgroup: JobCgroup | None = None
+    # Its memory and CPU limits, where the node sets them (job_limits.py).
+    limits: JobLimitGroups | None = None
 
     def absorb(self, records: list[ProgressRecord]) -> list[JobEvent]:
         """Update from the job's records; return the lifecycle events they imply."""

@@ -36,6 +36,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gfair.node.job_account import JobAccount
 from gfair.node.job_cgroup import GATE_LINE, CgroupTree, JobCgroup, empty, gated, runnable
+from gfair.node.job_limits import JobLimitGroups, LimitError, LimitTree
 from gfair.node.launch import CheckpointRef, JobLaunch, JobPaths, RunningJob, check_job_id
 from gfair.node.lifecycle import (
     Escalation,
@@ -110,6 +111,8 @@ class SupervisorConfig:
     account: JobAccount | None = None
     # Where each job gets a cgroup of its own (job_cgroup.py); None: the host gives none.
     cgroups: CgroupTree | None = None
+    # Memory and CPU limits per job (job_limits.py); None: none asked for.
+    limits: LimitTree | None = None
 
 
 # What of the host's environment a job may see (see `host_environment`).
@@ -180,6 +183,8 @@ class JobSupervisor:
         if self.config.cgroups is not None:
             # Whatever an earlier executor's jobs left once they were stopped (escapees).
             await anyio.to_thread.run_sync(self.config.cgroups.sweep)
+        if self.config.limits is not None:
+            await anyio.to_thread.run_sync(self.config.limits.sweep)
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         return self
@@ -195,6 +200,8 @@ class JobSupervisor:
             await self.shutdown()
             if self.config.cgroups is not None:
                 self.config.cgroups.close()
+            if self.config.limits is not None:
+                self.config.limits.close()
         assert self._task_group is not None
         self._task_group.cancel_scope.cancel()
         # The block's own exception is not the watchers' business: let it propagate as is,
@@ -246,15 +253,20 @@ class JobSupervisor:
             env["HOME"] = str(workdir)  # the executor's home is not the job's
         tree = self.config.cgroups
         cgroup = None if tree is None else await anyio.to_thread.run_sync(tree.job, launch.job_id)
+        limits: JobLimitGroups | None = None
         try:
-            if cgroup is not None:
+            if self.config.limits is not None:
+                gpus = len(launch.gpu_indices)
+                limits = self.config.limits.job(launch.job_id, gpus, cgroup)
+            gate = cgroup is not None or limits is not None
+            if gate:
                 # Behind the gate the shell, not the program, is what starts: a program that
                 # cannot run must still fail here, as it would without the gate.
                 runnable(launch.argv[0], env.get("PATH", os.defpath), workdir)
             with run.stdout.open("ab") as stdout, run.stderr.open("ab") as stderr:
                 process = await anyio.open_process(
-                    list(launch.argv) if cgroup is None else gated(launch.argv),
-                    stdin=subprocess.DEVNULL if cgroup is None else subprocess.PIPE,
+                    gated(launch.argv) if gate else list(launch.argv),
+                    stdin=subprocess.PIPE if gate else subprocess.DEVNULL,
                     stdout=stdout,
                     stderr=stderr,
                     cwd=workdir,
@@ -264,11 +276,13 @@ class JobSupervisor:
                     group=None if account is None else account.gid,
                     extra_groups=None if account is None else (),
                 )
-            if cgroup is not None:
-                await _enter(process, cgroup)
-        except OSError as exc:
+            if gate:
+                await _enter(process, cgroup, limits)
+        except (OSError, LimitError) as exc:
             if cgroup is not None:
                 cgroup.remove()
+            if limits is not None:
+                limits.remove()
             run.write_exit({"start_error": str(exc)})
             raise JobStartError(
                 f"job {launch.job_id}: cannot start {launch.argv[0]!r}: {exc}"
@@ -318,6 +332,7 @@ class JobSupervisor:
             progress_emitted_steps=resume.step if resume else 0,
             checkpoint=resume,
             cgroup=cgroup,
+            limits=limits,
         )
         self._jobs[launch.job_id] = job
         self._finished.pop(launch.job_id, None)
@@ -480,7 +495,13 @@ class JobSupervisor:
                     if returncode is None:
                         signal_group(job.handle.pgid, signal.SIGKILL)
                         returncode = await job.process.wait()
+                    # Counted before the job's cgroups go with what is left of it.
+                    oom_kills = job.limits.oom_kills() if job.limits is not None else 0
                     await self._clear_group(job)
+                    if job.limits is not None:
+                        job.limits.remove()
+                    if oom_kills:
+                        _note_oom_kills(job, oom_kills)
                     latest = await anyio.to_thread.run_sync(job.store.latest)
                     events = self._finish(job, returncode, latest)
             # Outside the shield: a consumer that stopped reading must not block a shutdown.
@@ -567,11 +588,31 @@ class JobSupervisor:
         return exited
 
 
-async def _enter(process: anyio.abc.Process, cgroup: JobCgroup) -> None:
-    """Move the gated `process` into `cgroup`, then let it become the job; a process that could
-    not be moved is killed before it ran anything."""
+def _note_oom_kills(job: SupervisedJob, kills: int) -> None:
+    """Say in the job's stderr (its owner reads it; its tail goes with the exit) that the kernel
+    killed it for its memory limit: a SIGKILL nobody asked for otherwise reads as the node's
+    doing (`gfair.core.failure`), and the job would be retried on another node in vain."""
+    assert job.limits is not None
+    limit = job.limits.memory
+    size = f"{limit / (1 << 30):.3g} GiB" if limit is not None else "its limit"
+    note = (
+        f"\ngfair: the kernel's OOM killer stopped {kills} process(es) of this job: it went over"
+        f" its memory limit of {size} (GFAIR_JOB_MEMORY_PER_GPU x its GPUs on this node)\n"
+    )
+    with contextlib.suppress(OSError), job.run.stderr.open("a") as stderr:
+        stderr.write(note)
+
+
+async def _enter(
+    process: anyio.abc.Process, cgroup: JobCgroup | None, limits: JobLimitGroups | None
+) -> None:
+    """Move the gated `process` into its cgroups, then let it become the job; a process that
+    could not be moved is killed before it ran anything."""
     try:
-        cgroup.add(process.pid)
+        if cgroup is not None:
+            cgroup.add(process.pid)
+        if limits is not None:
+            limits.add(process.pid)
         assert process.stdin is not None
         await process.stdin.send(GATE_LINE)
         await process.stdin.aclose()
@@ -579,5 +620,8 @@ async def _enter(process: anyio.abc.Process, cgroup: JobCgroup) -> None:
         with anyio.CancelScope(shield=True):
             process.kill()
             await process.wait()
-            cgroup.remove()
+            if cgroup is not None:
+                cgroup.remove()
+            if limits is not None:
+                limits.remove()
         raise

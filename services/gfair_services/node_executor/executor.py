@@ -43,7 +43,8 @@ from gfair.events.reasons import SuspendReason
 from gfair.events.subjects import node_commands_pattern, stream_for_subject
 from gfair.node.discovery import open_gpus
 from gfair.node.gpu import GpuBackend, GpuSample, XidError
-from gfair.node.job_cgroup import AUTO, CgroupError, CgroupTree, locate
+from gfair.node.job_cgroup import AUTO, CgroupError, CgroupTree, locate, tenant_directory
+from gfair.node.job_limits import LimitTree, check_host, v1_hierarchies
 from gfair.node.orphans import ReapedRun
 from gfair.node.supervisor import SupervisorConfig
 from gfair.state.buckets import JOBS
@@ -86,6 +87,8 @@ class NodeExecutor:
             under=str(self._cgroup_base) if self._cgroup_base else None,
             setting=self.settings.job_cgroups,
         )
+        # A limit the host cannot enforce stops the executor here, not its first job.
+        check_host(self.settings.job_limits, self._cgroup_base)
         self._sink = EventSink()
         relay = ReportRelay(self.node_id, self._runs, self._sink, self._gpus, self._xids)
         self._supervisors = UserSupervisors(self._supervisor_config, relay)
@@ -132,8 +135,19 @@ class NodeExecutor:
             shutdown_timeout_s=self.settings.suspend_timeout_s,
             progress_interval_s=self.settings.progress_interval_s,
             account=self.settings.account_for(user),
-            cgroups=self._cgroup_tree(user),
+            cgroups=(cgroups := self._cgroup_tree(user)),
+            limits=self._limit_tree(user, cgroups),
         )
+
+    def _limit_tree(self, user: str, cgroups: CgroupTree | None) -> LimitTree | None:
+        """Where `user`'s jobs get their memory and CPU limits; `LimitError` (the tenant's
+        supervisor does not start, and neither do its jobs) where the host cannot enforce
+        the limits asked for."""
+        limits = self.settings.job_limits
+        if not limits.controllers:
+            return None
+        relative = tenant_directory(self.node_id, user, self.settings.work_dir)
+        return LimitTree.under(limits, cgroups, v1_hierarchies(), relative)
 
     def _cgroup_tree(self, user: str) -> CgroupTree | None:
         if self._cgroup_base is None:

@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from gfair.events.fields import TOKEN_REGEX
 from gfair.node.job_account import JobAccount, parse_accounts
 from gfair.node.job_cgroup import AUTO, CgroupError, locate
+from gfair.node.job_limits import JobLimits, LimitError, parse_size
 from gfair.node.simulated import parse_gpu_spec
 
 # The same default as split-stride's, so a one-machine cluster needs no flag to agree on where
@@ -88,6 +89,35 @@ class NodeExecutorSettings(BaseSettings):
         "starts goes with it: 'auto' (under the executor's own cgroup, when the host lets it "
         "make cgroups there), 'off', or a writable cgroup2 directory",
     )
+
+    job_memory_per_gpu: str = Field(
+        default="",
+        description="Memory a job may use per GPU it holds on this node, e.g. '16G' (cgroup "
+        "memory limit; over it the kernel kills the job, reported as out-of-memory); empty: "
+        "no limit",
+    )
+    job_cpus_per_gpu: float | None = Field(
+        default=None,
+        gt=0,
+        description="CPUs a job may use per GPU it holds on this node, e.g. 6 (cgroup CPU "
+        "quota; over it the job is throttled); unset: no limit",
+    )
+
+    @field_validator("job_memory_per_gpu")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        value = value.strip()
+        if value:
+            try:
+                parse_size(value)
+            except LimitError as error:
+                raise ValueError(f"job_memory_per_gpu: {error}") from None
+        return value
+
+    @property
+    def job_limits(self) -> JobLimits:
+        memory = parse_size(self.job_memory_per_gpu) if self.job_memory_per_gpu else None
+        return JobLimits(memory_per_gpu=memory, cpus_per_gpu=self.job_cpus_per_gpu)
 
     @field_validator("job_cgroups")
     @classmethod

@@ -1,0 +1,308 @@
+"""Memory and CPU limits per job, in proportion to its GPUs (issue 11, item 4).
+
+An operator sets what one GPU's share of a node is (``GFAIR_JOB_MEMORY_PER_GPU``, e.g.
+``16G``, and ``GFAIR_JOB_CPUS_PER_GPU``, e.g. ``6``); a job on k GPUs of the node gets k times
+that, so one tenant's job cannot starve the others' data loaders or push the node into swap.
+The kernel enforces them: over its memory limit a job is killed by the OOM killer (and the
+failure detector is told so, as out-of-memory, not as a node fault); over its CPU time it is
+throttled.
+
+Where the limits are written, per controller:
+
+- **cgroup v2**, when the job cgroups of `gfair.node.job_cgroup` exist and the controller can be
+  enabled down to them: ``memory.max`` (with ``memory.swap.max`` 0: a limit swap could take the
+  place of is none) and ``cpu.max`` in the job's own cgroup. Enabling a controller for a
+  cgroup's children needs that cgroup to hold no process of its own (the "no internal
+  processes" rule), so an executor that runs in the cgroup its jobs go under (``auto`` in a
+  container) must be given a delegated directory of its own (``GFAIR_JOB_CGROUPS``).
+- **cgroup v1**, where the controller is bound to a v1 hierarchy instead (hosts on the legacy
+  or hybrid layout, as the project's CI machines are): the same ``gfair-<node>-<place>/<tenant>
+  /<job>`` layout under the executor's own cgroup of that hierarchy, ``memory.limit_in_bytes``
+  (and ``memory.memsw.limit_in_bytes`` where swap is accounted) and ``cpu.cfs_quota_us``.
+
+A limit that was asked for and that the host cannot enforce stops the executor at start with
+the reason (`LimitError`): silently running unlimited jobs is not what an operator who set one
+expects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gfair.node.job_cgroup import CgroupTree, JobCgroup, cgroup2_mount
+
+MEMORY = "memory"
+CPU = "cpu"
+CPU_PERIOD_US = 100_000
+# Where the OOM killer counts its kills, per layout.
+_OOM_COUNTERS = {True: "memory.events", False: "memory.oom_control"}
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+class LimitError(RuntimeError):
+    """A limit was asked for that this host cannot enforce, or its value is not one."""
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"512M"``, ``"16G"``, ``"1.5GiB"`` or a plain number of bytes."""
+    found = _SIZE.match(text)
+    if found is None:
+        raise LimitError(f"{text!r} is not a size (such as 512M, 16G or 1.5GiB)")
+    value = int(float(found.group(1)) * _UNITS[found.group(2).lower()])
+    if value < 1 << 20:
+        raise LimitError(f"{text!r}: a job needs at least 1M of memory")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class JobLimits:
+    """One GPU's share of a node; None: no limit of that kind."""
+
+    memory_per_gpu: int | None = None  # bytes
+    cpus_per_gpu: float | None = None
+
+    def __post_init__(self) -> None:
+        cpus = self.cpus_per_gpu
+        if cpus is not None and not (math.isfinite(cpus) and cpus > 0):
+            raise LimitError(f"CPUs per GPU must be a positive number, got {cpus!r}")
+
+    @property
+    def controllers(self) -> tuple[str, ...]:
+        wanted = ((MEMORY, self.memory_per_gpu), (CPU, self.cpus_per_gpu))
+        return tuple(name for name, value in wanted if value is not None)
+
+    def values(self, gpus: int, unified: bool) -> dict[str, dict[str, str]]:
+        """controller -> interface file -> value, for a job on `gpus` GPUs of this node (at
+        least one GPU's worth: a job on no GPU still runs code)."""
+        share = max(gpus, 1)
+        out: dict[str, dict[str, str]] = {}
+        if self.memory_per_gpu is not None:
+            memory = str(self.memory_per_gpu * share)
+            if unified:
+                out[MEMORY] = {"memory.max": memory, "memory.swap.max": "0"}
+            else:  # memsw: memory and swap together, where swap is accounted at all
+                out[MEMORY] = {
+                    "memory.limit_in_bytes": memory,
+                    "memory.memsw.limit_in_bytes": memory,
+                }
+        if self.cpus_per_gpu is not None:
+            quota = max(int(self.cpus_per_gpu * share * CPU_PERIOD_US), 1000)
+            if unified:
+                out[CPU] = {"cpu.max": f"{quota} {CPU_PERIOD_US}"}
+            else:
+                out[CPU] = {"cpu.cfs_period_us": str(CPU_PERIOD_US), "cpu.cfs_quota_us": str(quota)}
+        return out
+
+
+def check_host(limits: JobLimits, cgroup_base: Path | None) -> None:
+    """Raise `LimitError` unless every limit asked for has a controller on this host: one the
+    job cgroups under `cgroup_base` (cgroup2) can be given, or a v1 hierarchy."""
+    legacy = v1_hierarchies()
+    for controller in limits.controllers:
+        unified = cgroup_base is not None and _offered(
+            cgroup_base / "cgroup.controllers", controller
+        )
+        if not unified and controller not in legacy:
+            raise LimitError(_no_controller(controller))
+
+
+def _no_controller(controller: str) -> str:
+    return (
+        f"job {controller} limits: this host gives the executor no {controller} controller "
+        "(neither one its cgroup2 job cgroups can have nor a cgroup v1 hierarchy); give it a "
+        "delegated cgroup2 directory (GFAIR_JOB_CGROUPS) or leave the limit unset"
+    )
+
+
+def v1_hierarchies(
+    mountinfo: Path = Path("/proc/self/mountinfo"), proc_cgroup: Path = Path("/proc/self/cgroup")
+) -> dict[str, Path]:
+    """controller -> this process's own cgroup directory in the v1 hierarchy that controller is
+    bound to (only controllers bound to a mounted v1 hierarchy)."""
+    own: dict[str, str] = {}
+    try:
+        for line in proc_cgroup.read_text().splitlines():
+            _, controllers, cgroup = line.split(":", 2)
+            for controller in controllers.split(","):
+                if controller:
+                    own[controller] = cgroup
+        lines = mountinfo.read_text().splitlines()
+    except (OSError, ValueError):
+        return {}
+    found: dict[str, Path] = {}
+    for line in lines:
+        mount, _, fs = line.partition(" - ")
+        fields, fs_fields = mount.split(" "), fs.split(" ")
+        if fs_fields[0] != "cgroup" or len(fields) < 5 or len(fs_fields) < 3:
+            continue
+        root, point = fields[3], Path(fields[4])
+        for controller in fs_fields[2].split(","):
+            path = own.get(controller)
+            if path is None or controller in found:
+                continue
+            # The mount shows the hierarchy from `root` down; our cgroup is below it.
+            relative = Path(path).relative_to(root) if path.startswith(root) else Path(path)
+            found[controller] = point / str(relative).lstrip("/")
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class JobLimitGroups:
+    """One job's limited cgroups: its own v2 cgroup (limits written into it) and/or v1 ones."""
+
+    unified: JobCgroup | None
+    legacy: Mapping[str, Path]  # controller -> the job's v1 cgroup
+    memory: int | None  # its memory limit, bytes
+
+    def add(self, pid: int) -> None:
+        """Put `pid` in the job's v1 cgroups (its v2 one is `JobCgroup.add`'s)."""
+        for path in self.legacy.values():
+            (path / "cgroup.procs").write_text(f"{pid}\n")
+
+    def oom_kills(self) -> int:
+        """How many of the job's processes the OOM killer took for its memory limit."""
+        if self.unified is not None and (self.unified.path / "memory.max").exists():
+            return _oom_count(self.unified.path / _OOM_COUNTERS[True])
+        path = self.legacy.get(MEMORY)
+        return 0 if path is None else _oom_count(path / _OOM_COUNTERS[False])
+
+    def remove(self) -> None:
+        """Remove the v1 cgroups (once the job's processes are gone; kept while one is in)."""
+        for path in self.legacy.values():
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def _oom_count(counters: Path) -> int:
+    try:
+        text = counters.read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "oom_kill":
+            return int(value)
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class LimitTree:
+    """Where one tenant's jobs on one node get their limits (module doc)."""
+
+    limits: JobLimits
+    unified: tuple[str, ...]  # controllers set in the v2 job cgroups
+    legacy: Mapping[str, Path]  # controller -> the tenant's v1 directory
+
+    @classmethod
+    def under(
+        cls,
+        limits: JobLimits,
+        tree: CgroupTree | None,
+        legacy_base: Mapping[str, Path],
+        relative: Path,
+    ) -> LimitTree:
+        """Limits for the jobs of `tree` (the tenant's v2 job cgroups, if any): each controller
+        through v2 where it can be enabled there, else through its v1 hierarchy at
+        ``legacy_base[controller] / relative``; `LimitError` where neither can."""
+        unified = _enable(tree, limits.controllers) if tree is not None else ()
+        legacy: dict[str, Path] = {}
+        for controller in limits.controllers:
+            if controller in unified:
+                continue
+            base = legacy_base.get(controller)
+            if base is None:
+                raise LimitError(_no_controller(controller))
+            path = base / relative
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise LimitError(f"job {controller} limits: cannot make {path}: {error}") from error
+            legacy[controller] = path
+        return cls(limits, unified, legacy)
+
+    def job(self, job_id: str, gpus: int, cgroup: JobCgroup | None) -> JobLimitGroups:
+        """The limited cgroups of a job on `gpus` GPUs; `cgroup` is its v2 one (made by
+        `CgroupTree.job`), which must exist where any controller goes through v2."""
+        made: dict[str, Path] = {}
+        if self.unified:
+            assert cgroup is not None
+            _write(cgroup.path, self.limits.values(gpus, unified=True), self.unified)
+        values = self.limits.values(gpus, unified=False)
+        for controller, base in self.legacy.items():
+            path = base / job_id
+            with contextlib.suppress(FileExistsError):
+                path.mkdir()
+            made[controller] = path
+            _write(path, values, (controller,))
+        per_gpu = self.limits.memory_per_gpu
+        memory = None if per_gpu is None else per_gpu * max(gpus, 1)
+        return JobLimitGroups(cgroup if self.unified else None, made, memory)
+
+    def sweep(self) -> None:
+        """Remove v1 job cgroups an earlier executor left (empty ones: their processes went
+        with the jobs' v2 cgroups or process groups)."""
+        for base in self.legacy.values():
+            with contextlib.suppress(OSError):
+                for path in base.iterdir():
+                    if path.is_dir():
+                        with contextlib.suppress(OSError):
+                            path.rmdir()
+
+    def close(self) -> None:
+        for base in self.legacy.values():
+            for path in (base, base.parent):
+                try:
+                    path.rmdir()
+                except OSError:
+                    break
+
+
+def _write(path: Path, values: Mapping[str, Mapping[str, str]], controllers: Iterable[str]) -> None:
+    for controller in controllers:
+        for name, value in values.get(controller, {}).items():
+            target = path / name
+            if name == "memory.memsw.limit_in_bytes" and not target.exists():
+                continue  # swap is not accounted on this host: the memory limit is the limit
+            try:
+                target.write_text(value)
+            except OSError as error:
+                raise LimitError(f"cannot set {name}={value} in {path}: {error}") from error
+
+
+def _enable(tree: CgroupTree, controllers: tuple[str, ...]) -> tuple[str, ...]:
+    """The `controllers` that the v2 job cgroups under `tree` can have, enabling them down the
+    chain from the cgroup2 mount's first cgroup that offers them."""
+    mount = cgroup2_mount()
+    if mount is None:
+        return ()
+    chain = [tree.path, *tree.path.parents]
+    chain = [p for p in chain if p == mount or mount in p.parents]
+    chain.reverse()  # from the mount down to the tenant's directory
+    enabled: list[str] = []
+    for controller in controllers:
+        for parent in chain[:-1]:
+            if _offered(parent / "cgroup.subtree_control", controller):
+                continue
+            if not _offered(parent / "cgroup.controllers", controller):
+                break
+            try:
+                (parent / "cgroup.subtree_control").write_text(f"+{controller}")
+            except OSError:
+                break  # processes of its own (no internal processes), or not ours to change
+        if _offered(chain[-1] / "cgroup.controllers", controller):
+            enabled.append(controller)
+    return tuple(enabled)
+
+
+def _offered(path: Path, controller: str) -> bool:
+    try:
+        return controller in path.read_text().split()
+    except OSError:
+        return False
