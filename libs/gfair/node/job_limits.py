@@ -39,8 +39,8 @@ from gfair.node.job_cgroup import CgroupTree, JobCgroup, cgroup2_mount
 MEMORY = "memory"
 CPU = "cpu"
 CPU_PERIOD_US = 100_000
-# Where the OOM killer counts its kills, per layout.
-_OOM_COUNTERS = {True: "memory.events", False: "memory.oom_control"}
+# Swap limits, absent where swap is not accounted: then the memory limit is the limit.
+_OPTIONAL = frozenset({"memory.swap.max", "memory.memsw.limit_in_bytes"})
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -169,9 +169,9 @@ class JobLimitGroups:
     def oom_kills(self) -> int:
         """How many of the job's processes the OOM killer took for its memory limit."""
         if self.unified is not None and (self.unified.path / "memory.max").exists():
-            return _oom_count(self.unified.path / _OOM_COUNTERS[True])
+            return _oom_count(self.unified.path / "memory.events")
         path = self.legacy.get(MEMORY)
-        return 0 if path is None else _oom_count(path / _OOM_COUNTERS[False])
+        return 0 if path is None else _oom_count(path / "memory.oom_control")
 
     def remove(self) -> None:
         """Remove the v1 cgroups (once the job's processes are gone; kept while one is in)."""
@@ -237,6 +237,9 @@ class LimitTree:
         values = self.limits.values(gpus, unified=False)
         for controller, base in self.legacy.items():
             path = base / job_id
+            # Made anew: a leftover's limits (an earlier setting) could refuse the new ones.
+            with contextlib.suppress(OSError):
+                path.rmdir()
             with contextlib.suppress(FileExistsError):
                 path.mkdir()
             made[controller] = path
@@ -268,8 +271,8 @@ def _write(path: Path, values: Mapping[str, Mapping[str, str]], controllers: Ite
     for controller in controllers:
         for name, value in values.get(controller, {}).items():
             target = path / name
-            if name == "memory.memsw.limit_in_bytes" and not target.exists():
-                continue  # swap is not accounted on this host: the memory limit is the limit
+            if name in _OPTIONAL and not target.exists():
+                continue
             try:
                 target.write_text(value)
             except OSError as error:
