@@ -15,6 +15,7 @@ from gfair.core.health import (
     liveness,
     node_verdict,
     nodes_to_quarantine,
+    unheard,
 )
 from gfair.core.retry import BackOff, RetryPolicy, decide
 
@@ -117,6 +118,14 @@ def test_liveness_suspects_then_fails_a_silent_node() -> None:
     assert liveness(100, 105, policy) is Liveness.ALIVE
     assert liveness(100, 111, policy) is Liveness.SUSPECTED
     assert liveness(100, 131, policy) is Liveness.FAILED
+
+
+def test_a_detector_that_hears_no_node_of_several_is_likely_deaf() -> None:
+    policy = HeartbeatPolicy(suspect_after_s=10, fail_after_s=30)
+    assert unheard([100, 101], 140, policy)  # both silent: more likely the detector's feed
+    assert not unheard([100, 135], 140, policy)  # one alive: the other's silence is its own
+    assert not unheard([100], 140, policy)  # a single node: nothing to tell it from
+    assert not unheard([], 140, policy)
 
 
 def test_a_node_failing_jobs_repeatedly_within_the_window_is_quarantined() -> None:

@@ -280,6 +280,27 @@ async def test_silent_node_is_suspected_then_failed_and_recovers(harness: Harnes
     assert (await harness.node("n1")).state is NodeState.READY
 
 
+async def test_no_node_is_failed_while_every_node_is_silent_at_once(harness: Harness) -> None:
+    # Two nodes fall silent together (the broker was lost): the detector suspects both, fails
+    # neither, and once it hears one again the other's silence counts from then.
+    await harness.send(registered("n1"))
+    await harness.send(registered("n2"))
+    await harness.check(200.0)
+    assert await harness.outputs(NodeFailed) == []
+    assert len(await harness.outputs(NodeSuspected)) == 2
+    for seq, at_s in enumerate(range(210, 275, 5), start=1):  # n1 is heard again, every 5 s
+        harness.clock.at(float(at_s))
+        await harness.send(heartbeat("n1", seq))
+        if at_s == 260:
+            await harness.check(260.0)  # n2 silent 50 s counted from 210: suspected only
+            assert await harness.outputs(NodeFailed) == []
+    await harness.check(271.0)  # n2: 61 s since the detector could hear again
+    (failed,) = await harness.outputs(NodeFailed)
+    assert isinstance(failed, NodeFailed)
+    assert failed.node_id == "n2"
+    assert "61.0s" in failed.reason
+
+
 async def test_failed_node_jobs_include_those_only_the_detector_knew_of(
     harness: Harness,
 ) -> None:
@@ -299,12 +320,12 @@ async def test_a_node_back_from_a_partition_stops_copies_running_elsewhere(
     await harness.send(registered("n1"))
     await harness.send(registered("n2"))
     await harness.send(started("j1", "n1"))
-    await harness.send(heartbeat("n2", 1))
+    harness.clock.at(65.0)
+    await harness.send(heartbeat("n2", 1))  # n2 is heard: n1's silence is n1's own
     await harness.check(70.0)
     failed = [e for e in await harness.outputs(NodeFailed) if isinstance(e, NodeFailed)]
-    assert [(e.node_id, e.jobs) for e in failed] == [("n1", (job,)), ("n2", ())]
+    assert [(e.node_id, e.jobs) for e in failed] == [("n1", (job,))]
     harness.clock.at(75.0)
-    await harness.send(registered("n2"))
     await harness.send(started("j1", "n2"))  # placement moved it; it resumed there
 
     # n1 was only cut off: its heartbeats return, still listing its copy of j1.

@@ -6,6 +6,11 @@ Both are pure functions of the facts given (last heartbeat, failure history) and
 
 - Liveness: a node silent for longer than `suspect_after_s` is *suspected*; longer than
   `fail_after_s`, *failed* (its jobs are to be re-placed).
+- Deafness: when every one of two or more nodes is silent at once (`unheard`), the likelier
+  cause is that the detector cannot hear (the broker lost or restarting, its own feed stalled),
+  not that every node died together; no node is then declared failed, and once the detector
+  hears any node again the others' silence counts from then (as Kubernetes' node controller
+  stops evicting in a "full disruption"). A single node's silence is always its own.
 - Quarantine: a node on which jobs failed with infrastructure errors at least `max_failures`
   times within the last `window_s` seconds is to be quarantined until an operator clears it.
   Other failure classes say nothing about the node and are not counted.
@@ -44,6 +49,15 @@ def liveness(last_heartbeat: float, now: float, policy: HeartbeatPolicy | None =
     if silent > policy.suspect_after_s:
         return Liveness.SUSPECTED
     return Liveness.ALIVE
+
+
+def unheard(last_heard: Iterable[float], now: float, policy: HeartbeatPolicy | None = None) -> bool:
+    """Whether the detector itself is likely deaf: two or more nodes, none of them alive."""
+    policy = policy or HeartbeatPolicy()
+    times = list(last_heard)
+    return len(times) >= 2 and all(
+        liveness(seen, now, policy) is not Liveness.ALIVE for seen in times
+    )
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from gfair.core.health import (
     QuarantinePolicy,
     liveness,
     node_verdict,
+    unheard,
 )
 from gfair.events.envelope import EventData
 from gfair.events.fields import JobRef
@@ -76,6 +77,8 @@ class NodeBook:
         self._heartbeat_record_s = heartbeat_record_s
         self._records: dict[str, NodeRecord] = {}
         self._last_seen: dict[str, float] = {}
+        # Since when no node has been heard (`gfair.core.health.unheard`); None while some is.
+        self.deaf_since: float | None = None
 
     # ----- state -------------------------------------------------------------------------
 
@@ -109,6 +112,7 @@ class NodeBook:
     # ----- inputs ------------------------------------------------------------------------
 
     def registered(self, data: NodeRegistered, now: datetime) -> Change:
+        self._hearing(now)
         record = self._records.get(data.node_id)
         generations = ", ".join(sorted(data.generations))
         inventory = {
@@ -145,6 +149,7 @@ class NodeBook:
         return Change(events=tuple(events), nodes=(updated,))
 
     def heartbeat(self, data: NodeHeartbeat, now: datetime) -> Change:
+        self._hearing(now)
         record = self._records.get(data.node_id)
         if record is None:
             # Heard of only through heartbeats (its registration predates this bucket):
@@ -228,13 +233,17 @@ class NodeBook:
     def check(self, now: datetime, jobs_on: Callable[[str], Iterable[JobRef]]) -> list[Lapse]:
         """Nodes whose silence moved them to suspected or failed since the last check."""
         lapses: list[Lapse] = []
+        watched = self._watched()
+        deaf = unheard(watched.values(), now.timestamp(), self._heartbeat)
+        if deaf and self.deaf_since is None:
+            self.deaf_since = now.timestamp()
         for node_id, record in sorted(self._records.items()):
-            if record.state is NodeState.FAILED:
-                continue
-            seen = self._last_seen.get(node_id)
+            seen = watched.get(node_id)
             if seen is None:
                 continue
             verdict = liveness(seen, now.timestamp(), self._heartbeat)
+            if deaf and verdict is Liveness.FAILED:
+                verdict = Liveness.SUSPECTED  # not failed while the detector may be deaf
             silent = now.timestamp() - seen
             cause = f"{node_id}@{seen!r}"
             if verdict is Liveness.FAILED:
@@ -281,6 +290,23 @@ class NodeBook:
         return lapses
 
     # ----- internals ---------------------------------------------------------------------
+
+    def _watched(self) -> dict[str, float]:
+        """When each node that is not failed was last heard."""
+        return {
+            node_id: self._last_seen[node_id]
+            for node_id, record in self._records.items()
+            if record.state is not NodeState.FAILED and node_id in self._last_seen
+        }
+
+    def _hearing(self, now: datetime) -> None:
+        """A node is heard: if none had been for a while, the others' silence counts from now
+        (they reconnect one by one after what deafened the detector)."""
+        if self.deaf_since is None:
+            return
+        for node_id in self._watched():
+            self._last_seen[node_id] = max(self._last_seen[node_id], now.timestamp())
+        self.deaf_since = None
 
     def _held(self, record: NodeRecord, entry: NodeFailureEntry, now: datetime) -> Change:
         window_start = now.timestamp() - self._quarantine.window_s

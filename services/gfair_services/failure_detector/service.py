@@ -226,7 +226,15 @@ class FailureDetector:
         """Liveness of every node, then progress of every running job."""
         async with self._lock:
             now = self._clock()
-            for lapse in self.nodes.check(now, self.jobs.running_on):
+            deaf = self.nodes.deaf_since
+            lapses = self.nodes.check(now, self.jobs.running_on)
+            if deaf is None and self.nodes.deaf_since is not None:
+                _log.warning(
+                    "no node heard: declaring none failed until one is (the broker, or this "
+                    "detector's feed, is the likelier cause than every node at once)",
+                    nodes=len(self.nodes.records()),
+                )
+            for lapse in lapses:
                 change = lapse.change
                 if lapse.failed:
                     change = change + self.jobs.node_lost(lapse.node_id, now)
