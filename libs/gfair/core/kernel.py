@@ -442,7 +442,9 @@ def _surplus_runs(
         credit = sum(state.credit.values()) - sum(charged.get(user, {}).values())
         return (-_priority(credit, entitled), state.seq)
 
-    for user in sorted(order, key=owed):
+    # Only users with a job still waiting, in most-owed order.
+    waiting = [user for user, jobs in order.items() if any(j.id not in chosen for j in jobs)]
+    for user in sorted(waiting, key=owed):
         scanned = 0
         for job in order[user]:
             if job.id in chosen:
