@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gfair.core.failure import ExitFacts, FailureClass, classify
+from gfair.node import job_limits
 from gfair.node.job_cgroup import AUTO, CgroupTree, locate, tenant_directory
 from gfair.node.job_limits import (
     JobLimits,
@@ -149,6 +150,16 @@ def test_the_executor_settings_refuse_a_bad_limit() -> None:
     settings = NodeExecutorSettings(job_memory_per_gpu="8G", job_cpus_per_gpu=4)
     assert settings.job_limits == JobLimits(memory_per_gpu=8 << 30, cpus_per_gpu=4.0)
     assert NodeExecutorSettings().job_limits.controllers == ()
+
+
+def test_a_limit_the_host_cannot_enforce_stops_the_executor_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No v1 hierarchy and no job cgroups: nothing could hold the job to its limit.
+    monkeypatch.setattr(job_limits, "v1_hierarchies", dict)
+    with pytest.raises(ValueError, match="no memory controller"):
+        NodeExecutorSettings(job_memory_per_gpu="8G", job_cgroups="off")
+    NodeExecutorSettings(job_cgroups="off")  # without limits it starts as before
 
 
 def test_limits_scale_with_the_gpus_a_job_holds_on_the_node() -> None:

@@ -44,7 +44,7 @@ from gfair.events.subjects import node_commands_pattern, stream_for_subject
 from gfair.node.discovery import open_gpus
 from gfair.node.gpu import GpuBackend, GpuSample, XidError
 from gfair.node.job_cgroup import AUTO, CgroupError, CgroupTree, locate, tenant_directory
-from gfair.node.job_limits import LimitTree, check_host, v1_hierarchies
+from gfair.node.job_limits import LimitTree, v1_hierarchies
 from gfair.node.orphans import ReapedRun
 from gfair.node.supervisor import SupervisorConfig
 from gfair.state.buckets import JOBS
@@ -87,8 +87,6 @@ class NodeExecutor:
             under=str(self._cgroup_base) if self._cgroup_base else None,
             setting=self.settings.job_cgroups,
         )
-        # A limit the host cannot enforce stops the executor here, not its first job.
-        check_host(self.settings.job_limits, self._cgroup_base)
         self._sink = EventSink()
         relay = ReportRelay(self.node_id, self._runs, self._sink, self._gpus, self._xids)
         self._supervisors = UserSupervisors(self._supervisor_config, relay)

@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from gfair.events.fields import TOKEN_REGEX
 from gfair.node.job_account import JobAccount, parse_accounts
 from gfair.node.job_cgroup import AUTO, CgroupError, locate
-from gfair.node.job_limits import JobLimits, LimitError, parse_size
+from gfair.node.job_limits import JobLimits, LimitError, check_host, parse_size
 from gfair.node.simulated import parse_gpu_spec
 
 # The same default as split-stride's, so a one-machine cluster needs no flag to agree on where
@@ -111,8 +111,17 @@ class NodeExecutorSettings(BaseSettings):
             try:
                 parse_size(value)
             except LimitError as error:
-                raise ValueError(f"job_memory_per_gpu: {error}") from None
+                raise ValueError(str(error)) from None
         return value
+
+    @model_validator(mode="after")
+    def _enforceable(self) -> Self:
+        # A limit the host cannot enforce stops the executor at start, with the reason.
+        try:
+            check_host(self.job_limits, locate(self.job_cgroups))
+        except (LimitError, CgroupError) as error:
+            raise ValueError(str(error)) from None
+        return self
 
     @property
     def job_limits(self) -> JobLimits:
