@@ -21,8 +21,8 @@ Where the limits are written, per controller:
   (and ``memory.memsw.limit_in_bytes`` where swap is accounted) and ``cpu.cfs_quota_us``.
 
 A limit that was asked for and that the host cannot enforce stops the executor at start with
-the reason (`LimitError`): silently running unlimited jobs is not what an operator who set one
-expects.
+the reason (`check_host`, from its settings): silently running unlimited jobs is not what an
+operator who set one expects.
 """
 
 from __future__ import annotations
