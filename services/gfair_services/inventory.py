@@ -56,6 +56,7 @@ class NodeEntry:
     gpu_indices: tuple[int, ...]
     state: NodeState
     changed_at: datetime
+    hostname: str | None = None  # where its jobs are reached (a gang's first part listens)
 
     @property
     def gpus(self) -> int:
@@ -145,13 +146,15 @@ class NodeInventory:
                 return None
             if entry is None:
                 self._nodes[event.node_id] = NodeEntry(
-                    event.node_id, generation, indices, NodeState.READY, at
+                    event.node_id, generation, indices, NodeState.READY, at, event.hostname
                 )
                 return NodeChange(event.node_id, None, NodeState.READY)
             if at < entry.changed_at:
                 return None
             state = _allowed(entry.state, event) or entry.state
-            self._nodes[event.node_id] = NodeEntry(event.node_id, generation, indices, state, at)
+            self._nodes[event.node_id] = NodeEntry(
+                event.node_id, generation, indices, state, at, event.hostname
+            )
             if state is entry.state and (generation, indices) == (
                 entry.generation,
                 entry.gpu_indices,

@@ -114,6 +114,43 @@ async def test_a_gang_starts_on_both_servers_in_the_same_quantum(
     assert (times[-1] - times[0]).total_seconds() < cluster.options.quantum_s
 
 
+# The two parts of a gang meet as distributed training's processes do: the first part listens
+# on MASTER_ADDR:MASTER_PORT, the other connects and says who it is.
+RENDEZVOUS = """
+import os, socket, sys, time
+rank, nodes = int(os.environ["NODE_RANK"]), int(os.environ["NNODES"])
+where = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+if rank == 0:
+    with socket.create_server(("", where[1])) as server:
+        server.settimeout(30)
+        peer, _ = server.accept()
+        said = peer.recv(64).decode()
+        print("rank 0 heard:", said)
+        sys.exit(0 if said == f"rank 1 of {nodes}" else 1)
+deadline = time.monotonic() + 30
+while True:
+    try:
+        with socket.create_connection(where, timeout=2) as peer:
+            peer.sendall(f"rank {rank} of {nodes}".encode())
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.1)
+"""
+
+
+async def test_the_parts_of_a_gang_across_servers_find_each_other(
+    start_cluster: StartCluster,
+) -> None:
+    async with start_cluster(cluster="v100:2x2") as cluster, client_of(cluster) as client:
+        await client.submit(
+            "alice", 4, [sys.executable, "-c", RENDEZVOUS], job_id="ddp", wait="accepted"
+        )
+        # Completed only if both parts exited 0: rank 0 heard rank 1 at the address both got.
+        assert await finished(client, "alice", "ddp") is JobState.COMPLETED
+
+
 async def test_a_job_published_as_plain_json_is_scheduled(start_cluster: StartCluster) -> None:
     """Any program that can publish JSON to NATS can submit: no gfair code on this side."""
     async with start_cluster(cluster="v100:1x1") as cluster:

@@ -229,6 +229,17 @@ async def test_a_gang_starts_on_all_its_servers_in_one_quantum(
         "v100-0": (0, 1, 2, 3),
         "v100-1": (0, 1, 2, 3),
     }
+    # Each part learns its rank and where the first part listens (its node's hostname).
+    envs = {s.node_id: s.env for s in gang_starts[:2]}
+    first = next(node for node, env in envs.items() if env["NODE_RANK"] == "0")
+    assert {env["NODE_RANK"] for env in envs.values()} == {"0", "1"}
+    for env in envs.values():
+        assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == first
+        assert env["NNODES"] == env["PET_NNODES"] == "2"
+        assert env["PET_NPROC_PER_NODE"] == "4"
+    assert len({env["MASTER_PORT"] for env in envs.values()}) == 1
+    (local,) = [s for s in starts(probe) if s.job_id == "local"][:1]
+    assert "MASTER_ADDR" not in local.env  # a job on one server needs none
 
 
 async def test_a_moved_job_starts_on_its_new_server_only_after_the_old_one_let_go(

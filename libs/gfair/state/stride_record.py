@@ -56,6 +56,7 @@ class ServerRecord(_Record):
     gpu_indices: tuple[GpuIndex, ...] = Field(min_length=1)
     state: NodeState = NodeState.READY
     changed_at: AwareDatetime
+    hostname: str | None = None
 
     @property
     def gpus(self) -> int:

@@ -179,7 +179,7 @@ class Ledger:
         }
         self.entitlements_revision = record.entitlements_revision
         self.inventory = NodeInventory(
-            NodeEntry(s.node_id, s.generation, s.gpu_indices, s.state, s.changed_at)
+            NodeEntry(s.node_id, s.generation, s.gpu_indices, s.state, s.changed_at, s.hostname)
             for s in record.servers.values()
         )
         self.jobs: dict[str, Job] = {key: _job(j) for key, j in record.jobs.items()}
@@ -218,6 +218,7 @@ class Ledger:
                     gpu_indices=e.gpu_indices,
                     state=e.state,
                     changed_at=e.changed_at,
+                    hostname=e.hostname,
                 )
                 for e in self.inventory.nodes.values()
             },

@@ -50,6 +50,7 @@ from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand, NodeCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Clock, Envelope, EventData, utc_now
 from gfair.events.fields import JobRef
+from gfair.events.gang_peers import gang_environment
 from gfair.events.job_array import array_environment
 from gfair.events.jobs import (
     JobAccepted,
@@ -398,10 +399,26 @@ class SplitStrideService:
             job_id=job.job_id,
             attempt=job.attempt,
             command=sub.command,
-            env={**sub.env, **array_environment(sub.array)},
+            env={**sub.env, **array_environment(sub.array), **self._gang_environment(start)},
             working_dir=sub.working_dir,
             gpu_indices=start.gpu_indices,
             checkpoint_dir=self.settings.checkpoint_dir(job.user, job.job_id),
+        )
+
+    def _gang_environment(self, start: Start) -> dict[str, str]:
+        """For a part of a gang across servers, where the first part listens (gang_peers)."""
+        job = start.job
+        if len(job.servers) < 2:
+            return {}
+        first = self.ledger.inventory.get(job.servers[0])
+        return gang_environment(
+            user=job.user,
+            job_id=job.job_id,
+            attempt=job.attempt,
+            servers=job.servers,
+            node_id=start.node_id,
+            master_addr=first.hostname if first and first.hostname else job.servers[0],
+            local_gpus=len(start.gpu_indices),
         )
 
     def _commit(self, cause: Envelope | None, outputs: list[EventData], *, seed: str) -> None:
