@@ -127,17 +127,27 @@ def gpu_overlaps(events: list[DecodedEvent]) -> tuple[list[Overlap], int]:
     """Replays who held each (node, GPU): (overlaps found, GPU intervals seen).
 
     A job holds the GPUs of a `started` or `resumed` on that node until its `suspended` or
-    `exited` there, or its `migrated` away from there. Each node's executor reports its own
+    `exited` there, or its `migrated` away from there, or until it starts on another node: it
+    only does once its old node let go or was declared failed, and a copy the failed node still
+    runs is then either killed by a fence (a kill reports nothing) or, if another job's start
+    comes first, suspended by the executor (reported). Each node's executor reports its own
     GPUs in order, so the stream order is the order on every GPU.
     """
     held: dict[tuple[str, int], str] = {}
     holding: dict[tuple[str, str], tuple[int, ...]] = {}
+    size: dict[str, int] = {}
     overlaps: list[Overlap] = []
     intervals = 0
     for index, event in enumerate(events):
         data = event.data
-        if isinstance(data, JobStarted | JobResumed):
+        if isinstance(data, JobSubmitted):
+            size[f"{data.user}/{data.job_id}"] = data.gpus
+        elif isinstance(data, JobStarted | JobResumed):
             job = f"{data.user}/{data.job_id}"
+            if len(data.gpu_indices) == size.get(job):  # whole here, not a gang's part
+                for other_job, node in list(holding):
+                    if other_job == job and node != data.node_id:
+                        _release(held, holding, job, node)
             for gpu in data.gpu_indices:
                 holder = held.get((data.node_id, gpu))
                 if holder is not None and holder != job:
@@ -148,7 +158,16 @@ def gpu_overlaps(events: list[DecodedEvent]) -> tuple[list[Overlap], int]:
         elif isinstance(data, JobSuspended | JobExited | JobMigrated):
             job = f"{data.user}/{data.job_id}"
             node = data.from_node if isinstance(data, JobMigrated) else data.node_id
-            for gpu in holding.pop((job, node), ()):
-                if held.get((node, gpu)) == job:
-                    del held[(node, gpu)]
+            _release(held, holding, job, node)
     return overlaps, intervals
+
+
+def _release(
+    held: dict[tuple[str, int], str],
+    holding: dict[tuple[str, str], tuple[int, ...]],
+    job: str,
+    node: str,
+) -> None:
+    for gpu in holding.pop((job, node), ()):
+        if held.get((node, gpu)) == job:
+            del held[(node, gpu)]
