@@ -226,7 +226,8 @@ def decide(snapshot: Snapshot) -> Decision:
         _surplus_runs(snapshot, pools, packing, order, chosen, charged)
     _affinity(pools, packing, chosen)
     _surplus_runs(snapshot, pools, packing, order, chosen, charged)  # what packing freed
-    if len(chosen) == sum(len(jobs) for jobs in order.values()):
+    waiting = sum(len(jobs) for jobs in order.values()) - len(chosen)
+    if waiting == 0:
         _fastest_to_fastest(pools, packing, chosen)
     placed = {job_id: choice.servers for job_id, choice in chosen.items()}
     runs: dict[str, list[str]] = {}
@@ -237,7 +238,7 @@ def decide(snapshot: Snapshot) -> Decision:
         runs={s: tuple(jobs) for s, jobs in runs.items()},
         placed=placed,
         charged=charged,
-        waiting=sum(len(jobs) for jobs in order.values()) - len(placed),
+        waiting=waiting,
     )
 
 
@@ -452,9 +453,7 @@ def _surplus_runs(
             scanned += 1
             if scanned > _SCAN_LIMIT:
                 break
-            for pool in sorted(pools, key=lambda p: -job.speeds.get(p.generation, 0.0)):
-                if job.speeds.get(pool.generation, 0.0) <= 0:
-                    break
+            for pool in _fastest_for(job, pools):
                 if not _fits(pool, job.gpus, packing, chosen, repacks):
                     continue
                 servers = packing[pool.generation].place(job.gpus, _prefer(job))
@@ -549,9 +548,7 @@ def _fastest_to_fastest(
         left = [c for c in left if c.job.id not in target]
     left.sort(key=lambda c: (-c.job.gpus, c.job.seq))
     for choice in left:  # no gain anywhere, or no room where it gains: the fastest that fits
-        for pool in sorted(pools, key=lambda p: -choice.job.speeds.get(p.generation, 0.0)):
-            if choice.job.speeds.get(pool.generation, 0.0) <= 0:
-                break
+        for pool in _fastest_for(choice.job, pools):
             servers = fresh[pool.generation].place(choice.job.gpus, _prefer(choice.job))
             if servers is not None:
                 target[choice.job.id] = (pool.generation, servers)
@@ -562,6 +559,12 @@ def _fastest_to_fastest(
         choice.pool, choice.servers = target[choice.job.id]
     packing.update(fresh)
     _affinity(pools, packing, chosen)  # the same sets, packed to stay where they ran
+
+
+def _fastest_for(job: JobState, pools: Iterable[PoolState]) -> list[PoolState]:
+    """The pools `job` can run in, fastest for it first."""
+    fitting = [p for p in pools if job.speeds.get(p.generation, 0.0) > 0]
+    return sorted(fitting, key=lambda p: -job.speeds[p.generation])
 
 
 def _gain(job: JobState, generation: str, slower: Sequence[str]) -> float:

@@ -117,6 +117,8 @@ class NodeExecutorSettings(BaseSettings):
     @model_validator(mode="after")
     def _enforceable(self) -> Self:
         # A limit the host cannot enforce stops the executor at start, with the reason.
+        if not self.job_limits.controllers:
+            return self  # nothing to look for in the host's cgroups
         try:
             check_host(self.job_limits, locate(self.job_cgroups))
         except (LimitError, CgroupError) as error:
