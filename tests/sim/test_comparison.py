@@ -129,6 +129,11 @@ def test_quick_workloads_replay_under_every_policy(throughput: ThroughputTable) 
         assert len(outcome.jcts_s) == outcome.completed
         assert outcome.avg_jct_s is not None and outcome.avg_jct_s > 0
         assert outcome.jct_jain_index is not None and 0 < outcome.jct_jain_index <= 1
+    # Work conservation as the issue words it: gandiva-fair leaves no GPU idle that a waiting
+    # job fits; fifo, holding jobs behind the head of its queue, does.
+    idle = {o.policy: o.idle_while_fitting for o in outcomes}
+    assert idle["gandiva-fair"] == 0.0
+    assert idle["fifo"] is not None and idle["fifo"] > 0.05
     # Two workers give the same rows (every replay is deterministic), wall times aside.
     again = compare(workloads, policies[:2], throughput, workers=2)
     for one, other in zip(outcomes[:2], again, strict=True):

@@ -103,6 +103,8 @@ def test_busy_while_waiting_and_jct_fairness_by_hand(throughput: ThroughputTable
     )
     summary = outcome.report.summary
     assert summary.busy_while_waiting == pytest.approx((4 * 540 + 8 * 60) / (8 * 600))
+    # FIFO keeps C behind B: one of the 4 idle GPUs could have run C from 60 to 600 s.
+    assert summary.idle_while_fitting == pytest.approx(1 * 540 / (8 * 600))
     assert summary.jct_jain_index == pytest.approx(jain_index([600 / 600, 60 / 650, 60 / 700]))
     # Nobody ever waits: no value rather than a perfect one.
     alone = replay(
@@ -112,6 +114,7 @@ def test_busy_while_waiting_and_jct_fairness_by_hand(throughput: ThroughputTable
         ReplayOptions(policy="fifo"),
     )
     assert alone.report.summary.busy_while_waiting is None
+    assert alone.report.summary.idle_while_fitting is None
     assert alone.report.summary.jct_jain_index == pytest.approx(1.0)
 
 

@@ -46,7 +46,7 @@ from gfair.sim.simulator import PlanError, SimulationStalled
 from gfair.sim.trace import TraceError
 from gfair.sim.workloads import Workload, default_philly_trace_path
 
-_TABLE_WIDTH = 160
+_TABLE_WIDTH = 180
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -226,6 +226,7 @@ def table(outcomes: list[Outcome]) -> Table:
         "p99",
         "makespan",
         "busy|wait",
+        "idle|fit",
         "Jain JCT",
         "share err",
         "trade gain",
@@ -250,6 +251,7 @@ def table(outcomes: list[Outcome]) -> Table:
             hours(outcome.p99_jct_s),
             hours(outcome.makespan_s),
             fraction(outcome.busy_while_waiting),
+            fraction(outcome.idle_while_fitting, 3),
             fraction(outcome.jct_jain_index),
             fraction(outcome.max_share_error, 3),
             f"{outcome.trading_gain:+.1%}",

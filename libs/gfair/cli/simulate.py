@@ -281,7 +281,8 @@ def _print_summary(console: Console, report: Report) -> None:
         (
             "cluster",
             f"makespan {_duration(s.makespan_s)}  utilization {s.utilization:.1%}  "
-            f"GPUs busy while jobs wait {_percent(s.busy_while_waiting)}",
+            f"GPUs busy while jobs wait {_percent(s.busy_while_waiting)}  "
+            f"idle that a waiting job fits {_percent(s.idle_while_fitting)}",
         ),
         (
             "fairness",

@@ -163,6 +163,8 @@ class _Packing:
     def fits(self, gpus: int) -> bool:
         if gpus > self.total:
             return False
+        if gpus == 1:  # any free GPU will do (the common case, checked without a scan)
+            return True
         if gpus <= self.largest:
             return any(self.buckets[f] for f in range(gpus, self.largest + 1))
         return sum(self.size[s] for s in self.buckets[self.largest]) >= gpus or (

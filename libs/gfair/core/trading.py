@@ -108,6 +108,7 @@ def trade(
     pairs = [(pools[lo], pools[hi]) for hi in reversed(range(len(pools))) for lo in range(hi)]
     ranked = {pair: _rank(held, speeds, *pair) for pair in pairs}
     trades: list[Trade] = []
+    refused: dict[str, dict[tuple[str, str], float]] = {}
     for _ in range(max_sweeps):
         before = len(trades)
         for slow, fast in pairs:
@@ -121,6 +122,7 @@ def trade(
                 min_seller_gain,
                 min_quantity,
                 trades,
+                refused,
             )
         if len(trades) == before:
             break
@@ -150,7 +152,11 @@ def _auction(
     min_seller_gain: float,
     min_quantity: float,
     trades: list[Trade],
+    refused: dict[str, dict[tuple[str, str], float]],
 ) -> None:
+    # `refused`: per user and pair, the highest price at which it could not gain as the seller;
+    # until its holdings change it cannot gain at that price or below either (it gives the
+    # same fast share for less slow share), so later sweeps skip the exact check.
     # Bids do not change while trading, only who holds share in both pools; and only the
     # buyer (the front) or the seller (the back) ever leaves, so two ends walk inwards.
     bids = [
@@ -170,10 +176,16 @@ def _auction(
         if demands is not None and not _within_demand(
             held, demands, buyer, seller, quantity, price
         ):
-            quantity, limited = _acceptable(
-                held, speeds, demands, buyer, seller, slow, fast, price, quantity
-            )
+            if price <= refused.get(seller, {}).get((slow, fast), -math.inf):
+                quantity, limited = 0.0, seller
+            else:
+                quantity, limited = _acceptable(
+                    held, speeds, demands, buyer, seller, slow, fast, price, quantity
+                )
             if quantity <= min_quantity:
+                if limited == seller:
+                    pairs = refused.setdefault(seller, {})
+                    pairs[slow, fast] = max(price, pairs.get((slow, fast), -math.inf))
                 head, tail = (head + 1, tail) if limited == buyer else (head, tail - 1)
                 continue
         # Whichever side runs out is set to exactly zero and leaves the auction.
@@ -191,6 +203,8 @@ def _auction(
         held[seller][slow] += payment
         held[buyer][fast] += quantity
         trades.append(Trade(buyer, seller, fast, slow, quantity, price, buyer_bid, seller_bid))
+        refused.pop(buyer, None)
+        refused.pop(seller, None)
         if limited == buyer or min(held[buyer][slow], held[buyer][fast]) <= min_quantity:
             head += 1
         if limited == seller or min(held[seller][slow], held[seller][fast]) <= min_quantity:

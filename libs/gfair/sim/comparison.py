@@ -93,6 +93,7 @@ class Outcome:
     p99_jct_s: float | None
     makespan_s: float
     busy_while_waiting: float | None
+    idle_while_fitting: float | None
     jct_jain_index: float | None
     max_share_error: float | None
     trading_gain: float
@@ -307,6 +308,7 @@ def run_one(
         p99_jct_s=summary.p99_jct_s,
         makespan_s=summary.makespan_s,
         busy_while_waiting=summary.busy_while_waiting,
+        idle_while_fitting=summary.idle_while_fitting,
         jct_jain_index=summary.jct_jain_index,
         max_share_error=summary.max_share_error,
         trading_gain=summary.trading_gain,

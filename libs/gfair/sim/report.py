@@ -19,6 +19,10 @@ Definitions (all times in virtual seconds, shares as fractions 0..1 of the clust
   waiting gang may be too big for the GPUs left free, and a job's GPUs idle from its
   completion to the next decision, so 1.0 is not always reachable; a value well below it means
   GPUs idle while work queues.
+- ``idle_while_fitting``: GPU-seconds idle that the jobs the last decision left waiting could
+  have used (packed greedily onto the idle GPUs, `gfair.sim.idle_capacity`) / (cluster GPUs x
+  the same waiting time); None when no decision left a job waiting. This is what a policy is
+  answerable for: 0 is work-conserving, whatever gangs too big for the idle GPUs wait.
 - ``jct_jain_index``: Jain's index over the completed jobs' ``ideal_s / jct_s`` (1 = every job
   slowed down by the same factor; lower = some jobs wait far longer relative to their size).
 - ``trading_gain``: relative rise of the users' summed effective throughput against the same
@@ -78,6 +82,7 @@ class Summary:
     makespan_s: float
     utilization: float
     busy_while_waiting: float | None
+    idle_while_fitting: float | None
     jain_index: float | None
     jct_jain_index: float | None
     max_share_error: float | None
@@ -223,6 +228,11 @@ def build_report(
         utilization=result.ledger.busy_gpu_s / (capacity * makespan) if makespan > 0 else 0.0,
         busy_while_waiting=(
             result.busy_waiting_gpu_s / (capacity * result.waiting_s)
+            if result.waiting_s > 0
+            else None
+        ),
+        idle_while_fitting=(
+            result.usable_idle_gpu_s / (capacity * result.waiting_s)
             if result.waiting_s > 0
             else None
         ),

@@ -26,6 +26,7 @@ from typing import Final, Protocol
 
 from gfair.core.cluster import Cluster
 from gfair.core.dependencies import Outcome, Readiness, eligibility
+from gfair.sim.idle_capacity import WaitingClass, usable_idle_gpus
 from gfair.sim.ledger import Ledger, ShareSeries
 from gfair.sim.policy import Backfilling, LimitingArrays, Policy
 from gfair.sim.speed import SpeedModel
@@ -112,10 +113,12 @@ class SimResult:
     quanta: int
     wall_s: float
     sched_cpu_s: float
-    # Time during which jobs that the last decision left without GPUs wait, and the GPU-seconds
-    # jobs held meanwhile (the report's ``busy_while_waiting``).
+    # Time during which jobs that the last decision left without GPUs wait, the GPU-seconds
+    # jobs held meanwhile (the report's ``busy_while_waiting``), and the GPU-seconds idle that
+    # those jobs could have used (``idle_while_fitting``, `gfair.sim.idle_capacity`).
     waiting_s: float = 0.0
     busy_waiting_gpu_s: float = 0.0
+    usable_idle_gpu_s: float = 0.0
 
 
 class _Job:
@@ -207,6 +210,14 @@ class Simulator:
         self._tally_at = trace.jobs[0].submit_s if trace.jobs else 0.0
         self._waiting_s = 0.0
         self._busy_waiting_gpu_s = 0.0
+        self._live: dict[str, _Job] = {}  # admitted, unfinished
+        # (GPUs, job type) of the jobs the last decision left waiting and not started since,
+        # the idle GPUs they could use (None: to be counted again), and its integral.
+        self._left: Counter[tuple[int, str | None]] = Counter()
+        self._left_ids: set[str] = set()
+        self._usable: int | None = 0
+        self._usable_idle_gpu_s = 0.0
+        self._type_pools: dict[str | None, tuple[str, ...]] = {}
         self._next_arrival = 0
         self._runs: dict[str, list[str]] = {}  # server -> jobs holding GPUs now
         self._decided: dict[str, tuple[str, ...]] = {}  # the last decision as given
@@ -255,6 +266,7 @@ class Simulator:
             self._apply(decision.runs, now)
             self._tally(now)
             self._left_waiting = self._active - self._running
+            self._note_left()
             self._check_stall(now)
             step = self._step(now, quiet, quantum)
             end = min(now + step * quantum, until)
@@ -381,7 +393,7 @@ class Simulator:
             raise ValueError(f"{self.trace.source}:{spec.line}: duplicate job id {spec.id!r}")
         self._known[spec.id] = Outcome.PENDING
         self._tally(now)
-        self._jobs[spec.id] = _Job(spec)
+        self._jobs[spec.id] = self._live[spec.id] = _Job(spec)
         self._active += 1
         self.ledger.admit(now, spec.user, spec.gpus)
 
@@ -422,6 +434,8 @@ class Simulator:
         spec = job.spec
         self.ledger.used(spec.user, spec.gpus, job.seg_start, at, job.remaining)
         self._tally(at)
+        self._usable = None
+        del self._live[spec.id]
         self._running -= 1
         self._held_gpus -= spec.gpus
         job.remaining = 0.0
@@ -457,6 +471,7 @@ class Simulator:
         done = min(done, job.remaining)
         self.ledger.used(job.spec.user, job.spec.gpus, job.seg_start, now, done)
         self._tally(now)
+        self._usable = None
         self._running -= 1
         self._held_gpus -= job.spec.gpus
         job.remaining -= done
@@ -481,6 +496,10 @@ class Simulator:
             if any((job.spec.id, g) not in self._observed for g in generations):
                 self._unobserved.append(job)
         self._tally(now)
+        self._usable = None
+        if job.spec.id in self._left_ids:
+            self._left_ids.discard(job.spec.id)
+            self._left[job.spec.gpus, job.spec.job_type] -= 1
         self._running += 1
         self._held_gpus += job.spec.gpus
         job.servers = servers
@@ -501,7 +520,42 @@ class Simulator:
         if elapsed > 0 and self._left_waiting > 0:
             self._waiting_s += elapsed
             self._busy_waiting_gpu_s += self._held_gpus * elapsed
+            self._usable_idle_gpu_s += self._usable_idle() * elapsed
         self._tally_at = max(self._tally_at, now)
+
+    def _note_left(self) -> None:
+        """Record the jobs this decision left waiting (`_usable_idle`)."""
+        left = [job.spec for job in self._live.values() if not job.servers]
+        self._left = Counter((spec.gpus, spec.job_type) for spec in left)
+        self._left_ids = {spec.id for spec in left}
+        self._usable = None
+
+    def _usable_idle(self) -> int:
+        """Idle GPUs that the jobs the last decision left waiting could take now."""
+        if self._usable is None:
+            free = dict(self._server_gpus)
+            for server_id, job_ids in self._runs.items():
+                for job_id in job_ids:
+                    job = self._jobs[job_id]
+                    one_server = len(job.servers) == 1
+                    free[server_id] -= job.spec.gpus if one_server else self._server_gpus[server_id]
+            servers: dict[str, list[tuple[int, int]]] = {}
+            for server in self.cluster.servers:
+                servers.setdefault(server.generation, []).append((free[server.id], server.gpus))
+            waiting = [
+                WaitingClass(gpus, self._pools_for(job_type), count)
+                for (gpus, job_type), count in self._left.items()
+                if count > 0
+            ]
+            self._usable = usable_idle_gpus(servers, waiting)
+        return self._usable
+
+    def _pools_for(self, job_type: str | None) -> tuple[str, ...]:
+        pools = self._type_pools.get(job_type)
+        if pools is None:
+            pools = tuple(g for g in self.cluster.generations if self.speeds.speed(job_type, g) > 0)
+            self._type_pools[job_type] = pools
+        return pools
 
     def _observe(self, now: float) -> None:
         """Report the rate of jobs that ran a quantum on a generation new to them.
@@ -671,4 +725,5 @@ class Simulator:
             sched_cpu_s=self._sched_cpu,
             waiting_s=self._waiting_s,
             busy_waiting_gpu_s=self._busy_waiting_gpu_s,
+            usable_idle_gpu_s=self._usable_idle_gpu_s,
         )
