@@ -32,7 +32,7 @@ from gfair.bus.transport import Bus
 from gfair.events.codec import DecodedEvent, decode
 from gfair.events.errors import InvalidEvent
 from gfair.events.fields import TOKEN_REGEX
-from gfair.events.jobs import JobAccepted, JobRejected
+from gfair.events.jobs import JobAccepted, JobHeld, JobRejected
 from gfair.events.reasons import RejectionCode
 from gfair.events.subjects import DLQ_STREAM, JOBS_STREAM, parse_submit_subject
 from gfair.state.buckets import STRIDE
@@ -191,15 +191,16 @@ def check_submission(services: LiveServices, item: Input) -> None:
             TALLY["invalid submissions also answered with JobRejected"] += 1
         assert exchange.state_after == exchange.state_before, f"{item.how}: state changed"
         return
-    # A valid submission is answered by placement, as a result of this very envelope.
+    # A valid submission is answered by placement, as a result of this very envelope: held
+    # when it names (in `after_ok`) a job of its user's that an earlier example left unfinished.
     answers = [
         e.data
         for e in exchange.job_events
         if e.envelope.causation_id == event.envelope.id
-        and isinstance(e.data, JobAccepted | JobRejected)
+        and isinstance(e.data, JobAccepted | JobHeld | JobRejected)
     ]
     assert answers, f"{item.how}: a valid submission went unanswered"
-    TALLY["valid submissions (each accepted or rejected)"] += 1
+    TALLY["valid submissions (each accepted, held or rejected)"] += 1
     if item.how == "limits":
         assert isinstance(answers[0], JobRejected)
         assert answers[0].code is RejectionCode.LIMIT_EXCEEDED, answers[0]
