@@ -184,8 +184,8 @@ def _auction(
                 )
             if quantity <= min_quantity:
                 if limited == seller:
-                    pairs = refused.setdefault(seller, {})
-                    pairs[slow, fast] = max(price, pairs.get((slow, fast), -math.inf))
+                    prices = refused.setdefault(seller, {})
+                    prices[slow, fast] = max(price, prices.get((slow, fast), -math.inf))
                 head, tail = (head + 1, tail) if limited == buyer else (head, tail - 1)
                 continue
         # Whichever side runs out is set to exactly zero and leaves the auction.
