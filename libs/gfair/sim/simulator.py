@@ -210,11 +210,14 @@ class Simulator:
         self._tally_at = trace.jobs[0].submit_s if trace.jobs else 0.0
         self._waiting_s = 0.0
         self._busy_waiting_gpu_s = 0.0
-        self._live: dict[str, _Job] = {}  # admitted, unfinished
-        # (GPUs, job type) of the jobs the last decision left waiting and not started since,
-        # the idle GPUs they could use (None: to be counted again), and its integral.
-        self._left: Counter[tuple[int, str | None]] = Counter()
-        self._left_ids: set[str] = set()
+        # For idle_while_fitting: free GPUs per server; (GPUs, job type) of the admitted jobs
+        # holding none, and of those among them admitted since the last decision (no policy
+        # could have started them yet); the idle GPUs the others could use (None: to count
+        # again), and its integral.
+        self._free = dict(self._server_gpus)
+        self._unplaced: Counter[tuple[int, str | None]] = Counter()
+        self._arrived: Counter[tuple[int, str | None]] = Counter()
+        self._arrived_ids: set[str] = set()
         self._usable: int | None = 0
         self._usable_idle_gpu_s = 0.0
         self._type_pools: dict[str | None, tuple[str, ...]] = {}
@@ -266,7 +269,9 @@ class Simulator:
             self._apply(decision.runs, now)
             self._tally(now)
             self._left_waiting = self._active - self._running
-            self._note_left()
+            self._arrived.clear()
+            self._arrived_ids.clear()
+            self._usable = None
             self._check_stall(now)
             step = self._step(now, quiet, quantum)
             end = min(now + step * quantum, until)
@@ -393,7 +398,10 @@ class Simulator:
             raise ValueError(f"{self.trace.source}:{spec.line}: duplicate job id {spec.id!r}")
         self._known[spec.id] = Outcome.PENDING
         self._tally(now)
-        self._jobs[spec.id] = self._live[spec.id] = _Job(spec)
+        self._jobs[spec.id] = _Job(spec)
+        self._unplaced[spec.gpus, spec.job_type] += 1
+        self._arrived[spec.gpus, spec.job_type] += 1
+        self._arrived_ids.add(spec.id)
         self._active += 1
         self.ledger.admit(now, spec.user, spec.gpus)
 
@@ -434,8 +442,7 @@ class Simulator:
         spec = job.spec
         self.ledger.used(spec.user, spec.gpus, job.seg_start, at, job.remaining)
         self._tally(at)
-        self._usable = None
-        del self._live[spec.id]
+        self._hold(job.servers, spec.gpus, -1)
         self._running -= 1
         self._held_gpus -= spec.gpus
         job.remaining = 0.0
@@ -471,7 +478,8 @@ class Simulator:
         done = min(done, job.remaining)
         self.ledger.used(job.spec.user, job.spec.gpus, job.seg_start, now, done)
         self._tally(now)
-        self._usable = None
+        self._hold(job.servers, job.spec.gpus, -1)
+        self._unplaced[job.spec.gpus, job.spec.job_type] += 1
         self._running -= 1
         self._held_gpus -= job.spec.gpus
         job.remaining -= done
@@ -496,10 +504,12 @@ class Simulator:
             if any((job.spec.id, g) not in self._observed for g in generations):
                 self._unobserved.append(job)
         self._tally(now)
-        self._usable = None
-        if job.spec.id in self._left_ids:
-            self._left_ids.discard(job.spec.id)
-            self._left[job.spec.gpus, job.spec.job_type] -= 1
+        self._hold(servers, job.spec.gpus, 1)
+        kind = (job.spec.gpus, job.spec.job_type)
+        self._unplaced[kind] -= 1
+        if job.spec.id in self._arrived_ids:
+            self._arrived_ids.discard(job.spec.id)
+            self._arrived[kind] -= 1
         self._running += 1
         self._held_gpus += job.spec.gpus
         job.servers = servers
@@ -523,31 +533,25 @@ class Simulator:
             self._usable_idle_gpu_s += self._usable_idle() * elapsed
         self._tally_at = max(self._tally_at, now)
 
-    def _note_left(self) -> None:
-        """Record the jobs this decision left waiting (`_usable_idle`)."""
-        left = [job.spec for job in self._live.values() if not job.servers]
-        self._left = Counter((spec.gpus, spec.job_type) for spec in left)
-        self._left_ids = {spec.id for spec in left}
+    def _hold(self, servers: tuple[str, ...], gpus: int, sign: int) -> None:
+        """A job takes (+1) or gives back (-1) its GPUs on `servers`."""
+        for server in servers:
+            self._free[server] -= sign * (gpus if len(servers) == 1 else self._server_gpus[server])
         self._usable = None
 
     def _usable_idle(self) -> int:
         """Idle GPUs that the jobs the last decision left waiting could take now."""
         if self._usable is None:
-            free = dict(self._server_gpus)
-            for server_id, job_ids in self._runs.items():
-                for job_id in job_ids:
-                    job = self._jobs[job_id]
-                    one_server = len(job.servers) == 1
-                    free[server_id] -= job.spec.gpus if one_server else self._server_gpus[server_id]
-            servers: dict[str, list[tuple[int, int]]] = {}
-            for server in self.cluster.servers:
-                servers.setdefault(server.generation, []).append((free[server.id], server.gpus))
             waiting = [
                 WaitingClass(gpus, self._pools_for(job_type), count)
-                for (gpus, job_type), count in self._left.items()
-                if count > 0
+                for (gpus, job_type), count in (self._unplaced - self._arrived).items()
             ]
-            self._usable = usable_idle_gpus(servers, waiting)
+            servers: dict[str, list[tuple[int, int]]] = {}
+            for server in self.cluster.servers:
+                servers.setdefault(server.generation, []).append(
+                    (self._free[server.id], server.gpus)
+                )
+            self._usable = usable_idle_gpus(servers, waiting) if waiting else 0
         return self._usable
 
     def _pools_for(self, job_type: str | None) -> tuple[str, ...]:
