@@ -119,6 +119,25 @@ def test_while_a_job_waits_the_stride_decides_who_runs_where() -> None:
     assert decision.placed["a0"] == ("k80-0",)
 
 
+def test_a_job_coming_from_another_pool_does_not_take_the_place_of_one_that_stays() -> None:
+    # "m" ran on the K80 and now runs on a V100; "s" ran on v100-0 and runs there again. "m"
+    # is first in every order but has no place of its own in this pool: it takes the other V100
+    # rather than "s"'s, which would move "s" too.
+    cluster = parse_cluster_spec("v100:2x1,k80:1x1")
+    pools = (
+        PoolState("v100", cluster.by_generation("v100"), 0),
+        PoolState("k80", cluster.by_generation("k80"), 1),
+    )
+    users = {n: UserState(n, i, {"v100": 1.0}) for i, n in enumerate("ms")}
+    speeds = {"v100": 1.0, "k80": 0.5}
+    jobs = {
+        "m": [JobState("m0", "m", 1, 0, dict(speeds), running=("k80-0",))],
+        "s": [JobState("s0", "s", 1, 1, dict(speeds), running=("v100-0",))],
+    }
+    decision = decide(Snapshot(pools, users, jobs))
+    assert decision.placed == {"s0": ("v100-0",), "m0": ("v100-1",)}
+
+
 def test_a_waiting_gang_saves_up_and_then_runs_first() -> None:
     # A 4-GPU gang beside a stream of one-GPU jobs of another user on one 4-GPU server: the
     # gang's credit grows while the small jobs run, until it is the most owed and takes the

@@ -591,8 +591,18 @@ def _affinity(
         room = _Packing(pool.servers)
         attempt: list[tuple[_Choice, tuple[str, ...]]] = []
         # Jobs that stay come first, then those going back to their checkpoint's servers,
-        # then the rest, largest gangs first (they are the hardest to fit).
-        choices.sort(key=lambda c: (not c.job.running, not c.job.home, -c.job.gpus, c.job.seq))
+        # then the rest (jobs coming from another pool among them: they have no place here to
+        # keep, and placed first they would take the place of a job that stays), largest
+        # gangs first (they are the hardest to fit).
+        here = room.size
+        choices.sort(
+            key=lambda c: (
+                not (c.job.running and c.job.running[0] in here),
+                not (c.job.home and c.job.home[0] in here),
+                -c.job.gpus,
+                c.job.seq,
+            )
+        )
         for choice in choices:
             servers = room.place(choice.job.gpus, _prefer(choice.job))
             if servers is None:
