@@ -7,9 +7,9 @@
 
 Prints one row per (workload, policy): completed jobs, average, median and 99th-percentile
 JCT, makespan, the fraction of GPUs busy while jobs wait and of those idle that a waiting job
-fits, Jain's index of ideal/actual JCT, the
-largest share error, the trading gain, the average JCT relative to max-min-fairness's on the
-same workload, and the replay's wall time. `--plot` draws the JCT CDFs, `--json` writes the rows.
+fits, Jain's index of ideal/actual JCT, the largest share error, the trading gain, the average
+JCT relative to max-min-fairness's on the same workload, and the replay's wall time. `--plot`
+draws the JCT CDFs, `--json` writes the rows.
 """
 
 from __future__ import annotations
