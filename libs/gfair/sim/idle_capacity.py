@@ -32,6 +32,7 @@ def usable_idle_gpus(
     GPUs) of each of its servers."""
     free = {pool: [f for f, _ in listed] for pool, listed in servers.items()}
     size = {pool: [g for _, g in listed] for pool, listed in servers.items()}
+    largest = {pool: max(sizes, default=0) for pool, sizes in size.items()}
     left = sum(sum(f) for f in free.values())
     used = 0
     for group in sorted(waiting, key=lambda c: -c.gpus):
@@ -41,7 +42,7 @@ def usable_idle_gpus(
             taken = 0
             for pool in group.pools:
                 if pool in free:
-                    taken = _take(free[pool], size[pool], group.gpus)
+                    taken = _take(free[pool], size[pool], largest[pool], group.gpus)
                     if taken:
                         break
             if not taken:
@@ -51,9 +52,10 @@ def usable_idle_gpus(
     return used
 
 
-def _take(free: list[int], size: list[int], gpus: int) -> int:
-    """Place one job on `free` (changed in place); the GPUs it holds, 0 when it does not fit."""
-    if gpus <= max(size, default=0):
+def _take(free: list[int], size: list[int], largest: int, gpus: int) -> int:
+    """Place one job on `free` (changed in place; `largest` is the largest of `size`); the
+    GPUs it holds, 0 when it does not fit."""
+    if gpus <= largest:
         best = None
         for at, available in enumerate(free):
             if available >= gpus and (best is None or available < free[best]):

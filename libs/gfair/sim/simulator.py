@@ -215,6 +215,9 @@ class Simulator:
         # could have started them yet); the idle GPUs the others could use (None: to count
         # again), and its integral.
         self._free = dict(self._server_gpus)
+        self._pool_servers: dict[str, list[tuple[str, int]]] = {}
+        for server in cluster.servers:
+            self._pool_servers.setdefault(server.generation, []).append((server.id, server.gpus))
         self._unplaced: Counter[tuple[int, str | None]] = Counter()
         self._arrived: Counter[tuple[int, str | None]] = Counter()
         self._arrived_ids: set[str] = set()
@@ -546,11 +549,10 @@ class Simulator:
                 WaitingClass(gpus, self._pools_for(job_type), count)
                 for (gpus, job_type), count in (self._unplaced - self._arrived).items()
             ]
-            servers: dict[str, list[tuple[int, int]]] = {}
-            for server in self.cluster.servers:
-                servers.setdefault(server.generation, []).append(
-                    (self._free[server.id], server.gpus)
-                )
+            servers = {
+                pool: [(self._free[server], gpus) for server, gpus in listed]
+                for pool, listed in self._pool_servers.items()
+            }
             self._usable = usable_idle_gpus(servers, waiting) if waiting else 0
         return self._usable
 

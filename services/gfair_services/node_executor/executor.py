@@ -24,6 +24,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import anyio.to_thread
 import structlog
@@ -81,6 +82,7 @@ class NodeExecutor:
         self._xids = XidLog(list(self._inventory.values()))
         self._runs = RunTable()
         self._cgroup_base = locate(self.settings.job_cgroups)
+        self._v1_hierarchies: dict[str, Path] | None = None  # where limits are set through v1
         _log.info(
             "job cgroups",
             node_id=self.node_id,
@@ -144,8 +146,10 @@ class NodeExecutor:
         limits = self.settings.job_limits
         if not limits.controllers:
             return None
+        if self._v1_hierarchies is None:  # the host's mounts, read once
+            self._v1_hierarchies = v1_hierarchies()
         relative = tenant_directory(self.node_id, user, self.settings.work_dir)
-        return LimitTree.under(limits, cgroups, v1_hierarchies(), relative)
+        return LimitTree.under(limits, cgroups, self._v1_hierarchies, relative)
 
     def _cgroup_tree(self, user: str) -> CgroupTree | None:
         if self._cgroup_base is None:
