@@ -60,11 +60,13 @@ async def _count_pongs(bus: Bus, count: int) -> bool:
 
 async def test_a_failed_settle_hands_the_whole_batch_back(bus: Bus) -> None:
     handled: list[int] = []
+    failed: list[int] = []  # what the batch whose settle failed held
     failures = [RuntimeError("bucket unavailable")]
     service = Service("ponger")
 
     async def settle() -> None:
         if failures:
+            failed.extend(handled)  # the first batch: all of it handled, none settled yet
             raise failures.pop()
 
     @service.handler(pings(), settle=settle)
@@ -76,9 +78,11 @@ async def test_a_failed_settle_hands_the_whole_batch_back(bus: Bus) -> None:
     await running.prepare()
     await publish_pings(bus, 3)
     async with running:
-        await eventually(lambda: len(handled) == 6)
+        await eventually(lambda: len(handled) == 3 + len(failed) and bool(failed))
         await eventually(lambda: _count_pongs(bus, 3))
-    assert sorted(handled) == [0, 0, 1, 1, 2, 2]
+    # Every event of the failed batch is handled again (all three, unless a loaded broker
+    # delivered them in more than one batch); the others once.
+    assert sorted(handled) == sorted([0, 1, 2, *failed])
     # Nothing went out the first time, and the second time each output once.
     pongs = await stored(bus, STREAM, "bustest.pong.")
     assert sorted(p.data["count"] for p in pongs) == [0, 1, 2]
