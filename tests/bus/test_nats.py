@@ -8,7 +8,9 @@ import socket
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import nats.js.errors
 import pytest
 
 from gfair.bus.key_value import KvConflict
@@ -155,6 +157,35 @@ async def test_embedded_servers_form_a_three_node_jetstream_cluster(tmp_path: Pa
     finally:
         for server in servers:
             server.stop()
+
+
+async def test_a_publish_still_in_process_is_retried_and_stored_once(
+    nats_server: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After a leader change a retried publish can reach the stream while the first attempt is
+    # still being stored: JetStream answers "duplicate message id is in process" (10158).
+    bus = await connect(nats_server)
+    await bus.ensure_topology(TOPOLOGY)
+    js = bus._js  # the JetStream context whose answer is replaced
+    store = js.publish
+    answers: list[str] = []
+
+    async def first_in_process(*args: Any, **kwargs: Any) -> Any:
+        ack = await store(*args, **kwargs)
+        if not answers:
+            answers.append("in process")
+            raise nats.js.errors.APIError(
+                code=409, err_code=10158, description="duplicate message id is in process"
+            )
+        answers.append("stored")
+        return ack
+
+    monkeypatch.setattr(js, "publish", first_in_process)
+    ack = await bus.publish("bustest.ping.a", b"once", msg_id="once")
+    assert answers == ["in process", "stored"]
+    assert ack.duplicate
+    assert [m.data async for m in bus.history(STREAM)] == [b"once"]
+    await bus.close()
 
 
 async def test_a_consumer_deleted_between_fetches_is_declared_again(

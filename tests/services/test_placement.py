@@ -10,6 +10,7 @@ import pytest
 
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
+from gfair.bus.transport import BusError
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand
 from gfair.events.envelope import Envelope
@@ -212,6 +213,40 @@ async def test_a_redelivered_submission_repeats_its_outputs_without_a_new_write(
     assert [e.data for e in again] == [e.data for e in first]
     assert [e.data.EVENT_TYPE for e in first] == [JobAccepted.EVENT_TYPE]
     assert (await state.kv.get("alice.j1")).revision == revision  # type: ignore[union-attr]
+
+
+async def test_a_failed_record_create_fails_its_submission_whoever_saw_it_first(
+    bus: InMemoryBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cancel in the same batch awaits the create first and gets its failure: the batch must
+    # still not be settled, or the admission would be announced for a record that never was.
+    state = PlacementService(Settings(), ThroughputEstimator(TABLE))
+    runtime = ServiceRuntime(state.service(), bus, settings=FAST)
+    await runtime.prepare()
+    await state.start(runtime)
+    create = state.kv.create
+    failing = {"alice.j1"}
+
+    async def flaky_create(key: str, value: bytes) -> int:
+        if key in failing:
+            failing.discard(key)
+            raise BusError(f"create {key}: not acknowledged")
+        return await create(key, value)
+
+    monkeypatch.setattr(state.kv, "create", flaky_create)
+    job = submitted("alice", "j1", 1)
+    envelope = Envelope.wrap(job, source="test")
+    await state.on_job_event(envelope, job)
+    cancel = JobCancelRequested(user="alice", job_id="j1")
+    with pytest.raises(BusError):
+        await state.on_job_event(Envelope.wrap(cancel, source="test"), cancel)
+    with pytest.raises(BusError):
+        await state.settle()
+    assert await state.kv.get("alice.j1") is None
+    again = await state.on_job_event(envelope, job)  # the batch, handled again
+    await state.settle()
+    assert [e.data.EVENT_TYPE for e in again] == [JobAccepted.EVENT_TYPE]
+    assert (await record(bus, "alice", "j1")).state is JobState.QUEUED
 
 
 async def test_a_job_is_accepted_before_any_node_registers(bus: InMemoryBus, probe: Probe) -> None:

@@ -7,6 +7,7 @@ so every quantum boundary is where the test puts it.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -272,6 +273,31 @@ async def test_a_moved_job_starts_on_its_new_server_only_after_the_old_one_let_g
                 checkpoint_step=12,
             )
         )
+        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 3)
+    assert (starts(probe)[-1].job_id, starts(probe)[-1].node_id) == ("b", "v100-0")
+
+
+async def test_a_stop_of_an_unconfirmed_start_is_forgotten_soon_even_after_a_reload(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    # A node that refused the start answers neither it nor the stop: only the short
+    # `unconfirmed_release_s` may hold the job back, also once the ledger was reloaded from
+    # its record (as after a failed write).
+    settings = settings.model_copy(update={"unconfirmed_release_s": 0.2})
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1), ("k80-0", 1))
+        await admit(probe, state, "alice", "a")
+        await admit(probe, state, "bob", "b")
+        await probe.wait_for(COMMANDS, StartCommand, lambda f: len(f) == 2)
+        await probe.publish(JobCancelled(user="alice", job_id="a", previous_state=JobState.RUNNING))
+        await eventually(lambda: "alice.a" not in state.ledger.jobs)
+        await state.on_tick()  # b moves to the V100 before k80-0 confirmed its start
+        (suspend,) = suspends(probe)
+        assert suspend.node_id == "k80-0"
+    async with split_stride(bus, settings) as state:
+        assert state.ledger.jobs["bob.b"].stays["k80-0"].unconfirmed
+        await asyncio.sleep(0.3)
+        await state.on_tick()
         await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 3)
     assert (starts(probe)[-1].job_id, starts(probe)[-1].node_id) == ("b", "v100-0")
 

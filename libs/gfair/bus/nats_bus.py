@@ -46,6 +46,9 @@ _log = structlog.get_logger("gfair.bus.nats")
 T = TypeVar("T")
 
 _STREAM_NAME_IN_USE = 10058
+# "duplicate message id is in process": an earlier attempt with the same message id is still
+# being stored (a leader change held it up); the next attempt is told it is a duplicate.
+_DUPLICATE_IN_PROCESS = 10158
 
 
 DEFAULT_INBOX_PREFIX = "_INBOX"
@@ -503,6 +506,11 @@ class NatsBus:
                 # Without a message id a retry could store the event twice.
                 if msg_id is None or elapsed >= options.publish_deadline_s:
                     raise BusError(f"publish to {subject!r} not acknowledged: {exc!r}") from exc
+            except nats.js.errors.APIError as exc:
+                if exc.err_code != _DUPLICATE_IN_PROCESS:
+                    raise
+                if elapsed >= options.publish_deadline_s:
+                    raise BusError(f"publish to {subject!r} still in process") from exc
             _log.debug("publish retry", subject=subject, attempt=attempt)
             await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
 

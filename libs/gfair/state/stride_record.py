@@ -88,6 +88,12 @@ class Residency(_Record):
         description="Suspends sent and not yet confirmed; a confirmation of an old suspend "
         "does not end a residency that a later start renewed",
     )
+    unconfirmed: bool = Field(
+        default=False,
+        description="Stopped before the node confirmed the start; a node that refused the "
+        "start answers neither, so the stop is forgotten after the short "
+        "`unconfirmed_release_s`",
+    )
 
 
 class StrideJob(_Record):

@@ -34,7 +34,8 @@ A submission under an id with no record yet (placement writes every record, so i
 all) has its record created without waiting: the creates of a batch go out together and are
 awaited when the batch settles (`settle`), before the runtime publishes the announcements. Any
 later write of such a record first waits for its create. If a create fails, the book takes the
-record as stored (or forgets it) and the batch is handled again.
+record as stored (or forgets it) and the submission's batch is handled again, also when a later
+write (a cancel in the same batch, a node's failure) saw the failure first.
 """
 
 from __future__ import annotations
@@ -124,6 +125,11 @@ class PlacementService:
         self._stored: set[str] = set()
         # Records being created: the record sent and the write in flight, by job key.
         self._creating: dict[str, tuple[JobRecord, asyncio.Task[int]]] = {}
+        # Creates that failed since the jobs' batch last settled, by job key. Whoever awaited
+        # one first (a cancel of the job in the same batch, a node's failure), the batch of the
+        # submission that made it must fail too, or its admission would be announced for a
+        # record that does not exist.
+        self._failed_creates: dict[str, BaseException] = {}
         # Job key -> the keys of the jobs that named it in `after_ok` (kept for every record
         # with dependencies, ended or not, so a redelivery finds what it decided).
         self._dependents: dict[str, set[str]] = {}
@@ -148,7 +154,6 @@ class PlacementService:
             accepts=INVENTORY_EVENTS,
             name="nodes",
             ack_wait_s=ack_wait_s,
-            settle=self.settle,
         )
         service.add_timer(self.settings.retention_check_s, self.purge, name="job-retention")
         service.on_start(self.start)
@@ -461,9 +466,10 @@ class PlacementService:
         record, write = self._creating[key]
         try:
             revision = await write
-        except Exception:
+        except Exception as error:
             if self._creating.get(key, (None, None))[1] is write:
                 del self._creating[key]
+                self._failed_creates[key] = error
                 await self._reread(key)
             raise
         if self._creating.get(key, (None, None))[1] is write:
@@ -487,15 +493,14 @@ class PlacementService:
             self.book.put(fresh.record, fresh.revision)
 
     async def settle(self) -> None:
-        """Every record create sent so far done; raises (after fixing the book) if one failed."""
+        """Every record create sent so far done; raises (after fixing the book) if one failed
+        since the last settling, here or wherever it was awaited first."""
         async with self._lock:
             creating = list(self._creating)
-            results = await asyncio.gather(
-                *(self._created(key) for key in creating), return_exceptions=True
-            )
-        failed = next((r for r in results if isinstance(r, BaseException)), None)
-        if failed is not None:
-            raise failed
+            await asyncio.gather(*(self._created(key) for key in creating), return_exceptions=True)
+            failed, self._failed_creates = self._failed_creates, {}
+        if failed:
+            raise next(iter(failed.values()))
 
     async def _save(self, record: JobRecord, revision: int | None) -> int:
         if record.key in self._creating:

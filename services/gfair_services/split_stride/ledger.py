@@ -79,7 +79,8 @@ class Stay:
     # if it ran the start, `started` comes before any answer to the stop; if it refused the
     # start (its start guard saw the job re-placed meanwhile) nothing comes at all, not even
     # for the stop. Such a stop is forgotten after `unconfirmed_release_s`, not the long
-    # `release_timeout_s`. Kept in memory only: after a restart the long timeout applies.
+    # `release_timeout_s`; kept in the record, so a reload after a failed write (a broker
+    # lost) does not hold the job back for the long timeout.
     unconfirmed: bool = False
 
     @property
@@ -133,6 +134,7 @@ class Job:
                     s.since,
                     s.quantum,
                     s.pending_suspends,
+                    s.unconfirmed,
                 )
                 for s in self.stays.values()
             ),
@@ -515,8 +517,9 @@ class Ledger:
         if stay.phase is Phase.STARTING and stay.attempt == event.attempt:
             stay.phase = Phase.RUNNING
             return True
-        if stay.attempt == event.attempt:
+        if stay.attempt == event.attempt and stay.unconfirmed:
             stay.unconfirmed = False  # it did start: its stop will be confirmed in turn
+            return True
         return False
 
     def released(self, event: JobSuspended | JobMigrated | JobExited, at: datetime) -> bool:
@@ -608,7 +611,14 @@ def _job(record: StrideJob) -> Job:
         exited=record.exited,
         stays={
             r.node_id: Stay(
-                r.node_id, r.phase, r.attempt, r.gpu_indices, r.since, r.quantum, r.pending_suspends
+                r.node_id,
+                r.phase,
+                r.attempt,
+                r.gpu_indices,
+                r.since,
+                r.quantum,
+                r.pending_suspends,
+                r.unconfirmed,
             )
             for r in record.residency
         },
@@ -640,6 +650,7 @@ def _record(job: Job) -> StrideJob:
                 since=s.since,
                 quantum=s.quantum,
                 pending_suspends=s.pending_suspends,
+                unconfirmed=s.unconfirmed,
             )
             for s in job.stays.values()
         ),
