@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
-from gfair.sim.idle_capacity import WaitingClass, usable_idle_gpus
+from collections.abc import Mapping, Sequence
+
+from gfair.core.cluster import Server
+from gfair.core.packing import Packing
+from gfair.sim.idle_capacity import WaitingClass
+from gfair.sim.idle_capacity import usable_idle_gpus as usable
+
+
+def usable_idle_gpus(
+    servers: Mapping[str, Sequence[tuple[int, int]]], waiting: list[WaitingClass]
+) -> int:
+    """`usable` on pools given as (free GPUs, GPUs) per server."""
+    rooms = {}
+    for pool, listed in servers.items():
+        ids = [f"{pool}-{at}" for at in range(len(listed))]
+        machines = tuple(Server(i, pool, gpus) for i, (_, gpus) in zip(ids, listed, strict=True))
+        rooms[pool] = Packing(machines, {i: free for i, (free, _) in zip(ids, listed, strict=True)})
+    return usable(rooms, waiting)
 
 
 def test_a_gang_too_big_for_the_scattered_idle_gpus_uses_none_of_them() -> None:

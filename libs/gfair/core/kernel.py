@@ -59,6 +59,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gfair.core.cluster import Server
+from gfair.core.packing import Packing
 
 _EPS = 1e-9
 # Jobs of one user that a visit may skip (do not fit the pool) before the entry gives up for
@@ -124,101 +125,10 @@ class _Choice:
     servers: tuple[str, ...]
 
 
-class _Packing:
-    """Free GPUs of one pool's servers during a decision, with best-fit lookups."""
-
-    __slots__ = ("buckets", "free", "largest", "servers", "size", "total")
-
-    def __init__(self, servers: tuple[Server, ...]) -> None:
-        self.servers = servers
-        self.size = {s.id: s.gpus for s in servers}
-        self.free = dict(self.size)
-        self.largest = max((s.gpus for s in servers), default=0)
-        self.total = sum(self.size.values())
-        # buckets[f]: servers with exactly f free GPUs, as an insertion-ordered set.
-        self.buckets: list[dict[str, None]] = [{} for _ in range(self.largest + 1)]
-        for server in servers:
-            self.buckets[server.gpus][server.id] = None
-
-    def _take(self, server_id: str, gpus: int) -> None:
-        before = self.free[server_id]
-        del self.buckets[before][server_id]
-        self.free[server_id] = before - gpus
-        self.buckets[before - gpus][server_id] = None
-        self.total -= gpus
-
-    def release(self, servers: tuple[str, ...], gpus: int) -> None:
-        for server_id, share in self._shares(servers, gpus):
-            before = self.free[server_id]
-            del self.buckets[before][server_id]
-            self.free[server_id] = before + share
-            self.buckets[before + share][server_id] = None
-            self.total += share
-
-    def _shares(self, servers: tuple[str, ...], gpus: int) -> list[tuple[str, int]]:
-        if len(servers) == 1:
-            return [(servers[0], gpus)]
-        return [(s, self.size[s]) for s in servers]  # a multi-server gang holds whole servers
-
-    def fits(self, gpus: int) -> bool:
-        if gpus > self.total:
-            return False
-        if gpus == 1:  # any free GPU will do (the common case, checked without a scan)
-            return True
-        if gpus <= self.largest:
-            return any(self.buckets[f] for f in range(gpus, self.largest + 1))
-        return sum(self.size[s] for s in self.buckets[self.largest]) >= gpus or (
-            self._whole(gpus) is not None
-        )
-
-    def _whole(self, gpus: int) -> tuple[str, ...] | None:
-        idle = [s for s in self.servers if self.free[s.id] == s.gpus]
-        idle.sort(key=lambda s: -s.gpus)
-        chosen: list[str] = []
-        held = 0
-        for server in idle:
-            if held >= gpus:
-                break
-            chosen.append(server.id)
-            held += server.gpus
-        return tuple(chosen) if held >= gpus else None
-
-    def place(self, gpus: int, prefer: Sequence[tuple[str, ...]]) -> tuple[str, ...] | None:
-        """Servers for a job of `gpus`, taken; the first preferred placement that is free wins,
-        else best fit (or whole idle servers for a gang larger than a server)."""
-        for servers in prefer:
-            if servers and self._free_for(servers, gpus):
-                for server_id, share in self._shares(servers, gpus):
-                    self._take(server_id, share)
-                return servers
-        if gpus <= self.largest:
-            for f in range(gpus, self.largest + 1):
-                bucket = self.buckets[f]
-                if bucket:
-                    server_id = next(iter(bucket))
-                    self._take(server_id, gpus)
-                    return (server_id,)
-            return None
-        whole = self._whole(gpus)
-        if whole is not None:
-            for server_id in whole:
-                self._take(server_id, self.size[server_id])
-        return whole
-
-    def _free_for(self, servers: tuple[str, ...], gpus: int) -> bool:
-        if len(servers) == 1:
-            return self.free.get(servers[0], 0) >= gpus
-        if any(s not in self.free for s in servers):
-            return False
-        return all(self.free[s] == self.size[s] for s in servers) and (
-            sum(self.size[s] for s in servers) >= gpus
-        )
-
-
 def decide(snapshot: Snapshot) -> Decision:
     """One quantum's decision (module doc)."""
     pools = list(snapshot.pools)
-    packing = {p.generation: _Packing(p.servers) for p in pools}
+    packing = {p.generation: Packing(p.servers) for p in pools}
     chosen: dict[str, _Choice] = {}
     order = {user: jobs for user, jobs in snapshot.jobs.items() if jobs}
     charged = _entitled_runs(snapshot, pools, packing, order, chosen)
@@ -251,7 +161,7 @@ def backfill(snapshot: Snapshot, holding: Iterable[JobState]) -> dict[str, tuple
     are; nothing is charged (as for any surplus). Returns the placements of the jobs that start.
     """
     pools = list(snapshot.pools)
-    packing = {p.generation: _Packing(p.servers) for p in pools}
+    packing = {p.generation: Packing(p.servers) for p in pools}
     pool_of = {server.id: pool.generation for pool in pools for server in pool.servers}
     chosen: dict[str, _Choice] = {}
     # In an order of the kernel's own: best fit picks among equally free servers by the order
@@ -277,7 +187,7 @@ def _prefer(job: JobState) -> tuple[tuple[str, ...], ...]:
 def _entitled_runs(
     snapshot: Snapshot,
     pools: list[PoolState],
-    packing: dict[str, _Packing],
+    packing: dict[str, Packing],
     order: Mapping[str, Sequence[JobState]],
     chosen: dict[str, _Choice],
 ) -> dict[str, dict[str, float]]:
@@ -351,7 +261,7 @@ def _next_job(
 def _fits(
     pool: PoolState,
     gpus: int,
-    packing: dict[str, _Packing],
+    packing: dict[str, Packing],
     chosen: Mapping[str, _Choice],
     repacks: dict[str, int],
 ) -> bool:
@@ -372,7 +282,7 @@ def _fits(
     if len(members) > _REPACK_JOBS:
         return False
     members.sort(key=lambda c: (-c.job.gpus, not c.job.running, c.job.seq))
-    fresh = _Packing(pool.servers)
+    fresh = Packing(pool.servers)
     placed: list[tuple[_Choice, tuple[str, ...]]] = []
     for choice in members:
         servers = fresh.place(choice.job.gpus, _prefer(choice.job))
@@ -392,7 +302,7 @@ def _fits(
 
 def _clear_a_server(
     pool: PoolState, gpus: int, placed: list[tuple[_Choice, tuple[str, ...]]]
-) -> tuple[_Packing, list[tuple[_Choice, tuple[str, ...]]]] | None:
+) -> tuple[Packing, list[tuple[_Choice, tuple[str, ...]]]] | None:
     """A packing of `placed` that leaves one server of at least `gpus` GPUs empty, moving only
     the one-server jobs on it (the server holding the fewest GPUs that can so be cleared); or
     None. Gangs larger than a server are not helped: they need several servers cleared."""
@@ -408,7 +318,7 @@ def _clear_a_server(
         key=lambda s: (held[s.id], s.id),
     )
     for target in candidates:
-        fresh = _Packing(pool.servers)
+        fresh = Packing(pool.servers)
         fresh.place(target.gpus, ((target.id,),))  # kept empty while the others are packed
         staying = [(c, servers) for c, servers in placed if target.id not in servers]
         moving = [c for c, servers in placed if target.id in servers]
@@ -424,7 +334,7 @@ def _clear_a_server(
 def _surplus_runs(
     snapshot: Snapshot,
     pools: list[PoolState],
-    packing: dict[str, _Packing],
+    packing: dict[str, Packing],
     order: Mapping[str, Sequence[JobState]],
     chosen: dict[str, _Choice],
     charged: Mapping[str, Mapping[str, float]],
@@ -493,7 +403,7 @@ def _keep_pools(pools: list[PoolState], chosen: Mapping[str, _Choice]) -> None:
 
 
 def _fast_first(
-    pools: list[PoolState], packing: dict[str, _Packing], chosen: dict[str, _Choice]
+    pools: list[PoolState], packing: dict[str, Packing], chosen: dict[str, _Choice]
 ) -> bool:
     """Rule 4: idle GPUs of a faster pool take the jobs that gain most from moving there.
     Returns whether any job moved."""
@@ -523,7 +433,7 @@ def _fast_first(
 
 
 def _fastest_to_fastest(
-    pools: list[PoolState], packing: dict[str, _Packing], chosen: Mapping[str, _Choice]
+    pools: list[PoolState], packing: dict[str, Packing], chosen: Mapping[str, _Choice]
 ) -> None:
     """Rule 7: when every runnable job runs, nobody is owed anything (`settle` books no quantum
     in which nobody waits), so each pool, fastest first, goes to the jobs that gain most from
@@ -533,7 +443,7 @@ def _fastest_to_fastest(
     (gangs and fragmentation), the decision stands."""
     if len(pools) < 2:
         return
-    fresh = {p.generation: _Packing(p.servers) for p in pools}
+    fresh = {p.generation: Packing(p.servers) for p in pools}
     target: dict[str, tuple[str, tuple[str, ...]]] = {}
     left = list(chosen.values())
     for index, pool in enumerate(pools):
@@ -580,7 +490,7 @@ def _gain(job: JobState, generation: str, slower: Sequence[str]) -> float:
 
 
 def _affinity(
-    pools: list[PoolState], packing: dict[str, _Packing], chosen: Mapping[str, _Choice]
+    pools: list[PoolState], packing: dict[str, Packing], chosen: Mapping[str, _Choice]
 ) -> None:
     """Rule 5: pack each pool's chosen jobs again, staying where they ran when possible."""
     members: dict[str, list[_Choice]] = {p.generation: [] for p in pools}
@@ -588,7 +498,7 @@ def _affinity(
         members[choice.pool].append(choice)
     for pool in pools:
         choices = members[pool.generation]
-        room = _Packing(pool.servers)
+        room = Packing(pool.servers)
         attempt: list[tuple[_Choice, tuple[str, ...]]] = []
         # Jobs that stay come first, then those going back to their checkpoint's servers,
         # then the rest (jobs coming from another pool among them: they have no place here to

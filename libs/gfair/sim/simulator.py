@@ -26,6 +26,7 @@ from typing import Final, Protocol
 
 from gfair.core.cluster import Cluster
 from gfair.core.dependencies import Outcome, Readiness, eligibility
+from gfair.core.packing import Packing
 from gfair.sim.idle_capacity import WaitingClass, usable_idle_gpus
 from gfair.sim.ledger import Ledger, ShareSeries
 from gfair.sim.policy import Backfilling, LimitingArrays, Policy
@@ -215,9 +216,6 @@ class Simulator:
         # could have started them yet); the idle GPUs the others could use (None: to count
         # again), and its integral.
         self._free = dict(self._server_gpus)
-        self._pool_servers: dict[str, list[tuple[str, int]]] = {}
-        for server in cluster.servers:
-            self._pool_servers.setdefault(server.generation, []).append((server.id, server.gpus))
         self._unplaced: Counter[tuple[int, str | None]] = Counter()
         self._arrived: Counter[tuple[int, str | None]] = Counter()
         self._arrived_ids: set[str] = set()
@@ -549,11 +547,11 @@ class Simulator:
                 WaitingClass(gpus, self._pools_for(job_type), count)
                 for (gpus, job_type), count in (self._unplaced - self._arrived).items()
             ]
-            servers = {
-                pool: [(self._free[server], gpus) for server, gpus in listed]
-                for pool, listed in self._pool_servers.items()
+            rooms = {
+                pool: Packing(self.cluster.by_generation(pool), self._free)
+                for pool in self.cluster.generations
             }
-            self._usable = usable_idle_gpus(servers, waiting) if waiting else 0
+            self._usable = usable_idle_gpus(rooms, waiting) if waiting else 0
         return self._usable
 
     def _pools_for(self, job_type: str | None) -> tuple[str, ...]:

@@ -1,0 +1,105 @@
+"""Free GPUs of one pool's servers, and where a job of some GPUs goes among them.
+
+Best fit for a job that fits on one server (the fullest server with room, so whole servers stay
+free for gangs), whole idle servers, largest first, for a gang larger than any server. The
+decision kernel packs its chosen jobs with it; the simulator's idle|fit measure
+(`gfair.sim.idle_capacity`) packs the waiting jobs onto the idle GPUs with the same rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gfair.core.cluster import Server
+
+
+class Packing:
+    """Free GPUs of one pool's servers during a decision, with best-fit lookups."""
+
+    __slots__ = ("buckets", "free", "largest", "servers", "size", "total")
+
+    def __init__(self, servers: tuple[Server, ...], free: Mapping[str, int] | None = None) -> None:
+        """`free`: GPUs free on each server (default: all of them)."""
+        self.servers = servers
+        self.size = {s.id: s.gpus for s in servers}
+        self.free = dict(self.size) if free is None else {s.id: free[s.id] for s in servers}
+        self.largest = max((s.gpus for s in servers), default=0)
+        self.total = sum(self.free.values())
+        # buckets[f]: servers with exactly f free GPUs, as an insertion-ordered set.
+        self.buckets: list[dict[str, None]] = [{} for _ in range(self.largest + 1)]
+        for server in servers:
+            self.buckets[self.free[server.id]][server.id] = None
+
+    def _take(self, server_id: str, gpus: int) -> None:
+        before = self.free[server_id]
+        del self.buckets[before][server_id]
+        self.free[server_id] = before - gpus
+        self.buckets[before - gpus][server_id] = None
+        self.total -= gpus
+
+    def release(self, servers: tuple[str, ...], gpus: int) -> None:
+        for server_id, share in self._shares(servers, gpus):
+            before = self.free[server_id]
+            del self.buckets[before][server_id]
+            self.free[server_id] = before + share
+            self.buckets[before + share][server_id] = None
+            self.total += share
+
+    def _shares(self, servers: tuple[str, ...], gpus: int) -> list[tuple[str, int]]:
+        if len(servers) == 1:
+            return [(servers[0], gpus)]
+        return [(s, self.size[s]) for s in servers]  # a multi-server gang holds whole servers
+
+    def fits(self, gpus: int) -> bool:
+        if gpus > self.total:
+            return False
+        if gpus == 1:  # any free GPU will do (the common case, checked without a scan)
+            return True
+        if gpus <= self.largest:
+            return any(self.buckets[f] for f in range(gpus, self.largest + 1))
+        return sum(self.size[s] for s in self.buckets[self.largest]) >= gpus or (
+            self._whole(gpus) is not None
+        )
+
+    def _whole(self, gpus: int) -> tuple[str, ...] | None:
+        idle = [s for s in self.servers if self.free[s.id] == s.gpus]
+        idle.sort(key=lambda s: -s.gpus)
+        chosen: list[str] = []
+        held = 0
+        for server in idle:
+            if held >= gpus:
+                break
+            chosen.append(server.id)
+            held += server.gpus
+        return tuple(chosen) if held >= gpus else None
+
+    def place(self, gpus: int, prefer: Sequence[tuple[str, ...]]) -> tuple[str, ...] | None:
+        """Servers for a job of `gpus`, taken; the first preferred placement that is free wins,
+        else best fit (or whole idle servers for a gang larger than a server)."""
+        for servers in prefer:
+            if servers and self._free_for(servers, gpus):
+                for server_id, share in self._shares(servers, gpus):
+                    self._take(server_id, share)
+                return servers
+        if gpus <= self.largest:
+            for f in range(gpus, self.largest + 1):
+                bucket = self.buckets[f]
+                if bucket:
+                    server_id = next(iter(bucket))
+                    self._take(server_id, gpus)
+                    return (server_id,)
+            return None
+        whole = self._whole(gpus)
+        if whole is not None:
+            for server_id in whole:
+                self._take(server_id, self.size[server_id])
+        return whole
+
+    def _free_for(self, servers: tuple[str, ...], gpus: int) -> bool:
+        if len(servers) == 1:
+            return self.free.get(servers[0], 0) >= gpus
+        if any(s not in self.free for s in servers):
+            return False
+        return all(self.free[s] == self.size[s] for s in servers) and (
+            sum(self.size[s] for s in servers) >= gpus
+        )
