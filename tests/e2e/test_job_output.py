@@ -49,14 +49,20 @@ async def test_the_output_of_a_migrated_job_comes_from_both_nodes(
         await asyncio.sleep(1.5)
         await client.cancel("alice", "first")
         await moved_to(client, "second", "v100-0")
+        # The K80's last lines may be shipped after the V100's first (each executor ships its
+        # own run's output): wait for what is asserted below.
         deadline = time.monotonic() + 30
-        while set(by_node := stdout_by_node(await output_of(client, "second"))) != {
-            "k80-0",
-            "v100-0",
-        }:
-            assert time.monotonic() < deadline, f"output from {sorted(by_node)} only"
+        while not _from_both(by_node := stdout_by_node(await output_of(client, "second"))):
+            assert time.monotonic() < deadline, f"output so far: {by_node}"
             await asyncio.sleep(0.5)
         await client.cancel("alice", "second", wait=False)
     # What it printed on the K80, up to yielding for the move, and on the V100 after.
     assert "on 1xk80" in by_node["k80-0"] and "synthetic job: yielding at step" in by_node["k80-0"]
     assert "on 1xv100" in by_node["v100-0"]
+
+
+def _from_both(by_node: dict[str, str]) -> bool:
+    """The K80's run up to its yield and the V100's run are both in."""
+    return "synthetic job: yielding at step" in by_node.get("k80-0", "") and bool(
+        by_node.get("v100-0")
+    )
