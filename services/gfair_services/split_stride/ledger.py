@@ -24,8 +24,9 @@ their limits). The ledger converts to and from the `StrideRecord` kept in `gfair
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
+from operator import attrgetter
 
 import structlog
 
@@ -87,6 +88,21 @@ class Stay:
     def holds_gpus(self) -> bool:
         return self.phase.holds_gpus
 
+    @classmethod
+    def of(cls, record: Residency) -> Stay:
+        return cls(*_stay_values(record))
+
+    def values(self) -> tuple[object, ...]:
+        return _stay_values(self)
+
+    def record(self) -> Residency:
+        return Residency(**dict(zip(_STAY_FIELDS, _stay_values(self), strict=True)))
+
+
+# A stay is persisted as a `Residency` of the same fields.
+_STAY_FIELDS = tuple(f.name for f in fields(Stay))
+_stay_values = attrgetter(*_STAY_FIELDS)
+
 
 @dataclass
 class Job:
@@ -125,19 +141,7 @@ class Job:
             self.runnable_at,
             self.exited,
             self.stride_pass,
-            tuple(
-                (
-                    s.node_id,
-                    s.phase,
-                    s.attempt,
-                    s.gpu_indices,
-                    s.since,
-                    s.quantum,
-                    s.pending_suspends,
-                    s.unconfirmed,
-                )
-                for s in self.stays.values()
-            ),
+            tuple(s.values() for s in self.stays.values()),
         )
 
     def gpus_on(self, server_id: str, sizes: dict[str, int]) -> int:
@@ -609,19 +613,7 @@ def _job(record: StrideJob) -> Job:
         attempt=record.attempt,
         runnable_at=record.runnable_at,
         exited=record.exited,
-        stays={
-            r.node_id: Stay(
-                r.node_id,
-                r.phase,
-                r.attempt,
-                r.gpu_indices,
-                r.since,
-                r.quantum,
-                r.pending_suspends,
-                r.unconfirmed,
-            )
-            for r in record.residency
-        },
+        stays={r.node_id: Stay.of(r) for r in record.residency},
         array=record.array,
         array_limit=record.array_limit,
     )
@@ -641,19 +633,7 @@ def _record(job: Job) -> StrideJob:
         attempt=job.attempt,
         runnable_at=job.runnable_at,
         exited=job.exited,
-        residency=tuple(
-            Residency(
-                node_id=s.node_id,
-                phase=s.phase,
-                attempt=s.attempt,
-                gpu_indices=s.gpu_indices,
-                since=s.since,
-                quantum=s.quantum,
-                pending_suspends=s.pending_suspends,
-                unconfirmed=s.unconfirmed,
-            )
-            for s in job.stays.values()
-        ),
+        residency=tuple(s.record() for s in job.stays.values()),
         array=job.array,
         array_limit=job.array_limit,
     )
