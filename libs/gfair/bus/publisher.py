@@ -9,6 +9,10 @@ the connection's buffer in its first step, and tasks take their first step in cr
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
+import hmac
+import os
 import uuid
 from collections.abc import Sequence
 
@@ -26,11 +30,37 @@ from gfair.events.envelope import Envelope, EventData
 
 # Namespace of the ids derived for a handler's outputs from the id of the event that caused them.
 _DERIVED_ID_NAMESPACE = uuid.UUID("5b0c1f0e-7c1a-4f52-9a3e-6f1a2b9d0c11")
+EVENT_ID_KEY_VARIABLE = "GFAIR_EVENT_ID_KEY"
+
+
+@functools.cache
+def _event_id_key() -> bytes | None:
+    # Read once: every id a process derives must come from the same key, or a redelivered
+    # input's outputs would get new ids and be stored twice.
+    text = os.environ.get(EVENT_ID_KEY_VARIABLE, "").strip()
+    return text.encode() if text else None
+
+
+def event_ids_are_keyed() -> bool:
+    return _event_id_key() is not None
 
 
 def derived_event_id(cause_id: str, index: int, event_type: str, subject: str) -> str:
-    """Deterministic id of a handler's `index`-th output: the same on every redelivery."""
-    return uuid.uuid5(_DERIVED_ID_NAMESPACE, f"{cause_id}/{index}/{event_type}/{subject}").hex
+    """Deterministic id of a handler's `index`-th output: the same on every redelivery.
+
+    JetStream drops a message whose id it stored in the last two minutes, whoever published
+    it, and tenants publish into the same stream as the services. Unkeyed, an id is a function
+    of values a tenant can read (a submission's id, a quantum's number), so a tenant could
+    publish first under it and have the service's event dropped as a duplicate. Keyed with
+    `$GFAIR_EVENT_ID_KEY`, a secret the services and executors share, the id is an HMAC no
+    tenant can compute; without a key (a cluster that lets everyone publish anything) it is
+    the plain uuid5.
+    """
+    material = f"{cause_id}/{index}/{event_type}/{subject}"
+    key = _event_id_key()
+    if key is None:
+        return uuid.uuid5(_DERIVED_ID_NAMESPACE, material).hex
+    return hmac.new(key, material.encode(), hashlib.sha256).hexdigest()[:32]
 
 
 class EventPublisher:

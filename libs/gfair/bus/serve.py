@@ -6,11 +6,13 @@ import asyncio
 import gc
 from typing import Self
 
+import structlog
 from pydantic import Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.observability import ObservabilitySettings, configure_observability
+from gfair.bus.publisher import EVENT_ID_KEY_VARIABLE, event_ids_are_keyed
 from gfair.bus.runner import DEFAULT_BATCH, RunnerSettings
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Service
@@ -58,6 +60,14 @@ class BusSettings(BaseSettings):
         description="Events fetched, handled and settled (published, acknowledged) together",
     )
     fetch_timeout_s: float = Field(default=1.0, gt=0)
+
+    @property
+    def authenticates(self) -> bool:
+        """Whether this process logs in: a cluster with logins separates tenants."""
+        return any(
+            value is not None
+            for value in (self.nats_user, self.nats_token, self.nats_creds, self.nats_nkey_seed)
+        )
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -123,6 +133,12 @@ async def serve(
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
     service.on_start(_freeze_state)  # after the service's own hooks: they run in order
+    if bus_settings.authenticates and not event_ids_are_keyed():
+        structlog.get_logger("gfair.bus").warning(
+            "event ids are not keyed: a tenant can predict them and have this service's "
+            "events dropped as duplicates",
+            fix=f"give every service and executor the same secret in ${EVENT_ID_KEY_VARIABLE}",
+        )
     try:
         bus = await NatsBus.connect(bus_settings.nats_options(name=service.name))
         try:
