@@ -2,22 +2,69 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+import gfair
+from gfair.node.job_account import JobAccount, derived_account
 from gfair.node.launch import JobLaunch
 from gfair.node.lifecycle import JobEvent
 from gfair.node.supervisor import SupervisorConfig
 
-SYNTHETIC = (sys.executable, "-m", "gfair.sdk.synthetic")
+
+def _open_to_others(path: Path) -> bool:
+    """Whether an account other than the owner may run `path` (each directory above it
+    searchable, the file executable, by others)."""
+    path = path.resolve()
+    return all(p.stat().st_mode & 0o001 for p in (path, *path.parents))
+
+
+# The Python the tests' jobs run: as root they run as another account, which may not reach this
+# interpreter (a venv's often lives under root's home); then the system's Python of the same
+# version, with the SDK from this checkout on PYTHONPATH (tests/node/conftest.py; the SDK
+# needs nothing but the standard library).
+_VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
+JOB_PYTHON = next(
+    (
+        str(p)
+        for p in (
+            Path(sys.executable),
+            Path("/usr/bin", _VERSION),
+            Path("/usr/local/bin", _VERSION),
+        )
+        if p.exists() and _open_to_others(p)
+    ),
+    sys.executable,
+)
+LIBS = Path(gfair.__file__).resolve().parents[1]
+SYNTHETIC = (JOB_PYTHON, "-m", "gfair.sdk.synthetic")
 RESNET = "ResNet-50 (batch size 32)"
 
 E = TypeVar("E", bound=JobEvent)
+
+
+# As root, a supervisor runs jobs as an account of their tenant's, never as root: the tests'
+# jobs run as this one (no /etc/passwd entry needed), in directories it can reach.
+TEST_ACCOUNT: JobAccount | None = derived_account("test-tenant") if os.geteuid() == 0 else None
+
+
+def reachable_tmp() -> Iterator[Path]:
+    """A temporary directory other accounts may pass through (pytest's own are closed to them,
+    so a job running as its tenant's account could not reach its directories there)."""
+    path = Path(tempfile.mkdtemp(prefix="gfair-test-"))
+    path.chmod(0o711)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def make_config(tmp_path: Path, **overrides: object) -> SupervisorConfig:
@@ -31,6 +78,7 @@ def make_config(tmp_path: Path, **overrides: object) -> SupervisorConfig:
         "poll_interval_s": 0.02,
         "progress_interval_s": 0.1,
         "rate_window_s": 0.5,
+        "account": TEST_ACCOUNT,
     }
     settings.update(overrides)
     return SupervisorConfig(**settings)  # type: ignore[arg-type]

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 import gfair
-from gfair.node.job_account import JobAccount, parse_account, parse_accounts
+from gfair.node.job_account import (
+    DEFAULT_JOB_UID_BASE,
+    JobAccount,
+    derived_account,
+    parse_account,
+    parse_accounts,
+)
 from gfair.node.launch import JobLaunch
 from gfair.node.lifecycle import JobExited
 from gfair.node.supervisor import JobSupervisor
@@ -156,6 +162,10 @@ def test_the_executor_setting_names_an_account_per_tenant() -> None:
     if os.geteuid() == 0:
         settings = NodeExecutorSettings(node_id="n1", job_accounts="alice=20001")
         assert settings.account_for("alice") == ALICE
-        with pytest.raises(ValueError, match="no job account for tenant bob"):
-            settings.account_for("bob")
-    assert NodeExecutorSettings(node_id="n1").account_for("anyone") is None
+        # A tenant the mapping does not name gets its own uid, never root nor the executor's.
+        bob = settings.account_for("bob")
+        assert bob == derived_account("bob") and bob.uid >= DEFAULT_JOB_UID_BASE
+        anyone = NodeExecutorSettings(node_id="n1").account_for("anyone")
+        assert anyone == derived_account("anyone") != bob
+    else:
+        assert NodeExecutorSettings(node_id="n1").account_for("anyone") is None

@@ -11,7 +11,6 @@ import dataclasses
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 from gfair.node.job_cgroup import AUTO, OFF, CgroupError, CgroupTree, JobCgroup, empty, locate
 from gfair.node.supervisor import JobSupervisor
 
-from .helpers import environ_of, make_config, synthetic, wait_for_text
+from .helpers import JOB_PYTHON, environ_of, make_config, synthetic, wait_for_text
 
 BASE = locate(AUTO)
 needs_cgroups = pytest.mark.skipif(BASE is None, reason="no writable cgroup2 hierarchy here")
@@ -28,7 +27,7 @@ needs_cgroups = pytest.mark.skipif(BASE is None, reason="no writable cgroup2 hie
 # A job whose child starts a new session with an empty environment (no marker variable to find
 # it by), writes its pid down, and trains.
 VANISHER = (
-    sys.executable,
+    JOB_PYTHON,
     "-c",
     "import os, subprocess, sys;"
     "child = subprocess.Popen(['sleep', '600'], start_new_session=True, env={});"

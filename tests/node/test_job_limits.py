@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from gfair.node.job_limits import (
 from gfair.node.supervisor import JobSupervisor
 from gfair_services.node_executor.settings import NodeExecutorSettings
 
-from .helpers import make_config, synthetic
+from .helpers import JOB_PYTHON, make_config, synthetic
 
 BASE = locate(AUTO)
 
@@ -49,7 +48,7 @@ needs_cpu = pytest.mark.skipif(_host_refuses(CPU) is not None, reason="no cpu co
 
 # Touches 256 MiB page by page: far over a 64 MiB limit, well within the machine.
 GREEDY = (
-    sys.executable,
+    JOB_PYTHON,
     "-c",
     "import sys; b = bytearray(256 << 20)\n"
     "for i in range(0, len(b), 4096): b[i] = 1\n"
@@ -57,7 +56,7 @@ GREEDY = (
 )
 # Spins for 1.5 s of wall time and prints the CPU seconds it got in that time.
 SPINNER = (
-    sys.executable,
+    JOB_PYTHON,
     "-c",
     "import time; start, cpu = time.monotonic(), time.process_time()\n"
     "while time.monotonic() - start < 1.5: pass\n"
@@ -148,8 +147,12 @@ def test_the_executor_settings_refuse_a_bad_limit() -> None:
     with pytest.raises(ValueError, match="job_cpus_per_gpu"):
         NodeExecutorSettings(job_cpus_per_gpu=0)
     settings = NodeExecutorSettings(job_memory_per_gpu="8G", job_cpus_per_gpu=4)
-    assert settings.job_limits == JobLimits(memory_per_gpu=8 << 30, cpus_per_gpu=4.0)
-    assert NodeExecutorSettings().job_limits.controllers == ()
+    # The default process limit comes where the host has a pids controller for it.
+    pids = settings.job_limits.pids_max
+    assert pids in (4096, None)
+    assert settings.job_limits == JobLimits(memory_per_gpu=8 << 30, cpus_per_gpu=4.0, pids_max=pids)
+    assert NodeExecutorSettings(job_pids_max=0).job_limits.controllers == ()
+    assert NodeExecutorSettings().job_limits.controllers in ((), ("pids",))
 
 
 def test_a_limit_the_host_cannot_enforce_stops_the_executor_at_start(

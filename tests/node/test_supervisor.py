@@ -6,7 +6,6 @@ import dataclasses
 import os
 import re
 import signal
-import sys
 from pathlib import Path
 
 import anyio
@@ -18,7 +17,15 @@ from gfair.node.supervisor import JobStartError, JobSupervisor, SupervisorError,
 from gfair.sdk import YIELD_EXIT_CODE
 from gfair.sdk.throughput_table import ThroughputTable
 
-from .helpers import RESNET, EventLog, environ_of, make_config, synthetic, wait_for_text
+from .helpers import (
+    JOB_PYTHON,
+    RESNET,
+    EventLog,
+    environ_of,
+    make_config,
+    synthetic,
+    wait_for_text,
+)
 
 
 def assert_group_gone(pgid: int) -> None:
@@ -153,7 +160,7 @@ async def test_a_job_sees_none_of_the_executors_settings_or_credentials(
 # A job whose child leaves its process group (a new session) and writes its pid down, then
 # trains: killing the group alone would leave the child running.
 ESCAPER = (
-    sys.executable,
+    JOB_PYTHON,
     "-c",
     "import os, subprocess, sys;"
     "child = subprocess.Popen(['sleep', '600'], start_new_session=True);"
@@ -200,7 +207,7 @@ async def test_failure_exit_code_and_bounded_stderr_tail(tmp_path: Path) -> None
     config = make_config(tmp_path, stderr_tail_bytes=64)
     noisy = JobLaunch(
         job_id="noisy",
-        argv=(sys.executable, "-c",
+        argv=(JOB_PYTHON, "-c",
               "import sys\nfor i in range(500): print(f'line {i}', file=sys.stderr)\nsys.exit(3)"),
         gpu_indices=(2,),
         generation="v100",

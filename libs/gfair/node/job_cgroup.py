@@ -153,10 +153,31 @@ class JobCgroup:
         return True
 
 
+def node_directory(node_id: str, work_dir: Path) -> Path:
+    """``gfair-<node>-<place>``, relative to where job cgroups are made (`CgroupTree`)."""
+    place = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:12]
+    return Path(f"gfair-{node_id}-{place}")
+
+
 def tenant_directory(node_id: str, tenant: str, work_dir: Path) -> Path:
     """``gfair-<node>-<place>/<tenant>``, relative to where job cgroups are made (`CgroupTree`)."""
-    place = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:12]
-    return Path(f"gfair-{node_id}-{place}") / tenant
+    return node_directory(node_id, work_dir) / tenant
+
+
+def sweep_node(base: Path, node_id: str, work_dir: Path) -> list[int]:
+    """Kill every job of every tenant of one node (its executor is gone: stopped, or killed
+    before it could stop them) and remove their cgroups; the pids found."""
+    node = base / node_directory(node_id, work_dir)
+    try:
+        tenants = [p for p in node.iterdir() if p.is_dir()]
+    except OSError:
+        return []
+    found: list[int] = []
+    for path in tenants:
+        tree = CgroupTree(path)
+        found += tree.sweep()
+        tree.close()
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ An operator sets what one GPU's share of a node is (``GFAIR_JOB_MEMORY_PER_GPU``
 that, so one tenant's job cannot starve the others' data loaders or push the node into swap.
 The kernel enforces them: over its memory limit a job is killed by the OOM killer (and the
 failure detector is told so, as out-of-memory, not as a node fault); over its CPU time it is
-throttled.
+throttled. A process-count limit (``GFAIR_JOB_PIDS_MAX``, per job whatever its GPUs) stops a
+fork bomb at that many processes and threads: its next fork fails with EAGAIN.
 
 Where the limits are written, per controller:
 
@@ -18,7 +19,10 @@ Where the limits are written, per controller:
 - **cgroup v1**, where the controller is bound to a v1 hierarchy instead (hosts on the legacy
   or hybrid layout, as the project's CI machines are): the same ``gfair-<node>-<place>/<tenant>
   /<job>`` layout under the executor's own cgroup of that hierarchy, ``memory.limit_in_bytes``
-  (and ``memory.memsw.limit_in_bytes`` where swap is accounted) and ``cpu.cfs_quota_us``.
+  (and ``memory.memsw.limit_in_bytes`` where swap is accounted), ``cpu.cfs_quota_us`` and
+  ``pids.max``. A job's v1 cgroups list its processes too: where there is no v2 job cgroup to
+  kill, `JobLimitGroups.kill` finds through them a process that left the job's session and
+  cleared its environment.
 
 A limit that was asked for and that the host cannot enforce stops the executor at start with
 the reason (`check_host`, from its settings): silently running unlimited jobs is not what an
@@ -29,7 +33,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
+import signal
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +45,7 @@ from gfair.node.job_cgroup import CgroupTree, JobCgroup, cgroup2_mount
 
 MEMORY = "memory"
 CPU = "cpu"
+PIDS = "pids"
 CPU_PERIOD_US = 100_000
 # Swap limits, absent where swap is not accounted: then the memory limit is the limit.
 _OPTIONAL = frozenset({"memory.swap.max", "memory.memsw.limit_in_bytes"})
@@ -67,15 +75,18 @@ class JobLimits:
 
     memory_per_gpu: int | None = None  # bytes
     cpus_per_gpu: float | None = None
+    pids_max: int | None = None  # processes and threads of one job, whatever its GPUs
 
     def __post_init__(self) -> None:
+        if self.pids_max is not None and self.pids_max < 1:
+            raise LimitError(f"a job's process limit must be at least 1, got {self.pids_max}")
         cpus = self.cpus_per_gpu
         if cpus is not None and not (math.isfinite(cpus) and cpus > 0):
             raise LimitError(f"CPUs per GPU must be a positive number, got {cpus!r}")
 
     @property
     def controllers(self) -> tuple[str, ...]:
-        wanted = ((MEMORY, self.memory_per_gpu), (CPU, self.cpus_per_gpu))
+        wanted = ((MEMORY, self.memory_per_gpu), (CPU, self.cpus_per_gpu), (PIDS, self.pids_max))
         return tuple(name for name, value in wanted if value is not None)
 
     def values(self, gpus: int, unified: bool) -> dict[str, dict[str, str]]:
@@ -98,6 +109,8 @@ class JobLimits:
                 out[CPU] = {"cpu.max": f"{quota} {CPU_PERIOD_US}"}
             else:
                 out[CPU] = {"cpu.cfs_period_us": str(CPU_PERIOD_US), "cpu.cfs_quota_us": str(quota)}
+        if self.pids_max is not None:
+            out[PIDS] = {"pids.max": str(self.pids_max)}  # the same file in v1 and v2
         return out
 
 
@@ -109,7 +122,9 @@ def check_host(limits: JobLimits, cgroup_base: Path | None) -> None:
         unified = cgroup_base is not None and _offered(
             cgroup_base / "cgroup.controllers", controller
         )
-        if not unified and controller not in legacy:
+        # A v1 hierarchy serves only where the executor may make its jobs' cgroups in it.
+        usable = controller in legacy and os.access(legacy[controller], os.W_OK)
+        if not unified and not usable:
             raise LimitError(_no_controller(controller))
 
 
@@ -173,11 +188,59 @@ class JobLimitGroups:
         path = self.legacy.get(MEMORY)
         return 0 if path is None else _oom_count(path / "memory.oom_control")
 
+    def pids(self) -> set[int]:
+        """The processes in the job's v1 cgroups."""
+        found: set[int] = set()
+        for path in self.legacy.values():
+            found.update(_procs(path))
+        return found
+
+    def kill(self, wait_s: float = 2.0) -> bool:
+        """SIGKILL every process in the job's v1 cgroups until they are empty (v1 has no
+        ``cgroup.kill``: a fork between listing and killing is caught by the next round, and the
+        process limit bounds the rounds); False if one outlived `wait_s`."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            pids = self.pids()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, os.WNOHANG)  # the executor is the subreaper of orphans
+            if not pids:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+
     def remove(self) -> None:
         """Remove the v1 cgroups (once the job's processes are gone; kept while one is in)."""
         for path in self.legacy.values():
             with contextlib.suppress(OSError):
                 path.rmdir()
+
+
+def _procs(path: Path) -> list[int]:
+    try:
+        return [int(line) for line in (path / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def kill_legacy(base: Path, wait_s: float = 5.0) -> list[int]:
+    """Kill every process in the v1 cgroups under `base` (a node's or tenant's directory, at
+    any depth) and remove them; the pids found."""
+    if not base.is_dir():
+        return []
+    groups = sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+    found: set[int] = set()
+    for path in [*groups, base]:
+        job = JobLimitGroups(None, {"v1": path}, None)
+        found |= job.pids()
+        job.kill(wait_s)
+        with contextlib.suppress(OSError):
+            path.rmdir()
+    return sorted(found)
 
 
 def _oom_count(counters: Path) -> int:
@@ -249,12 +312,14 @@ class LimitTree:
         return JobLimitGroups(cgroup if self.unified else None, made, memory)
 
     def sweep(self) -> None:
-        """Remove v1 job cgroups an earlier executor left (empty ones: their processes went
-        with the jobs' v2 cgroups or process groups)."""
+        """Kill what is left in v1 job cgroups an earlier executor left (a process that left
+        its job's session and cleared its environment, where no v2 cgroup held it) and remove
+        them."""
         for base in self.legacy.values():
             with contextlib.suppress(OSError):
                 for path in base.iterdir():
                     if path.is_dir():
+                        JobLimitGroups(None, {"v1": path}, None).kill()
                         with contextlib.suppress(OSError):
                             path.rmdir()
 

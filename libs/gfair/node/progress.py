@@ -6,6 +6,7 @@ from collections import deque
 from pathlib import Path
 from typing import BinaryIO
 
+from gfair.node.job_files import NotOwnFile, open_own
 from gfair.sdk.progress import ProgressRecord
 
 
@@ -14,21 +15,29 @@ class ProgressTail:
 
     Tolerates the file not existing yet (the job is still importing), a half-written last line
     (kept until its newline arrives) and garbage lines (counted, skipped: a job's bad output
-    must not take the supervisor down).
+    must not take the supervisor down). The file must be the job's own (`owner`'s, no link):
+    one that is not is never read (`refused` says why).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, owner: int | None = None) -> None:
         self.path = path
+        self.owner = owner
         self._file: BinaryIO | None = None
         self._partial = b""
         self.malformed = 0
         self.last_error: str | None = None
+        self.refused: str | None = None
 
     def read(self) -> list[ProgressRecord]:
+        if self.refused is not None:
+            return []
         if self._file is None:
             try:
-                self._file = self.path.open("rb")
+                self._file = open_own(self.path, self.owner)
             except FileNotFoundError:
+                return []
+            except NotOwnFile as error:
+                self.refused = self.last_error = str(error)
                 return []
         chunk = self._file.read()
         if not chunk:

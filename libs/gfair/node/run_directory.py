@@ -7,6 +7,12 @@
         control/        progress.jsonl (the SDK appends), yield (the supervisor creates)
 
 `launch.json` without `exit.json` after an executor restart marks a possible orphan.
+
+Who may read what: the directories down to a run are the executor's, mode 0711 (a job's
+account passes through to its control and work directories, and lists nothing on the way), the
+records and logs are the executor's alone (0600), and `control/` is the job's account's (0700).
+The executor writes into the control directory, which the job owns and may fill with links:
+it creates its files there without following one (`_write_json_atomically`).
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gfair.sdk.environment import PROGRESS_FILE, YIELD_FILE
 
 LAUNCH_RECORD = "launch.json"
 EXIT_RECORD = "exit.json"
+PASSAGE_MODE = 0o711  # searchable, not listable: a job reaches its own directories only
+_PRIVATE_FILE = 0o600
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +42,7 @@ class RunDirectory:
         """A new, empty run directory for `job_id` (numbered after the existing ones)."""
         job_dir = run_root / job_id
         job_dir.mkdir(parents=True, exist_ok=True)
+        job_dir.chmod(PASSAGE_MODE)
         numbers = [
             int(p.name.removeprefix("run-"))
             for p in job_dir.glob("run-*")
@@ -46,8 +56,9 @@ class RunDirectory:
             except FileExistsError:  # another executor sharing the root got there first
                 number += 1
                 continue
+            path.chmod(PASSAGE_MODE)
             run = cls(path)
-            run.control_dir.mkdir()
+            run.control_dir.mkdir(mode=0o700)
             return run
 
     @property
@@ -71,8 +82,14 @@ class RunDirectory:
         return self.path / "stderr.log"
 
     def request_yield(self) -> None:
-        """Create the yield file atomically, so the SDK never sees a half-made one."""
-        _write_json_atomically(self.yield_file, {"requested": True})
+        """Create the yield file atomically, so the SDK never sees a half-made one (readable by
+        the job: it is the job's question)."""
+        _write_json_atomically(self.yield_file, {"requested": True}, mode=0o644)
+
+    def open_output(self, path: Path) -> BinaryIO:
+        """`stdout.log` or `stderr.log` for appending, readable by the executor alone."""
+        fd = os.open(path, _CREATE | os.O_APPEND, _PRIVATE_FILE)
+        return os.fdopen(fd, "ab")
 
     def write_launch(self, record: dict[str, Any]) -> None:
         _write_json_atomically(self.path / LAUNCH_RECORD, record)
@@ -95,9 +112,14 @@ class RunDirectory:
                 yield run
 
 
-def _write_json_atomically(path: Path, record: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
+def _write_json_atomically(path: Path, record: dict[str, Any], mode: int = _PRIVATE_FILE) -> None:
+    # A fresh name, created exclusively: a link the job put at a name this could choose is
+    # never followed (O_EXCL fails on it), and the rename replaces a link instead of writing
+    # through it.
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    fd = os.open(tmp, _CREATE | os.O_EXCL, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(json.dumps(record, sort_keys=True))
     os.replace(tmp, path)
 
 

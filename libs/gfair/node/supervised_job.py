@@ -6,6 +6,7 @@ newest checkpoint on disk; this turns them into the job's state and its lifecycl
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ import anyio
 import anyio.abc
 
 from gfair.node.job_cgroup import JobCgroup
+from gfair.node.job_files import own_checkpoint
 from gfair.node.job_limits import JobLimitGroups
 from gfair.node.launch import CheckpointRef, JobLaunch, RunningJob
 from gfair.node.lifecycle import Escalation, JobCheckpointed, JobEvent, JobExited, JobProgress
@@ -23,6 +25,8 @@ from gfair.node.run_directory import RunDirectory
 from gfair.sdk.checkpoint import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint
 from gfair.sdk.environment import YIELD_EXIT_CODE
 from gfair.sdk.progress import ProgressRecord
+
+_log = logging.getLogger("gfair.node")
 
 
 @dataclass(eq=False)
@@ -56,6 +60,10 @@ class SupervisedJob:
     cgroup: JobCgroup | None = None
     # Its memory and CPU limits, where the node sets them (job_limits.py).
     limits: JobLimitGroups | None = None
+    # The uid the job's files must belong to (its account's); None: any (the executor's own).
+    owner: int | None = None
+    # Files the job pointed the executor at that were not its own (job_files.py), and why.
+    refused: list[str] = field(default_factory=list)
 
     def absorb(self, records: list[ProgressRecord]) -> list[JobEvent]:
         """Update from the job's records; return the lifecycle events they imply."""
@@ -102,6 +110,8 @@ class SupervisedJob:
         """
         events = self.absorb(self.tail.read())
         self.tail.close()
+        if self.tail.refused is not None:
+            self.refuse(f"its progress file: {self.tail.refused}")
         if latest is None:
             self.checkpoint = None
         elif self.checkpoint is None or latest.seq > self.checkpoint.seq:
@@ -147,6 +157,8 @@ class SupervisedJob:
     def _note_checkpoint(self, record: ProgressRecord) -> list[JobEvent]:
         if record.checkpoint_path is None:
             return []
+        if not self.owns(Path(record.checkpoint_path)):
+            return []
         try:
             checkpoint = read_checkpoint(Path(record.checkpoint_path))
         except CheckpointError:
@@ -155,6 +167,29 @@ class SupervisedJob:
             return []
         self.checkpoint = CheckpointRef.of(checkpoint)
         return [self._checkpointed()]
+
+    def own_latest(self) -> Checkpoint | None:
+        """The newest valid checkpoint in the job's directory that is its own (`latest` for
+        `finish`): a link the job put there to another job's checkpoint is passed over."""
+        for checkpoint in self.store.checkpoints():
+            if self.owns(checkpoint.path):
+                return checkpoint
+        return None
+
+    def owns(self, checkpoint: Path) -> bool:
+        """Whether `checkpoint` is one of this job's own; if not, the refusal is noted."""
+        why = own_checkpoint(checkpoint, self.store.root, self.owner)
+        if why is not None:
+            self.refuse(f"checkpoint {checkpoint}: {why}")
+        return why is None
+
+    def refuse(self, why: str) -> None:
+        if why in self.refused:
+            return
+        self.refused.append(why)
+        _log.warning(
+            "ignored a file a job named that is not its own: job %s: %s", self.handle.job_id, why
+        )
 
     def _checkpointed(self) -> JobCheckpointed:
         assert self.checkpoint is not None

@@ -36,6 +36,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gfair.node.job_account import JobAccount
 from gfair.node.job_cgroup import GATE_LINE, CgroupTree, JobCgroup, empty, gated, runnable
+from gfair.node.job_files import own_checkpoint
 from gfair.node.job_limits import JobLimitGroups, LimitError, LimitTree
 from gfair.node.launch import CheckpointRef, JobLaunch, JobPaths, RunningJob, check_job_id
 from gfair.node.lifecycle import (
@@ -58,7 +59,7 @@ from gfair.node.process_group import (
     signal_group,
 )
 from gfair.node.progress import ProgressTail, RateWindow
-from gfair.node.run_directory import RunDirectory
+from gfair.node.run_directory import PASSAGE_MODE, RunDirectory
 from gfair.node.supervised_job import SupervisedJob
 from gfair.sdk.checkpoint import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint
 from gfair.sdk.environment import ENV_CONTROL_DIR, JobEnvironment
@@ -107,7 +108,8 @@ class SupervisorConfig:
     event_buffer: int = 10_000
     # Become a child subreaper (Linux) so stragglers a job leaves behind can be reaped.
     reap_descendants: bool = True
-    # The OS account the jobs run as (the executor must be root); None: the executor's own.
+    # The OS account the jobs run as (the executor must be root); None: the executor's own,
+    # which must not be root (jobs never run as root: the supervisor refuses to start).
     account: JobAccount | None = None
     # Where each job gets a cgroup of its own (job_cgroup.py); None: the host gives none.
     cgroups: CgroupTree | None = None
@@ -167,7 +169,13 @@ class JobSupervisor:
         self._closing = False
 
     async def __aenter__(self) -> JobSupervisor:
+        if self.config.account is None and os.geteuid() == 0:
+            raise SupervisorError(
+                "jobs never run as root: a supervisor running as root needs the account its "
+                "jobs run as (SupervisorConfig.account; the node executor derives one per tenant)"
+            )
         self.config.run_root.mkdir(parents=True, exist_ok=True)
+        self.config.run_root.chmod(PASSAGE_MODE)
         self.config.checkpoint_root.mkdir(parents=True, exist_ok=True)
         if self.config.account is not None:
             # The account's checkpoints, closed to every other tenant's.
@@ -239,12 +247,16 @@ class JobSupervisor:
         # The checkpoint root may be a network filesystem: keep its reads off the event loop.
         resume = await anyio.to_thread.run_sync(self._verified_resume, launch, checkpoint_dir)
 
+        account = self.config.account
+        if launch.workdir is not None and account is not None:
+            # Made (where missing) and checked by the account itself, never by root: a job
+            # may work only where its account may write (not /etc, not another tenant's).
+            await _prepare_workdir(launch.job_id, launch.workdir, account)
         run = RunDirectory.create(self.config.run_root, launch.job_id)
         workdir = launch.workdir or self.config.run_root / launch.job_id / "work"
         workdir.mkdir(parents=True, exist_ok=True)
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         env = self._environment(launch, run, checkpoint_dir)
-        account = self.config.account
         if account is not None:
             owned = [checkpoint_dir, run.control_dir]
             if launch.workdir is None:  # a workdir the job names is the tenant's own affair
@@ -263,7 +275,7 @@ class JobSupervisor:
                 # Behind the gate the shell, not the program, is what starts: a program that
                 # cannot run must still fail here, as it would without the gate.
                 runnable(launch.argv[0], env.get("PATH", os.defpath), workdir)
-            with run.stdout.open("ab") as stdout, run.stderr.open("ab") as stderr:
+            with run.open_output(run.stdout) as stdout, run.open_output(run.stderr) as stderr:
                 process = await anyio.open_process(
                     gated(launch.argv) if gate else list(launch.argv),
                     stdin=subprocess.PIPE if gate else subprocess.DEVNULL,
@@ -326,21 +338,30 @@ class JobSupervisor:
             run=run,
             store=CheckpointStore(checkpoint_dir),
             started_monotonic=time.monotonic(),
-            tail=ProgressTail(run.progress_file),
+            tail=ProgressTail(run.progress_file, None if account is None else account.uid),
             rates=RateWindow(self.config.rate_window_s),
             steps=resume.step if resume else 0,
             progress_emitted_steps=resume.step if resume else 0,
             checkpoint=resume,
             cgroup=cgroup,
             limits=limits,
+            owner=None if account is None else account.uid,
         )
         self._jobs[launch.job_id] = job
         self._finished.pop(launch.job_id, None)
         self._task_group.start_soon(self._watch, job, name=f"gfair-job-{launch.job_id}")
         return handle
 
-    async def suspend(self, job_id: str, timeout_s: float) -> SuspendResult:
-        """Ask the job to checkpoint and exit; force it after `timeout_s`; say what survived."""
+    async def suspend(
+        self, job_id: str, timeout_s: float, *, enforce: bool = False
+    ) -> SuspendResult:
+        """Ask the job to checkpoint and exit; force it after `timeout_s`; say what survived.
+
+        Forcing is SIGTERM, then SIGKILL after the term grace: a job may still checkpoint on
+        SIGTERM (a drain at shutdown). With `enforce` (a yield the scheduler is owed: another
+        job waits for these GPUs) forcing is SIGKILL at once, to everything the job started:
+        a job that ignored its yield request gets no further grace, and a frozen one would
+        still hold its GPUs' memory. It resumes from its last checkpoint."""
         job = self._jobs.get(job_id)
         if job is None:
             finished = self._finished_exit(job_id)
@@ -354,7 +375,10 @@ class JobSupervisor:
             await job.exited.wait()
         if not job.exited.is_set():
             escalation = await self._terminate(
-                job, f"did not yield within {timeout_s:g}s", forced_yield=True
+                job,
+                f"did not yield within {timeout_s:g}s",
+                forced_yield=True,
+                term_grace_s=0.0 if enforce else None,
             )
         assert job.exit is not None
         after = job.exit.checkpoint
@@ -403,15 +427,24 @@ class JobSupervisor:
 
     def _verified_resume(self, launch: JobLaunch, checkpoint_dir: Path) -> CheckpointRef | None:
         ref = launch.resume_from
+        owner = None if self.config.account is None else self.config.account.uid
         if ref is None:
-            latest = CheckpointStore(checkpoint_dir).latest()
-            return CheckpointRef.of(latest) if latest is not None else None
+            for latest in CheckpointStore(checkpoint_dir).checkpoints():
+                if own_checkpoint(latest.path, checkpoint_dir, owner) is None:
+                    return CheckpointRef.of(latest)
+            return None
         try:
             checkpoint = read_checkpoint(ref.path)
         except CheckpointError as exc:
             raise JobStartError(
                 f"job {launch.job_id}: checkpoint to resume from is not usable here: {exc}"
             ) from exc
+        why = own_checkpoint(ref.path, checkpoint_dir, owner)
+        if why is not None:
+            raise JobStartError(
+                f"job {launch.job_id}: checkpoint to resume from is not usable here: it is not "
+                f"the job's own: {why}"
+            )
         if checkpoint.seq != ref.seq:
             raise JobStartError(f"job {launch.job_id}: {ref.path} is not checkpoint {ref.seq}")
         return CheckpointRef.of(checkpoint)
@@ -460,7 +493,12 @@ class JobSupervisor:
                 os.kill(pid, signal.SIGUSR1)
 
     async def _terminate(
-        self, job: SupervisedJob, reason: str, *, forced_yield: bool
+        self,
+        job: SupervisedJob,
+        reason: str,
+        *,
+        forced_yield: bool,
+        term_grace_s: float | None = None,
     ) -> Escalation | None:
         if job.exited.is_set():
             return None
@@ -470,10 +508,12 @@ class JobSupervisor:
         job.terminating = True
         job.forced_yield = forced_yield
         job.reason = reason
-        job.terminated_by = "SIGTERM"
-        signal_group(job.handle.pgid, signal.SIGTERM)
-        with anyio.move_on_after(self.config.term_grace_s):
-            await job.exited.wait()
+        grace = self.config.term_grace_s if term_grace_s is None else term_grace_s
+        if grace > 0:
+            job.terminated_by = "SIGTERM"
+            signal_group(job.handle.pgid, signal.SIGTERM)
+            with anyio.move_on_after(grace):
+                await job.exited.wait()
         if not job.exited.is_set():
             job.terminated_by = "SIGKILL"
             signal_group(job.handle.pgid, signal.SIGKILL)
@@ -502,7 +542,7 @@ class JobSupervisor:
                         job.limits.remove()
                     if oom_kills:
                         _note_oom_kills(job, oom_kills)
-                    latest = await anyio.to_thread.run_sync(job.store.latest)
+                    latest = await anyio.to_thread.run_sync(job.own_latest)
                     events = self._finish(job, returncode, latest)
             # Outside the shield: a consumer that stopped reading must not block a shutdown.
             for event in events:
@@ -519,6 +559,9 @@ class JobSupervisor:
         pgid, control_dir = job.handle.pgid, str(job.run.control_dir)
         if job.cgroup is not None:
             await anyio.to_thread.run_sync(empty, job.cgroup, _CLEAR_GROUP_S)
+        if job.limits is not None:
+            # Its v1 cgroups hold every process of it too (one that cleared its environment).
+            await anyio.to_thread.run_sync(job.limits.kill, _CLEAR_GROUP_S)
         signal_group(pgid, signal.SIGKILL)
         escaped: set[int] = set()
         with anyio.move_on_after(_CLEAR_GROUP_S):
@@ -601,6 +644,32 @@ def _note_oom_kills(job: SupervisedJob, kills: int) -> None:
     )
     with contextlib.suppress(OSError), job.run.stderr.open("a") as stderr:
         stderr.write(note)
+
+
+# Run as the job's account: make the working directory if it is missing, then require that the
+# account may enter it and write there.
+_WORKDIR_CHECK = 'mkdir -p -- "$1" && cd -- "$1" && test -w .'
+
+
+async def _prepare_workdir(job_id: str, workdir: Path, account: JobAccount) -> None:
+    """`JobStartError` unless `account` may work in `workdir` (made by it where missing)."""
+    if not workdir.is_absolute():
+        raise JobStartError(f"job {job_id}: working directory {workdir} is not absolute")
+    result = await anyio.run_process(
+        ["/bin/sh", "-c", _WORKDIR_CHECK, "gfair-workdir", str(workdir)],
+        check=False,
+        cwd="/",
+        env={"PATH": os.defpath},
+        user=account.uid,
+        group=account.gid,
+        extra_groups=(),
+    )
+    if result.returncode != 0:
+        detail = result.stderr.decode(errors="replace").strip() or "not writable"
+        raise JobStartError(
+            f"job {job_id}: working directory {workdir} is not usable by the job's account "
+            f"(uid {account.uid}): {detail}"
+        )
 
 
 async def _enter(

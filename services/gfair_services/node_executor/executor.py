@@ -21,6 +21,7 @@ all: whoever asked for the kill decided what comes next).
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -44,9 +45,11 @@ from gfair.events.reasons import SuspendReason
 from gfair.events.subjects import node_commands_pattern, stream_for_subject
 from gfair.node.discovery import open_gpus
 from gfair.node.gpu import GpuBackend, GpuSample, XidError
+from gfair.node.job_account import JobAccount, check_distinct, owners_of
 from gfair.node.job_cgroup import AUTO, CgroupError, CgroupTree, locate, tenant_directory
 from gfair.node.job_limits import LimitTree, v1_hierarchies
 from gfair.node.orphans import ReapedRun
+from gfair.node.run_directory import PASSAGE_MODE
 from gfair.node.supervisor import SupervisorConfig
 from gfair.state.buckets import JOBS
 from gfair_services.node_executor.event_sink import EventSink, count_suspend
@@ -83,6 +86,8 @@ class NodeExecutor:
         self._runs = RunTable()
         self._cgroup_base = locate(self.settings.job_cgroups)
         self._v1_hierarchies: dict[str, Path] | None = None  # where limits are set through v1
+        self._accounts: dict[str, JobAccount] = {}  # tenant -> the account its jobs run as
+        self._prepare_roots()
         _log.info(
             "job cgroups",
             node_id=self.node_id,
@@ -125,6 +130,41 @@ class NodeExecutor:
         service.add_timer(self.settings.telemetry_s, self.telemetry, name="telemetry")
         return service
 
+    def _prepare_roots(self) -> None:
+        """The executor's directories, closed to jobs but for passing through: jobs of other
+        accounts reach their own directories below them (run_directory.py). An executor
+        running as root refuses roots its jobs' accounts could not reach (a parent closed to
+        others, as a home directory often is) rather than start jobs that cannot run."""
+        roots = (self.settings.work_dir / "runs", self.settings.checkpoint_root)
+        for root in roots:
+            root.mkdir(parents=True, exist_ok=True)
+        for own in (self.settings.work_dir, *roots):
+            if own.stat().st_uid == os.geteuid():
+                own.chmod(PASSAGE_MODE)
+        if os.geteuid() != 0:
+            return  # its jobs run as itself
+        for root in roots:
+            closed = [p for p in (root, *root.parents) if not p.stat().st_mode & 0o001]
+            if closed:
+                raise RuntimeError(
+                    f"jobs run as their tenants' own uids and cannot reach {root}: {closed[0]} "
+                    "is closed to other users (chmod o+x it, or choose another "
+                    "GFAIR_WORK_BASE/GFAIR_CHECKPOINT_ROOT, e.g. gfair up --data-dir)"
+                )
+
+    def _account(self, user: str) -> JobAccount | None:
+        """The account `user`'s jobs run as, refused where a derived one would be another
+        tenant's too (on this node, in the configuration, or in the shared checkpoint root)."""
+        account = self.settings.account_for(user)
+        explicit = self.settings.accounts
+        if account is None or user in explicit or "*" in explicit:
+            return account
+        known = {t: a for t, a in explicit.items() if t != "*"}
+        known |= owners_of(self.settings.checkpoint_root) | self._accounts
+        check_distinct(user, account, known)
+        self._accounts[user] = account
+        return account
+
     def _supervisor_config(self, user: str) -> SupervisorConfig:
         return SupervisorConfig(
             node_id=self.node_id,
@@ -134,7 +174,7 @@ class NodeExecutor:
             term_grace_s=self.settings.term_grace_s,
             shutdown_timeout_s=self.settings.suspend_timeout_s,
             progress_interval_s=self.settings.progress_interval_s,
-            account=self.settings.account_for(user),
+            account=self._account(user),
             cgroups=(cgroups := self._cgroup_tree(user)),
             limits=self._limit_tree(user, cgroups),
         )

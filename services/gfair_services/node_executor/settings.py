@@ -12,7 +12,15 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gfair.events.fields import TOKEN_REGEX
-from gfair.node.job_account import JobAccount, parse_accounts
+from gfair.node.job_account import (
+    DEFAULT_JOB_UID_BASE,
+    JOB_UID_RANGE,
+    AccountError,
+    JobAccount,
+    check_uid_base,
+    derived_account,
+    parse_accounts,
+)
 from gfair.node.job_cgroup import AUTO, CgroupError, locate
 from gfair.node.job_limits import JobLimits, LimitError, check_host, parse_size
 from gfair.node.simulated import parse_gpu_spec
@@ -80,7 +88,22 @@ class NodeExecutorSettings(BaseSettings):
         default="",
         description="OS accounts tenants' jobs run as, when the executor runs as root: "
         "'alice=20001,bob=20002:20002,carol=some-os-user' ('*=' names the account of every "
-        "other tenant); empty: jobs run as the executor's own user",
+        "other tenant); a tenant not named gets its own uid from GFAIR_JOB_UID_BASE. Jobs "
+        "never run as root; an executor that is not root runs them as its own user",
+    )
+    job_uid_base: int = Field(
+        default=DEFAULT_JOB_UID_BASE,
+        description="An executor running as root runs the jobs of each tenant GFAIR_JOB_ACCOUNTS "
+        f"does not name as uid and gid <base> + sha256(tenant) mod {JOB_UID_RANGE}: the same "
+        "number on every node and after every restart, no /etc/passwd entry needed (keep "
+        "the range free of other users); two tenants on one uid are refused",
+    )
+    job_pids_max: int = Field(
+        default=4096,
+        ge=0,
+        description="Processes and threads one job may have (cgroup pids.max; a fork beyond "
+        "fails); 0: no limit. Where the host has no pids controller for the executor, the "
+        "default is skipped with a warning and a value set explicitly stops the executor",
     )
 
     job_cgroups: str = Field(
@@ -128,7 +151,21 @@ class NodeExecutorSettings(BaseSettings):
     @property
     def job_limits(self) -> JobLimits:
         memory = parse_size(self.job_memory_per_gpu) if self.job_memory_per_gpu else None
-        return JobLimits(memory_per_gpu=memory, cpus_per_gpu=self.job_cpus_per_gpu)
+        pids = self.job_pids_max or None
+        if pids is not None and "job_pids_max" not in self.model_fields_set:
+            try:
+                check_host(JobLimits(pids_max=pids), locate(self.job_cgroups))
+            except (LimitError, CgroupError):
+                pids = None  # the default asks only where the host can (module doc)
+        return JobLimits(memory_per_gpu=memory, cpus_per_gpu=self.job_cpus_per_gpu, pids_max=pids)
+
+    @field_validator("job_uid_base")
+    @classmethod
+    def _uid_base(cls, value: int) -> int:
+        try:
+            return check_uid_base(value)
+        except AccountError as error:
+            raise ValueError(str(error)) from None
 
     @field_validator("job_cgroups")
     @classmethod
@@ -153,14 +190,13 @@ class NodeExecutorSettings(BaseSettings):
         return parse_job_accounts(self.job_accounts)
 
     def account_for(self, user: str) -> JobAccount | None:
-        """The account `user`'s jobs run as: its own, else '*', else (none configured) None."""
-        accounts = self.accounts
-        if not accounts:
+        """The account `user`'s jobs run as: its own, else '*', else one derived from its name
+        (`derived_account`); None where the executor is not root (its jobs run as itself)."""
+        if os.geteuid() != 0:
             return None
+        accounts = self.accounts
         account = accounts.get(user) or accounts.get("*")
-        if account is None:
-            raise ValueError(f"no job account for tenant {user} (GFAIR_JOB_ACCOUNTS)")
-        return account
+        return account or derived_account(user, self.job_uid_base)
 
     @field_validator("simulate_gpus")
     @classmethod
