@@ -71,6 +71,8 @@ from gfair.cluster_logins import (
 from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.events.nodes import NodeRegistered
 from gfair.events.subjects import NODES_STREAM, STREAMS, query_subject
+from gfair.node.job_cgroup import AUTO, CgroupError, locate, node_directory, sweep_node
+from gfair.node.job_limits import kill_legacy, v1_hierarchies
 from gfair.sdk.environment import ENV_CONTROL_DIR
 from gfair.tenancy import Tenants, TenantsError
 from gfair_services.topology import MAX_REPLICAS, cluster_topology
@@ -203,7 +205,9 @@ class Child:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self._log is None:
-            self._log = self.log_path.open("ab")
+            # Logs name every tenant's jobs: readable by the cluster's user alone.
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._log = os.fdopen(fd, "ab")
         # A session of its own: a Ctrl-C on the terminal reaches `gfair up`, which then stops
         # the children in order, instead of every child at once.
         self.process = subprocess.Popen(
@@ -213,6 +217,9 @@ class Child:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            # What the children write (spans, records) is their user's alone; what jobs must
+            # reach, the executors open to them explicitly.
+            umask=0o077,
         )
         self.starts += 1
         self.exit_seen = False
@@ -351,6 +358,14 @@ class EmbeddedCluster:
         self.started_at = datetime.now(UTC)
         for folder in (self.logs_dir, self.span_file.parent, self.checkpoint_root):
             folder.mkdir(parents=True, exist_ok=True)
+        # Private, but for the passage jobs (running as their tenants' accounts) take to their
+        # own directories below the data dir.
+        for folder in (self.logs_dir, self.span_file.parent):
+            folder.chmod(0o700)
+        nodes = self.data_dir / "nodes"  # the executors' work roots (`node_work_root`)
+        nodes.mkdir(exist_ok=True)
+        for folder in (self.data_dir, self.checkpoint_root, nodes):
+            folder.chmod(0o711)
         try:
             if self._nats_url is None:
                 self._nats_url = await self._start_brokers()
@@ -382,6 +397,9 @@ class EmbeddedCluster:
         user = user_context_path()
         paths = [self.data_dir / CONTEXT_FILE] + ([user] if user is not None else [])
         self.context_files = tuple(write_context(context, paths))
+        for path in self.context_files:
+            with contextlib.suppress(OSError):
+                path.chmod(0o600)
 
     async def _start_brokers(self) -> str:
         """Start the embedded broker(s); their client URLs, comma-separated."""
@@ -591,6 +609,33 @@ class EmbeddedCluster:
         _log.warning("node killed", node=node_id, jobs_killed=killed)
         return killed
 
+    def _stop_jobs(self) -> int:
+        """Kill every job the executors left: one that ignored its drain past the stop grace
+        (its executor was killed before it could), and whatever such a job started. Through
+        the jobs' cgroups (v2, then the v1 ones of their limits), then their marker; returns
+        how many processes were found."""
+        setting = {**os.environ, **self.options.env}.get("GFAIR_JOB_CGROUPS", AUTO).strip() or AUTO
+        try:
+            base = locate(setting)
+        except CgroupError:
+            base = None
+        legacy = v1_hierarchies()
+        found = 0
+        for node_id in self.node_ids:
+            work_root = self.node_work_root(node_id)
+            if base is not None:
+                found += len(sweep_node(base, node_id, work_root))
+            for hierarchy in set(legacy.values()):
+                found += len(kill_legacy(hierarchy / node_directory(node_id, work_root)))
+            marker = f"{ENV_CONTROL_DIR}={work_root}/".encode()
+            for pid in _pids_with_environ(marker):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                    found += 1
+        if found:
+            _log.warning("killed jobs their executors left running", processes=found)
+        return found
+
     def node_work_root(self, node_id: str) -> Path:
         return self.data_dir / "nodes" / node_id
 
@@ -642,6 +687,7 @@ class EmbeddedCluster:
                 await self._watchdog
             self._watchdog = None
         await self._stop_children(list(self.children.values()))
+        await asyncio.to_thread(self._stop_jobs)
         for broker in self._brokers:
             await asyncio.to_thread(broker.stop)
         self._brokers = []

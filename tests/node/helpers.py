@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import anyio
+import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 import gfair
@@ -65,6 +66,13 @@ def reachable_tmp() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def sdk_on_pythonpath(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK from this checkout for the jobs' Python (`JOB_PYTHON`), which may not be the
+    tests' own; PYTHONPATH is one of the host variables a job inherits."""
+    current = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", f"{LIBS}{os.pathsep}{current}" if current else str(LIBS))
 
 
 def make_config(tmp_path: Path, **overrides: object) -> SupervisorConfig:

@@ -58,12 +58,18 @@ from gfair.state.buckets import JOBS
 from gfair.state.job_record import JobRecord, save_job
 from gfair_services.node_executor import CANNOT_START_EXIT_CODE, NodeExecutor, Settings
 from gfair_services.topology import cluster_topology
+from node.helpers import JOB_PYTHON, reachable_tmp, sdk_on_pythonpath
+
+# As root, jobs run as their tenants' own uids: they need directories and a Python those reach
+# (tests/node/helpers.py).
+tmp_path = pytest.fixture(name="tmp_path")(reachable_tmp)
+sdk_for_jobs = pytest.fixture(autouse=True)(sdk_on_pythonpath)
 
 FAST = RunnerSettings(batch=1, fetch_timeout_s=0.02, error_pause_s=0.02)
 NODE = "n1"
-SYNTHETIC = (sys.executable, "-m", "gfair.sdk.synthetic", "--job-type", "ResNet-50 (batch size 32)")
+SYNTHETIC = (JOB_PYTHON, "-m", "gfair.sdk.synthetic", "--job-type", "ResNet-50 (batch size 32)")
 # A process that ignores yield requests: it only stops when signalled.
-SLEEPER = (sys.executable, "-c", "import time; time.sleep(120)")
+SLEEPER = (JOB_PYTHON, "-c", "import time; time.sleep(120)")
 JOB_EVENTS = (JobStarted, JobResumed, JobProgress, JobCheckpointed, JobSuspended, JobMigrated)
 
 
@@ -365,7 +371,7 @@ async def test_start_on_gpus_still_held_suspends_the_holder_first(
 
 async def test_crash_is_reported_with_stderr_and_xids(node: Node, tmp_path: Path) -> None:
     crash = (
-        sys.executable,
+        JOB_PYTHON,
         "-c",
         "import sys, time; time.sleep(0.5); sys.stderr.write('Xid 79: fallen off the bus\\n');"
         " sys.exit(3)",
@@ -399,7 +405,7 @@ async def test_a_job_over_the_nodes_memory_per_gpu_exits_as_out_of_memory(
 ) -> None:
     # 48 MiB per GPU, two GPUs: 96 MiB; the job touches 256 MiB.
     greedy = (
-        sys.executable,
+        JOB_PYTHON,
         "-c",
         "b = bytearray(256 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1",
     )
