@@ -37,6 +37,8 @@ from gfair.client.cluster_context import CONTEXT_FILE, read_context
 from gfair.client.connection import DEFAULT_NATS_URL, NATS_URL_ENV
 from gfair.cluster_logins import LOGINS_FILE
 from gfair.embedded_cluster import ClusterError, ClusterOptions, EmbeddedCluster
+from gfair.node.job_cgroup import AUTO, CgroupError, locate
+from gfair.node.job_limits import JobLimits, LimitError, check_host, parse_size
 from gfair.tenancy import TenantsError
 from gfair_services.tenants import parse_user_tickets
 
@@ -82,8 +84,58 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="require logins: tenants and authorization from this file "
         "(deploy/nats/tenants.toml); passwords are generated",
     )
+    parser.add_argument(
+        "--job-memory-per-gpu",
+        default=DEFAULT_MEMORY_PER_GPU,
+        metavar="SIZE",
+        help=f"memory a job may use per GPU it holds (default {DEFAULT_MEMORY_PER_GPU}; "
+        "GFAIR_JOB_MEMORY_PER_GPU in the environment or --set wins; empty: no limit)",
+    )
+    parser.add_argument(
+        "--job-cpus-per-gpu",
+        default=DEFAULT_CPUS_PER_GPU,
+        metavar="CPUS",
+        help=f"CPUs a job may use per GPU it holds (default {DEFAULT_CPUS_PER_GPU}; "
+        "GFAIR_JOB_CPUS_PER_GPU or --set wins; empty: no limit)",
+    )
     parser.add_argument("--log-level", default="INFO", help="default INFO")
     parser.set_defaults(func=_run)
+
+
+# One GPU's share of a development machine (24 GiB, 2 cores): a one-GPU PyTorch job gets 8 GiB
+# and a core, a four-GPU one 32 GiB (a cap, not a reservation) and four cores' quota.
+DEFAULT_MEMORY_PER_GPU = "8G"
+DEFAULT_CPUS_PER_GPU = "1"
+
+
+def _job_limits(args: argparse.Namespace, env: dict[str, str]) -> dict[str, str]:
+    """The per-GPU limits for every executor, unless the operator set them already; where the
+    host cannot enforce them (no controller for this user), none, with a note."""
+    wanted = {
+        "GFAIR_JOB_MEMORY_PER_GPU": args.job_memory_per_gpu,
+        "GFAIR_JOB_CPUS_PER_GPU": args.job_cpus_per_gpu,
+    }
+    limits = {
+        name: value
+        for name, value in wanted.items()
+        if value.strip() and name not in env and name not in os.environ
+    }
+    if not limits:
+        return {}
+    try:
+        memory = limits.get("GFAIR_JOB_MEMORY_PER_GPU")
+        cpus = limits.get("GFAIR_JOB_CPUS_PER_GPU")
+        check_host(
+            JobLimits(
+                memory_per_gpu=parse_size(memory) if memory else None,
+                cpus_per_gpu=float(cpus) if cpus else None,
+            ),
+            locate(env.get("GFAIR_JOB_CGROUPS", os.environ.get("GFAIR_JOB_CGROUPS", AUTO))),
+        )
+    except (LimitError, CgroupError, ValueError) as error:
+        print(f"gfair up: jobs run without memory and CPU limits: {error}", file=sys.stderr)
+        return {}
+    return limits
 
 
 def _default_port() -> int:
@@ -124,7 +176,7 @@ def _run(args: argparse.Namespace) -> int:
             span_file=args.span_file,
             user_tickets=parse_user_tickets(",".join(args.tickets)),
             log_level=args.log_level.upper(),
-            env=_env(args.settings),
+            env=(env := _env(args.settings)) | _job_limits(args, env),
             preferred_port=_default_port(),
             announce=True,
             auth=args.auth,
