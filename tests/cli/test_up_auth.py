@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from gfair.cluster_logins import LOGINS_FILE
+from node.helpers import JOB_PYTHON, LIBS, reachable_tmp
 
 GFAIR = [sys.executable, "-m", "gfair.cli.main"]
-JOB = ["--", sys.executable, "-m", "gfair.sdk.synthetic", "--iterations", "20"]
+# As root, jobs run as their tenants' own uids: a Python, a SDK and directories they reach.
+JOB = ["--", JOB_PYTHON, "-m", "gfair.sdk.synthetic", "--iterations", "20"]
 TENANTS = "[[tenants]]\nname = 'alice'\n\n[[tenants]]\nname = 'bob'\n"
 EXPORT = re.compile(r"^export (.*)$", re.MULTILINE)
 
@@ -30,7 +32,11 @@ def environment(tmp_path: Path) -> dict[str, str]:
     env["HOME"] = str(tmp_path / "home")
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
     env["COLUMNS"] = "200"
+    env["PYTHONPATH"] = str(LIBS)
     return env
+
+
+tmp_path = pytest.fixture(name="tmp_path")(reachable_tmp)
 
 
 def gfair(*argv: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from gfair.client.cluster_context import read_context
+from node.helpers import JOB_PYTHON, LIBS, reachable_tmp
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
 GFAIR = [sys.executable, "-m", "gfair.cli.main"]
-JOB = ["--", sys.executable, "-m", "gfair.sdk.synthetic", "--iterations", "100000"]
+# As root, jobs run as their tenants' own uids: a Python, a SDK and directories they reach.
+JOB = ["--", JOB_PYTHON, "-m", "gfair.sdk.synthetic", "--iterations", "100000"]
 
 
 @pytest.fixture
@@ -29,7 +31,11 @@ def environment(tmp_path: Path) -> dict[str, str]:
     env["HOME"] = str(tmp_path / "home")
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
     env["COLUMNS"] = "200"
+    env["PYTHONPATH"] = str(LIBS)
     return env
+
+
+tmp_path = pytest.fixture(name="tmp_path")(reachable_tmp)
 
 
 @pytest.fixture
