@@ -4,7 +4,9 @@ The production authorization (`deploy/nats/`, `gfair.tenancy`) applied to one ma
 tenants file is rendered into the cluster's own ``<data-dir>/auth/auth.conf``, exactly as
 `gfair tenants render` would, and every login gets a fresh random password, handed to the
 nats-server through its environment (the rendered file holds none). The services log in as
-``gfair-services``, each node executor as ``node-<id>``, and the tenants and the operator get
+``gfair-services``, the query service as ``gfair-query`` (it may only read and answer on the
+askers' inboxes, `gfair.tenancy.query_permissions`), each node executor as ``node-<id>``, and
+the tenants and the operator get
 their ``GFAIR_NATS_*`` exports in ``<data-dir>/auth/`` (private files) and on the terminal.
 
 One thing is added to the file as it is rendered, because the embedded cluster, not the user,
@@ -25,6 +27,8 @@ from gfair.events.subjects import SubjectError
 from gfair.tenancy import (
     OPERATOR_PASSWORD_VARIABLE,
     OPERATOR_USER,
+    QUERY_PASSWORD_VARIABLE,
+    QUERY_USER,
     SERVICES_PASSWORD_VARIABLE,
     SERVICES_USER_VARIABLE,
     Node,
@@ -110,6 +114,7 @@ class ClusterLogins:
     operator: Login = field(
         default_factory=lambda: Login(OPERATOR_USER, OPERATOR_PASSWORD_VARIABLE)
     )
+    query: Login = field(default_factory=lambda: Login(QUERY_USER, QUERY_PASSWORD_VARIABLE))
     tenant_logins: tuple[Login, ...] = field(init=False)
     node_logins: Mapping[str, Login] = field(init=False)
 
@@ -124,7 +129,13 @@ class ClusterLogins:
 
     def server_env(self) -> dict[str, str]:
         """The variables the rendered auth.conf reads: the services' user and every password."""
-        logins = [self.services, self.operator, *self.tenant_logins, *self.node_logins.values()]
+        logins = [
+            self.services,
+            self.operator,
+            self.query,
+            *self.tenant_logins,
+            *self.node_logins.values(),
+        ]
         env = {login.password_variable: login.password for login in logins}
         env[SERVICES_USER_VARIABLE] = self.services.user
         return env

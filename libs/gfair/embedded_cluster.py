@@ -62,6 +62,7 @@ from gfair.client.cluster_context import (
     user_context_path,
     write_context,
 )
+from gfair.client.query_access import ask_query
 from gfair.cluster_logins import (
     AUTH_DIR,
     ClusterLogins,
@@ -70,11 +71,11 @@ from gfair.cluster_logins import (
 )
 from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.events.nodes import NodeRegistered
-from gfair.events.subjects import NODES_STREAM, STREAMS, query_subject
+from gfair.events.subjects import NODES_STREAM, STREAMS
 from gfair.node.job_cgroup import AUTO, CgroupError, locate, node_directory, sweep_node
 from gfair.node.job_limits import kill_legacy, v1_hierarchies
 from gfair.sdk.environment import ENV_CONTROL_DIR
-from gfair.tenancy import Tenants, TenantsError
+from gfair.tenancy import OPERATOR_USER, Tenants, TenantsError
 from gfair_services.topology import MAX_REPLICAS, cluster_topology
 
 _log = structlog.get_logger("gfair.embedded_cluster")
@@ -474,9 +475,13 @@ class EmbeddedCluster:
         base = self.child_env()
         logins = self.logins
         services_env = self._login_env(dict(base), logins.services if logins else None)
+        # The query service answers on reply subjects tenants choose: it gets its own, narrow
+        # login (`gfair.tenancy.query_permissions`), not the services' rights.
+        query_env = self._login_env(dict(base), logins.query if logins else None)
         for name in self.options.services:
             log = self.logs_dir / f"{name.replace('_', '-')}.log"
-            self.children[name] = Child(name, name, services_env, log)
+            env = query_env if name == QUERY_SERVICE else services_env
+            self.children[name] = Child(name, name, env, log)
         for server in self.servers.servers:
             env = self._login_env(dict(base), logins.node(server.id) if logins else None)
             env.update(
@@ -534,7 +539,9 @@ class EmbeddedCluster:
     async def _answering(self, bus: NatsBus) -> bool:
         """Whether the query service answers (it has no consumer to look for)."""
         try:
-            await bus.client.request(query_subject("gfair-up", "nodes"), b"{}", timeout=0.5)
+            # As the operator: the service answers only on the inbox of the user it is asked
+            # about, and this connection may read any inbox.
+            await ask_query(bus.client, OPERATOR_USER, "nodes", b"{}", timeout_s=0.5)
         except (nats.errors.Error, TimeoutError):
             return False
         return True

@@ -6,7 +6,9 @@ via `gfair tenants render`). Services and the operator may do anything. A tenant
 only its own submissions, cancellations and questions to the query service, and read only its
 own jobs' events live and the service's answers (`tenant_permissions`); a node executor only
 its own node's reports and commands and the job reports an executor makes
-(`node_permissions`). Each function says exactly what it grants and why each grant is safe.
+(`node_permissions`); the query service only read the records and streams and answer on the
+askers' inboxes (`query_permissions`). Each function says exactly what it grants and why each
+grant is safe.
 """
 
 from __future__ import annotations
@@ -49,6 +51,28 @@ OPERATOR_USER = "operator"
 SERVICES_USER_VARIABLE = "GFAIR_SERVICES_USER"
 SERVICES_PASSWORD_VARIABLE = "GFAIR_SERVICES_PASSWORD"
 OPERATOR_PASSWORD_VARIABLE = "GFAIR_OPERATOR_PASSWORD"
+# The query service's own login: it answers tenants, so it must not hold the services' rights.
+QUERY_USER = "gfair-query"
+QUERY_PASSWORD_VARIABLE = "GFAIR_QUERY_SERVICE_PASSWORD"
+QUERY_PERMISSIONS_VARIABLE = "QUERY_SERVICE"
+# The durable consumers the services keep (`gfair_services`; the node executors' are
+# `Node.durable`). The query login may create, read and delete ephemeral consumers, whose
+# names permissions cannot tell from these, so each of these is denied to it by name.
+# tests/e2e/test_cluster_auth.py checks that every durable a running cluster has is listed.
+SERVICE_DURABLES: tuple[str, ...] = (
+    "failure-detector-jobs",
+    "failure-detector-nodes",
+    "placement-jobs",
+    "placement-nodes",
+    "profiler-jobs",
+    "profiler-nodes",
+    "split-stride-jobs",
+    "split-stride-nodes",
+    "split-stride-shares",
+    "trading-auction-jobs",
+    "trading-auction-nodes",
+    "trading-auction-profiles",
+)
 
 
 class TenantsError(ValueError):
@@ -126,6 +150,8 @@ class Tenants:
             validate_token(tenant.name, what="tenant name")
             if tenant.name == OPERATOR_USER:
                 raise ValueError(f"tenant name {OPERATOR_USER!r} is the operator's user")
+            if tenant.name == QUERY_USER:
+                raise ValueError(f"tenant name {QUERY_USER!r} is the query service's user")
             clash = seen.get(tenant.variable_stem)
             if clash is not None:
                 raise ValueError(
@@ -138,7 +164,7 @@ class Tenants:
         for node in self.nodes:
             validate_token(node.node_id, what="node id")
             validate_token(node.user, what=f"NATS user of node {node.node_id!r}")
-            if node.user in tenant_names or node.user == OPERATOR_USER:
+            if node.user in tenant_names or node.user in (OPERATOR_USER, QUERY_USER):
                 raise ValueError(f"node {node.node_id!r}: its user {node.user!r} is taken")
             clash = node_stems.get(node.variable_stem)
             if clash is not None:
@@ -153,6 +179,8 @@ class Tenants:
 class TenantPermissions:
     publish_allow: tuple[str, ...]
     subscribe_allow: tuple[str, ...]
+    # Taken out of what `publish_allow` lets through (a deny wins in NATS).
+    publish_deny: tuple[str, ...] = ()
 
 
 def tenant_job_events(user: str) -> str:
@@ -243,6 +271,70 @@ def node_permissions(node: Node) -> TenantPermissions:
     ]
     return TenantPermissions(
         publish_allow=tuple(publish), subscribe_allow=(f"{node.inbox_prefix}.>",)
+    )
+
+
+def query_permissions(tenants: Tenants) -> TenantPermissions:
+    """What the query service (`QUERY_USER`) may publish and subscribe to.
+
+    It answers on the reply subject its askers choose, so its login, not only its code, must
+    keep an answer from being anything but an answer: an empty body sent to
+    ``$JS.API.STREAM.PURGE.<stream>`` is a purge to JetStream.
+
+    - publish answers on ``_INBOX_<t>.>`` of each tenant and of the operator (who asks as
+      itself about its own jobs, `gfair.client.query_access`): the service answers a question
+      on ``gfair.query.<u>.*`` only on ``_INBOX_<u>.``, and these are the inboxes a question
+      can come from;
+    - read the records and streams, as `DirectAccess` does: stream info (a bucket is opened
+      with it), direct and stored message gets (a key's value), and reading a stream through
+      an ephemeral consumer of its own: create it (with or without a filter), pull from it
+      (``CONSUMER.MSG.NEXT``), delete it when done;
+    - subscribe to the questions, ``gfair.query.*.*``, and its own inbox, where its reads'
+      replies come.
+
+    Denied even where an allow would match: purging or deleting a stream or a message,
+    creating, updating or deleting a stream, the durable-create API, and creating (which
+    updates), pulling from or deleting any durable consumer of the services or a node
+    executor (`SERVICE_DURABLES`, `Node.durable`); no gfair event, no key-value write, no
+    acknowledgement. Ephemeral consumers' names are single tokens permissions cannot tell
+    from a durable's, hence the list.
+    """
+    inboxes = [inbox_prefix_for(t.name) for t in tenants.tenants] + [
+        inbox_prefix_for(OPERATOR_USER)
+    ]
+    publish = [f"{inbox}.>" for inbox in inboxes]
+    publish += [
+        _js_api("STREAM", "INFO", "*"),
+        _js_api("DIRECT", "GET", ">"),
+        _js_api("STREAM", "MSG", "GET", "*"),
+        _js_api("CONSUMER", "CREATE", "*", "*"),
+        _js_api("CONSUMER", "CREATE", "*", "*", ">"),
+        _js_api("CONSUMER", "MSG", "NEXT", "*", "*"),
+        _js_api("CONSUMER", "DELETE", "*", "*"),
+    ]
+    deny = [
+        f"{PREFIX}.>",
+        "$KV.>",
+        "$JS.ACK.>",
+        _js_api("STREAM", "PURGE", ">"),
+        _js_api("STREAM", "DELETE", ">"),
+        _js_api("STREAM", "MSG", "DELETE", ">"),
+        _js_api("STREAM", "CREATE", ">"),
+        _js_api("STREAM", "UPDATE", ">"),
+        _js_api("CONSUMER", "DURABLE", "CREATE", ">"),
+    ]
+    durables = [*SERVICE_DURABLES, *(node.durable for node in tenants.nodes)]
+    for durable in durables:
+        deny += [
+            _js_api("CONSUMER", "CREATE", "*", durable),
+            _js_api("CONSUMER", "CREATE", "*", durable, ">"),
+            _js_api("CONSUMER", "MSG", "NEXT", "*", durable),
+            _js_api("CONSUMER", "DELETE", "*", durable),
+        ]
+    return TenantPermissions(
+        publish_allow=tuple(publish),
+        subscribe_allow=(queries_pattern(), f"{inbox_prefix_for(QUERY_USER)}.>"),
+        publish_deny=tuple(deny),
     )
 
 
@@ -349,7 +441,15 @@ _HEADER = """\
 # (gfair.node.<n>.registered|heartbeat|telemetry), its run reports of jobs and their output
 # (gfair.job.*.*.started.<n>, ..., gfair.logs.*.*.*.<n>), take its commands from its own consumer
 # (node-executor-<n>, filter gfair.cmd.<n>.*), read stream info and job records; nothing else.
+# The query service logs in as {query_user} and may only answer on the tenants' and the
+# operator's inboxes (_INBOX_<t>.>, _INBOX_{operator}.>; it answers a question on
+# gfair.query.<u>.* on _INBOX_<u>. only) and read: stream info, message gets, and ephemeral
+# consumers of its own (create, pull, delete). Denied: purging or deleting streams or messages,
+# changing streams, any gfair.> publish, and creating, pulling from or deleting any durable of
+# the services or the node executors, so a reply subject chosen by a tenant cannot make an
+# answer into a JetStream command even if the service's own check failed.
 # Passwords come from the environment: ${services_password}, ${operator_password},
+# ${query_password},
 # GFAIR_TENANT_<T>_PASSWORD for each tenant and GFAIR_NODE_<N>_PASSWORD for each node
 # (upper case, '-' as '_').
 """
@@ -366,7 +466,12 @@ def _string_array(items: Sequence[str], indent: str) -> list[str]:
 def _permissions_block(variable: str, permissions: TenantPermissions) -> list[str]:
     lines = [f"  {variable} = {{", "    publish: {", "      allow: ["]
     lines += _string_array(permissions.publish_allow, "        ")
-    lines += ["      ]", "    }", "    subscribe: {", "      allow: ["]
+    lines += ["      ]"]
+    if permissions.publish_deny:
+        lines += ["      deny: ["]
+        lines += _string_array(permissions.publish_deny, "        ")
+        lines += ["      ]"]
+    lines += ["    }", "    subscribe: {", "      allow: ["]
     lines += _string_array(permissions.subscribe_allow, "        ")
     lines += ["      ]", "    }", "  }"]
     return lines
@@ -381,6 +486,8 @@ def render_auth_conf(tenants: Tenants, *, source: str = "deploy/nats/tenants.tom
             services_password=SERVICES_PASSWORD_VARIABLE,
             operator=OPERATOR_USER,
             operator_password=OPERATOR_PASSWORD_VARIABLE,
+            query_user=QUERY_USER,
+            query_password=QUERY_PASSWORD_VARIABLE,
         ).rstrip("\n"),
         "authorization {",
         "  SERVICE = {",
@@ -392,6 +499,7 @@ def render_auth_conf(tenants: Tenants, *, source: str = "deploy/nats/tenants.tom
         '    subscribe: ">"',
         "  }",
     ]
+    lines += _permissions_block(QUERY_PERMISSIONS_VARIABLE, query_permissions(tenants))
     for tenant in tenants.tenants:
         lines += _permissions_block(tenant.permissions_variable, tenant_permissions(tenant))
     for node in tenants.nodes:
@@ -404,6 +512,10 @@ def render_auth_conf(tenants: Tenants, *, source: str = "deploy/nats/tenants.tom
     lines.append(
         f"    {{user: {OPERATOR_USER}, password: ${OPERATOR_PASSWORD_VARIABLE}, "
         "permissions: $OPERATOR}"
+    )
+    lines.append(
+        f"    {{user: {QUERY_USER}, password: ${QUERY_PASSWORD_VARIABLE}, "
+        f"permissions: ${QUERY_PERMISSIONS_VARIABLE}}}"
     )
     for tenant in tenants.tenants:
         lines.append(

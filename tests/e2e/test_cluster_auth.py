@@ -10,11 +10,15 @@ import nats
 import nats.errors
 import pytest
 from nats.aio.msg import Msg
+from nats.js.api import ConsumerInfo
+from nats.js.client import JetStreamContext
 
 from gfair.client import ClientError, ConnectOptions, GfairClient
 from gfair.cluster_logins import Login
 from gfair.embedded_cluster import EmbeddedCluster
 from gfair.events.states import JobState
+from gfair.events.subjects import STREAMS
+from gfair.tenancy import SERVICE_DURABLES
 from tenancy.conftest import Connection
 
 from .conftest import StartCluster, synthetic
@@ -66,6 +70,10 @@ async def connection_as(cluster: EmbeddedCluster, user: str) -> Connection:
     return connection
 
 
+async def consumers(js: JetStreamContext, stream: str) -> list[ConsumerInfo]:
+    return await js.consumers_info(stream)
+
+
 async def test_a_tenant_runs_its_own_job_and_is_refused_anyone_elses(
     start_cluster: StartCluster, tenants_file: Path
 ) -> None:
@@ -76,6 +84,21 @@ async def test_a_tenant_runs_its_own_job_and_is_refused_anyone_elses(
         assert cluster.logins is not None
         assert executor["GFAIR_NATS_PASSWORD"] == cluster.logins.node("v100-0").password
         assert cluster.children["placement"].env["GFAIR_NATS_USER"] == "gfair-services"
+        # The query service answers on reply subjects tenants choose: a login of its own.
+        assert cluster.children["query"].env["GFAIR_NATS_USER"] == "gfair-query"
+        assert cluster.children["query"].env["GFAIR_NATS_PASSWORD"] == cluster.logins.query.password
+        # Each durable consumer of the running cluster is denied to that login by name.
+        admin = await connection_as(cluster, "operator")
+        js = admin.nc.jetstream()
+        durables = {
+            info.name
+            for stream in STREAMS
+            for info in await consumers(js, stream.name)
+            if info.config.durable_name
+        }
+        denied = set(SERVICE_DURABLES) | {node.durable for node in cluster.logins.tenants.nodes}
+        assert durables and durables <= denied, durables - denied
+        await admin.nc.close()
 
         alice = await connection_as(cluster, "alice")
         live: list[str] = []

@@ -26,6 +26,7 @@ SERVICES_USER = "gfair-services"
 PASSWORDS = {
     SERVICES_USER: "services-secret-1f3a",
     "operator": "operator-secret-77c2",
+    "gfair-query": "query-secret-3c85",
     "alice": "alice-secret-0b9e",
     "bob": "bob-secret-d41c",
     "node-sim-1": "node-sim-1-secret-5e02",
@@ -36,6 +37,7 @@ SERVER_ENV = {
     "GFAIR_SERVICES_USER": SERVICES_USER,
     "GFAIR_SERVICES_PASSWORD": PASSWORDS[SERVICES_USER],
     "GFAIR_OPERATOR_PASSWORD": PASSWORDS["operator"],
+    "GFAIR_QUERY_SERVICE_PASSWORD": PASSWORDS["gfair-query"],
     "GFAIR_TENANT_ALICE_PASSWORD": PASSWORDS["alice"],
     "GFAIR_TENANT_BOB_PASSWORD": PASSWORDS["bob"],
     "GFAIR_NODE_SIM_1_PASSWORD": PASSWORDS["node-sim-1"],

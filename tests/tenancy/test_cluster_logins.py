@@ -74,6 +74,7 @@ def test_every_login_has_its_own_password_given_to_the_server_by_variable() -> N
         "GFAIR_SERVICES_USER",
         "GFAIR_SERVICES_PASSWORD",
         "GFAIR_OPERATOR_PASSWORD",
+        "GFAIR_QUERY_SERVICE_PASSWORD",
         "GFAIR_TENANT_ALICE_PASSWORD",
         "GFAIR_TENANT_TEAM_B_PASSWORD",
         "GFAIR_NODE_V100_0_PASSWORD",
@@ -83,6 +84,10 @@ def test_every_login_has_its_own_password_given_to_the_server_by_variable() -> N
     assert logins.node("v100-0").client_env() == {
         "GFAIR_NATS_USER": "node-v100-0",
         "GFAIR_NATS_PASSWORD": env["GFAIR_NODE_V100_0_PASSWORD"],
+    }
+    assert logins.query.client_env() == {
+        "GFAIR_NATS_USER": "gfair-query",
+        "GFAIR_NATS_PASSWORD": env["GFAIR_QUERY_SERVICE_PASSWORD"],
     }
     assert logins.operator.password not in repr(logins)
     # The rendered file names the variables, never a password.

@@ -125,6 +125,12 @@ class GfairMetrics:
             unit="{message}",
             description="Messages parked on gfair.dlq.<stream>, by the reason",
         )
+        self.queries_refused = meter.create_counter(
+            "gfair.queries.refused",
+            unit="{question}",
+            description="Questions the query service did not answer: a reply subject that is "
+            "not the asker's inbox (dropped), or the asker's queue full (told so)",
+        )
         self._shares_seen: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
 

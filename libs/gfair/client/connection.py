@@ -26,7 +26,7 @@ from gfair.client.cluster_context import (
 )
 from gfair.client.errors import NotReachable
 from gfair.cluster_logins import SERVICES_USER
-from gfair.tenancy import NODE_USER_PREFIX, OPERATOR_USER, SERVICES_USER_VARIABLE
+from gfair.tenancy import NODE_USER_PREFIX, OPERATOR_USER, QUERY_USER, SERVICES_USER_VARIABLE
 
 __all__ = [
     "DEFAULT_NATS_URL",
@@ -112,7 +112,8 @@ class ConnectOptions:
             return None
         if not isinstance(user, str):
             raise ValueError("reads='query' needs a user login (the tenant the service answers)")
-        privileged = {OPERATOR_USER, os.environ.get(SERVICES_USER_VARIABLE) or SERVICES_USER}
+        services = os.environ.get(SERVICES_USER_VARIABLE) or SERVICES_USER
+        privileged = {OPERATOR_USER, QUERY_USER, services}
         if self.reads == "auto" and (user in privileged or user.startswith(NODE_USER_PREFIX)):
             return None
         return user

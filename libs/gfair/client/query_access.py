@@ -5,6 +5,12 @@ events and its own inbox, nothing else (deploy/nats/README.md): no bucket, no st
 consumer. So every read is a request on ``gfair.query.<tenant>.<what>`` (`gfair.client.queries`),
 and following a job waits on a live subscription to its events between reads instead of polling
 the service.
+
+The service answers a question about ``<user>`` only on ``<user>``'s own inbox,
+``_INBOX_<user>.`` (a reply subject is where the answer is published, with the service's
+rights; any other is dropped). `ask_query` asks with such a reply subject however the
+connection was made: a tenant's connection has that inbox prefix already; the operator, whose
+login may read any inbox, asks about itself or, as `gfair up`'s readiness probe does, as itself.
 """
 
 from __future__ import annotations
@@ -15,12 +21,17 @@ from collections.abc import AsyncGenerator
 from typing import TypeVar
 
 import nats.errors
+from nats.aio.client import NO_RESPONDERS_STATUS
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.js.api import Header
+from nats.nuid import NUID
 from pydantic import BaseModel, ValidationError
 
 from gfair.bus.history import HistoricalEvent
 from gfair.bus.job_output import OutputChunk
+from gfair.bus.nats_bus import inbox_prefix_for
 from gfair.bus.tracing import inject_context
 from gfair.bus.wire import validated_data
 from gfair.client.errors import ClientError, NoCluster
@@ -55,6 +66,36 @@ REQUEST_TIMEOUT_S = 5.0
 # Following a job reads again at least this often, in case a live event was missed (the
 # subscription sees only what is published while it exists).
 FALLBACK_POLL_S = 2.0
+
+
+async def ask_query(
+    nc: NatsClient,
+    user: str,
+    what: str,
+    body: bytes,
+    *,
+    timeout_s: float,
+    headers: dict[str, str] | None = None,
+) -> Msg:
+    """Ask `what` about `user`, with the answer coming to `user`'s own inbox.
+
+    Raises nats-py's `TimeoutError` or `NoRespondersError` as `request` does.
+    """
+    subject = query_subject(user, what)
+    prefix = f"{inbox_prefix_for(user)}."
+    if nc.new_inbox().startswith(prefix):
+        return await nc.request(subject, body, timeout=timeout_s, headers=headers)
+    inbox = prefix + NUID().next().decode()
+    subscription = await nc.subscribe(inbox, max_msgs=1)
+    try:
+        await nc.publish(subject, body, reply=inbox, headers=headers)
+        reply = await subscription.next_msg(timeout=timeout_s)
+        if reply.headers and reply.headers.get(Header.STATUS) == NO_RESPONDERS_STATUS:
+            raise nats.errors.NoRespondersError
+        return reply
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await subscription.unsubscribe()
 
 
 class QueryRefused(ClientError):
@@ -173,10 +214,12 @@ class QueryAccess:
         headers: dict[str, str] = {}
         inject_context(headers)  # the service's span joins the asking tool's trace, if any
         try:
-            reply = await self._nc.request(
-                subject,
+            reply = await ask_query(
+                self._nc,
+                self.tenant,
+                what,
                 question.model_dump_json().encode(),
-                timeout=REQUEST_TIMEOUT_S,
+                timeout_s=REQUEST_TIMEOUT_S,
                 headers=headers or None,
             )
         except nats.errors.NoRespondersError:

@@ -5,11 +5,19 @@ replicas share the questions, and answers each from the services' records (`Quer
 It keeps no state and writes nothing: a restart loses at most the questions in flight, which
 their askers time out on and ask again. Each answer is a span (``query <what>``) in the trace
 of the asking tool when it sent a trace context.
+
+A question about ``<user>`` is answered only on ``<user>``'s own inbox (``_INBOX_<user>.``):
+the reply subject is chosen by the asker and the answer is published there with the service's
+rights, so a question whose reply subject is anything else (``$JS.API.STREAM.PURGE.<stream>``,
+another user's inbox, an event subject) is dropped with a warning. Questions wait in a queue
+per tenant (`FairQueue`): tenants take turns for the service's slots, each within its own
+concurrency and rate, and a tenant whose queue is full is told so at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 
@@ -18,7 +26,7 @@ from nats.aio.msg import Msg
 from opentelemetry.trace import StatusCode, Tracer
 
 from gfair.bus.metrics import gfair_metrics
-from gfair.bus.nats_bus import NatsBus
+from gfair.bus.nats_bus import NatsBus, inbox_prefix_for
 from gfair.bus.observability import configure_observability
 from gfair.bus.serve import BusSettings
 from gfair.bus.tracing import extract_context
@@ -26,6 +34,7 @@ from gfair.client import GfairClient
 from gfair.client.queries import ERROR_HEADER, QUERIES
 from gfair.client.state_access import DirectAccess
 from gfair.events.subjects import queries_pattern
+from gfair_services.query.fair_queue import FairQueue, QueueFull
 from gfair_services.query.responder import QueryResponder, Unanswerable
 from gfair_services.query.settings import QuerySettings
 
@@ -43,7 +52,7 @@ class QueryService:
         access = DirectAccess(bus)
         self._responder = QueryResponder(access, GfairClient(bus, access=access))
         self._tracer = tracer
-        self._slots = asyncio.Semaphore(settings.query_concurrency)
+        self._queue: FairQueue[Msg] = FairQueue(settings.limits())
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
 
@@ -52,10 +61,14 @@ class QueryService:
             queries_pattern(), queue=QUEUE_GROUP, cb=self._on_question
         )
         _log.info("answering queries", subjects=queries_pattern(), queue=QUEUE_GROUP)
+        dispatcher = asyncio.create_task(self._dispatch())
         try:
             await self._stopped.wait()
         finally:
             await subscription.unsubscribe()
+            dispatcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await dispatcher
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
 
@@ -63,30 +76,52 @@ class QueryService:
         self._stopped.set()
 
     async def _on_question(self, msg: Msg) -> None:
-        # Answered in a task of its own: nats-py calls back one message at a time.
-        task = asyncio.create_task(self._answer(msg))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _answer(self, msg: Msg) -> None:
         if not msg.reply:
             return  # a publish, not a request: nobody waits for an answer
+        tenant = msg.subject.split(".")[2]  # gfair.query.<user>.<what>, as subscribed
+        if not _on_inbox_of(tenant, msg.reply):
+            _log.warning(
+                "question dropped: its reply subject is not the asker's inbox",
+                tenant=tenant,
+                reply=msg.reply,
+                subject=msg.subject,
+            )
+            gfair_metrics().queries_refused.add(
+                1, {"service": SERVICE_NAME, "reason": "reply_subject"}
+            )
+            return
+        try:
+            self._queue.put(tenant, msg)
+        except QueueFull as exc:
+            gfair_metrics().queries_refused.add(1, {"service": SERVICE_NAME, "reason": "queue"})
+            await self._reply(msg, b"", {ERROR_HEADER: str(exc)})
+
+    async def _dispatch(self) -> None:
+        while True:
+            tenant, msg = await self._queue.take()
+            # Answered in a task of its own: one slow answer must not hold up the next.
+            task = asyncio.create_task(self._answer(tenant, msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, tenant: str, msg: Msg) -> None:
         asked = msg.subject.rsplit(".", 1)[-1]
         what = asked if asked in QUERIES else "unknown"  # a label per question, not per typo
-        async with self._slots:
-            began = time.perf_counter()
-            try:
-                await self._answer_in_span(msg, what)
-            finally:
-                gfair_metrics().handler_duration.record(
-                    time.perf_counter() - began, {"service": SERVICE_NAME, "handler": what}
-                )
+        began = time.perf_counter()
+        try:
+            await self._answer_in_span(tenant, msg, what)
+        finally:
+            self._queue.done(tenant)
+            gfair_metrics().handler_duration.record(
+                time.perf_counter() - began, {"service": SERVICE_NAME, "handler": what}
+            )
 
-    async def _answer_in_span(self, msg: Msg, what: str) -> None:
+    async def _answer_in_span(self, tenant: str, msg: Msg, what: str) -> None:
         with self._tracer.start_as_current_span(
             f"query {what}", context=extract_context(msg.headers or {})
         ) as span:
             span.set_attribute("messaging.destination.name", msg.subject)
+            span.set_attribute("gfair.query.waiting", self._queue.waiting(tenant))
             try:
                 answer = await self._responder.answer(msg.subject, msg.data)
             except Unanswerable as exc:
@@ -102,10 +137,24 @@ class QueryService:
             await self._reply(msg, answer.model_dump_json().encode(), None)
 
     async def _reply(self, msg: Msg, data: bytes, headers: dict[str, str] | None) -> None:
+        if not _on_inbox_of(msg.subject.split(".")[2], msg.reply):
+            # Checked when the question came; checked again here, where the answer goes out.
+            return
         try:
             await self._bus.client.publish(msg.reply, data, headers=headers)
         except Exception as exc:  # the asker is gone or the connection dropped: nothing to do
             _log.warning("cannot answer", subject=msg.subject, error=str(exc))
+
+
+def _on_inbox_of(user: str, reply: str) -> bool:
+    """Whether `reply` is a subject of `user`'s own inbox, ``_INBOX_<user>.<token>...``."""
+    try:
+        prefix = inbox_prefix_for(user)
+    except ValueError:  # not a subject token: no inbox of anyone's
+        return False
+    head, dot, rest = reply.partition(".")
+    tokens = rest.split(".")
+    return head == prefix and bool(dot) and all(t and t not in ("*", ">") for t in tokens)
 
 
 async def serve(settings: QuerySettings, bus_settings: BusSettings | None = None) -> None:
