@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 from gfair.client import GfairClient
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
+from node.helpers import JOB_PYTHON, reachable_tmp, sdk_on_pythonpath
 
 StartCluster = Callable[..., AbstractAsyncContextManager[EmbeddedCluster]]
 
@@ -24,7 +24,7 @@ def synthetic(
     """The synthetic training job: `duration_s` of V100 training, `speed_scale` times faster."""
     length = ["--iterations", str(iterations)] if iterations else ["--duration-s", str(duration_s)]
     return [
-        sys.executable,
+        JOB_PYTHON,
         "-m",
         "gfair.sdk.synthetic",
         "--job-type",
@@ -33,6 +33,11 @@ def synthetic(
         "--speed-scale",
         f"{speed_scale:g}",
     ]
+
+
+# As root, jobs run as their tenants' own uids: directories, a Python and the SDK those reach.
+tmp_path = pytest.fixture(name="tmp_path")(reachable_tmp)
+sdk_for_jobs = pytest.fixture(autouse=True)(sdk_on_pythonpath)
 
 
 @pytest.fixture

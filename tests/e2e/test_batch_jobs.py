@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gfair.events.states import JobState
+from node.helpers import JOB_PYTHON
 
 from .conftest import StartCluster, client_of
 
@@ -36,14 +37,14 @@ async def test_an_array_with_a_limit_and_a_dependent_job_run_on_a_real_cluster(
         client_of(cluster) as client,
     ):
         prep = await client.submit(
-            "alice", 1, [sys.executable, "-c", _JOB, str(out / "prep.json")], job_id="prep"
+            "alice", 1, [JOB_PYTHON, "-c", _JOB, str(out / "prep.json")], job_id="prep"
         )
         assert prep.state is not JobState.REJECTED
         gfair = [sys.executable, "-m", "gfair.cli.main"]
         submit = await asyncio.create_subprocess_exec(
             *gfair, "submit", "--nats", cluster.nats_url, "--user", "alice", "--gpus", "1",
             "--array", "0-4%2", "--job-id", "sweep", "--after-ok", "prep", "--json",
-            "--", sys.executable, "-c", _JOB.replace("sys.argv[1]", "sys.argv[1] + os.environ['GFAIR_ARRAY_INDEX']"),
+            "--", JOB_PYTHON, "-c", _JOB.replace("sys.argv[1]", "sys.argv[1] + os.environ['GFAIR_ARRAY_INDEX']"),
             str(out / "sweep-"),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip

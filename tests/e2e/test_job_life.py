@@ -19,6 +19,7 @@ from gfair.events.commands import StartCommand
 from gfair.events.jobs import JobCompleted, JobPlaced, JobStarted
 from gfair.events.states import JobState
 from gfair.events.subjects import COMMANDS_STREAM
+from node.helpers import JOB_PYTHON
 
 from .conftest import RESNET, StartCluster, client_of, synthetic
 
@@ -145,7 +146,7 @@ async def test_the_parts_of_a_gang_across_servers_find_each_other(
 ) -> None:
     async with start_cluster(cluster="v100:2x2") as cluster, client_of(cluster) as client:
         await client.submit(
-            "alice", 4, [sys.executable, "-c", RENDEZVOUS], job_id="ddp", wait="accepted"
+            "alice", 4, [JOB_PYTHON, "-c", RENDEZVOUS], job_id="ddp", wait="accepted"
         )
         # Completed only if both parts exited 0: rank 0 heard rank 1 at the address both got.
         assert await finished(client, "alice", "ddp") is JobState.COMPLETED
