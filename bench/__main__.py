@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHMARKS = ("bench.quantum", "bench.policies", "bench.bus", "bench.live")
+BENCHMARKS = ("bench.quantum", "bench.policies", "bench.bus", "bench.live", "bench.hostile")
 
 
 def main() -> int:

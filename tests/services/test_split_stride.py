@@ -591,3 +591,44 @@ async def test_a_repeated_placement_is_handled_once(
         await state.on_job_event(envelope, placed)
         await probe.settle()
     assert starts(probe) == [first]
+
+
+async def test_a_job_holding_its_gpus_past_its_suspend_is_charged_for_them(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        await admit(probe, state, "alice", "a")
+        (start,) = await probe.wait_for(COMMANDS, StartCommand)
+        await started(probe, start)
+        await admit(probe, state, "bob", "b")
+        while not suspends(probe):  # bob's turn comes within two quanta
+            await state.on_tick()
+            await probe.settle(0.05)
+        (suspend,) = suspends(probe)
+        # The node kills a job that does not yield within the grace the command carries.
+        assert suspend.job_id == "a" and suspend.yield_grace_s == settings.yield_grace
+        await probe.settle(0.4)  # alice's job ignores it a while
+        await probe.publish(
+            JobSuspended(
+                user="alice",
+                job_id="a",
+                node_id="v100-0",
+                attempt=1,
+                reason=SuspendReason.TIME_SLICE,
+                forced=True,
+            )
+        )
+        await eventually(lambda: not state.ledger.jobs["alice.a"].stays)
+        held = state.ledger.overrun["alice"]["v100"]
+        before = state.ledger.users["alice"].credit["v100"]
+        quantum = state.ledger.quantum
+        await state.on_tick()
+        after = state.ledger.users["alice"].credit["v100"]
+        entitled = state.ledger.users["alice"].entitled["v100"]
+        running = decisions(probe, quantum)["v100-0"].running
+    ran = sum(1.0 for job in running if job.user == "alice")
+    assert held >= 0.4  # GPU-seconds, from the suspend to the node's report
+    assert not state.ledger.overrun  # booked at the tick
+    # Her credit grew by her entitlement less what she ran and what she held past the suspend.
+    assert after == pytest.approx(before + entitled - ran - held / settings.quantum_s)

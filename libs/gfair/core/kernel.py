@@ -108,6 +108,10 @@ class Snapshot:
     # user -> its runnable jobs in the order its share goes to them: by pass, then arrival
     # (drivers keep them sorted, so a quantum costs what runs, not what waits)
     jobs: Mapping[str, Sequence[JobState]]
+    # user -> pool -> GPU-quanta its jobs held beyond what earlier decisions gave them (a job
+    # told to stop that went on holding its GPUs until its node reported it off), for `settle`
+    # to charge; the simulator's jobs stop when told, so it has none
+    overrun: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +205,7 @@ def _entitled_runs(
                 priority = _priority(state.credit.get(pool.generation, 0.0), entitled)
                 heap.append((-priority, state.seq, pool.speed_rank, user))
     heapq.heapify(heap)
+    pool_of = {server.id: rank for rank, pool in enumerate(pools) for server in pool.servers}
     start = dict.fromkeys(order, 0)  # per user: jobs before this index are all chosen
     charged: dict[str, dict[str, float]] = {}
     full: set[str] = set()
@@ -221,16 +226,53 @@ def _entitled_runs(
         job = _next_job(order[user], start, user, pool.generation, fits[rank], chosen)
         if job is None:
             continue
-        servers = packing[pool.generation].place(job.gpus, _prefer(job))
-        assert servers is not None  # _next_job checked the fit
-        chosen[job.id] = _Choice(job, pool.generation, servers)
         spent = charged.setdefault(user, {})
-        spent[pool.generation] = spent.get(pool.generation, 0.0) + job.gpus
         state = snapshot.users[user]
+        kept = _kept_in(job, state, spent, pools, pool_of, full, fits)
+        where = pool if kept is None else kept
+        servers = packing[where.generation].place(job.gpus, _prefer(job))
+        assert servers is not None  # _next_job or _kept_in checked the fit
+        chosen[job.id] = _Choice(job, where.generation, servers)
+        spent[where.generation] = spent.get(where.generation, 0.0) + job.gpus
         entitled = state.entitled[pool.generation]
-        credit = state.credit.get(pool.generation, 0.0) - spent[pool.generation]
+        credit = state.credit.get(pool.generation, 0.0) - spent.get(pool.generation, 0.0)
         heapq.heappush(heap, (-_priority(credit, entitled), seq, rank, user))
     return charged
+
+
+def _kept_in(
+    job: JobState,
+    state: UserState,
+    spent: Mapping[str, float],
+    pools: Sequence[PoolState],
+    pool_of: Mapping[str, int],
+    full: set[str],
+    fits: Sequence[Callable[[int], bool]],
+) -> PoolState | None:
+    """The pool a job the stride picked in another pool keeps running in, charged there: the
+    pool it ran in last quantum, while its user is still owed there (credit left after what
+    it was charged so far this quantum) and the job fits. Or None: it runs where picked.
+
+    Without it, a user whose share is split among pools runs its job wherever its credit is
+    highest, and running there makes another pool's higher next quantum: the job moved every
+    quantum (a checkpoint and restore each time), and live, each move waits for its old node
+    to confirm the stop and its new one to clear the GPUs, so an owed user spent its quanta
+    moving instead of running. Kept, it runs where it is until its debt there is worked off,
+    and the other pool's credit waits for it."""
+    if not job.running:
+        return None
+    rank = pool_of.get(job.running[0])
+    if rank is None:
+        return None
+    pool = pools[rank]
+    generation = pool.generation
+    if generation in full or job.speeds.get(generation, 0.0) <= 0:
+        return None
+    if state.entitled.get(generation, 0.0) <= _EPS:
+        return None
+    if state.credit.get(generation, 0.0) - spent.get(generation, 0.0) <= _EPS:
+        return None
+    return pool if fits[rank](job.gpus) else None
 
 
 def _priority(credit: float, entitled: float) -> float:
@@ -529,9 +571,16 @@ def settle(
     ran: Iterable[JobState],
     decision: Decision,
     ceiling: Mapping[str, float],
+    overrun: Mapping[str, Mapping[str, float]] | None = None,
 ) -> bool:
     """Book a quantum into the credits and job passes the next snapshot carries; return
     whether it was booked.
+
+    First `overrun` (the snapshot's: GPU-quanta users' jobs held after they were told to let
+    go) is charged, whether or not this quantum is booked: those GPUs were denied to whoever
+    the earlier decision gave them, so a user whose jobs ignore their yields pays for every
+    GPU-second they held, not for what the decisions said. Credits have no floor: the debt is
+    worked off at the user's entitlement, while the others run.
 
     Each user's credit in each pool grows by its entitlement and falls by what it was charged,
     capped at ``max(ceiling[user], _CREDIT_QUANTA * entitlement) + entitlement`` so that share a
@@ -540,6 +589,13 @@ def settle(
     job that ran (`ran`, the decision's jobs) advances its pass by its GPUs over its weight.
     Quanta in which no job waits are not booked: nobody was denied anything.
     """
+    for name, held in (overrun or {}).items():
+        owner = users.get(name)
+        if owner is None:
+            continue  # gone with its last job
+        for generation, quanta in held.items():
+            if generation in owner.credit:
+                owner.credit[generation] -= quanta
     if decision.waiting == 0:
         return False
     for name, user in users.items():

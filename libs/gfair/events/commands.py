@@ -21,6 +21,7 @@ from gfair.events.fields import (
     JobId,
     JobRef,
     NodeId,
+    PositiveSeconds,
     Reason,
     UserName,
 )
@@ -75,6 +76,12 @@ class SuspendCommand(NodeCommand):
     EVENT_TYPE = "gfair.cmd.suspend.v1"
 
     reason: SuspendReason = SuspendReason.TIME_SLICE
+    yield_grace_s: PositiveSeconds | None = Field(
+        default=None,
+        description="How long the job has to checkpoint and let its GPUs go; past it the node "
+        "kills it (forced yield: it resumes from its last checkpoint). None: the node's own "
+        "suspend timeout",
+    )
 
 
 @register

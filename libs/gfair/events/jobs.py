@@ -199,6 +199,14 @@ class JobSuspended(NodeReport):
     reason: SuspendReason
     checkpoint_step: Step | None = None
     duration_s: Seconds | None = Field(default=None, description="Time the suspend took")
+    forced: bool = Field(
+        default=False,
+        description="The job did not yield within its grace and was killed: what it did since "
+        "`checkpoint_step` is lost",
+    )
+    overrun_s: Seconds | None = Field(
+        default=None, description="How long past its grace it held its GPUs (forced yields)"
+    )
 
 
 @register

@@ -310,6 +310,7 @@ class JobRecord(_Record):
             return None
         update: dict[str, object] = {}
         at = envelope.time
+        forced: str | None = None  # a forced yield's line in the job's decisions
         if event.JOB_STATE is not None and event.JOB_STATE is not JobState.SUBMITTED:
             update["state"] = event.JOB_STATE
         match event:
@@ -319,6 +320,8 @@ class JobRecord(_Record):
                 if isinstance(event, JobResumed) and event.checkpoint_step is not None:
                     update["last_checkpoint_step"] = event.checkpoint_step
             case JobSuspended():
+                if event.forced:
+                    forced = _forced_yield(event)
                 update["nodes"] = tuple(n for n in self.nodes if n != event.node_id)
                 if event.checkpoint_step is not None:
                     update["last_checkpoint_step"] = event.checkpoint_step
@@ -361,6 +364,8 @@ class JobRecord(_Record):
         update["applied_event_ids"] = (*self.applied_event_ids, envelope.id)[-MAX_APPLIED_IDS:]
         update["updated_at"] = max(at, self.updated_at)
         updated = self.model_copy(update=update)
+        if forced is not None:
+            updated = updated.with_decision(at, "yield", forced)
         if updated.state.terminal and self.accounting.running_since is not None:
             # Charged up to the event that ended it, not to a later change of the record.
             return updated.model_copy(update={"accounting": self.accounting.closed(at, self.gpus)})
@@ -372,6 +377,21 @@ class JobRecord(_Record):
     @classmethod
     def from_bytes(cls, raw: bytes) -> JobRecord:
         return cls.model_validate_json(raw)
+
+
+def _forced_yield(event: JobSuspended) -> str:
+    """What its owner reads of a yield the node had to force (`gfair job`, `gfair why`)."""
+    overran = f", {event.overrun_s:.1f}s past its grace" if event.overrun_s is not None else ""
+    kept = (
+        f"it resumes from checkpoint step {event.checkpoint_step}"
+        if event.checkpoint_step is not None
+        else "it had no checkpoint and restarts from the beginning"
+    )
+    return (
+        f"forced off {event.node_id}: it did not checkpoint and yield when asked{overran}, so "
+        f"it was killed; {kept} (progress since is lost) and its user was charged for the "
+        "GPU time it held"
+    )
 
 
 # --- reading and writing the bucket ------------------------------------------------------

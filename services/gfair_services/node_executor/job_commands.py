@@ -181,10 +181,16 @@ class JobCommands:
         if run is None or not run.running:
             _log.info("suspend of a job not running here ignored", job=str(command.job))
             return
-        await self._suspend_run(envelope, run, command.reason)
+        await self._suspend_run(envelope, run, command.reason, command.yield_grace_s)
 
-    async def _suspend_run(self, envelope: Envelope, run: LocalJob, reason: SuspendReason) -> None:
-        result = await self._control.yield_run(run, envelope.id)
+    async def _suspend_run(
+        self,
+        envelope: Envelope,
+        run: LocalJob,
+        reason: SuspendReason,
+        grace_s: float | None = None,
+    ) -> None:
+        result = await self._control.yield_run(run, envelope.id, grace_s)
         if result is not None:
             await self._sink.publish(run.suspended(self._node_id, reason, result), cause=envelope)
             count_suspend(self._node_id, reason)

@@ -51,6 +51,8 @@ class LocalJob:
     checkpoint_step: int | None = None
     # The checkpoint step this run resumed from; None for a fresh start.
     resumed_from: int | None = None
+    # The grace its last yield had, when the scheduler set one (see `suspended`).
+    yield_grace_s: float | None = None
     # Set by the report relay once the run's exit (its last report) has been published, or
     # recognised as the stop that was asked for.
     exit_handled: asyncio.Event = field(default_factory=asyncio.Event)
@@ -87,8 +89,14 @@ class LocalJob:
     ) -> JobSuspended:
         """`result` of the suspend that stopped it; None to restate what the run left."""
         step = self.checkpoint_step
+        forced, overrun = False, None
         if result is not None:
             step = result.checkpoint.step if result.checkpoint else None
+            # Forced: it was signalled off its GPUs instead of yielding, so what it did since
+            # `step` is lost; its owner reads why in `gfair job` and `gfair why`.
+            forced = result.escalation is not None
+            if forced and self.yield_grace_s is not None:
+                overrun = max(0.0, result.switch_s - self.yield_grace_s)
         return JobSuspended(
             user=self.job.user,
             job_id=self.job.job_id,
@@ -97,6 +105,8 @@ class LocalJob:
             reason=reason,
             checkpoint_step=step,
             duration_s=result.switch_s if result is not None else None,
+            forced=forced,
+            overrun_s=overrun,
         )
 
 

@@ -127,13 +127,21 @@ class RunControl:
         )
 
     async def yield_run(
-        self, run: LocalJob, cause_id: str | None
+        self, run: LocalJob, cause_id: str | None, grace_s: float | None = None
     ) -> lifecycle.SuspendResult | None:
-        """Checkpoint and stop the run; None when it ended on its own instead (reported)."""
+        """Checkpoint and stop the run; None when it ended on its own instead (reported).
+
+        `grace_s` is the yield the scheduler asked for (its suspend command's): past it the
+        run is killed outright, since another job waits for its GPUs. Without it (a drain, an
+        old scheduler's command) the run has `suspend_timeout_s` and then SIGTERM's grace."""
         run.stop = StopKind.YIELD
         run.stop_event_id = cause_id
         supervisor = await self._supervisors.get(run.job.user)
-        result = await supervisor.suspend(run.job.job_id, self._settings.suspend_timeout_s)
+        if grace_s is None:
+            result = await supervisor.suspend(run.job.job_id, self._settings.suspend_timeout_s)
+        else:
+            result = await supervisor.suspend(run.job.job_id, grace_s, enforce=True)
+        run.yield_grace_s = grace_s
         await self._exit_handled(run)
         return result if run.status is RunStatus.STOPPED else None
 

@@ -67,7 +67,10 @@ class NodeExecutorSettings(BaseSettings):
     suspend_timeout_s: float = Field(
         default=30.0,
         gt=0,
-        description="How long a job may take to checkpoint and yield before it is killed",
+        description="How long a job may take to checkpoint and yield before it is forced "
+        "(SIGTERM, then SIGKILL after term_grace_s), for drains and suspends that carry no "
+        "grace; the scheduler's suspends carry theirs (split-stride's GFAIR_YIELD_GRACE_S), "
+        "past which the job is killed outright and resumes from its last checkpoint",
     )
     term_grace_s: float = Field(
         default=5.0, gt=0, description="Between SIGTERM and SIGKILL when a job must stop"

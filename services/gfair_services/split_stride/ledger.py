@@ -195,6 +195,10 @@ class Ledger:
         # on their new servers, whose GPUs are promised to them meanwhile. In memory only: after
         # a restart the next quantum decides anew.
         self.held_back: set[str] = set()
+        # User -> pool -> GPU-seconds its jobs held after they were told to stop (from the
+        # suspend until their node reported them off), charged at the next tick's settle
+        # (`kernel.Snapshot.overrun`). In memory only: a restart forgets at most one tick's.
+        self.overrun: dict[str, dict[str, float]] = {}
         # Jobs that may hold residencies (a superset: pruned as it is read), and each user's
         # jobs, so that what an admission reads costs what runs and what the user has, not
         # the whole cluster's backlog.
@@ -314,9 +318,13 @@ class Ledger:
             )
         for queue in queues.values():
             queue.sort(key=lambda state: (state.pass_, state.seq))
+        overrun = {
+            user: {pool: held / self.settings.quantum_s for pool, held in pools.items()}
+            for user, pools in self.overrun.items()
+        }
         if members:
-            return Snapshot(pool_states, self.users, arrays.limit_arrays(queues, members))
-        return Snapshot(pool_states, self.users, queues)
+            return Snapshot(pool_states, self.users, arrays.limit_arrays(queues, members), overrun)
+        return Snapshot(pool_states, self.users, queues, overrun)
 
     def _entitle(self, pool_gpus: dict[str, int]) -> None:
         demand = accounts.demand((job.user, job.gpus, job.member) for job in self.jobs.values())
@@ -346,7 +354,9 @@ class Ledger:
         for job in self.jobs.values():
             gangs.setdefault(job.user, []).append(job.gpus)
         ceiling = {user: accounts.ceiling(sizes) for user, sizes in gangs.items()}
-        if kernel.settle(self.users, ran, decision, ceiling):
+        booked = kernel.settle(self.users, ran, decision, ceiling, snapshot.overrun)
+        self.overrun.clear()  # charged now (users gone meanwhile owe nothing)
+        if booked:
             self._min_pass.clear()
             for state in ran:
                 self.jobs[state.id].stride_pass = state.pass_
@@ -526,9 +536,15 @@ class Ledger:
             return True
         return False
 
-    def released(self, event: JobSuspended | JobMigrated | JobExited, at: datetime) -> bool:
+    def released(
+        self,
+        event: JobSuspended | JobMigrated | JobExited,
+        at: datetime,
+        received: datetime | None = None,
+    ) -> bool:
         """The node stopped the job at `at`: a suspend, a migration away, or the process
-        ended."""
+        ended. A stop's overrun runs to `received`, by this service's clock like the stop's
+        own time (a node's clock ahead of it would charge phantom overruns)."""
         job = self.jobs.get(job_key(event.user, event.job_id))
         if job is None:
             return False
@@ -552,6 +568,8 @@ class Ledger:
                 return True  # an older suspend; the start sent after it is still in force
         if stay.holds_gpus:
             self._charge(job, stay, at)  # it ended mid-quantum: its part of the quantum
+        else:
+            self._overran(job, stay, received or at)  # held until now, told to stop or not
         del job.stays[node_id]
         return True
 
@@ -573,6 +591,8 @@ class Ledger:
             for stay in job.stays.values():
                 if stay.holds_gpus:
                     self._charge(job, stay, now)
+                else:
+                    self._overran(job, stay, now)
         self.last_tick_at = now
 
     def _charge(self, job: Job, stay: Stay, until: datetime) -> None:
@@ -582,6 +602,25 @@ class Ledger:
         pool = entry.generation if entry is not None else job.generation or "unknown"
         per_pool = self.usage.setdefault(job.user, {})
         per_pool[pool] = per_pool.get(pool, 0.0) + len(stay.gpu_indices) * elapsed
+
+    def _overran(self, job: Job, stay: Stay, until: datetime) -> None:
+        """A suspending stay's GPU time up to `until` (since its suspend, or the last tick):
+        its node has not reported it off, so the job still holds those GPUs, whatever the
+        decision said. A stop of a start never confirmed holds nothing: the node refused it,
+        or its start report comes first and the stop's time counts from there."""
+        if stay.unconfirmed:
+            return
+        since = stay.since if self.last_tick_at is None else max(stay.since, self.last_tick_at)
+        elapsed = max(0.0, min((until - since).total_seconds(), self.settings.usage_gap_s))
+        if elapsed <= 0.0:
+            return
+        held = len(stay.gpu_indices) * elapsed
+        entry = self.inventory.get(stay.node_id)
+        pool = entry.generation if entry is not None else job.generation or "unknown"
+        per_pool = self.usage.setdefault(job.user, {})
+        per_pool[pool] = per_pool.get(pool, 0.0) + held
+        overrun = self.overrun.setdefault(job.user, {})
+        overrun[pool] = overrun.get(pool, 0.0) + held
 
     def expire(self, now: datetime) -> list[tuple[str, Stay]]:
         """Drop starts and suspends no node confirmed in time; what was dropped."""

@@ -227,7 +227,7 @@ class SplitStrideService:
             case JobStarted() | JobResumed():
                 return [] if ledger.confirmed(data, envelope.time) else None
             case JobSuspended() | JobMigrated() | JobExited():
-                if not ledger.released(data, envelope.time):
+                if not ledger.released(data, envelope.time, now):
                     return None
                 # A job that waited for its old node to let go may start at once where it
                 # moved; GPUs still idle go to waiting jobs.
@@ -337,7 +337,7 @@ class SplitStrideService:
                 ]
                 outputs += [_placed(job) for job in plan.placed]
                 outputs += await self._turns_events(plan.turns, quantum=plan.quantum)
-                outputs += [_stop(stop) for stop in plan.strays]
+                outputs += [_stop(stop, self.settings.yield_grace) for stop in plan.strays]
                 starts = sum(len(t.starts) for t in plan.turns)
                 stops = sum(len(t.stops) for t in plan.turns) + len(plan.strays)
                 span.set_attribute("gfair.starts", starts)
@@ -359,8 +359,9 @@ class SplitStrideService:
         self, turns: Sequence[ServerTurn], *, quantum: int | None = None
     ) -> list[EventData]:
         outputs: list[EventData] = []
+        grace = self.settings.yield_grace
         for turn in turns:
-            outputs += [_stop(stop) for stop in turn.stops]
+            outputs += [_stop(stop, grace) for stop in turn.stops]
             for start in turn.starts:
                 command = await self._start_command(start)
                 if command is not None:
@@ -540,7 +541,7 @@ def _kill(job: Job, node_id: str, attempt: int, reason: str) -> KillCommand:
     )
 
 
-def _stop(stop: Stop) -> EventData:
+def _stop(stop: Stop, grace_s: float) -> EventData:
     if not isinstance(stop.reason, SuspendReason):
         return _kill(stop.job, stop.node_id, stop.attempt, stop.reason)
     return SuspendCommand(
@@ -549,6 +550,9 @@ def _stop(stop: Stop) -> EventData:
         job_id=stop.job.job_id,
         attempt=stop.attempt,
         reason=stop.reason,
+        # Enforced by the node: a job ignoring it cannot hold the GPUs the next job waits for.
+        # A drain off a quarantined node waits for nobody: the node's own timeout.
+        yield_grace_s=None if stop.reason is SuspendReason.DRAIN else grace_s,
     )
 
 
