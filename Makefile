@@ -1,5 +1,6 @@
 # The README's two commands: `make demo` and `make test`. Each creates .venv when missing.
-PYTHON ?= python3
+# As root, an interpreter the jobs' unprivileged accounts can run (scripts/venv_python.py).
+PYTHON ?= $(shell python3 scripts/venv_python.py)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
