@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -54,6 +55,7 @@ import structlog
 
 from gfair.bus.history import read_history
 from gfair.bus.nats_bus import NatsBus, NatsOptions
+from gfair.bus.publisher import EVENT_ID_KEY_VARIABLE
 from gfair.bus.server import EmbeddedNatsServer, NatsServerConfig, NatsServerError
 from gfair.client.cluster_context import (
     CONTEXT_FILE,
@@ -91,6 +93,7 @@ SCHEDULER_SERVICES: tuple[str, ...] = (
 NODE_EXECUTOR = "node_executor"
 # Tenants' reads; it decides nothing and consumes no stream.
 QUERY_SERVICE = "query"
+EVENT_ID_KEY_FILE = "event-id.key"
 # A JetStream cluster needs a quorum of its brokers; three survive the loss of one.
 BROKER_CLUSTER_NAME = "gfair"
 # Other ways to log in that a child could inherit from the environment of `gfair up`; with
@@ -321,6 +324,8 @@ class EmbeddedCluster:
     def child_env(self) -> dict[str, str]:
         """The environment every child starts with."""
         env = dict(os.environ)
+        if not env.get(EVENT_ID_KEY_VARIABLE):
+            env[EVENT_ID_KEY_VARIABLE] = event_id_key(self.data_dir / EVENT_ID_KEY_FILE)
         env.update(
             {
                 "GFAIR_NATS_URL": self.nats_url,
@@ -737,6 +742,22 @@ def _port_free(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return False
         return True
+
+
+def event_id_key(path: Path) -> str:
+    """The secret the cluster's services key their event ids with (`derived_event_id`),
+    made once and kept beside the streams it protects, readable by its owner only: a restart
+    on the same data dir must derive the same ids for the events it handles again."""
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_hex(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(key + "\n")
+    return key
 
 
 def _pids_with_environ(marker: bytes) -> list[int]:
