@@ -17,8 +17,8 @@ held, from each start or resume report to the suspend or exit report) against hi
 entitlement (his 2 GPUs asked, of 8: the water-filled share, which both neighbours leave him),
 and the latency of his own `jobs` query, asked every half second, p50 and p99.
 
-Bob's jobs are plain processes (`sleep`): they are killed at their grace when suspended, so
-they pay the same switch as the hostile gangs; what differs between the runs is the neighbour.
+Bob's jobs and the calm neighbour's are the SDK's synthetic training job, which yields at its
+next mini-batch when told; what differs between the runs is the neighbour.
 Everything shares this machine's cores: the numbers are what one box does.
 """
 
@@ -42,7 +42,9 @@ CLUSTER = "v100:1x4,k80:1x4"
 CLUSTER_GPUS = 8
 BOB_JOBS = 2
 IGNORES_YIELDS = ["sh", "-c", 'trap "" USR1 TERM; sleep 1000000']
-YIELDS = ["sleep", "1000000"]  # no handler: SIGTERM ends it at once
+# The SDK's synthetic training job: it checkpoints and exits at its next mini-batch when told
+# to yield, and resumes from there.
+YIELDS = [sys.executable, "-m", "gfair.sdk.synthetic", "--duration-s", "1000000"]
 
 
 @dataclass(frozen=True)

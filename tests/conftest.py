@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,23 @@ def own_state_home(
     Tools look for its context file under ``$XDG_STATE_HOME`` (`gfair.client.cluster_context`).
     """
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path) -> Path:
+    """pytest's own, but passable (not listable) by other accounts when the tests run as root.
+
+    A root executor runs every job as its tenant's unprivileged account
+    (`gfair.node.job_account`), and refuses work and checkpoint roots those accounts cannot
+    reach; pytest makes its folders 0700.
+    """
+    if os.geteuid() == 0:
+        for folder in (tmp_path, *tmp_path.parents):
+            mode = folder.stat().st_mode
+            if mode & stat.S_IXOTH:
+                break  # /tmp and above are open already
+            folder.chmod(stat.S_IMODE(mode) | 0o011)
+    return tmp_path
 
 
 @pytest.fixture
