@@ -24,19 +24,19 @@ def own_state_home(
 
 
 @pytest.fixture
-def tmp_path(tmp_path: Path) -> Path:
+def tmp_path(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """pytest's own, but passable (not listable) by other accounts when the tests run as root.
 
     A root executor runs every job as its tenant's unprivileged account
     (`gfair.node.job_account`), and refuses work and checkpoint roots those accounts cannot
-    reach; pytest makes its folders 0700.
+    reach; pytest makes its folders 0700, and a pytest run inside a test closes its
+    ``pytest-of-<user>`` folder again, so every test opens the whole chain.
     """
     if os.geteuid() == 0:
-        for folder in (tmp_path, *tmp_path.parents):
-            mode = folder.stat().st_mode
-            if mode & stat.S_IXOTH:
-                break  # /tmp and above are open already
-            folder.chmod(stat.S_IMODE(mode) | 0o011)
+        base = tmp_path_factory.getbasetemp()
+        for folder in (tmp_path, *tmp_path.relative_to(base).parents[:-1], base, base.parent):
+            folder = folder if folder.is_absolute() else base / folder
+            folder.chmod(stat.S_IMODE(folder.stat().st_mode) | 0o011)
     return tmp_path
 
 
