@@ -130,6 +130,9 @@ def _write_json_atomically(path: Path, record: dict[str, Any], mode: int = _PRIV
     # through it.
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
     fd = os.open(tmp, _CREATE | os.O_EXCL, mode)
+    # The mode as asked, whatever the executor's umask: the job must read its yield and park
+    # files (it runs as another account).
+    os.fchmod(fd, mode)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(json.dumps(record, sort_keys=True))
     os.replace(tmp, path)

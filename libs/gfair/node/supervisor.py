@@ -18,6 +18,7 @@ Leaving the block (or `shutdown`) suspends every job, then kills what is left: n
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -437,7 +438,9 @@ class JobSupervisor:
             exit=job.exit,
         )
 
-    async def resume_in_place(self, job_id: str, timeout_s: float) -> float | None:
+    async def resume_in_place(
+        self, job_id: str, timeout_s: float, gpu_indices: tuple[int, ...] | None = None
+    ) -> float | None:
         """Continue a job parked in place, in the same process; the seconds from now to its
         first mini-batch after the resume (or to its saying it resumed, if it took no further
         step), or None when it cannot resume in place: it is not parked here, it did not
@@ -458,6 +461,10 @@ class JobSupervisor:
             )
             return None
         requested_wall = time.time()
+        if gpu_indices is not None:
+            # Only where nothing binds the process to its devices (simulated GPUs: the caller
+            # decides); a real one keeps the CUDA_VISIBLE_DEVICES it started with.
+            job.handle = dataclasses.replace(job.handle, gpu_indices=gpu_indices)
         job.yield_requested = False
         job.resumed_at = job.first_step_at = None
         await anyio.to_thread.run_sync(job.run.withdraw_yield)

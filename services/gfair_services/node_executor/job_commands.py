@@ -130,11 +130,14 @@ class JobCommands:
     async def _start(self, envelope: Envelope, command: StartCommand) -> None:
         current = self._current(command)
         if current is not None and current.parked and await self._control.still_running(current):
-            same = sorted(current.gpu_indices) == sorted(command.gpu_indices)
-            if same and command.attempt == current.attempt:
+            indices = tuple(command.gpu_indices)
+            if self._may_resume_on(current, indices) and command.attempt == current.attempt:
                 if await self._guard.outdated(command, envelope.time) is not None:
                     return
-                if await self._control.resume_in_place(envelope, current, command.attempt):
+                resumed = await self._control.resume_in_place(
+                    envelope, current, command.attempt, indices
+                )
+                if resumed:
                     return
             # Elsewhere on this node (CUDA_VISIBLE_DEVICES is fixed per process), a newer
             # attempt, or it would not resume: it checkpoints and exits; a new process starts.
@@ -243,6 +246,18 @@ class JobCommands:
         await self._sink.publish(migrated, cause=envelope)
         # A redelivered migrate announces again and counts again: metrics are not the record.
         count_migration(self._node_id, command.reason)
+
+    def _may_resume_on(self, run: LocalJob, gpu_indices: tuple[int, ...]) -> bool:
+        """Whether the parked `run` may continue in its process on `gpu_indices`: its own GPUs;
+        or, where they are simulated (nothing binds a process to a device: its "GPU" is the
+        CPU), any of this node's, as many as it had."""
+        if sorted(run.gpu_indices) == sorted(gpu_indices):
+            return True
+        simulated = all(
+            i in self._inventory and self._inventory[i].simulated
+            for i in (*run.gpu_indices, *gpu_indices)
+        )
+        return simulated and len(run.gpu_indices) == len(gpu_indices)
 
     def _gang(self, run: LocalJob) -> bool:
         last = self._control.launches.load(run.job)

@@ -165,14 +165,20 @@ class RunControl:
         await self._exit_handled(run)
         return result if run.status is RunStatus.STOPPED else None
 
-    async def resume_in_place(self, cause: Envelope, run: LocalJob, attempt: int) -> bool:
-        """Continue the parked run in its process; False when it cannot (the caller stops it
-        and starts anew from its checkpoint)."""
+    async def resume_in_place(
+        self, cause: Envelope, run: LocalJob, attempt: int, gpu_indices: tuple[int, ...]
+    ) -> bool:
+        """Continue the parked run in its process (on `gpu_indices`: its own, or on simulated
+        GPUs any); False when it cannot (the caller stops it and starts anew from its
+        checkpoint)."""
         supervisor = await self._supervisors.get(run.job.user)
         async with self._sink.lock:
-            took = await supervisor.resume_in_place(run.job.job_id, self._settings.resume_timeout_s)
+            took = await supervisor.resume_in_place(
+                run.job.job_id, self._settings.resume_timeout_s, gpu_indices
+            )
             if took is None:
                 return False
+            run.gpu_indices = gpu_indices
             run.status = RunStatus.RUNNING
             run.stop = run.stop_event_id = None
             run.start_event_id = cause.id
