@@ -4,7 +4,7 @@ weights and optimizer state of an uninterrupted run."""
 
 from __future__ import annotations
 
-import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -105,7 +105,7 @@ async def test_pytorch_training_parked_in_place_and_moved_ends_bitwise_equal(
         for e in events
         if isinstance(e, JobStarted) or (isinstance(e, JobResumed) and not e.in_place)
     ]
-    moves = sum(1 for a, b in zip(starts, starts[1:], strict=False) if a.node_id != b.node_id)
+    moves = sum(1 for a, b in itertools.pairwise(starts) if a.node_id != b.node_id)
     assert len(parked) >= 20, f"{len(parked)} in-place suspends of {len(suspends)}"
     assert resumed_in_place, "never resumed in place"
     assert moves >= 3, f"{moves} moves to the other server"
@@ -119,4 +119,3 @@ async def test_pytorch_training_parked_in_place_and_moved_ends_bitwise_equal(
     sliced = final_tensors(tmp_path / "gfair")
     assert equal(sliced["model"], reference["model"])
     assert equal(sliced["optimizer"], reference["optimizer"])
-
