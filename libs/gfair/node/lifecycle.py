@@ -72,7 +72,8 @@ class SuspendResult:
     `fresh` is true when the job wrote a checkpoint after it was asked to yield; false means the
     current checkpoint is an older fallback (or there is none: resume restarts from step 0).
     `switch_s` runs from the request to the process being gone, or, `parked` (it yielded in
-    place: its process waits in host memory, its GPUs free, and no `exit`), to its saying so.
+    place: its process waits in host memory, its GPUs free, and `exited` is None), to its
+    saying so.
     """
 
     job_id: str
@@ -80,8 +81,15 @@ class SuspendResult:
     fresh: bool
     escalation: Escalation | None
     switch_s: float
-    exit: JobExited | None
+    exited: JobExited | None
     parked: bool = False
+
+    @property
+    def exit(self) -> JobExited:
+        """How the process ended (not for a `parked` result: it did not)."""
+        if self.exited is None:
+            raise ValueError(f"job {self.job_id} parked in place: its process did not exit")
+        return self.exited
 
 
 @dataclass(frozen=True, slots=True)

@@ -416,7 +416,7 @@ class JobSupervisor:
                 escalation=None,
                 # By the job's clock: the supervisor reads its records only every so often.
                 switch_s=max(0.0, min(job.parked_at - requested_wall, timeout_s)),
-                exit=None,
+                exited=None,
                 parked=True,
             )
         if not job.exited.is_set():
@@ -435,7 +435,7 @@ class JobSupervisor:
             fresh=fresh,
             escalation=escalation,
             switch_s=time.monotonic() - requested_at,
-            exit=job.exit,
+            exited=job.exit,
         )
 
     async def resume_in_place(
