@@ -198,6 +198,8 @@ def answer_later(control: Path, park: int, action: str, delay_s: float = 0.1) ->
 
     def answer() -> None:
         time.sleep(delay_s)
+        if action == "resume":  # the executor withdraws the yield it answers in place
+            (control / YIELD_FILE).unlink()
         (control / PARK_FILE).write_text(json.dumps({"park": park, "action": action}))
         os.kill(os.getpid(), signal.SIGUSR2)
 
@@ -218,7 +220,6 @@ def test_suspend_parks_in_place_and_resumes_when_answered(
         (control / YIELD_FILE).write_text(json.dumps({"requested": True, "park": True}))
         os.kill(os.getpid(), signal.SIGUSR1)
         assert job.should_yield()
-        (control / YIELD_FILE).unlink()  # the executor withdraws the yield it answers
         thread = answer_later(control, 1, "resume")
         job.suspend(lambda: saves.append(job.steps_done))
         thread.join()
