@@ -1,6 +1,6 @@
 """What a time slice costs real training: restart per slice against suspension in place.
 
-Run: ``.venv/bin/python -m bench.switching [--quanta 3,6] [--steps 8000]``
+Run: ``.venv/bin/python -m bench.switching [--quanta 3,6] [--steps 16000]``
 
 Needs torch (the CPU build will do). For each quantum it starts a cluster as `gfair up` does
 (``v100:1x2``, simulated GPUs, tickets alice=1 bob=3) and runs ``examples/pytorch_train.py``
@@ -14,7 +14,11 @@ parks the process in place; the next slice on the node continues it). Printed si
   `JobResumed.duration_s`; restarted, the run's first step record less its process's start
   (the few milliseconds from the command to the process are left out: in its favour);
 - efficiency: the training time alone (the same steps in one uninterrupted process, first to
-  last mini-batch) over the GPU-seconds the job held (from each start to its release).
+  last mini-batch, measured just before each cluster run: the box's load drifts) over the
+  GPU-seconds the job held (from each start to its release);
+- in steps: the share of those GPU-seconds the job spent in its mini-batches, as its own step
+  records time them: what switching costs, apart from the cluster's processes slowing every
+  step on a box of few cores (which lowers the efficiency, not this).
 
 Everything shares this machine's cores: the numbers are what one box does, not a cluster.
 """
@@ -55,6 +59,7 @@ class Outcome:
     resume_p50: float | None
     held_s: float
     training_s: float
+    stepping_s: float
     wall_s: float
 
     @property
@@ -103,6 +108,22 @@ def _held(details: JobDetails) -> float:
             held += max(0.0, at - since)
             since = None
     return held
+
+
+def _stepping(data_dir: Path) -> float:
+    """Seconds between consecutive step records of the job's runs, not across a park."""
+    total = 0.0
+    for progress in data_dir.glob("nodes/*/runs/alice/train/run-*/control/" + PROGRESS_FILE):
+        last: float | None = None
+        for line in progress.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if record.get("kind") == "step":
+                if last is not None:
+                    total += float(record["time"]) - last
+                last = float(record["time"])
+            elif record.get("kind") == "parked":
+                last = None
+    return total
 
 
 def _cold_resumes(data_dir: Path) -> list[float]:
@@ -162,6 +183,7 @@ async def run(quantum_s: float, in_place: bool, steps: int, training_s: float) -
             resume_p50=statistics.median(resumes) if resumes else None,
             held_s=_held(details),
             training_s=training_s,
+            stepping_s=_stepping(base / "gfair"),
             wall_s=wall,
         )
 
@@ -174,26 +196,26 @@ def _print(outcomes: list[Outcome]) -> None:
     print(
         f"\n{'quantum':>7}  {'mode':<17} {'suspends':>8} {'yield p50 s':>11} "
         f"{'resume p50 s':>12} {'training s':>10} {'GPU-s held':>10} {'efficiency':>10} "
-        f"{'wall s':>7}"
+        f"{'in steps':>8} {'wall s':>7}"
     )
     for o in outcomes:
         print(
             f"{o.quantum_s:>6g}s  {o.mode:<17} {o.suspends:>8} {_seconds(o.yield_p50):>11} "
             f"{_seconds(o.resume_p50):>12} {o.training_s:>10.1f} {o.held_s:>10.1f} "
-            f"{o.efficiency:>10.2f} {o.wall_s:>7.1f}"
+            f"{o.efficiency:>10.2f} {o.stepping_s / max(o.held_s, 1e-9):>8.2f} {o.wall_s:>7.1f}"
         )
 
 
 async def _main(args: argparse.Namespace) -> int:
-    training_s = training_alone(args.steps)
-    print(f"training alone: {args.steps} steps in {training_s:.2f}s", flush=True)
     outcomes = []
     for quantum in args.quanta:
         for in_place in (False, True):
+            training_s = training_alone(args.steps)
             outcome = await run(quantum, in_place, args.steps, training_s)
             outcomes.append(outcome)
             print(
-                f"quantum {quantum:g}s {outcome.mode}: efficiency {outcome.efficiency:.2f}",
+                f"quantum {quantum:g}s {outcome.mode}: training alone {training_s:.1f}s, "
+                f"efficiency {outcome.efficiency:.2f}",
                 flush=True,
             )
     _print(outcomes)
@@ -202,7 +224,7 @@ async def _main(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.switching", description=__doc__)
-    parser.add_argument("--steps", type=int, default=8000, help="mini-batches of the job")
+    parser.add_argument("--steps", type=int, default=16000, help="mini-batches of the job")
     parser.add_argument(
         "--quanta",
         type=lambda text: [float(q) for q in text.split(",")],
