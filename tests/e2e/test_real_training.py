@@ -71,11 +71,12 @@ async def test_pytorch_training_parked_in_place_and_moved_ends_bitwise_equal(
     # A two-GPU and a one-GPU server, four jobs: alice's training takes turns with bob's three
     # synthetic ones (tickets 1:3), back on the server it parked on (in place) or on the other
     # one (a move: its node checkpoints it, and the new one starts from that checkpoint). The
-    # grace lets a cold start (importing torch takes seconds) reach its first mini-batch.
+    # grace lets a cold start (importing torch takes seconds) reach its first mini-batch. A
+    # quantum shorter than a cold start would have each move cost a slice for one mini-batch.
     async with (
         start_cluster(
             cluster="v100:1x2,v100:1x1",
-            quantum_s=0.6,
+            quantum_s=1.0,
             user_tickets={"alice": 1.0, "bob": 3.0},
             env={"GFAIR_YIELD_GRACE_S": "5"},
         ) as cluster,
@@ -88,7 +89,7 @@ async def test_pytorch_training_parked_in_place_and_moved_ends_bitwise_equal(
         train = [JOB_PYTHON, str(EXAMPLE), "--steps", str(STEPS)]
         await client.submit("alice", 1, train, job_id="train")
         try:
-            state = await finished(client, "alice", "train", timeout_s=180)
+            state = await finished(client, "alice", "train", timeout_s=240)
         except AssertionError:
             details = await client.job("alice", "train")
             raise AssertionError([e.data for e in details.events][-8:]) from None
