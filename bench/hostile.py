@@ -12,7 +12,10 @@ started as `gfair up` does), measured alike:
   floods the query service with ``--queries`` concurrent `gfair jobs`-style queries, each
   asking again as soon as it is answered.
 
-Printed per run: bob's received GPU share of the cluster over the window (GPU-seconds his jobs
+The cluster requires logins (`gfair up --auth`, a tenants file of the three): the
+neighbour's and bob's questions are a tenant's, answered by the query service; the
+submissions and the accounting of bob's jobs are the operator's. Printed per run: bob's
+received GPU share of the cluster over the window (GPU-seconds his jobs
 held, from each start or resume report to the suspend or exit report) against his
 entitlement (his 2 GPUs asked, of 8: the water-filled share, which both neighbours leave him),
 and the latency of his own `jobs` query, asked every half second, p50 and p99.
@@ -35,10 +38,12 @@ from pathlib import Path
 
 from gfair.bus.logs import configure_logging
 from gfair.client import GfairClient
+from gfair.client.connection import ConnectOptions
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.events.jobs import JobExited, JobResumed, JobStarted, JobSuspended
 
 CLUSTER = "v100:1x4,k80:1x4"
+TENANTS = ("alice", "bob", "carol")
 CLUSTER_GPUS = 8
 BOB_JOBS = 2
 IGNORES_YIELDS = ["sh", "-c", 'trap "" USR1 TERM; sleep 1000000']
@@ -94,37 +99,55 @@ async def _held(client: GfairClient, job_id: str, began: float, ended: float) ->
     return held
 
 
+def _login(cluster: EmbeddedCluster, user: str) -> ConnectOptions:
+    assert cluster.logins is not None
+    logins = {login.user: login for login in cluster.logins.tenant_logins}
+    login = logins.get(user, cluster.logins.operator)
+    return ConnectOptions(
+        servers=(cluster.nats_url,), user=login.user, password=login.password, name=user
+    )
+
+
 async def run(quantum_s: float, hostile: bool, duration_s: float, queries: int) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="gfair-hostile-") as tmp:
         base = Path(tmp)
         for directory in (base, *base.parents[:1]):  # reachable by the tenants' own uids
             directory.chmod(directory.stat().st_mode | 0o001)
+        tenants = base / "tenants.toml"
+        tenants.write_text("".join(f'[[tenants]]\nname = "{t}"\n' for t in TENANTS))
         options = ClusterOptions(
-            cluster=CLUSTER, quantum_s=quantum_s, data_dir=base / "gfair", log_level="WARNING"
+            cluster=CLUSTER,
+            quantum_s=quantum_s,
+            data_dir=base / "gfair",
+            log_level="WARNING",
+            auth=tenants,
         )
         async with EmbeddedCluster(options) as cluster:
-            client = await GfairClient.connect(cluster.nats_url, poll_interval_s=0.1)
-            async with client:
-                neighbour = "alice" if hostile else "carol"
+            neighbour = "alice" if hostile else "carol"
+            operator = await GfairClient.connect(options=_login(cluster, "operator"))
+            asker = await GfairClient.connect(options=_login(cluster, neighbour))
+            bob = await GfairClient.connect(options=_login(cluster, "bob"))
+            async with operator, asker, bob:
                 command = IGNORES_YIELDS if hostile else YIELDS
                 for index in range(2):
-                    await client.submit(neighbour, 4, command, job_id=f"gang{index}")
+                    await operator.submit(neighbour, 4, command, job_id=f"gang{index}")
                 await asyncio.sleep(2 * quantum_s)  # the gangs hold both servers
                 for index in range(BOB_JOBS):
-                    await client.submit("bob", 1, YIELDS, job_id=f"b{index}")
+                    await operator.submit("bob", 1, YIELDS, job_id=f"b{index}")
                 stop = asyncio.Event()
+                # The neighbour's questions go through the query service, as a tenant's must.
                 flood = [
-                    asyncio.create_task(_flood(client, neighbour, stop))
+                    asyncio.create_task(_flood(asker, neighbour, stop))
                     for _ in range(queries if hostile else 0)
                 ]
-                probe = asyncio.create_task(_probe(client, stop))
+                probe = asyncio.create_task(_probe(bob, stop))
                 began = time.time()
                 await asyncio.sleep(duration_s)
                 ended = time.time()
                 stop.set()
                 latencies = await probe
                 answered = sum(await asyncio.gather(*flood))
-                held = sum([await _held(client, f"b{i}", began, ended) for i in range(BOB_JOBS)])
+                held = sum([await _held(operator, f"b{i}", began, ended) for i in range(BOB_JOBS)])
     latencies.sort()
     return Outcome(
         quantum_s=quantum_s,

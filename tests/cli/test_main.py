@@ -68,19 +68,21 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == f"gfair {version('gfair')}\n"
 
 
-# argparse itself swallows a failed write of --help (and exits 0); a command's output fails in
-# the command and ends it as SIGPIPE would.
+# Some 3.11 releases' argparse swallows a failed write of --help (and exits 0), others let it
+# through to gfair's handler; a command's output fails in the command and ends it as SIGPIPE
+# would. Either way, nothing on stderr.
 @pytest.mark.parametrize(
-    ("argv", "code"), [(["--help"], 0), (["completion", "bash"], EXIT_BROKEN_PIPE)]
+    ("argv", "codes"),
+    [(["--help"], {0, EXIT_BROKEN_PIPE}), (["completion", "bash"], {EXIT_BROKEN_PIPE})],
 )
-def test_a_closed_pipe_ends_quietly(argv: list[str], code: int) -> None:
+def test_a_closed_pipe_ends_quietly(argv: list[str], codes: set[int]) -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before anything is written, as after `| head -1`
     try:
         done = subprocess.run([*GFAIR, *argv], stdout=write_end, stderr=subprocess.PIPE)
     finally:
         os.close(write_end)
-    assert done.returncode == code
+    assert done.returncode in codes
     assert done.stderr == b""
 
 

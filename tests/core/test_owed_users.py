@@ -53,3 +53,41 @@ def test_an_owed_users_job_stays_where_it_runs_instead_of_moving_every_quantum()
     # moves in 31 runs), each a checkpoint and restore and, live, a gang forced off.
     assert len(ran) >= 25
     assert moves <= len(ran) // 2
+
+
+def _held(cluster: GandivaFair, specs: list[JobSpec], quanta: int, first: int) -> dict[str, float]:
+    """Average GPUs each user's jobs held over `quanta` quanta from `first`."""
+    of = {spec.id: spec for spec in specs}
+    held: dict[str, float] = {}
+    for quantum in range(first, first + quanta):
+        for job_id in cluster.plan(quantum).placements:
+            spec = of[job_id]
+            held[spec.user] = held.get(spec.user, 0.0) + spec.gpus / quanta
+    return held
+
+
+def test_a_small_user_beside_whole_server_gangs_receives_its_whole_demand() -> None:
+    """Bob asks for 2 GPUs, below his equal half of 8; carol's 4-GPU gangs can use only the
+    server bob's jobs leave whole. The GPUs beside bob's jobs fit none of carol's gangs: owed to
+    nobody, not saved up by carol, so she does not push bob off every other quantum (before,
+    bob received half his demand)."""
+    cluster = GandivaFair(parse_cluster_spec("v100:1x4,k80:1x4"), {}, load_throughputs())
+    gangs = [JobSpec(f"c{index}", "carol", 4) for index in range(2)]
+    small = [JobSpec(f"b{index}", "bob", 1) for index in range(2)]
+    assert all(cluster.submit(spec, 0).accepted for spec in gangs)
+    cluster.plan(0)
+    assert all(cluster.submit(spec, 1).accepted for spec in small)
+    held = _held(cluster, gangs + small, 200, 1)
+    assert held["bob"] >= 0.95 * 2
+    assert held["carol"] >= 4 * 0.95  # the other server, whole
+
+
+def test_a_gang_larger_than_the_free_room_still_saves_up_and_runs() -> None:
+    """An 8-GPU gang beside another user's 4-GPU job on two 4-GPU servers: the idle server
+    fits nothing, but the gang's user runs nothing at all, so it saves up and clears room."""
+    cluster = GandivaFair(parse_cluster_spec("v100:2x4"), {}, load_throughputs())
+    specs = [JobSpec("local", "alice", 4), JobSpec("gang", "bob", 8)]
+    assert all(cluster.submit(spec, 0).accepted for spec in specs)
+    held = _held(cluster, specs, 60, 0)
+    assert held["bob"] >= 8 / 8  # one quantum in eight at least
+    assert held["alice"] >= 4 / 2

@@ -32,6 +32,7 @@ async def test_an_array_with_a_limit_and_a_dependent_job_run_on_a_real_cluster(
 ) -> None:
     out = tmp_path / "runs"
     out.mkdir()
+    out.chmod(0o777)  # the jobs write here as their tenant's account, not as the tests' user
     async with (
         start_cluster(cluster="v100:1x4", quantum_s=0.5) as cluster,
         client_of(cluster) as client,

@@ -26,10 +26,13 @@ pytestmark = [pytest.mark.nats, pytest.mark.slow]
 async def test_user_errors_stop_after_their_budget_and_infrastructure_faults_are_retried(
     start_cluster: StartCluster, tmp_path: Path
 ) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    markers.chmod(0o777)  # the flaky job leaves its marker as its tenant's account
     jobs = {
         "exits-3": synthetic(4, fail_at_step=2),
         "oom": synthetic(4, oom_at_step=1),
-        "gpu-fault": flaky(tmp_path / "gpu-fault.marker", 2),
+        "gpu-fault": flaky(markers / "gpu-fault.marker", 2),
     }
     async with start_cluster(cluster="v100:2x2") as cluster, client_of(cluster) as client:
         for job_id, command in jobs.items():

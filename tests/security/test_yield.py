@@ -6,17 +6,12 @@ about its share beside the hostile gang (docs/design.md §1.3)."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from pathlib import Path
-from typing import Any
 
 import pytest
 
+from e2e.conftest import StartCluster, client_of, sdk_for_jobs, start_cluster, synthetic
 from gfair.client import GfairClient
-from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.events.jobs import JobResumed, JobStarted, JobSuspended
 from gfair.events.states import JobState
 
@@ -27,55 +22,10 @@ GRACE_S = 2.0  # split-stride's default for this quantum: max(2 s, a quarter of 
 # Its whole GPU-holding server for as long as it can: SIGUSR1 (the SDK's yield) and SIGTERM
 # ignored, only SIGKILL stops it.
 IGNORES_YIELDS = ["sh", "-c", 'trap "" USR1 TERM; sleep 600']
-# Bob's job: a plain process (killed at its grace when suspended, restarted from scratch; its
-# user is charged those seconds too). The synthetic SDK job is the well-behaved one to use
-# here, but under the tenants' own uids (node isolation, in progress in this tree) it exits
-# at once with status 1; see WELL_BEHAVED.
-BOBS_JOB = ["sleep", "600"]
-RESNET = "ResNet-50 (batch size 32)"
-# The system's interpreter, which any account may run (jobs run as their tenants' own uids
-# when the executor is root, and the virtualenv's may live under a private home), with
-# gfair's sources on its path: the SDK needs nothing else.
-INTERPRETER = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
-LIBS = str(Path(__file__).resolve().parents[2] / "libs")
-WELL_BEHAVED = [
-    INTERPRETER,
-    "-m",
-    "gfair.sdk.synthetic",
-    "--job-type",
-    RESNET,
-    "--duration-s",
-    "6000",
-    "--speed-scale",
-    "10",
-]
+# Bob's job yields at its next mini-batch when told, as the SDK's jobs do.
+BOBS_JOB = synthetic(duration_s=6000)
 
-StartCluster = Callable[..., AbstractAsyncContextManager[EmbeddedCluster]]
-
-
-@pytest.fixture
-def start_cluster(tmp_path: Path) -> StartCluster:
-    # Executors running as root run jobs as their tenants' own accounts, which must reach
-    # the run and checkpoint directories under it.
-    for directory in (tmp_path, *tmp_path.parents[:2]):
-        directory.chmod(directory.stat().st_mode | 0o001)
-
-    @asynccontextmanager
-    async def start(**options: Any) -> AsyncIterator[EmbeddedCluster]:
-        settings = ClusterOptions(
-            cluster="v100:1x4", quantum_s=QUANTUM_S, data_dir=tmp_path / "gfair", **options
-        )
-        async with EmbeddedCluster(settings) as running:
-            yield running
-
-    return start
-
-
-@asynccontextmanager
-async def client_of(cluster: EmbeddedCluster) -> AsyncIterator[GfairClient]:
-    client = await GfairClient.connect(cluster.nats_url, poll_interval_s=0.05)
-    async with client:
-        yield client
+__all__ = ["sdk_for_jobs", "start_cluster"]  # fixtures, used by name
 
 
 async def running(client: GfairClient, user: str, job_id: str, timeout_s: float) -> float:
@@ -104,7 +54,10 @@ async def hostile_beside_bob(client: GfairClient) -> float:
 async def test_a_job_ignoring_its_yield_is_forced_off_and_its_owner_told_why(
     start_cluster: StartCluster,
 ) -> None:
-    async with start_cluster() as cluster, client_of(cluster) as client:
+    async with (
+        start_cluster(cluster="v100:1x4", quantum_s=QUANTUM_S) as cluster,
+        client_of(cluster) as client,
+    ):
         waited = await hostile_beside_bob(client)
         hog = await client.job("alice", "hog")
         why = await client.why("alice", "hog")
@@ -126,7 +79,10 @@ async def test_a_well_behaved_job_gets_its_share_beside_a_gang_that_ignores_its_
     start_cluster: StartCluster,
 ) -> None:
     window_s = 16 * QUANTUM_S
-    async with start_cluster() as cluster, client_of(cluster) as client:
+    async with (
+        start_cluster(cluster="v100:1x4", quantum_s=QUANTUM_S) as cluster,
+        client_of(cluster) as client,
+    ):
         await hostile_beside_bob(client)
         began = time.time()
         await asyncio.sleep(window_s)
@@ -143,9 +99,9 @@ async def test_a_well_behaved_job_gets_its_share_beside_a_gang_that_ignores_its_
             since = None
     if since is not None:
         held += max(0.0, ended - since)
-    # Bob's one GPU against alice's 4-GPU gang on one 4-GPU server: the kernel alternates
-    # them at worst (both owed, ties to the earlier user) and charges alice what her gang
-    # holds past its yields. Before, her gang held the server 35 s per cycle and bob ran
-    # about 5 s of every 40.
+    # Bob's one GPU against alice's 4-GPU gang on one 4-GPU server: while bob runs, the three
+    # GPUs beside him fit no job of alice's, who then runs nothing and saves up, so the two
+    # alternate at worst, and alice is charged what her gang holds past its yields. Before,
+    # her gang held the server 35 s per cycle and bob ran about 5 s of every 40.
     share = held / (ended - began)
     assert share > 0.35, f"bob ran {share:.0%} of the window"

@@ -120,6 +120,10 @@ class Decision:
     placed: dict[str, tuple[str, ...]]  # job id -> servers, for every job that runs
     charged: dict[str, dict[str, float]]  # user -> pool -> GPUs run on its entitlement
     waiting: int  # runnable jobs that do not run this quantum
+    # pool -> GPUs no job holds this quantum: none of the waiting jobs fits them (the decision
+    # is work-conserving), so they are owed to nobody (`settle`)
+    idle: dict[str, int] = field(default_factory=dict)
+    served: frozenset[str] = frozenset()  # users with a job running this quantum
 
 
 @dataclass(slots=True)
@@ -155,6 +159,8 @@ def decide(snapshot: Snapshot) -> Decision:
         placed=placed,
         charged=charged,
         waiting=waiting,
+        idle={generation: free.total for generation, free in packing.items() if free.total},
+        served=frozenset(choice.job.user for choice in chosen.values()),
     )
 
 
@@ -598,15 +604,48 @@ def settle(
                 owner.credit[generation] -= quanta
     if decision.waiting == 0:
         return False
+    unusable = _unusable(users, decision)
     for name, user in users.items():
         spent = decision.charged.get(name, {})
         cap = ceiling.get(name, 1.0)
         for generation, entitled in user.entitled.items():
-            credit = user.credit.get(generation, 0.0) + entitled - spent.get(generation, 0.0)
+            owed = entitled - unusable.get((name, generation), 0.0)
+            credit = user.credit.get(generation, 0.0) + owed - spent.get(generation, 0.0)
             user.credit[generation] = min(credit, max(cap, entitled * _CREDIT_QUANTA) + entitled)
     for job in ran:
         job.pass_ += job.gpus / job.weight
     return True
+
+
+def _unusable(users: Mapping[str, UserState], decision: Decision) -> dict[tuple[str, str], float]:
+    """(user, pool) -> the part of the user's entitlement there that sat idle for want of a
+    job of its that fits, while the user ran elsewhere: owed to nobody, so not saved up.
+
+    A pool's GPUs left idle by a work-conserving decision fit no waiting job. A user short of
+    its entitlement beside them that runs jobs this quantum was served as far as its jobs fit:
+    its other gangs are too large for the holes (a 4-GPU gang beside another user's two 1-GPU
+    jobs on a 4-GPU server), and nobody denied it those GPUs. Were that shortfall saved up,
+    the gang's user would win the next quanta and push the small user's jobs off, and the two
+    would alternate: the small user, whose demand lies below its share and which max-min
+    fairness serves first, would receive half of it. A user that runs nothing still saves up:
+    its gang waits for room that only its credit can clear (an 8-GPU gang beside a 4-GPU job).
+    The idle GPUs are taken off the running users' shortfalls, in proportion to them.
+    """
+    unusable: dict[tuple[str, str], float] = {}
+    for generation, idle in decision.idle.items():
+        short = {}
+        for name, user in users.items():
+            spent = decision.charged.get(name, {}).get(generation, 0.0)
+            gap = user.entitled.get(generation, 0.0) - spent
+            if gap > _EPS and name in decision.served:
+                short[name] = gap
+        total = sum(short.values())
+        if total <= _EPS:
+            continue
+        taken = min(float(idle), total)
+        for name, gap in short.items():
+            unusable[(name, generation)] = taken * gap / total
+    return unusable
 
 
 # How many quanta of entitlement a user may save up beyond its largest gang.
