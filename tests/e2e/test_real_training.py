@@ -4,11 +4,13 @@ weights and optimizer state of an uninterrupted run."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ torch = pytest.importorskip("torch", reason="real training needs torch (pip inst
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pytorch_train.py"
-STEPS = 14000
+STEPS = 30000
 
 
 def final_tensors(checkpoints: Path) -> dict[str, Any]:
@@ -65,18 +67,31 @@ def uninterrupted(directory: Path) -> dict[str, Any]:
     return final_tensors(directory / ".gfair" / "checkpoints")
 
 
+def switches(events: list[Any]) -> tuple[int, int]:
+    """In-place suspends, and moves to the other server (a new process there)."""
+    parked = sum(1 for e in events if isinstance(e, JobSuspended) and e.in_place)
+    starts = [
+        e
+        for e in events
+        if isinstance(e, JobStarted) or (isinstance(e, JobResumed) and not e.in_place)
+    ]
+    moves = sum(1 for a, b in itertools.pairwise(starts) if a.node_id != b.node_id)
+    return parked, moves
+
+
 async def test_pytorch_training_parked_in_place_and_moved_ends_bitwise_equal(
     start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     # A two-GPU and a one-GPU server, four jobs: alice's training takes turns with bob's three
     # synthetic ones (tickets 1:3), back on the server it parked on (in place) or on the other
     # one (a move: its node checkpoints it, and the new one starts from that checkpoint). The
-    # grace lets a cold start (importing torch takes seconds) reach its first mini-batch. A
-    # quantum shorter than a cold start would have each move cost a slice for one mini-batch.
+    # grace lets a cold start (importing torch takes seconds) reach its first mini-batch. Once
+    # it switched enough, bob's jobs end and it trains alone to the end: how fast it gets
+    # there with half-second slices depends on this machine's load, not on what is tested.
     async with (
         start_cluster(
             cluster="v100:1x2,v100:1x1",
-            quantum_s=1.0,
+            quantum_s=0.5,
             user_tickets={"alice": 1.0, "bob": 3.0},
             env={"GFAIR_YIELD_GRACE_S": "5"},
         ) as cluster,
@@ -88,28 +103,25 @@ async def test_pytorch_training_parked_in_place_and_moved_ends_bitwise_equal(
             )
         train = [JOB_PYTHON, str(EXAMPLE), "--steps", str(STEPS)]
         await client.submit("alice", 1, train, job_id="train")
-        try:
-            state = await finished(client, "alice", "train", timeout_s=240)
-        except AssertionError:
+        deadline = time.monotonic() + 180
+        while True:
             details = await client.job("alice", "train")
-            raise AssertionError([e.data for e in details.events][-8:]) from None
-        details = await settled(client, "alice", "train")
+            events = [e.data for e in details.events]
+            parked, moves = switches(events)
+            if parked >= 20 and moves >= 3:
+                break
+            assert not details.state.terminal, f"ended after {parked} parks, {moves} moves"
+            assert time.monotonic() < deadline, f"{parked} parks, {moves} moves: {events[-6:]}"
+            await asyncio.sleep(1.0)
         for name in ("b1", "b2", "b3"):
             await client.cancel("bob", name, wait=False)
+        state = await finished(client, "alice", "train", timeout_s=180)
+        details = await settled(client, "alice", "train")
     assert state is JobState.COMPLETED, [e.data for e in details.events][-5:]
     events = [e.data for e in details.events]
     suspends = [e for e in events if isinstance(e, JobSuspended)]
-    parked = [e for e in suspends if e.in_place]
     resumed_in_place = [e for e in events if isinstance(e, JobResumed) and e.in_place]
-    starts = [
-        e
-        for e in events
-        if isinstance(e, JobStarted) or (isinstance(e, JobResumed) and not e.in_place)
-    ]
-    moves = sum(1 for a, b in itertools.pairwise(starts) if a.node_id != b.node_id)
-    assert len(parked) >= 20, f"{len(parked)} in-place suspends of {len(suspends)}"
     assert resumed_in_place, "never resumed in place"
-    assert moves >= 3, f"{moves} moves to the other server"
     # Every switch is measured: suspends to GPUs free, in-place resumes to the first new step.
     assert all(s.duration_s is not None for s in suspends)
     assert all(r.duration_s is not None for r in resumed_in_place)
