@@ -5,7 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHMARKS = ("bench.quantum", "bench.policies", "bench.bus", "bench.live", "bench.hostile")
+BENCHMARKS = (
+    "bench.quantum",
+    "bench.policies",
+    "bench.bus",
+    "bench.live",
+    "bench.hostile",
+    "bench.switching",
+)
 
 
 def main() -> int:

@@ -10,6 +10,12 @@ per mini-batch (that is how the scheduler measures this job's speed on each GPU 
 stores checkpoints atomically next to the previous one, and says when the GPUs must be given
 back. gfair sets CUDA_VISIBLE_DEVICES, so `cuda` is always this job's own first GPU.
 
+A yield parks in place when gfair allows it (`job.suspend`): the model and optimizer move to
+host memory, the GPU is freed, and the same process continues when the job's next time slice
+is on the same GPUs, without a checkpoint or a new process; a move elsewhere has it checkpoint
+and exit. `--restart-per-slice` always checkpoints and exits instead (every slice a new
+process), for comparison.
+
 The data is synthetic and derived from the step number, so a resumed run sees exactly the
 batches it would have seen without the interruption. Needs torch (not a gfair dependency).
 """
@@ -17,6 +23,7 @@ batches it would have seen without the interruption. Needs torch (not a gfair de
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 import torch
@@ -67,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--checkpoint-every", type=int, default=500)
+    parser.add_argument(
+        "--restart-per-slice",
+        action="store_true",
+        help="never park in place: every yield checkpoints and exits",
+    )
     args = parser.parse_args(argv)
 
     job = Job.from_env()
@@ -91,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         job.complete()
         return 0
 
+    # What moves to host memory while parked (on the CPU: nothing to move).
+    job.register_torch(model, optimizer)
     model.train()
     loss = torch.zeros((), device=device)
     for step in range(start, args.steps):
@@ -103,9 +117,13 @@ def main(argv: list[str] | None = None) -> int:
         job.report(step)
         done = step + 1
         if job.should_yield():
-            # At a mini-batch boundary the model and optimizer are consistent: save and go.
-            save(job, model, optimizer, done, float(loss.item()))
-            job.exit_for_yield()
+            # At a mini-batch boundary the model and optimizer are consistent: park, or save
+            # and go.
+            last = float(loss.item())
+            if args.restart_per_slice:
+                save(job, model, optimizer, done, last)
+                job.exit_for_yield()
+            job.suspend(functools.partial(save, job, model, optimizer, done, last))
         if done % args.checkpoint_every == 0 and done < args.steps:
             save(job, model, optimizer, done, float(loss.item()))
 

@@ -17,6 +17,10 @@ from gfair.sdk.environment import YIELD_EXIT_CODE, JobEnvironment
 from gfair.sdk.job import Job
 
 torch = pytest.importorskip("torch")
+# Base classes by names of type Any: where torch is installed, mypy reads `torch.nn.Module` in
+# a class statement as the installed module's name, not as an attribute of this variable.
+Module: Any = torch.nn.Module
+Dataset: Any = torch.utils.data.Dataset
 
 STEPS = 12
 YIELD_AT = 5
@@ -78,7 +82,9 @@ def test_lightning_yields_through_a_checkpoint_and_resumes(tmp_path: Path) -> No
     lightning = pytest.importorskip("lightning.pytorch")
     from gfair.sdk.lightning_callback import GfairCallback
 
-    class Regression(lightning.LightningModule):  # type: ignore[misc]
+    lightning_module: Any = lightning.LightningModule
+
+    class Regression(lightning_module):  # type: ignore[misc]
         def __init__(self, yield_at: int | None) -> None:
             super().__init__()
             self.layer = torch.nn.Linear(4, 1)
@@ -124,7 +130,7 @@ def test_hugging_face_trainer_yields_through_a_checkpoint_and_resumes(tmp_path: 
     pytest.importorskip("accelerate")
     from gfair.sdk.trainer_callback import GfairTrainerCallback
 
-    class Regression(torch.nn.Module):  # type: ignore[misc]
+    class Regression(Module):  # type: ignore[misc]
         def __init__(self, yield_at: int | None) -> None:
             super().__init__()
             self.layer = torch.nn.Linear(4, 1)
@@ -137,7 +143,7 @@ def test_hugging_face_trainer_yields_through_a_checkpoint_and_resumes(tmp_path: 
                 ask_to_yield()
             return {"loss": torch.nn.functional.mse_loss(self.layer(x), labels)}
 
-    class Rows(torch.utils.data.Dataset):  # type: ignore[misc]
+    class Rows(Dataset):  # type: ignore[misc]
         def __init__(self) -> None:
             torch.manual_seed(0)
             self.x, self.y = torch.randn(64, 4), torch.randn(64, 1)

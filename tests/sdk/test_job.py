@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,8 @@ from gfair.sdk.environment import (
     ENV_GPU_GENERATION,
     ENV_JOB_ID,
     ENV_RESUME_CHECKPOINT,
+    PARK_FILE,
+    PARKED_MARKER,
     PROGRESS_FILE,
     YIELD_FILE,
 )
@@ -180,3 +184,77 @@ def test_checkpoint_context_manager_stores_framework_files(tmp_path: Path) -> No
         assert job.load_checkpoint() == {"epoch": 1}
         assert job.restored is not None
         assert job.restored.file("model.pt").read_bytes() == b"tensor bytes"
+
+
+@pytest.fixture
+def restore_sigusr2() -> Iterator[None]:
+    before = signal.getsignal(signal.SIGUSR2)
+    yield
+    signal.signal(signal.SIGUSR2, before)
+
+
+def answer_later(control: Path, park: int, action: str, delay_s: float = 0.1) -> threading.Thread:
+    """The executor's part: the answer file, then SIGUSR2 to the parked process."""
+
+    def answer() -> None:
+        time.sleep(delay_s)
+        if action == "resume":  # the executor withdraws the yield it answers in place
+            (control / YIELD_FILE).unlink()
+        (control / PARK_FILE).write_text(json.dumps({"park": park, "action": action}))
+        os.kill(os.getpid(), signal.SIGUSR2)
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    return thread
+
+
+def test_suspend_parks_in_place_and_resumes_when_answered(
+    tmp_path: Path, restore_sigusr2: None
+) -> None:
+    moves: list[str] = []
+    saves: list[int] = []
+    control = tmp_path / "control"
+    with Job.from_env(managed_env(tmp_path)) as job:
+        job.register_state(lambda: moves.append("off"), lambda: moves.append("on"))
+        job.report(6)
+        (control / YIELD_FILE).write_text(json.dumps({"requested": True, "park": True}))
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert job.should_yield()
+        thread = answer_later(control, 1, "resume")
+        job.suspend(lambda: saves.append(job.steps_done))
+        thread.join()
+        assert not job.should_yield()  # answered in place: the request is spent
+    assert moves == ["off", "on"] and saves == []
+    kinds = [(r.kind, r.step, r.park) for r in records(tmp_path) if r.kind != "step"]
+    assert kinds[-2:] == [("parked", 7, 1), ("resumed", 7, 1)]
+    assert not (tmp_path / "ck" / PARKED_MARKER).exists()
+
+
+def test_a_parked_job_told_to_leave_saves_and_exits_for_its_yield(
+    tmp_path: Path, restore_sigusr2: None
+) -> None:
+    control = tmp_path / "control"
+    job = Job.from_env(managed_env(tmp_path))
+    job.report(2)
+    (control / YIELD_FILE).write_text(json.dumps({"requested": True, "park": True}))
+    thread = answer_later(control, 1, "exit")
+    with pytest.raises(SystemExit) as exited:
+        job.suspend(lambda: job.save_checkpoint({"step": 3}))
+    thread.join()
+    assert exited.value.code == YIELD_EXIT_CODE
+    assert CheckpointStore(tmp_path / "ck").latest().step == 3  # type: ignore[union-attr]
+    assert [r.kind for r in records(tmp_path)][-2:] == ["checkpoint", "yield"]
+    assert not (tmp_path / "ck" / PARKED_MARKER).exists()
+
+
+def test_suspend_without_leave_to_park_checkpoints_and_exits(tmp_path: Path) -> None:
+    # A yield file of an older executor, or one for a move: no "park".
+    (tmp_path / "control").mkdir()
+    (tmp_path / "control" / YIELD_FILE).write_text(json.dumps({"requested": True}))
+    moves: list[str] = []
+    job = Job.from_env(managed_env(tmp_path))
+    job.register_state(lambda: moves.append("off"), lambda: moves.append("on"))
+    with pytest.raises(SystemExit) as exited:
+        job.suspend(lambda: job.save_checkpoint({"step": 1}))
+    assert exited.value.code == YIELD_EXIT_CODE and moves == []
+    assert "parked" not in [r.kind for r in records(tmp_path)]

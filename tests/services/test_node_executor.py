@@ -702,3 +702,77 @@ async def test_sigterm_drains_jobs_before_the_process_exits(
             process.kill()
             process.wait()
         await bus.close()
+
+
+# ----- suspension in place ---------------------------------------------------------------------
+
+PARKING = (
+    JOB_PYTHON,
+    str(Path(__file__).parents[1] / "node" / "parking_job.py"),
+    "100000",
+    "0.005",
+)
+
+
+async def test_a_time_slice_parks_in_place_and_a_start_here_continues_the_same_process(
+    node: Node, tmp_path: Path
+) -> None:
+    await node.send(start_command(tmp_path, "p", PARKING, (0,)))
+    await node.wait_for(JobProgress)
+    slice_over = SuspendCommand(node_id=NODE, user="alice", job_id="p", attempt=1, yield_grace_s=5)
+    first = await node.send(slice_over)
+    (suspended,) = await node.wait_for(JobSuspended)
+    assert isinstance(suspended, JobSuspended)
+    assert suspended.in_place and not suspended.forced and suspended.duration_s is not None
+    assert node.executor.running() == []  # parked: it holds no GPU
+    await node.executor.on_command(first, slice_over)  # a redelivery restates it
+    restated = await node.events(JobSuspended)
+    assert len(restated) == 1 and isinstance(restated[0], JobSuspended) and restated[0].in_place
+
+    # Back on this node (simulated GPUs: on any of them): the same process goes on.
+    await node.send(start_command(tmp_path, "p", PARKING, (1,)))
+    (resumed,) = await node.wait_for(JobResumed)
+    assert isinstance(resumed, JobResumed)
+    assert resumed.in_place and resumed.gpu_indices == (1,) and resumed.duration_s is not None
+    (run,) = node.executor.running()
+    assert run.gpu_indices == (1,)
+    runs = list((tmp_path / "work" / "runs" / "alice" / "p").glob("run-*"))
+    assert len(runs) == 1  # no second process
+    assert await node.events(JobStarted) and len(await node.events(JobStarted)) == 1
+
+    # Parked again, then moved away: it checkpoints where it parked and lets go.
+    again = SuspendCommand(node_id=NODE, user="alice", job_id="p", attempt=1, yield_grace_s=5)
+    await node.send(again)
+    await node.wait_for(JobSuspended, count=2)
+    move = SuspendCommand(
+        node_id=NODE, user="alice", job_id="p", attempt=1, reason=SuspendReason.MIGRATION
+    )
+    await node.send(move)
+    left = (await node.wait_for(JobSuspended, count=3))[-1]
+    assert isinstance(left, JobSuspended)
+    assert not left.in_place and left.checkpoint_step is not None and left.checkpoint_step > 0
+    assert left.checkpoint_bytes is not None
+    assert node.executor.running() == [] and await node.events(JobExited) == []
+
+
+async def test_a_parked_job_over_the_nodes_budget_checkpoints_and_exits(
+    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
+) -> None:
+    # A budget below one Python process: whatever parks is over it at once.
+    settings = make_settings(tmp_path, parked_memory="1M")
+    async for node in running_node(memory_bus, settings, gpus):
+        await node.send(start_command(tmp_path, "big", PARKING, (0,)))
+        await node.wait_for(JobProgress)
+        await node.send(
+            SuspendCommand(node_id=NODE, user="alice", job_id="big", attempt=1, yield_grace_s=5)
+        )
+        (suspended,) = await node.wait_for(JobSuspended)
+        assert isinstance(suspended, JobSuspended) and suspended.in_place
+        await node.wait_for(JobCheckpointed)  # written as it left
+        (run,) = node.executor.runs()
+        assert not run.alive
+        # Its next start is a new process, from that checkpoint.
+        await node.send(start_command(tmp_path, "big", PARKING, (0,)))
+        (resumed,) = await node.wait_for(JobResumed)
+        assert isinstance(resumed, JobResumed) and not resumed.in_place
+        assert resumed.checkpoint_step is not None and resumed.checkpoint_step > 0

@@ -186,6 +186,11 @@ class JobProgress(NodeReport):
     iterations: Step = Field(description="Mini-batches done so far, over all attempts")
     checkpoint_step: Step | None = Field(default=None, description="Step of the last checkpoint")
     window_s: PositiveSeconds | None = Field(default=None, description="Measured over this long")
+    first_step_s: Seconds | None = Field(
+        default=None,
+        description="On a run's first report only: from the command that started it to its "
+        "first mini-batch (a cold start or resume from a checkpoint: process, imports, loading)",
+    )
 
 
 @register
@@ -207,6 +212,15 @@ class JobSuspended(NodeReport):
     overrun_s: Seconds | None = Field(
         default=None, description="How long past its grace it held its GPUs (forced yields)"
     )
+    in_place: bool = Field(
+        default=False,
+        description="Parked in place: its process waits in the node's host memory, holding no "
+        "GPU, and resumes there on the same GPUs without a checkpoint (`duration_s`: from the "
+        "command to its GPUs being free)",
+    )
+    checkpoint_bytes: Bytes | None = Field(
+        default=None, description="Size of the checkpoint this suspend wrote"
+    )
 
 
 @register
@@ -220,6 +234,11 @@ class JobResumed(NodeReport):
     attempt: Attempt
     checkpoint_step: Step | None = None
     duration_s: Seconds | None = Field(default=None, description="Time the resume took")
+    in_place: bool = Field(
+        default=False,
+        description="Continued in the process parked in place on this node (`duration_s`: "
+        "from the command to its first mini-batch after it)",
+    )
 
 
 @register

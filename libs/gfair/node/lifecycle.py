@@ -25,6 +25,8 @@ class JobProgress:
     rate_per_s: float | None
     window_s: float
     checkpoint_step: int | None
+    # When this run's first mini-batch ended (wall time): how long its start took to pay off.
+    first_step_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,9 @@ class SuspendResult:
 
     `fresh` is true when the job wrote a checkpoint after it was asked to yield; false means the
     current checkpoint is an older fallback (or there is none: resume restarts from step 0).
-    `switch_s` runs from the request to the process being gone.
+    `switch_s` runs from the request to the process being gone, or, `parked` (it yielded in
+    place: its process waits in host memory, its GPUs free, and `exited` is None), to its
+    saying so.
     """
 
     job_id: str
@@ -77,4 +81,22 @@ class SuspendResult:
     fresh: bool
     escalation: Escalation | None
     switch_s: float
-    exit: JobExited
+    exited: JobExited | None
+    parked: bool = False
+
+    @property
+    def exit(self) -> JobExited:
+        """How the process ended (not for a `parked` result: it did not)."""
+        if self.exited is None:
+            raise ValueError(f"job {self.job_id} parked in place: its process did not exit")
+        return self.exited
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedJob:
+    """A job parked in place: since when (monotonic clock) and how much host memory it holds."""
+
+    job_id: str
+    gpu_indices: tuple[int, ...]
+    since: float
+    rss_bytes: int

@@ -17,6 +17,7 @@ it creates its files there without following one (`_write_json_atomically`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gfair.sdk.environment import PROGRESS_FILE, YIELD_FILE
+from gfair.sdk.environment import PARK_FILE, PROGRESS_FILE, YIELD_FILE
 
 LAUNCH_RECORD = "launch.json"
 EXIT_RECORD = "exit.json"
@@ -81,10 +82,21 @@ class RunDirectory:
     def stderr(self) -> Path:
         return self.path / "stderr.log"
 
-    def request_yield(self) -> None:
+    def request_yield(self, *, park: bool = False) -> None:
         """Create the yield file atomically, so the SDK never sees a half-made one (readable by
-        the job: it is the job's question)."""
-        _write_json_atomically(self.yield_file, {"requested": True}, mode=0o644)
+        the job: it is the job's question). `park`: the job may yield in place."""
+        _write_json_atomically(self.yield_file, {"requested": True, "park": park}, mode=0o644)
+
+    def withdraw_yield(self) -> None:
+        """The parked job resumes here: its yield is answered (unlink follows no link)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.yield_file.unlink()
+
+    def answer_park(self, park: int, action: str) -> None:
+        """Tell the job parked in place (park number `park`) to resume or to checkpoint and exit."""
+        _write_json_atomically(
+            self.control_dir / PARK_FILE, {"park": park, "action": action}, mode=0o644
+        )
 
     def open_output(self, path: Path) -> BinaryIO:
         """`stdout.log` or `stderr.log` for appending, readable by the executor alone."""
@@ -118,6 +130,9 @@ def _write_json_atomically(path: Path, record: dict[str, Any], mode: int = _PRIV
     # through it.
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
     fd = os.open(tmp, _CREATE | os.O_EXCL, mode)
+    # The mode as asked, whatever the executor's umask: the job must read its yield and park
+    # files (it runs as another account).
+    os.fchmod(fd, mode)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(json.dumps(record, sort_keys=True))
     os.replace(tmp, path)

@@ -64,6 +64,21 @@ class SupervisedJob:
     owner: int | None = None
     # Files the job pointed the executor at that were not its own (job_files.py), and why.
     refused: list[str] = field(default_factory=list)
+    # Parked in place (the SDK's `suspend`): its park number, when it said so (its clock, wall
+    # time) and since when (the supervisor's monotonic clock); None while it runs.
+    parked: int | None = None
+    parked_at: float | None = None
+    parked_since: float | None = None
+    # After an in-place resume: when it said it resumed, and when its first step after that
+    # ended (wall time, the job's clock); what the resume cost is measured by.
+    resumed_at: float | None = None
+    first_step_at: float | None = None
+    # When the run's first mini-batch ended (wall time, the job's clock).
+    run_first_step_at: float | None = None
+    # Set, and replaced by a fresh one, whenever records arrived or the job exited.
+    news: anyio.Event = field(default_factory=anyio.Event)
+    # Someone waits for this job's records: read its progress file often.
+    eager: bool = False
 
     def absorb(self, records: list[ProgressRecord]) -> list[JobEvent]:
         """Update from the job's records; return the lifecycle events they imply."""
@@ -72,6 +87,10 @@ class SupervisedJob:
             if record.kind == "step" and record.step is not None:
                 self.steps = record.step
                 self.rates.add(record.time, record.step)
+                if self.run_first_step_at is None:
+                    self.run_first_step_at = record.time
+                if self.resumed_at is not None and self.first_step_at is None:
+                    self.first_step_at = record.time
             elif record.kind == "checkpoint":
                 events.extend(self._note_checkpoint(record))
             elif record.kind == "ready":
@@ -79,6 +98,13 @@ class SupervisedJob:
                     self.sdk_pid = record.pid
             elif record.kind == "yield":
                 self.yield_reported = True
+            elif record.kind == "parked":
+                self.parked, self.parked_at = record.park, record.time
+                self.parked_since = time.monotonic()
+                self.rates = RateWindow(self.rates.window_s)  # a pause is not a slow step
+            elif record.kind == "resumed":
+                self.parked = self.parked_since = None
+                self.resumed_at = record.time
             elif record.kind == "complete":
                 self.completed = True
         return events
@@ -98,6 +124,7 @@ class SupervisedJob:
             rate_per_s=self.rates.rate(),
             window_s=self.rates.window_s,
             checkpoint_step=self.checkpoint.step if self.checkpoint else None,
+            first_step_at=self.run_first_step_at,
         )
 
     def finish(

@@ -18,12 +18,13 @@ Leaving the block (or `shutdown`) suspends every job, then kills what is left: n
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -44,6 +45,7 @@ from gfair.node.lifecycle import (
     JobEvent,
     JobExited,
     JobProgress,
+    ParkedJob,
     SuspendResult,
 )
 from gfair.node.orphans import ReapedRun, reap_orphans
@@ -62,9 +64,12 @@ from gfair.node.progress import ProgressTail, RateWindow
 from gfair.node.run_directory import PASSAGE_MODE, RunDirectory
 from gfair.node.supervised_job import SupervisedJob
 from gfair.sdk.checkpoint import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint
-from gfair.sdk.environment import ENV_CONTROL_DIR, JobEnvironment
+from gfair.sdk.environment import ENV_CONTROL_DIR, PARKED_MARKER, JobEnvironment
+from gfair.sdk.parking import ANSWER_SIGNAL
 from gfair.sdk.progress import ProgressRecord
 
+# How often a job's records are read while someone waits on them (a suspend, a resume).
+_EAGER_POLL_S = 0.005
 # Finished jobs remembered for `wait`/`suspend` after the fact.
 _FINISHED_KEPT = 1024
 # How long to wait for SIGKILLed stragglers of an exited job to disappear.
@@ -224,7 +229,24 @@ class JobSupervisor:
         return [job.handle for job in self._jobs.values()]
 
     def busy_gpus(self) -> frozenset[int]:
-        return frozenset(i for job in self._jobs.values() for i in job.handle.gpu_indices)
+        """GPUs held by jobs' processes; a job parked in place holds none."""
+        return frozenset(
+            i for job in self._jobs.values() if job.parked is None for i in job.handle.gpu_indices
+        )
+
+    def parked(self) -> list[ParkedJob]:
+        """Jobs parked in place, longest-parked first, with their host memory (RSS)."""
+        found = [
+            ParkedJob(
+                job.handle.job_id,
+                job.handle.gpu_indices,
+                job.parked_since,
+                _resident_bytes(job.sdk_pid or job.handle.pid),
+            )
+            for job in self._jobs.values()
+            if job.parked is not None and job.parked_since is not None and not job.terminating
+        ]
+        return sorted(found, key=lambda p: p.since)
 
     # ----- commands ------------------------------------------------------------------------
 
@@ -239,6 +261,7 @@ class JobSupervisor:
         if unknown:
             raise SupervisorError(f"job {launch.job_id}: this node has no GPU {sorted(unknown)}")
         taken = self.busy_gpus() & set(launch.gpu_indices)
+        # (A job parked in place must be told to leave first: `suspend`, then start.)
         if taken:
             raise SupervisorError(f"job {launch.job_id}: GPUs {sorted(taken)} are in use")
         if self.config.visible_devices == "uuid" and not launch.gpu_uuids and launch.gpu_indices:
@@ -353,9 +376,13 @@ class JobSupervisor:
         return handle
 
     async def suspend(
-        self, job_id: str, timeout_s: float, *, enforce: bool = False
+        self, job_id: str, timeout_s: float, *, enforce: bool = False, park: bool = False
     ) -> SuspendResult:
         """Ask the job to checkpoint and exit; force it after `timeout_s`; say what survived.
+
+        With `park` the job may instead yield in place (the SDK's `Job.suspend`): it moves its
+        state to host memory, frees its GPUs and waits; the result then says `parked`, and
+        `resume_in_place` continues it. A job already parked is told to checkpoint and exit.
 
         Forcing is SIGTERM, then SIGKILL after the term grace: a job may still checkpoint on
         SIGTERM (a drain at shutdown). With `enforce` (a yield the scheduler is owed: another
@@ -366,13 +393,32 @@ class JobSupervisor:
         if job is None:
             finished = self._finished_exit(job_id)
             return SuspendResult(job_id, finished.checkpoint, False, None, 0.0, finished)
-        requested_at = time.monotonic()
+        requested_at, requested_wall = time.monotonic(), time.time()
         # Read before asking, or a quick job's fresh checkpoint would count as the old one.
         before = await anyio.to_thread.run_sync(job.store.latest)
-        self._request_yield(job)
+        if job.parked is not None:
+            job.yield_requested = True  # its exit is the yield it was asked for
+            self._answer(job, job.parked, "exit")
+            park = False
+        else:
+            self._request_yield(job, park=park)
         escalation: Escalation | None = None
+        job.eager = True
         with anyio.move_on_after(timeout_s):
-            await job.exited.wait()
+            await _until(job, lambda: job.exited.is_set() or (park and job.parked is not None))
+        job.eager = False
+        if park and job.parked is not None and not job.exited.is_set():
+            assert job.parked_at is not None
+            return SuspendResult(
+                job_id=job_id,
+                checkpoint=job.checkpoint,
+                fresh=False,
+                escalation=None,
+                # By the job's clock: the supervisor reads its records only every so often.
+                switch_s=max(0.0, min(job.parked_at - requested_wall, timeout_s)),
+                exited=None,
+                parked=True,
+            )
         if not job.exited.is_set():
             escalation = await self._terminate(
                 job,
@@ -389,8 +435,55 @@ class JobSupervisor:
             fresh=fresh,
             escalation=escalation,
             switch_s=time.monotonic() - requested_at,
-            exit=job.exit,
+            exited=job.exit,
         )
+
+    async def resume_in_place(
+        self, job_id: str, timeout_s: float, gpu_indices: tuple[int, ...] | None = None
+    ) -> float | None:
+        """Continue a job parked in place, in the same process; the seconds from now to its
+        first mini-batch after the resume (or to its saying it resumed, if it took no further
+        step), or None when it cannot resume in place: it is not parked here, it did not
+        resume within `timeout_s`, or a newer checkpoint than its state exists (it ran
+        elsewhere meanwhile: its state is stale). The caller then stops it (`suspend`/`kill`)
+        and starts it anew from its checkpoint."""
+        job = self._jobs.get(job_id)
+        if job is None or job.parked is None or job.exited.is_set() or job.terminating:
+            return None
+        latest = await anyio.to_thread.run_sync(job.own_latest)
+        if latest is not None and (job.checkpoint is None or latest.seq > job.checkpoint.seq):
+            # Stale: its checkpoint, were it to write one, would bury the newer state.
+            await self._terminate(
+                job,
+                "parked with state older than its checkpoints",
+                forced_yield=True,
+                term_grace_s=0.0,
+            )
+            return None
+        requested_wall = time.time()
+        if gpu_indices is not None:
+            # Only where nothing binds the process to its devices (simulated GPUs: the caller
+            # decides); a real one keeps the CUDA_VISIBLE_DEVICES it started with.
+            job.handle = dataclasses.replace(job.handle, gpu_indices=gpu_indices)
+        job.yield_requested = False
+        job.resumed_at = job.first_step_at = None
+        await anyio.to_thread.run_sync(job.run.withdraw_yield)
+        self._answer(job, job.parked, "resume")
+        job.eager = True
+        with anyio.move_on_after(timeout_s):
+            await _until(
+                job,
+                lambda: (
+                    job.exited.is_set()
+                    or job.first_step_at is not None
+                    or (job.resumed_at is not None and job.completed)
+                ),
+            )
+        job.eager = False
+        resumed = job.first_step_at if job.first_step_at is not None else job.resumed_at
+        if resumed is None:
+            return None
+        return max(0.0, resumed - requested_wall)
 
     async def kill(self, job_id: str, reason: str) -> JobExited:
         """Stop the job now (SIGTERM, then SIGKILL after the grace period); no checkpoint."""
@@ -477,12 +570,20 @@ class JobSupervisor:
         )
         return env
 
-    def _request_yield(self, job: SupervisedJob) -> None:
+    def _request_yield(self, job: SupervisedJob, *, park: bool = False) -> None:
         if job.yield_requested or job.exited.is_set():
             return
         job.yield_requested = True
-        job.run.request_yield()
+        job.run.request_yield(park=park)
         self._signal_sdk(job)
+
+    def _answer(self, job: SupervisedJob, park: int, action: str) -> None:
+        """Answer a parked job: the file first, then the signal that wakes it."""
+        job.run.answer_park(park, action)
+        pid = job.sdk_pid
+        if pid is not None and in_group(pid, job.handle.pgid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, ANSWER_SIGNAL)
 
     def _signal_sdk(self, job: SupervisedJob) -> None:
         # SIGUSR1 only to the process whose SDK installed a handler: its default action is to
@@ -543,6 +644,10 @@ class JobSupervisor:
                     if oom_kills:
                         _note_oom_kills(job, oom_kills)
                     latest = await anyio.to_thread.run_sync(job.own_latest)
+                    # A parked process killed before it checkpointed leaves its marker; gone
+                    # now, so a start elsewhere waits for nothing (unlink follows no link).
+                    with contextlib.suppress(OSError):
+                        (job.handle.paths.checkpoint_dir / PARKED_MARKER).unlink()
                     events = self._finish(job, returncode, latest)
             # Outside the shield: a consumer that stopped reading must not block a shutdown.
             for event in events:
@@ -550,6 +655,7 @@ class JobSupervisor:
         finally:
             # Waiters (suspend, kill, wait) wake after the exit's events are in the stream.
             job.exited.set()
+            _notify(job)
 
     async def _clear_group(self, job: SupervisedJob) -> None:
         """The leader is gone; anything left in its group (workers, daemons) goes with it, and
@@ -583,12 +689,16 @@ class JobSupervisor:
     async def _follow_progress(self, job: SupervisedJob) -> None:
         while True:
             await self._absorb(job, job.tail.read())
-            await anyio.sleep(self.config.poll_interval_s)
+            # A suspend or an in-place resume waits on the job's word: the switch's latency
+            # is the point of parking, so its records are read at once, not every 0.1 s.
+            await anyio.sleep(_EAGER_POLL_S if job.eager else self.config.poll_interval_s)
 
     async def _absorb(self, job: SupervisedJob, records: list[ProgressRecord]) -> None:
         had_handler = job.sdk_pid is not None
         for event in job.absorb(records):
             await self._deliver(event)
+        if records:
+            _notify(job)
         if job.yield_requested and not had_handler and job.sdk_pid is not None:
             self._signal_sdk(job)  # asked before the SDK's handler existed
         progress = job.progress_due(self.config.progress_interval_s)
@@ -629,6 +739,26 @@ class JobSupervisor:
         if exited is None:
             raise UnknownJob(job_id)
         return exited
+
+
+def _notify(job: SupervisedJob) -> None:
+    news, job.news = job.news, anyio.Event()
+    news.set()
+
+
+async def _until(job: SupervisedJob, done: Callable[[], bool]) -> None:
+    while not done():
+        await job.news.wait()
+
+
+def _resident_bytes(pid: int) -> int:
+    """The process's resident memory (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def _note_oom_kills(job: SupervisedJob, kills: int) -> None:

@@ -103,6 +103,16 @@ def read_checkpoint(path: Path) -> Checkpoint:
     )
 
 
+def checkpoint_bytes(path: Path) -> int | None:
+    """The size of a committed checkpoint's files, from its manifest; None if unreadable."""
+    try:
+        manifest = json.loads((path / MANIFEST_NAME).read_text(encoding="utf-8"))
+        sizes = manifest["files"]
+        return int(sum(int(size) for size in sizes.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 class CheckpointStore:
     """The checkpoints of one job: list, read, and write them atomically, keeping a fallback."""
 

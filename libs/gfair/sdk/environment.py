@@ -22,6 +22,13 @@ ENV_RESUME_CHECKPOINT = "GFAIR_RESUME_CHECKPOINT"
 # Files inside the control directory.
 PROGRESS_FILE = "progress.jsonl"
 YIELD_FILE = "yield"
+# The executor's answer to a job parked in place: resume here, or checkpoint and exit.
+PARK_FILE = "park"
+
+# In the job's checkpoint directory while a process of it is parked in place with state newer
+# than its checkpoints: a node starting the job elsewhere waits for it to go (the parked
+# process checkpoints, then removes it), so the move takes the newest state along.
+PARKED_MARKER = ".gfair-parked"
 
 # EX_TEMPFAIL from sysexits.h: "try again later", which is what a yielding job means.
 YIELD_EXIT_CODE = 75

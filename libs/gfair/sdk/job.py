@@ -21,7 +21,15 @@ from gfair.sdk.checkpoint import (
     FileWriter,
     read_checkpoint,
 )
-from gfair.sdk.environment import PROGRESS_FILE, YIELD_EXIT_CODE, YIELD_FILE, JobEnvironment
+from gfair.sdk.environment import (
+    PARK_FILE,
+    PARKED_MARKER,
+    PROGRESS_FILE,
+    YIELD_EXIT_CODE,
+    YIELD_FILE,
+    JobEnvironment,
+)
+from gfair.sdk.parking import wait_for_answer
 from gfair.sdk.progress import ProgressLog, ProgressRecord
 from gfair.sdk.yield_request import YieldRequest
 
@@ -47,6 +55,9 @@ class Job:
         self._restored: Checkpoint | None = None
         self._loaded = False
         self._done = 0
+        self._parks = 0
+        # (offload, restore) pairs: what moves the job's device state to host memory and back.
+        self._state: list[tuple[Callable[[], object], Callable[[], object]]] = []
         # Buffered step records must reach the supervisor even when the script just returns.
         atexit.register(self._progress.flush)
         self._progress.append(
@@ -139,6 +150,58 @@ class Job:
             yield draft.path
         if draft.committed is not None:
             self._announce(draft.committed)
+
+    def register_state(self, offload: Callable[[], object], restore: Callable[[], object]) -> None:
+        """What `suspend` calls to move device state to host memory while parked, and back
+        (restored in the reverse order of registration)."""
+        self._state.append((offload, restore))
+
+    def register_torch(self, *objects: Any) -> None:
+        """Modules and optimizers whose tensors go to host memory while parked (and the CUDA
+        allocator's cache is released); on the CPU there is nothing to move. Imports torch."""
+        from gfair.sdk.torch_state import TorchState  # torch only for jobs that use it
+
+        state = TorchState(*objects)
+        self.register_state(state.offload, state.restore)
+
+    def suspend(self, save: Callable[[], object]) -> None:
+        """Give the GPUs back as gfair asked (after `should_yield()`, at a mini-batch boundary).
+
+        Where gfair allows it (a time slice that ends on this node) the job parks in place: its
+        registered state goes to host memory, it says so, and it waits, holding no GPU; this
+        returns once gfair resumes it here, state moved back. Otherwise, or when gfair later
+        wants it elsewhere (another node or other GPUs, a drain, a memory shortage on the node),
+        `save()` writes its checkpoint and the job exits for the yield: no return.
+        """
+        control = self.env.control_dir
+        if control is None or not self._yield.park_allowed():
+            save()
+            self.exit_for_yield()
+        self._parks += 1
+        park = self._parks
+        for offload, _ in self._state:
+            offload()
+        marker = self.env.checkpoint_dir / PARKED_MARKER
+        with contextlib.suppress(OSError):
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(f"{os.getpid()}\n", encoding="utf-8")
+        self._progress.append(
+            ProgressRecord(kind="parked", time=self._clock(), step=self._done, park=park)
+        )
+        answer = wait_for_answer(control / PARK_FILE, park)
+        if answer == "exit":
+            save()
+            with contextlib.suppress(OSError):
+                marker.unlink()
+            self.exit_for_yield()
+        for _, restore in reversed(self._state):
+            restore()
+        self._yield.withdraw()
+        with contextlib.suppress(OSError):
+            marker.unlink()
+        self._progress.append(
+            ProgressRecord(kind="resumed", time=self._clock(), step=self._done, park=park)
+        )
 
     def exit_for_yield(self) -> NoReturn:
         """Tell gfair this exit is the requested yield, then exit (checkpoint first!)."""

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, get_args
 
-RecordKind = Literal["ready", "step", "checkpoint", "yield", "complete"]
+RecordKind = Literal["ready", "step", "checkpoint", "yield", "parked", "resumed", "complete"]
 _KINDS: frozenset[str] = frozenset(get_args(RecordKind))
 # Records the supervisor must see promptly: they change what it reports or decides.
-_URGENT: frozenset[str] = frozenset({"ready", "checkpoint", "yield", "complete"})
+_URGENT: frozenset[str] = frozenset(
+    {"ready", "checkpoint", "yield", "parked", "resumed", "complete"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +27,10 @@ class ProgressRecord:
 
     kinds: `ready` (the SDK is up; `pid` and whether it handles SIGUSR1), `step` (mini-batch
     `step` finished), `checkpoint` (checkpoint `checkpoint_seq` of `step` is durable),
-    `yield` (the job is exiting because it was asked to), `complete` (training finished).
+    `yield` (the job is exiting because it was asked to), `parked` (it yielded in place: its
+    state is in host memory, its GPUs are free, and it waits for the executor's answer to park
+    number `park`), `resumed` (it continues in the same process after park `park`),
+    `complete` (training finished).
     """
 
     kind: RecordKind
@@ -35,6 +40,7 @@ class ProgressRecord:
     handles_sigusr1: bool = False
     checkpoint_seq: int | None = None
     checkpoint_path: str | None = None
+    park: int | None = None
 
     def to_json(self) -> str:
         data: dict[str, Any] = {"kind": self.kind, "time": round(self.time, 6)}
@@ -46,6 +52,8 @@ class ProgressRecord:
         if self.checkpoint_seq is not None:
             data["checkpoint_seq"] = self.checkpoint_seq
             data["checkpoint_path"] = self.checkpoint_path
+        if self.park is not None:
+            data["park"] = self.park
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -68,6 +76,7 @@ class ProgressRecord:
             handles_sigusr1=bool(data.get("handles_sigusr1", False)),
             checkpoint_seq=_optional_int(data, "checkpoint_seq"),
             checkpoint_path=_optional_str(data, "checkpoint_path"),
+            park=_optional_int(data, "park"),
         )
 
 

@@ -8,6 +8,7 @@ handler existed; it is polled at most every `poll_interval_s` to keep `requested
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -47,6 +48,23 @@ class YieldRequest:
                 self._next_poll = now + self._poll_interval_s
                 self._flag = self._yield_file.exists()
         return self._flag
+
+    def park_allowed(self) -> bool:
+        """Whether the executor lets this yield park in place (its yield file says so): a
+        time slice that ends on this node may; a move, a drain or a memory shortage may not."""
+        if self._yield_file is None:
+            return False
+        try:
+            data = json.loads(self._yield_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(data, dict) and data.get("park") is True
+
+    def withdraw(self) -> None:
+        """The request was answered in place (the job resumed): forget it. The executor removed
+        the file before it answered, so the next poll does not see this request again."""
+        self._flag = False
+        self._next_poll = float("-inf")
 
     def close(self) -> None:
         """Restore the SIGUSR1 handler that was there before; where that was the default, ignore

@@ -272,7 +272,7 @@ class NodeExecutor:
         if self._closed:
             return
         self._closed = True
-        running = self.running()
+        running = self._runs.alive()  # a job parked in place checkpoints too
         if running:
             _log.info("draining jobs", jobs=[str(run.job) for run in running])
         results = await asyncio.gather(

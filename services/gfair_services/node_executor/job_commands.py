@@ -44,6 +44,9 @@ from gfair_services.node_executor.start_guard import StartGuard
 
 _log = structlog.get_logger("gfair.services.node_executor")
 
+# Set for the parts of a gang across servers only (gang_peers.py).
+_GANG_ENV = "NNODES"
+
 Command = StartCommand | SuspendCommand | ResumeCommand | MigrateCommand | KillCommand
 
 
@@ -126,6 +129,22 @@ class JobCommands:
 
     async def _start(self, envelope: Envelope, command: StartCommand) -> None:
         current = self._current(command)
+        if current is not None and current.parked and await self._control.still_running(current):
+            indices = tuple(command.gpu_indices)
+            if self._may_resume_on(current, indices) and command.attempt == current.attempt:
+                if await self._guard.outdated(command, envelope.time) is not None:
+                    return
+                resumed = await self._control.resume_in_place(
+                    envelope, current, command.attempt, indices
+                )
+                if resumed:
+                    return
+            # Elsewhere on this node (CUDA_VISIBLE_DEVICES is fixed per process), a newer
+            # attempt, or it would not resume: it checkpoints and exits; a new process starts.
+            if command.attempt > current.attempt:
+                await self._control.kill_run(current, f"superseded by attempt {command.attempt}")
+            else:
+                await self._control.yield_run(current, current.stop_event_id)
         if current is not None and current.running and await self._control.still_running(current):
             same = sorted(current.gpu_indices) == sorted(command.gpu_indices)
             if same and command.attempt == current.attempt:
@@ -178,6 +197,11 @@ class JobCommands:
             restated = run.suspended(self._node_id, command.reason, None)
             await self._sink.publish(restated, cause=envelope)
             return
+        if run is not None and run.parked:
+            # Parked here, and wanted elsewhere (the scheduler moves it): it checkpoints and
+            # exits, so the node it starts on takes its newest state along.
+            await self._suspend_run(envelope, run, command.reason, None)
+            return
         if run is None or not run.running:
             _log.info("suspend of a job not running here ignored", job=str(command.job))
             return
@@ -190,7 +214,10 @@ class JobCommands:
         reason: SuspendReason,
         grace_s: float | None = None,
     ) -> None:
-        result = await self._control.yield_run(run, envelope.id, grace_s)
+        # Only a time slice parks: a move, a drain or a failure policy's stop is for good here.
+        # A gang's parts cannot resume in place one node at a time: they checkpoint together.
+        park = reason is SuspendReason.TIME_SLICE and not self._gang(run)
+        result = await self._control.yield_run(run, envelope.id, grace_s, park=park)
         if result is not None:
             await self._sink.publish(run.suspended(self._node_id, reason, result), cause=envelope)
             count_suspend(self._node_id, reason)
@@ -200,7 +227,7 @@ class JobCommands:
         if run is None or run.status is RunStatus.EXITED:
             _log.info("migrate of a job not here ignored", job=str(command.job))
             return
-        if run.running:
+        if run.alive:
             result = await self._control.yield_run(run, envelope.id)
             if result is None:
                 return  # it ended on its own meanwhile; its exit was reported
@@ -220,9 +247,25 @@ class JobCommands:
         # A redelivered migrate announces again and counts again: metrics are not the record.
         count_migration(self._node_id, command.reason)
 
+    def _may_resume_on(self, run: LocalJob, gpu_indices: tuple[int, ...]) -> bool:
+        """Whether the parked `run` may continue in its process on `gpu_indices`: its own GPUs;
+        or, where they are simulated (nothing binds a process to a device: its "GPU" is the
+        CPU), any of this node's, as many as it had."""
+        if sorted(run.gpu_indices) == sorted(gpu_indices):
+            return True
+        simulated = all(
+            i in self._inventory and self._inventory[i].simulated
+            for i in (*run.gpu_indices, *gpu_indices)
+        )
+        return simulated and len(run.gpu_indices) == len(gpu_indices)
+
+    def _gang(self, run: LocalJob) -> bool:
+        last = self._control.launches.load(run.job)
+        return last is not None and _GANG_ENV in last.env
+
     async def _kill(self, command: KillCommand) -> None:
         run = self._current(command)
-        if run is None or not run.running:
+        if run is None or not run.alive:
             _log.info("kill of a job not running here ignored", job=str(command.job))
             return
         if command.started_before is not None and (

@@ -13,6 +13,7 @@ from gfair.events.fields import JobRef
 from gfair.events.jobs import JobSuspended
 from gfair.events.reasons import SuspendReason
 from gfair.node.lifecycle import JobExited, SuspendResult
+from gfair.sdk.checkpoint import checkpoint_bytes
 
 
 class RunStatus(StrEnum):
@@ -21,6 +22,8 @@ class RunStatus(StrEnum):
     STOPPED = "stopped"
     # Ended on its own: success, crash, or a stop request it did not honour.
     EXITED = "exited"
+    # Yielded in place: its process waits in host memory, holding no GPU, to resume here.
+    PARKED = "parked"
 
 
 class StopKind(StrEnum):
@@ -51,6 +54,10 @@ class LocalJob:
     checkpoint_step: int | None = None
     # The checkpoint step this run resumed from; None for a fresh start.
     resumed_from: int | None = None
+    # When the command that started this run's process arrived (wall time), and whether its
+    # first progress report, which says how long to the first mini-batch, went out.
+    commanded_at: float | None = None
+    first_step_reported: bool = False
     # The grace its last yield had, when the scheduler set one (see `suspended`).
     yield_grace_s: float | None = None
     # Set by the report relay once the run's exit (its last report) has been published, or
@@ -60,6 +67,15 @@ class LocalJob:
     @property
     def running(self) -> bool:
         return self.status is RunStatus.RUNNING
+
+    @property
+    def parked(self) -> bool:
+        return self.status is RunStatus.PARKED
+
+    @property
+    def alive(self) -> bool:
+        """Its process lives: running, or parked in place."""
+        return self.status in (RunStatus.RUNNING, RunStatus.PARKED)
 
     def end_span(self, ended: JobExited) -> None:
         """Close the run's span with how it ended; later calls do nothing."""
@@ -89,8 +105,11 @@ class LocalJob:
     ) -> JobSuspended:
         """`result` of the suspend that stopped it; None to restate what the run left."""
         step = self.checkpoint_step
-        forced, overrun = False, None
+        forced, overrun, in_place, size = False, None, self.parked, None
         if result is not None:
+            in_place = result.parked
+            if result.fresh and result.checkpoint is not None:
+                size = checkpoint_bytes(result.checkpoint.path)
             step = result.checkpoint.step if result.checkpoint else None
             # Forced: it was signalled off its GPUs instead of yielding, so what it did since
             # `step` is lost; its owner reads why in `gfair job` and `gfair why`.
@@ -107,6 +126,8 @@ class LocalJob:
             duration_s=result.switch_s if result is not None else None,
             forced=forced,
             overrun_s=overrun,
+            in_place=in_place,
+            checkpoint_bytes=size,
         )
 
 
@@ -127,6 +148,12 @@ class RunTable:
 
     def running(self) -> list[LocalJob]:
         return [run for run in self._runs.values() if run.running]
+
+    def parked(self) -> list[LocalJob]:
+        return [run for run in self._runs.values() if run.parked]
+
+    def alive(self) -> list[LocalJob]:
+        return [run for run in self._runs.values() if run.alive]
 
     def busy_gpus(self) -> frozenset[int]:
         return frozenset(i for run in self.running() for i in run.gpu_indices)

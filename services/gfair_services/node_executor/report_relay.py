@@ -46,6 +46,10 @@ class ReportRelay:
     ) -> None:
         if run is None or not run.running or report.rate_per_s is None:
             return  # no rate yet (two reports make one), or a run already over
+        first_step_s = None
+        if not run.first_step_reported and report.first_step_at and run.commanded_at:
+            first_step_s = max(0.0, report.first_step_at - run.commanded_at)
+            run.first_step_reported = True
         await self._sink.publish_for(
             run,
             events.JobProgress(
@@ -58,6 +62,7 @@ class ReportRelay:
                 iterations=report.steps,
                 checkpoint_step=report.checkpoint_step,
                 window_s=report.window_s or None,
+                first_step_s=first_step_s,
             ),
         )
 

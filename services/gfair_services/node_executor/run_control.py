@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import anyio.to_thread
 import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -26,6 +27,7 @@ from gfair.node.gpu import GpuInfo
 from gfair.node.launch import CheckpointRef, JobLaunch
 from gfair.node.supervisor import JobStartError
 from gfair.sdk.checkpoint import CheckpointStore
+from gfair.sdk.environment import PARKED_MARKER
 from gfair_services.node_executor.event_sink import EventSink
 from gfair_services.node_executor.launch_book import LaunchBook
 from gfair_services.node_executor.local_job import LocalJob, RunStatus, RunTable, StopKind
@@ -59,7 +61,9 @@ class RunControl:
 
     async def launch(self, cause: Envelope, command: StartCommand, generation: str) -> None:
         """Start the run, from the job's newest checkpoint when it has one."""
+        commanded_at = time.time()
         checkpoints = self._settings.checkpoint_dir(command.user, command.job_id)
+        await self._parked_elsewhere_gone(command, checkpoints)
         latest = CheckpointStore(checkpoints).latest()
         resume = CheckpointRef.of(latest) if latest is not None else None
         launch = JobLaunch(
@@ -109,6 +113,7 @@ class RunControl:
                 span=span,
                 checkpoint_step=resume.step if resume else None,
                 resumed_from=resume.step if resume else None,
+                commanded_at=commanded_at,
             )
             self._runs.put(run)
             token = otel_context.attach(run.trace_context)
@@ -127,23 +132,100 @@ class RunControl:
         )
 
     async def yield_run(
-        self, run: LocalJob, cause_id: str | None, grace_s: float | None = None
+        self,
+        run: LocalJob,
+        cause_id: str | None,
+        grace_s: float | None = None,
+        *,
+        park: bool = False,
     ) -> lifecycle.SuspendResult | None:
         """Checkpoint and stop the run; None when it ended on its own instead (reported).
 
-        `grace_s` is the yield the scheduler asked for (its suspend command's): past it the
-        run is killed outright, since another job waits for its GPUs. Without it (a drain, an
-        old scheduler's command) the run has `suspend_timeout_s` and then SIGTERM's grace."""
+        With `park` the run may yield in place instead (its process waits in host memory,
+        holding no GPU): the result then says `parked`. A parked run is told to checkpoint and
+        exit. `grace_s` is the yield the scheduler asked for (its suspend command's): past it
+        the run is killed outright, since another job waits for its GPUs. Without it (a drain,
+        an old scheduler's command) the run has `suspend_timeout_s` and then SIGTERM's grace."""
         run.stop = StopKind.YIELD
         run.stop_event_id = cause_id
         supervisor = await self._supervisors.get(run.job.user)
+        park = park and self._settings.parked_memory_bytes > 0
         if grace_s is None:
-            result = await supervisor.suspend(run.job.job_id, self._settings.suspend_timeout_s)
+            result = await supervisor.suspend(
+                run.job.job_id, self._settings.suspend_timeout_s, park=park
+            )
         else:
-            result = await supervisor.suspend(run.job.job_id, grace_s, enforce=True)
+            result = await supervisor.suspend(run.job.job_id, grace_s, enforce=True, park=park)
         run.yield_grace_s = grace_s
+        if result.parked:
+            run.status = RunStatus.PARKED
+            _log.info("job parked in place", job=str(run.job), took_s=round(result.switch_s, 3))
+            await self._within_parked_memory()
+            return result
         await self._exit_handled(run)
         return result if run.status is RunStatus.STOPPED else None
+
+    async def resume_in_place(
+        self, cause: Envelope, run: LocalJob, attempt: int, gpu_indices: tuple[int, ...]
+    ) -> bool:
+        """Continue the parked run in its process (on `gpu_indices`: its own, or on simulated
+        GPUs any); False when it cannot (the caller stops it and starts anew from its
+        checkpoint)."""
+        supervisor = await self._supervisors.get(run.job.user)
+        async with self._sink.lock:
+            took = await supervisor.resume_in_place(
+                run.job.job_id, self._settings.resume_timeout_s, gpu_indices
+            )
+            if took is None:
+                return False
+            run.gpu_indices = gpu_indices
+            run.status = RunStatus.RUNNING
+            run.stop = run.stop_event_id = None
+            run.start_event_id = cause.id
+            run.attempt = attempt
+            resumed = events.JobResumed(
+                user=run.job.user,
+                job_id=run.job.job_id,
+                node_id=self._node_id,
+                gpu_indices=run.gpu_indices,
+                attempt=run.attempt,
+                checkpoint_step=run.checkpoint_step,
+                duration_s=took,
+                in_place=True,
+            )
+            await self._sink.send(resumed, cause=cause)
+        _log.info("job resumed in place", job=str(run.job), took_s=round(took, 3))
+        return True
+
+    async def _within_parked_memory(self) -> None:
+        """Over the node's budget for parked jobs, the longest-parked ones checkpoint and exit."""
+        budget = self._settings.parked_memory_bytes
+        parked: list[tuple[float, int, LocalJob]] = []
+        for run in self._runs.parked():
+            supervisor = await self._supervisors.get(run.job.user)
+            for info in supervisor.parked():
+                if info.job_id == run.job.job_id:
+                    parked.append((info.since, info.rss_bytes, run))
+        held = sum(rss for _, rss, _ in parked)
+        for _, rss, run in sorted(parked, key=lambda p: p[0]):
+            if held <= budget:
+                break
+            _log.info("parked jobs over their memory budget: checkpointing", job=str(run.job))
+            await self.yield_run(run, run.stop_event_id)
+            held -= rss
+
+    async def _parked_elsewhere_gone(self, command: StartCommand, checkpoints: Path) -> None:
+        """A process of the job parked in place on another node holds state newer than its
+        checkpoints until it has checkpointed (the scheduler told that node to let go): wait
+        for its marker to go, within bounds (a node that died with it parked leaves it)."""
+        marker = checkpoints / PARKED_MARKER
+        run = self._runs.get(command.job)
+        if run is not None and run.alive:
+            return  # our own process; it was stopped before this start
+        limit = time.monotonic() + self._settings.suspend_timeout_s + self._settings.term_grace_s
+        # Polled: the marker is in a directory another node's job writes to (a shared volume).
+        while await anyio.to_thread.run_sync(marker.exists) and time.monotonic() < limit:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
 
     async def kill_run(self, run: LocalJob, reason: str) -> None:
         run.stop = StopKind.KILL

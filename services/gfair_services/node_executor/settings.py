@@ -72,6 +72,12 @@ class NodeExecutorSettings(BaseSettings):
         "grace; the scheduler's suspends carry theirs (split-stride's GFAIR_YIELD_GRACE_S), "
         "past which the job is killed outright and resumes from its last checkpoint",
     )
+    resume_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long a job parked in place may take to resume (to its first "
+        "mini-batch) before it is stopped and started anew from its checkpoint",
+    )
     term_grace_s: float = Field(
         default=5.0, gt=0, description="Between SIGTERM and SIGKILL when a job must stop"
     )
@@ -128,6 +134,30 @@ class NodeExecutorSettings(BaseSettings):
         description="CPUs a job may use per GPU it holds on this node, e.g. 6 (cgroup CPU "
         "quota; over it the job is throttled); unset: no limit",
     )
+
+    parked_memory: str = Field(
+        default="8G",
+        description="Host memory all jobs parked in place on this node may hold together (their "
+        "processes' RSS), e.g. '32G'; beyond it the longest-parked one checkpoints and exits "
+        "(its next start is from the checkpoint); '0': no job parks in place, every suspend "
+        "checkpoints and exits",
+    )
+
+    @property
+    def parked_memory_bytes(self) -> int:
+        text = self.parked_memory.strip()
+        return 0 if text in ("", "0") else parse_size(text)
+
+    @field_validator("parked_memory")
+    @classmethod
+    def _parked(cls, value: str) -> str:
+        value = value.strip()
+        if value not in ("", "0"):
+            try:
+                parse_size(value)
+            except LimitError as error:
+                raise ValueError(str(error)) from None
+        return value
 
     @field_validator("job_memory_per_gpu")
     @classmethod

@@ -121,6 +121,11 @@ class Job:
     stays: dict[str, Stay] = field(default_factory=dict)
     array: str | None = None  # its job array's id (the user's), if any
     array_limit: int | None = None
+    # Where its process is parked in place (its node said its last suspend was in place): the
+    # node and GPU indices it resumes on without a checkpoint. Not persisted: a reloaded
+    # split-stride merely loses the preference (the node then checkpoints it when it starts
+    # elsewhere, and a start elsewhere waits for that).
+    parked: tuple[str, tuple[int, ...]] | None = field(default=None, compare=False)
 
     @property
     def key(self) -> str:
@@ -458,6 +463,32 @@ class Ledger:
         held = {i for stay in self.holders(node_id).values() for i in stay.gpu_indices}
         return [i for i in entry.gpu_indices if i not in held]
 
+    def pick_indices(self, job: Job, node_id: str, free: list[int], need: int) -> list[int]:
+        """`need` of the `free` indices of `node_id` for `job`: the ones it is parked on there,
+        when free (it then resumes in place, without a checkpoint); else preferably ones no
+        other job is parked on; else the lowest."""
+        if job.parked is not None and job.parked[0] == node_id:
+            own = [i for i in job.parked[1] if i in free]
+            if len(own) == need:
+                return own
+        reserved = {
+            i
+            for other in self.residents_parked(node_id)
+            if other is not job
+            for i in other.parked[1]  # type: ignore[index]
+        }
+        unclaimed = [i for i in free if i not in reserved]
+        claimed = [i for i in free if i in reserved]
+        return (unclaimed + claimed)[:need]
+
+    def residents_parked(self, node_id: str) -> list[Job]:
+        """Jobs parked in place on `node_id` that hold no GPUs now."""
+        return [
+            job
+            for job in self.jobs.values()
+            if job.parked is not None and job.parked[0] == node_id and not job.stays
+        ]
+
     def promised(self, node_id: str, sizes: dict[str, int]) -> int:
         """GPUs of `node_id` promised to held-back jobs."""
         return sum(
@@ -528,6 +559,8 @@ class Ledger:
                 ),
             )
             return True
+        if job.parked is not None and job.parked[0] == event.node_id:
+            job.parked = None  # resumed there, in place or not
         if stay.phase is Phase.STARTING and stay.attempt == event.attempt:
             stay.phase = Phase.RUNNING
             return True
@@ -551,6 +584,10 @@ class Ledger:
         node_id = event.from_node if isinstance(event, JobMigrated) else event.node_id
         changed = False
         stay = job.stays.get(node_id)
+        if isinstance(event, JobSuspended) and event.in_place and stay is not None:
+            job.parked = (node_id, stay.gpu_indices)
+        elif job.parked is not None and job.parked[0] == node_id:
+            job.parked = None  # its process there checkpointed and left, or ended
         if isinstance(event, JobExited) and event.attempt >= job.attempt:
             if stay is None and any(s.holds_gpus for s in job.stays.values()):
                 # A copy left where the job no longer runs (its node was declared failed, and

@@ -41,6 +41,8 @@ class Start:
     job: Job
     node_id: str
     gpu_indices: tuple[int, ...]
+    # A node where the job is parked in place, told to let go (checkpoint and exit) first.
+    release: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +125,9 @@ def decide_quantum(ledger: Ledger, now: datetime) -> QuantumPlan:
     sizes = ledger.sizes()
     for turn in turns:
         free = ledger.free_indices(turn.node_id)
-        for key in turn.running:
+        # Jobs parked in place here pick first, so that their own GPUs are still free for them.
+        entering = sorted(turn.running, key=lambda k: _parked_on(ledger.jobs[k], turn.node_id))
+        for key in entering:
             job = ledger.jobs[key]
             stay = job.stays.get(turn.node_id)
             if stay is not None and stay.holds_gpus and stay.attempt == job.attempt:
@@ -134,7 +138,8 @@ def decide_quantum(ledger: Ledger, now: datetime) -> QuantumPlan:
             if len(free) < need:
                 _log.error("not enough free GPUs for a chosen job", job=key, node_id=turn.node_id)
                 continue
-            indices, free = tuple(free[:need]), free[need:]
+            picked = ledger.pick_indices(job, turn.node_id, free, need)
+            indices, free = tuple(picked), [i for i in free if i not in picked]
             turn.starts.append(_start(ledger, job, turn.node_id, indices, now, quantum))
     names = {entry.node_id for entry in scheduled}
     strays = [
@@ -211,7 +216,7 @@ def _start_on(
         if len(free) < need:
             job.servers = before[0]
             return None
-        picks[node_id] = tuple(free[:need])
+        picks[node_id] = tuple(ledger.pick_indices(job, node_id, free, need))
     ledger.held_back.discard(key)
     if servers != before[0]:
         entry = ledger.inventory.get(servers[0])
@@ -232,7 +237,16 @@ def _start(
     stay = job.stays.get(node_id)
     pending = stay.pending_suspends if stay is not None else 0
     ledger.reside(job, Stay(node_id, Phase.STARTING, job.attempt, indices, now, quantum, pending))
-    return Start(job, node_id, indices)
+    release = None
+    if job.parked is not None and job.parked[0] != node_id:
+        # Parked elsewhere: that node checkpoints it, and this one waits for the checkpoint.
+        release, job.parked = job.parked[0], None
+    return Start(job, node_id, indices, release)
+
+
+def _parked_on(job: Job, node_id: str) -> bool:
+    """False sorts first: whether `job` is *not* parked in place on `node_id`."""
+    return not (job.parked is not None and job.parked[0] == node_id)
 
 
 def _stop(job: Job, stay: Stay, now: datetime, quantum: int, *, drain: bool = False) -> Stop:

@@ -363,6 +363,8 @@ class SplitStrideService:
         for turn in turns:
             outputs += [_stop(stop, grace) for stop in turn.stops]
             for start in turn.starts:
+                if start.release is not None:
+                    outputs.append(_release(start))
                 command = await self._start_command(start)
                 if command is not None:
                     outputs.append(command)
@@ -553,6 +555,21 @@ def _stop(stop: Stop, grace_s: float) -> EventData:
         # Enforced by the node: a job ignoring it cannot hold the GPUs the next job waits for.
         # A drain off a quarantined node waits for nobody: the node's own timeout.
         yield_grace_s=None if stop.reason is SuspendReason.DRAIN else grace_s,
+    )
+
+
+def _release(start: Start) -> SuspendCommand:
+    """Tell the node where `start`'s job is parked in place to checkpoint it and let go: it
+    starts elsewhere, from that checkpoint (the node starting it waits for it)."""
+    job = start.job
+    assert start.release is not None
+    return SuspendCommand(
+        node_id=start.release,
+        user=job.user,
+        job_id=job.job_id,
+        attempt=job.attempt,
+        reason=SuspendReason.MIGRATION,
+        yield_grace_s=None,
     )
 
 

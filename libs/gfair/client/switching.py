@@ -1,0 +1,64 @@
+"""What a job's switches cost, read from its events: for `gfair job`.
+
+Each suspend says how long until its GPUs were free (`duration_s`) and whether it parked in
+place; each in-place resume how long until its first new mini-batch; a new process's first
+progress report how long from its start command to its first mini-batch; suspends that wrote a
+checkpoint, its size.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gfair.bus.history import HistoricalEvent
+from gfair.events.jobs import JobProgress, JobResumed, JobSuspended
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchCosts:
+    suspends: int
+    in_place: int
+    yield_p50_s: float | None
+    resume_in_place_p50_s: float | None
+    cold_start_p50_s: float | None
+    checkpoint_bytes: int | None  # the last suspend's checkpoint that said its size
+
+    @classmethod
+    def of(cls, events: Iterable[HistoricalEvent]) -> SwitchCosts:
+        yields: list[float] = []
+        resumes: list[float] = []
+        cold: list[float] = []
+        suspends = in_place = 0
+        size: int | None = None
+        for event in events:
+            data = event.data
+            if isinstance(data, JobSuspended):
+                suspends += 1
+                in_place += data.in_place
+                if data.duration_s is not None:
+                    yields.append(data.duration_s)
+                if data.checkpoint_bytes is not None:
+                    size = data.checkpoint_bytes
+            elif isinstance(data, JobResumed) and data.in_place and data.duration_s is not None:
+                resumes.append(data.duration_s)
+            elif isinstance(data, JobProgress) and data.first_step_s is not None:
+                cold.append(data.first_step_s)
+        return cls(suspends, in_place, _median(yields), _median(resumes), _median(cold), size)
+
+    def describe(self) -> str:
+        parts = [f"{self.suspends} suspends ({self.in_place} in place)"]
+        if self.yield_p50_s is not None:
+            parts.append(f"yield p50 {self.yield_p50_s:.3f}s")
+        if self.resume_in_place_p50_s is not None:
+            parts.append(f"in-place resume p50 {self.resume_in_place_p50_s:.3f}s")
+        if self.cold_start_p50_s is not None:
+            parts.append(f"start to first step p50 {self.cold_start_p50_s:.2f}s")
+        if self.checkpoint_bytes is not None:
+            parts.append(f"checkpoint {self.checkpoint_bytes / 1e6:.1f} MB")
+        return ", ".join(parts)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
