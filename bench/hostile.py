@@ -36,11 +36,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.quanta import add_quanta_option
 from gfair.bus.logs import configure_logging
 from gfair.client import GfairClient
 from gfair.client.connection import ConnectOptions
+from gfair.client.switching import seconds_held
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
-from gfair.events.jobs import JobExited, JobResumed, JobStarted, JobSuspended
 
 CLUSTER = "v100:1x4,k80:1x4"
 TENANTS = ("alice", "bob", "carol")
@@ -86,17 +87,7 @@ async def _probe(client: GfairClient, stop: asyncio.Event) -> list[float]:
 
 async def _held(client: GfairClient, job_id: str, began: float, ended: float) -> float:
     details = await client.job("bob", job_id)
-    held, since = 0.0, None
-    for event in details.events:
-        at = event.envelope.time.timestamp()
-        if isinstance(event.data, JobStarted | JobResumed):
-            since = max(at, began)
-        elif isinstance(event.data, JobSuspended | JobExited) and since is not None:
-            held += max(0.0, min(at, ended) - since)
-            since = None
-    if since is not None:
-        held += max(0.0, ended - since)
-    return held
+    return seconds_held(details.events, began, ended)
 
 
 def _login(cluster: EmbeddedCluster, user: str) -> ConnectOptions:
@@ -193,12 +184,7 @@ async def _main(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.hostile", description=__doc__)
     parser.add_argument("--duration", type=float, default=180.0, help="seconds per run")
-    parser.add_argument(
-        "--quanta",
-        type=lambda text: [float(q) for q in text.split(",")],
-        default=[3.0, 6.0],
-        help="quantum lengths, comma-separated (default 3,6)",
-    )
+    add_quanta_option(parser)
     parser.add_argument("--queries", type=int, default=300, help="hostile queries in flight")
     args = parser.parse_args(argv)
     configure_logging("bench.hostile", level="WARNING")

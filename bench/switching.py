@@ -37,11 +37,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.quanta import add_quanta_option
 from gfair.bus.logs import configure_logging
 from gfair.client import GfairClient
-from gfair.client.views import JobDetails
+from gfair.client.switching import seconds_held
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
-from gfair.events.jobs import JobExited, JobResumed, JobStarted, JobSuspended
+from gfair.events.jobs import JobResumed, JobSuspended
 from gfair.sdk.environment import ENV_CHECKPOINT_DIR, ENV_CONTROL_DIR, ENV_JOB_ID, PROGRESS_FILE
 
 CLUSTER = "v100:1x2"
@@ -96,18 +97,6 @@ def training_alone(steps: int) -> float:
         span = _steps_span(base / "control" / PROGRESS_FILE)
         assert span is not None
         return span[1] - span[0]
-
-
-def _held(details: JobDetails) -> float:
-    held, since = 0.0, None
-    for event in details.events:
-        at = event.envelope.time.timestamp()
-        if isinstance(event.data, JobStarted | JobResumed):
-            since = at
-        elif isinstance(event.data, JobSuspended | JobExited) and since is not None:
-            held += max(0.0, at - since)
-            since = None
-    return held
 
 
 def _stepping(data_dir: Path) -> float:
@@ -181,7 +170,7 @@ async def run(quantum_s: float, in_place: bool, steps: int, training_s: float) -
             suspends=len(suspends),
             yield_p50=statistics.median(yields) if yields else None,
             resume_p50=statistics.median(resumes) if resumes else None,
-            held_s=_held(details),
+            held_s=seconds_held(details.events),
             training_s=training_s,
             stepping_s=_stepping(base / "gfair"),
             wall_s=wall,
@@ -225,12 +214,7 @@ async def _main(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.switching", description=__doc__)
     parser.add_argument("--steps", type=int, default=16000, help="mini-batches of the job")
-    parser.add_argument(
-        "--quanta",
-        type=lambda text: [float(q) for q in text.split(",")],
-        default=[3.0, 6.0],
-        help="quantum lengths, comma-separated (default 3,6)",
-    )
+    add_quanta_option(parser)
     args = parser.parse_args(argv)
     try:
         import torch  # noqa: F401

@@ -266,6 +266,7 @@ class EmbeddedCluster:
         self._stopping = False
         self.started_at: datetime | None = None
         self.context_files: tuple[Path, ...] = ()
+        self._event_key: str | None = None
         # Read here, so that a bad tenants file stops the cluster before anything starts.
         tenants = self.options.tenants()
         self.logins: ClusterLogins | None = None
@@ -325,7 +326,7 @@ class EmbeddedCluster:
         """The environment every child starts with."""
         env = dict(os.environ)
         if not env.get(EVENT_ID_KEY_VARIABLE):
-            env[EVENT_ID_KEY_VARIABLE] = event_id_key(self.data_dir / EVENT_ID_KEY_FILE)
+            env[EVENT_ID_KEY_VARIABLE] = self._event_id_key()
         env.update(
             {
                 "GFAIR_NATS_URL": self.nats_url,
@@ -612,13 +613,21 @@ class EmbeddedCluster:
         found through /proc by the control directory the executor gave them).
         """
         self.kill(node_id, restart=False)
-        marker = f"{ENV_CONTROL_DIR}={self.node_work_root(node_id)}/".encode()
+        killed = self._kill_marked((node_id,))
+        _log.warning("node killed", node=node_id, jobs_killed=killed)
+        return killed
+
+    def _kill_marked(self, node_ids: Sequence[str]) -> int:
+        """SIGKILL every process carrying the control-directory marker of one of `node_ids`'
+        executors (one pass over /proc); how many."""
+        markers = tuple(
+            f"{ENV_CONTROL_DIR}={self.node_work_root(node_id)}/".encode() for node_id in node_ids
+        )
         killed = 0
-        for pid in _pids_with_environ(marker):
+        for pid in _pids_with_environ(markers):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
-        _log.warning("node killed", node=node_id, jobs_killed=killed)
         return killed
 
     def _stop_jobs(self) -> int:
@@ -639,14 +648,16 @@ class EmbeddedCluster:
                 found += len(sweep_node(base, node_id, work_root))
             for hierarchy in set(legacy.values()):
                 found += len(kill_legacy(hierarchy / node_directory(node_id, work_root)))
-            marker = f"{ENV_CONTROL_DIR}={work_root}/".encode()
-            for pid in _pids_with_environ(marker):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-                    found += 1
+        found += self._kill_marked(self.node_ids)
         if found:
             _log.warning("killed jobs their executors left running", processes=found)
         return found
+
+    def _event_id_key(self) -> str:
+        # Read once: every child of this cluster (restarts too) derives with the same key.
+        if self._event_key is None:
+            self._event_key = event_id_key(self.data_dir / EVENT_ID_KEY_FILE)
+        return self._event_key
 
     def node_work_root(self, node_id: str) -> Path:
         return self.data_dir / "nodes" / node_id
@@ -760,8 +771,9 @@ def event_id_key(path: Path) -> str:
     return key
 
 
-def _pids_with_environ(marker: bytes) -> list[int]:
-    """Processes whose environment holds `marker` (``NAME=value`` prefix); Linux only."""
+def _pids_with_environ(markers: tuple[bytes, ...]) -> list[int]:
+    """Processes whose environment holds one of `markers` (``NAME=value`` prefixes); Linux
+    only."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -770,6 +782,6 @@ def _pids_with_environ(marker: bytes) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        if any(item.startswith(marker) for item in environ.split(b"\0")):
+        if any(item.startswith(markers) for item in environ.split(b"\0")):
             found.append(int(entry.name))
     return found

@@ -12,7 +12,8 @@ import pytest
 
 from e2e.conftest import StartCluster, client_of, sdk_for_jobs, start_cluster, synthetic
 from gfair.client import GfairClient
-from gfair.events.jobs import JobResumed, JobStarted, JobSuspended
+from gfair.client.switching import seconds_held
+from gfair.events.jobs import JobSuspended
 from gfair.events.states import JobState
 
 pytestmark = pytest.mark.nats
@@ -88,17 +89,7 @@ async def test_a_well_behaved_job_gets_its_share_beside_a_gang_that_ignores_its_
         await asyncio.sleep(window_s)
         ended = time.time()
         bob = await client.job("bob", "b")
-    held = 0.0
-    since: float | None = None
-    for event in bob.events:
-        at = event.envelope.time.timestamp()
-        if isinstance(event.data, JobStarted | JobResumed):
-            since = max(at, began)
-        elif isinstance(event.data, JobSuspended) and since is not None:
-            held += max(0.0, min(at, ended) - since)
-            since = None
-    if since is not None:
-        held += max(0.0, ended - since)
+    held = seconds_held(bob.events, began, ended)
     # Bob's one GPU against alice's 4-GPU gang on one 4-GPU server: while bob runs, the three
     # GPUs beside him fit no job of alice's, who then runs nothing and saves up, so the two
     # alternate at worst, and alice is charged what her gang holds past its yields. Before,

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gfair.bus.history import HistoricalEvent
-from gfair.events.jobs import JobProgress, JobResumed, JobSuspended
+from gfair.events.jobs import JobExited, JobProgress, JobResumed, JobStarted, JobSuspended
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,25 @@ class SwitchCosts:
         if self.checkpoint_bytes is not None:
             parts.append(f"checkpoint {self.checkpoint_bytes / 1e6:.1f} MB")
         return ", ".join(parts)
+
+
+def seconds_held(
+    events: Iterable[HistoricalEvent], began: float | None = None, ended: float | None = None
+) -> float:
+    """Seconds the job's processes held its GPUs, from each start or resume report to the
+    suspend or exit report that followed, within the window [`began`, `ended`] (Unix times;
+    open where None). With `ended`, a run still holding them then counts up to it."""
+    held, since = 0.0, None
+    for event in events:
+        at = event.envelope.time.timestamp()
+        if isinstance(event.data, JobStarted | JobResumed):
+            since = at if began is None else max(at, began)
+        elif isinstance(event.data, JobSuspended | JobExited) and since is not None:
+            held += max(0.0, (at if ended is None else min(at, ended)) - since)
+            since = None
+    if since is not None and ended is not None:
+        held += max(0.0, ended - since)
+    return held
 
 
 def _median(values: list[float]) -> float | None:

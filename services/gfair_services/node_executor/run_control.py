@@ -201,10 +201,14 @@ class RunControl:
         """Over the node's budget for parked jobs, the longest-parked ones checkpoint and exit."""
         budget = self._settings.parked_memory_bytes
         parked: list[tuple[float, int, LocalJob]] = []
-        for run in self._runs.parked():
-            supervisor = await self._supervisors.get(run.job.user)
-            for info in supervisor.parked():
-                if info.job_id == run.job.job_id:
+        runs = self._runs.parked()
+        for user in {run.job.user for run in runs}:
+            # One look at each tenant's parked processes (their memory is read from /proc).
+            supervisor = await self._supervisors.get(user)
+            found = {info.job_id: info for info in supervisor.parked()}
+            for run in runs:
+                info = found.get(run.job.job_id) if run.job.user == user else None
+                if info is not None:
                     parked.append((info.since, info.rss_bytes, run))
         held = sum(rss for _, rss, _ in parked)
         for _, rss, run in sorted(parked, key=lambda p: p[0]):

@@ -24,6 +24,7 @@ their limits). The ledger converts to and from the `StrideRecord` kept in `gfair
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from operator import attrgetter
@@ -463,31 +464,35 @@ class Ledger:
         held = {i for stay in self.holders(node_id).values() for i in stay.gpu_indices}
         return [i for i in entry.gpu_indices if i not in held]
 
-    def pick_indices(self, job: Job, node_id: str, free: list[int], need: int) -> list[int]:
+    def pick_indices(
+        self,
+        job: Job,
+        node_id: str,
+        free: list[int],
+        need: int,
+        parked: Mapping[str, tuple[int, ...]],
+    ) -> list[int]:
         """`need` of the `free` indices of `node_id` for `job`: the ones it is parked on there,
         when free (it then resumes in place, without a checkpoint); else preferably ones no
-        other job is parked on; else the lowest."""
+        other job is parked on (`parked`: `parked_on(node_id)`, looked up once per node by the
+        caller); else the lowest."""
         if job.parked is not None and job.parked[0] == node_id:
             own = [i for i in job.parked[1] if i in free]
             if len(own) == need:
                 return own
-        reserved = {
-            i
-            for other in self.residents_parked(node_id)
-            if other is not job
-            for i in other.parked[1]  # type: ignore[index]
-        }
+        reserved = {i for key, indices in parked.items() if key != job.key for i in indices}
         unclaimed = [i for i in free if i not in reserved]
         claimed = [i for i in free if i in reserved]
         return (unclaimed + claimed)[:need]
 
-    def residents_parked(self, node_id: str) -> list[Job]:
-        """Jobs parked in place on `node_id` that hold no GPUs now."""
-        return [
-            job
+    def parked_on(self, node_id: str) -> dict[str, tuple[int, ...]]:
+        """Job key -> GPU indices, for the jobs parked in place on `node_id` that hold no GPUs
+        now."""
+        return {
+            job.key: job.parked[1]
             for job in self.jobs.values()
             if job.parked is not None and job.parked[0] == node_id and not job.stays
-        ]
+        }
 
     def promised(self, node_id: str, sizes: dict[str, int]) -> int:
         """GPUs of `node_id` promised to held-back jobs."""

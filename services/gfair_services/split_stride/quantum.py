@@ -127,6 +127,7 @@ def decide_quantum(ledger: Ledger, now: datetime) -> QuantumPlan:
         free = ledger.free_indices(turn.node_id)
         # Jobs parked in place here pick first, so that their own GPUs are still free for them.
         entering = sorted(turn.running, key=lambda k: _parked_on(ledger.jobs[k], turn.node_id))
+        parked = ledger.parked_on(turn.node_id)
         for key in entering:
             job = ledger.jobs[key]
             stay = job.stays.get(turn.node_id)
@@ -138,7 +139,7 @@ def decide_quantum(ledger: Ledger, now: datetime) -> QuantumPlan:
             if len(free) < need:
                 _log.error("not enough free GPUs for a chosen job", job=key, node_id=turn.node_id)
                 continue
-            picked = ledger.pick_indices(job, turn.node_id, free, need)
+            picked = ledger.pick_indices(job, turn.node_id, free, need, parked)
             indices, free = tuple(picked), [i for i in free if i not in picked]
             turn.starts.append(_start(ledger, job, turn.node_id, indices, now, quantum))
     names = {entry.node_id for entry in scheduled}
@@ -216,7 +217,8 @@ def _start_on(
         if len(free) < need:
             job.servers = before[0]
             return None
-        picks[node_id] = tuple(ledger.pick_indices(job, node_id, free, need))
+        parked = ledger.parked_on(node_id)
+        picks[node_id] = tuple(ledger.pick_indices(job, node_id, free, need, parked))
     ledger.held_back.discard(key)
     if servers != before[0]:
         entry = ledger.inventory.get(servers[0])
