@@ -350,6 +350,25 @@ async def test_start_the_job_record_has_overtaken_is_ignored(node: Node, tmp_pat
     assert sorted(run.job.job_id for run in node.executor.running()) == ["here", "trailing"]
 
 
+async def test_a_start_of_an_attempt_that_ended_here_is_ignored(
+    node: Node, tmp_path: Path
+) -> None:
+    # The scheduler's start can cross the job's exit (more so while a broker fails over and the
+    # job's record trails): the finished job must not run again. A retry is a newer attempt.
+    quick = (JOB_PYTHON, "-c", "pass")
+    await node.send(start_command(tmp_path, "done", quick, (0,)))
+    await node.wait_for(JobExited)
+    await node.send(start_command(tmp_path, "done", quick, (1,)))
+    await node.send(
+        ResumeCommand(node_id=NODE, user="alice", job_id="done", attempt=1, gpu_indices=(0,))
+    )
+    await settle(node)
+    assert len(await node.events(JobStarted, JobResumed)) == 1
+    await node.send(start_command(tmp_path, "done", quick, (1,), attempt=2))
+    started = await node.wait_for(JobStarted, count=2)
+    assert [getattr(e, "attempt", None) for e in started] == [1, 2]
+
+
 async def test_start_on_gpus_still_held_suspends_the_holder_first(
     node: Node, tmp_path: Path
 ) -> None:

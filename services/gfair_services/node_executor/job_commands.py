@@ -4,8 +4,10 @@
   re-announces it); the same job on other GPUs is suspended and moved; a newer attempt replaces
   an older run; another job still holding the GPUs is suspended first (commands come in order,
   so the newest word on those GPUs is this start). Starts older than `command_max_age_s`, and
-  starts the job's record has overtaken (it ended, was retried, or was re-placed elsewhere:
-  `start_guard`), are stale: sent before an outage of this executor, they would run it twice.
+  starts of an attempt whose process ended on its own here, and starts the job's record has
+  overtaken (it ended, was retried, or was re-placed elsewhere: `start_guard`), are stale:
+  sent before an outage of this executor or before the scheduler heard of the exit, they would
+  run it twice.
 - resume: a start with the command line of the job's last start here.
 - suspend / migrate: checkpoint and stop, then report `suspended` / `migrated`.
 - kill: stop without a checkpoint; nothing is reported (whoever asked decided what follows).
@@ -129,6 +131,20 @@ class JobCommands:
 
     async def _start(self, envelope: Envelope, command: StartCommand) -> None:
         current = self._current(command)
+        if (
+            current is not None
+            and current.status is RunStatus.EXITED
+            and command.attempt == current.attempt
+        ):
+            # It ended on its own here: that attempt is over (a retry is a newer attempt).
+            # The start was sent before the scheduler heard of the exit, and the job's
+            # record may trail too (after a broker outage): relaunching would run it twice.
+            _log.warning(
+                "start of an attempt that ended here ignored",
+                job=str(command.job),
+                attempt=command.attempt,
+            )
+            return
         if current is not None and current.parked and await self._control.still_running(current):
             indices = tuple(command.gpu_indices)
             if self._may_resume_on(current, indices) and command.attempt == current.attempt:
