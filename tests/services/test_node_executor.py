@@ -350,9 +350,7 @@ async def test_start_the_job_record_has_overtaken_is_ignored(node: Node, tmp_pat
     assert sorted(run.job.job_id for run in node.executor.running()) == ["here", "trailing"]
 
 
-async def test_a_start_of_an_attempt_that_ended_here_is_ignored(
-    node: Node, tmp_path: Path
-) -> None:
+async def test_a_start_of_an_attempt_that_ended_here_is_ignored(node: Node, tmp_path: Path) -> None:
     # The scheduler's start can cross the job's exit (more so while a broker fails over and the
     # job's record trails): the finished job must not run again. A retry is a newer attempt.
     quick = (JOB_PYTHON, "-c", "pass")
