@@ -546,7 +546,9 @@ async def test_usage_counts_gpu_seconds_per_user_and_pool(
         await register(probe, state, ("v100-0", 4))
         await admit(probe, state, "alice", "a", 3)
         await admit(probe, state, "bob", "b", 1)
-        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2)
+        for start in await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2):
+            await started(probe, start)
+        await eventually(lambda: phases(state) == {Phase.RUNNING})
         await probe.settle(0.2)
         await state.on_tick()
         # Held since they started, before the first tick: counted too.
@@ -559,6 +561,52 @@ async def test_usage_counts_gpu_seconds_per_user_and_pool(
     assert usage["bob"]["v100"] >= 0.5
 
 
+def phases(state: SplitStrideService) -> set[Phase]:
+    return {stay.phase for job in state.ledger.jobs.values() for stay in job.stays.values()}
+
+
+async def test_each_gpu_second_of_a_switch_is_charged_once_to_whoever_held_it(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    # The quantum gives alice's GPU to bob; alice's job takes 0.4 s to let go, and bob's starts
+    # only then. Alice pays those seconds (she held the GPU); bob is given them back (the
+    # quantum charged him for them): charged to both, bob would receive less than his share.
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        await admit(probe, state, "alice", "a")
+        (start,) = await probe.wait_for(COMMANDS, StartCommand)
+        await started(probe, start)
+        await admit(probe, state, "bob", "b")
+        while not suspends(probe):
+            await state.on_tick()
+            await probe.settle(0.05)
+        (bobs,) = [s for s in starts(probe) if s.job_id == "b"]
+        await probe.settle(0.4)  # alice's job yields
+        await probe.publish(
+            JobSuspended(
+                user="alice",
+                job_id="a",
+                node_id="v100-0",
+                attempt=1,
+                reason=SuspendReason.TIME_SLICE,
+            )
+        )
+        await started(probe, bobs)
+        await eventually(lambda: phases(state) == {Phase.RUNNING})
+        overrun = state.ledger.overrun["alice"]["v100"]
+        unheld = state.ledger.unheld["bob"]["v100"]
+        before = state.ledger.users["bob"].credit["v100"]
+        quantum = state.ledger.quantum
+        await state.on_tick()
+        after = state.ledger.users["bob"].credit["v100"]
+        entitled = state.ledger.users["bob"].entitled["v100"]
+        ran = sum(1.0 for job in decisions(probe, quantum)["v100-0"].running if job.user == "bob")
+    assert overrun >= 0.4
+    assert unheld == pytest.approx(overrun, abs=0.1)  # the same seconds, given back to bob
+    assert not state.ledger.unheld  # booked at the tick
+    assert after == pytest.approx(before + entitled - ran + unheld / settings.quantum_s)
+
+
 async def test_a_job_ending_mid_quantum_is_charged_until_it_ended(
     bus: InMemoryBus, probe: Probe, settings: Settings
 ) -> None:
@@ -567,6 +615,7 @@ async def test_a_job_ending_mid_quantum_is_charged_until_it_ended(
         await admit(probe, state, "alice", "a")
         (start,) = await probe.wait_for(COMMANDS, StartCommand)
         await started(probe, start)
+        await eventually(lambda: phases(state) == {Phase.RUNNING})
         await state.on_tick()
         held = state.ledger.usage["alice"]["v100"]
         await probe.settle(0.3)

@@ -112,6 +112,11 @@ class Snapshot:
     # told to stop that went on holding its GPUs until its node reported it off), for `settle`
     # to charge; the simulator's jobs stop when told, so it has none
     overrun: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # user -> pool -> GPU-quanta the last booked decision charged it for that its jobs did not
+    # hold: a job it ran started late (the GPUs' last holder was still yielding, or its node
+    # took time to launch it), for `settle` to give back; the simulator's jobs start when
+    # told, so it has none
+    unheld: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,7 @@ class Decision:
     # is work-conserving), so they are owed to nobody (`settle`)
     idle: dict[str, int] = field(default_factory=dict)
     served: frozenset[str] = frozenset()  # users with a job running this quantum
+    entitled: frozenset[str] = frozenset()  # jobs run on their users' entitlement (charged)
 
 
 @dataclass(slots=True)
@@ -140,6 +146,7 @@ def decide(snapshot: Snapshot) -> Decision:
     chosen: dict[str, _Choice] = {}
     order = {user: jobs for user, jobs in snapshot.jobs.items() if jobs}
     charged = _entitled_runs(snapshot, pools, packing, order, chosen)
+    entitled = frozenset(chosen)
     _surplus_runs(snapshot, pools, packing, order, chosen, charged)
     _keep_pools(pools, chosen)
     if _fast_first(pools, packing, chosen):  # moves may have freed room a gang can use
@@ -161,6 +168,7 @@ def decide(snapshot: Snapshot) -> Decision:
         waiting=waiting,
         idle={generation: free.total for generation, free in packing.items() if free.total},
         served=frozenset(choice.job.user for choice in chosen.values()),
+        entitled=entitled,
     )
 
 
@@ -578,6 +586,7 @@ def settle(
     decision: Decision,
     ceiling: Mapping[str, float],
     overrun: Mapping[str, Mapping[str, float]] | None = None,
+    unheld: Mapping[str, Mapping[str, float]] | None = None,
 ) -> bool:
     """Book a quantum into the credits and job passes the next snapshot carries; return
     whether it was booked.
@@ -586,7 +595,12 @@ def settle(
     go) is charged, whether or not this quantum is booked: those GPUs were denied to whoever
     the earlier decision gave them, so a user whose jobs ignore their yields pays for every
     GPU-second they held, not for what the decisions said. Credits have no floor: the debt is
-    worked off at the user's entitlement, while the others run.
+    worked off at the user's entitlement, while the others run. Likewise `unheld` (GPU-quanta
+    the last booked decision charged for that the user's jobs did not hold, starting late) is
+    given back: each GPU-second is charged once, to whoever held it. Without it the seconds a
+    yielding gang still held were charged twice, to the gang's user as overrun and to the user
+    the decision gave them, and a small user beside whole-server gangs received two thirds of
+    its share at 3 s quanta.
 
     Each user's credit in each pool grows by its entitlement and falls by what it was charged,
     capped at ``max(ceiling[user], _CREDIT_QUANTA * entitlement) + entitlement`` so that share a
@@ -595,13 +609,14 @@ def settle(
     job that ran (`ran`, the decision's jobs) advances its pass by its GPUs over its weight.
     Quanta in which no job waits are not booked: nobody was denied anything.
     """
-    for name, held in (overrun or {}).items():
-        owner = users.get(name)
-        if owner is None:
-            continue  # gone with its last job
-        for generation, quanta in held.items():
-            if generation in owner.credit:
-                owner.credit[generation] -= quanta
+    for corrections, sign in ((overrun, -1.0), (unheld, 1.0)):
+        for name, held in (corrections or {}).items():
+            owner = users.get(name)
+            if owner is None:
+                continue  # gone with its last job
+            for generation, quanta in held.items():
+                if generation in owner.credit:
+                    owner.credit[generation] += sign * quanta
     if decision.waiting == 0:
         return False
     unusable = _unusable(users, decision)

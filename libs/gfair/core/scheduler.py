@@ -247,7 +247,7 @@ class GandivaFair:
                 queue = self._users[job.user].queue
                 del queue[bisect.bisect_left(queue, _queue_key(job), key=_queue_key)]
         ceiling = {name: accounts.ceiling(user.sizes) for name, user in self._users.items()}
-        if settle(snapshot.users, ran, decision, ceiling, snapshot.overrun):
+        if settle(snapshot.users, ran, decision, ceiling, snapshot.overrun, snapshot.unheld):
             for job in ran:
                 bisect.insort(self._users[job.user].queue, job, key=_queue_key)
         migrations = self._carry_out(decision)

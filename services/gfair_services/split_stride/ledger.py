@@ -205,6 +205,13 @@ class Ledger:
         # suspend until their node reported them off), charged at the next tick's settle
         # (`kernel.Snapshot.overrun`). In memory only: a restart forgets at most one tick's.
         self.overrun: dict[str, dict[str, float]] = {}
+        # The jobs the last booked quantum charged (run on entitlement), and user -> pool ->
+        # GPU-seconds of that charge not yet given back; `unheld` is what was: the seconds
+        # from the tick to a charged job's start report, given back at the next tick's settle
+        # (`kernel.Snapshot.unheld`). In memory only, as the overrun.
+        self.charged_jobs: frozenset[str] = frozenset()
+        self.refundable: dict[str, dict[str, float]] = {}
+        self.unheld: dict[str, dict[str, float]] = {}
         # Jobs that may hold residencies (a superset: pruned as it is read), and each user's
         # jobs, so that what an admission reads costs what runs and what the user has, not
         # the whole cluster's backlog.
@@ -324,13 +331,17 @@ class Ledger:
             )
         for queue in queues.values():
             queue.sort(key=lambda state: (state.pass_, state.seq))
-        overrun = {
-            user: {pool: held / self.settings.quantum_s for pool, held in pools.items()}
-            for user, pools in self.overrun.items()
-        }
+        overrun, unheld = (
+            {
+                user: {pool: held / self.settings.quantum_s for pool, held in pools.items()}
+                for user, pools in seconds.items()
+            }
+            for seconds in (self.overrun, self.unheld)
+        )
         if members:
-            return Snapshot(pool_states, self.users, arrays.limit_arrays(queues, members), overrun)
-        return Snapshot(pool_states, self.users, queues, overrun)
+            limited = arrays.limit_arrays(queues, members)
+            return Snapshot(pool_states, self.users, limited, overrun, unheld)
+        return Snapshot(pool_states, self.users, queues, overrun, unheld)
 
     def _entitle(self, pool_gpus: dict[str, int]) -> None:
         demand = accounts.demand((job.user, job.gpus, job.member) for job in self.jobs.values())
@@ -360,8 +371,21 @@ class Ledger:
         for job in self.jobs.values():
             gangs.setdefault(job.user, []).append(job.gpus)
         ceiling = {user: accounts.ceiling(sizes) for user, sizes in gangs.items()}
-        booked = kernel.settle(self.users, ran, decision, ceiling, snapshot.overrun)
+        booked = kernel.settle(
+            self.users, ran, decision, ceiling, snapshot.overrun, snapshot.unheld
+        )
         self.overrun.clear()  # charged now (users gone meanwhile owe nothing)
+        self.unheld.clear()
+        self.charged_jobs = decision.entitled if booked else frozenset()
+        quantum_s = self.settings.quantum_s
+        self.refundable = (
+            {
+                user: {pool: gpus * quantum_s for pool, gpus in pools.items()}
+                for user, pools in decision.charged.items()
+            }
+            if booked
+            else {}
+        )
         if booked:
             self._min_pass.clear()
             for state in ran:
@@ -547,7 +571,11 @@ class Ledger:
         self.estimator.observe_profile(event.user, event.job_type, event.rates)
         return True
 
-    def confirmed(self, event: JobStarted | JobResumed, at: datetime) -> bool:
+    def confirmed(
+        self, event: JobStarted | JobResumed, at: datetime, received: datetime | None = None
+    ) -> bool:
+        """The node started the job at `at` (received at `received`, by this service's clock,
+        which bounds `at`: a node's clock ahead of it would give back seconds never lost)."""
         job = self.jobs.get(job_key(event.user, event.job_id))
         if job is None:
             return False
@@ -568,6 +596,7 @@ class Ledger:
             job.parked = None  # resumed there, in place or not
         if stay.phase is Phase.STARTING and stay.attempt == event.attempt:
             stay.phase = Phase.RUNNING
+            self._started_late(job, stay, min(at, received or at))
             return True
         if stay.attempt == event.attempt and stay.unconfirmed:
             stay.unconfirmed = False  # it did start: its stop will be confirmed in turn
@@ -637,11 +666,33 @@ class Ledger:
                     self._overran(job, stay, now)
         self.last_tick_at = now
 
+    def _started_late(self, job: Job, stay: Stay, at: datetime) -> None:
+        """The start was told at `stay.since` and confirmed at `at`: the job holds its GPUs from
+        then on. If the last quantum charged it, the seconds since the tick it did not hold
+        are given back to its user (at most what the quantum charged it there)."""
+        stay.since = max(stay.since, at)
+        if job.key not in self.charged_jobs or self.last_tick_at is None:
+            return
+        late = (stay.since - self.last_tick_at).total_seconds()
+        pool = self._pool(job, stay)
+        left = self.refundable.get(job.user, {})
+        given = min(len(stay.gpu_indices) * min(late, self.settings.quantum_s), left.get(pool, 0))
+        if given <= 0.0:
+            return
+        left[pool] -= given
+        unheld = self.unheld.setdefault(job.user, {})
+        unheld[pool] = unheld.get(pool, 0.0) + given
+
+    def _pool(self, job: Job, stay: Stay) -> str:
+        entry = self.inventory.get(stay.node_id)
+        return entry.generation if entry is not None else job.generation or "unknown"
+
     def _charge(self, job: Job, stay: Stay, until: datetime) -> None:
+        if stay.phase is Phase.STARTING:
+            return  # it holds its GPUs from its start report on (`_started_late`)
         since = stay.since if self.last_tick_at is None else max(stay.since, self.last_tick_at)
         elapsed = max(0.0, min((until - since).total_seconds(), self.settings.usage_gap_s))
-        entry = self.inventory.get(stay.node_id)
-        pool = entry.generation if entry is not None else job.generation or "unknown"
+        pool = self._pool(job, stay)
         per_pool = self.usage.setdefault(job.user, {})
         per_pool[pool] = per_pool.get(pool, 0.0) + len(stay.gpu_indices) * elapsed
 
@@ -657,8 +708,7 @@ class Ledger:
         if elapsed <= 0.0:
             return
         held = len(stay.gpu_indices) * elapsed
-        entry = self.inventory.get(stay.node_id)
-        pool = entry.generation if entry is not None else job.generation or "unknown"
+        pool = self._pool(job, stay)
         per_pool = self.usage.setdefault(job.user, {})
         per_pool[pool] = per_pool.get(pool, 0.0) + held
         overrun = self.overrun.setdefault(job.user, {})

@@ -225,7 +225,7 @@ class SplitStrideService:
                     return None
                 return await self._starts_events(start_at_once(ledger, key, now, arrival=True))
             case JobStarted() | JobResumed():
-                return [] if ledger.confirmed(data, envelope.time) else None
+                return [] if ledger.confirmed(data, envelope.time, now) else None
             case JobSuspended() | JobMigrated() | JobExited():
                 if not ledger.released(data, envelope.time, now):
                     return None
