@@ -55,11 +55,13 @@ from __future__ import annotations
 
 import functools
 import heapq
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gfair.core.cluster import Server
 from gfair.core.packing import Packing
+from gfair.core.switch_costs import DEFAULT_COSTS
 
 _EPS = 1e-9
 # Jobs of one user that a visit may skip (do not fit the pool) before the entry gives up for
@@ -69,6 +71,9 @@ _SCAN_LIMIT = 64
 # the most chosen jobs a pool may have for it (each repack places them all again).
 _REPACKS = 2
 _REPACK_JOBS = 512
+# Quanta over which a move's gain is counted against its cost (rule 8): a job moved to a faster
+# pool runs there for at least the quantum it moved in, and usually the next ones too.
+_HORIZON = 2.0
 
 
 @dataclass(slots=True)
@@ -84,6 +89,10 @@ class JobState:
     weight: float = 1.0  # its part of its user's share, relative to the user's other jobs
     running: tuple[str, ...] = ()  # servers it held last quantum
     home: tuple[str, ...] = ()  # servers holding its latest checkpoint
+    # Seconds of progress it loses starting on other servers than `running`/`home` (a move),
+    # and resuming on `home` after a suspend (gfair.core.switch_costs)
+    move_s: float = DEFAULT_COSTS.migration_s
+    resume_s: float = DEFAULT_COSTS.resume_s
 
 
 @dataclass(slots=True)
@@ -117,6 +126,8 @@ class Snapshot:
     # took time to launch it), for `settle` to give back; the simulator's jobs start when
     # told, so it has none
     unheld: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # The quantum's length: what a move's seconds are weighed against (rule 8)
+    quantum_s: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,13 +160,15 @@ def decide(snapshot: Snapshot) -> Decision:
     entitled = frozenset(chosen)
     _surplus_runs(snapshot, pools, packing, order, chosen, charged)
     _keep_pools(pools, chosen)
-    if _fast_first(pools, packing, chosen):  # moves may have freed room a gang can use
+    if _fast_first(
+        pools, packing, chosen, snapshot.quantum_s
+    ):  # moves may have freed room a gang can use
         _surplus_runs(snapshot, pools, packing, order, chosen, charged)
     _affinity(pools, packing, chosen)
     _surplus_runs(snapshot, pools, packing, order, chosen, charged)  # what packing freed
     waiting = sum(len(jobs) for jobs in order.values()) - len(chosen)
     if waiting == 0:
-        _fastest_to_fastest(pools, packing, chosen)
+        _fastest_to_fastest(pools, packing, chosen, snapshot.quantum_s)
     placed = {job_id: choice.servers for job_id, choice in chosen.items()}
     runs: dict[str, list[str]] = {}
     for job_id, servers in placed.items():
@@ -237,81 +250,144 @@ def _entitled_runs(
         if room.total == 0:
             full.add(pool.generation)
             continue
-        job = _next_job(order[user], start, user, pool.generation, fits[rank], chosen)
-        if job is None:
-            continue
-        spent = charged.setdefault(user, {})
         state = snapshot.users[user]
-        kept = _kept_in(job, state, spent, pools, pool_of, full, fits)
-        where = pool if kept is None else kept
+        spent = charged.setdefault(user, {})
+        run = _next_run(
+            order[user], start, user, rank, pools, packing, pool_of, fits, chosen, state, spent
+        )
+        if run is None:
+            continue
+        job, where = run
         servers = packing[where.generation].place(job.gpus, _prefer(job))
-        assert servers is not None  # _next_job or _kept_in checked the fit
+        assert servers is not None  # _next_run checked the fit
         chosen[job.id] = _Choice(job, where.generation, servers)
-        spent[where.generation] = spent.get(where.generation, 0.0) + job.gpus
+        paid, amount = _charge(job, state, spent, pool.generation, where.generation)
+        spent[paid] = spent.get(paid, 0.0) + amount
         entitled = state.entitled[pool.generation]
         credit = state.credit.get(pool.generation, 0.0) - spent.get(pool.generation, 0.0)
         heapq.heappush(heap, (-_priority(credit, entitled), seq, rank, user))
     return charged
 
 
-def _kept_in(
-    job: JobState,
-    state: UserState,
-    spent: Mapping[str, float],
-    pools: Sequence[PoolState],
-    pool_of: Mapping[str, int],
-    full: set[str],
-    fits: Sequence[Callable[[int], bool]],
-) -> PoolState | None:
-    """The pool a job the stride picked in another pool keeps running in, charged there: the
-    pool it ran in last quantum, while its user is still owed there (credit left after what
-    it was charged so far this quantum) and the job fits. Or None: it runs where picked.
+def _charge(
+    job: JobState, state: UserState, spent: Mapping[str, float], turn: str, where: str
+) -> tuple[str, float]:
+    """The pool a job run on the turn of its user's entry in `turn` is charged in, and how
+    many GPU-quanta: its GPUs where it runs, while its user is still owed there (credit left
+    after what it was charged so far this quantum); else the turn's pool, at the job's own
+    speed ratio between the two, so that its user's share there buys it the work it would
+    have done there, no more and no less.
 
     Without it, a user whose share is split among pools runs its job wherever its credit is
     highest, and running there makes another pool's higher next quantum: the job moved every
     quantum (a checkpoint and restore each time), and live, each move waits for its old node
     to confirm the stop and its new one to clear the GPUs, so an owed user spent its quanta
-    moving instead of running. Kept, it runs where it is until its debt there is worked off,
-    and the other pool's credit waits for it."""
-    if not job.running:
-        return None
-    rank = pool_of.get(job.running[0])
-    if rank is None:
-        return None
-    pool = pools[rank]
-    generation = pool.generation
-    if generation in full or job.speeds.get(generation, 0.0) <= 0:
-        return None
-    if state.entitled.get(generation, 0.0) <= _EPS:
-        return None
-    if state.credit.get(generation, 0.0) - spent.get(generation, 0.0) <= _EPS:
-        return None
-    return pool if fits[rank](job.gpus) else None
+    moving instead of running. Charged where it runs while owed there, and in the turn's pool
+    after that, it runs where it is and its user's share of every pool still reaches it."""
+    if where == turn:
+        return turn, float(job.gpus)
+    if (
+        state.entitled.get(where, 0.0) > _EPS
+        and state.credit.get(where, 0.0) - spent.get(where, 0.0) > _EPS
+    ):
+        return where, float(job.gpus)
+    return turn, job.gpus * job.speeds[where] / job.speeds[turn]
 
 
-def _priority(credit: float, entitled: float) -> float:
-    # Rounded so that equal passes reached by different sums of fractions tie exactly, and the
-    # tie-break (arrival order) decides, as in integer stride.
-    return round((credit + entitled) / entitled, 9)
+def _own(job: JobState) -> tuple[str, ...]:
+    """The servers the job starts on without moving: where it ran, else its checkpoint's."""
+    return job.running or job.home
 
 
-def _next_job(
+def _switch_s(job: JobState, servers: tuple[str, ...]) -> float:
+    """Seconds of progress the job loses running on `servers` this quantum."""
+    if job.running:
+        return 0.0 if servers == job.running else job.move_s
+    if job.home:
+        return job.resume_s if servers == job.home else job.move_s
+    return 0.0  # a first start: its start-up is part of its run time
+
+
+def _pays(gain_s: float, cost_s: float) -> bool:
+    """Rule 8: a move is made when what it gains, in seconds of the job's progress over the
+    next quanta, exceeds the seconds it loses moving."""
+    return gain_s > cost_s + _EPS
+
+
+def _next_run(
     jobs: Sequence[JobState],
     start: dict[str, int],
     user: str,
-    generation: str,
-    fits: Callable[[int], bool],
+    rank: int,
+    pools: Sequence[PoolState],
+    packing: Mapping[str, Packing],
+    pool_of: Mapping[str, int],
+    fits: Sequence[Callable[[int], bool]],
     chosen: Mapping[str, object],
-) -> JobState | None:
+    state: UserState,
+    spent: Mapping[str, float],
+) -> tuple[JobState, PoolState] | None:
+    """The job the user's entry in pool `rank` runs, and the pool it runs in (rule 8).
+
+    Its jobs in order, the first that runs without moving: one that never ran, here; one whose
+    servers (where it ran, else its checkpoint's) are free, there, whichever pool they are in,
+    unless this pool is faster for it by more than a move costs. A job whose servers are taken
+    moves here only when that pays for itself in speed; else it waits for them (`_surplus_runs`
+    gives it GPUs nobody else takes) and the next job is looked at."""
+    pool = pools[rank]
+    generation = pool.generation
     index = start[user]
     while index < len(jobs) and jobs[index].id in chosen:
         index += 1
     start[user] = index
     for at in range(index, min(len(jobs), index + _SCAN_LIMIT)):
         job = jobs[at]
-        if job.id not in chosen and job.speeds.get(generation, 0.0) > 0 and fits(job.gpus):
-            return job
+        if job.id in chosen:
+            continue
+        here = job.speeds.get(generation, 0.0)
+        own = _own(job)
+        home_rank = pool_of.get(own[0]) if own else None
+        if home_rank is None:
+            if here > 0 and fits[rank](job.gpus):
+                return job, pool
+            continue
+        home = pools[home_rank]
+        there = job.speeds.get(home.generation, 0.0)
+        if (
+            there > 0
+            and (home_rank == rank or here > 0)
+            and packing[home.generation].free_for(own, job.gpus)
+        ):
+            return job, home
+        if here > 0 and _owed_past_waiting(job, state, spent, generation) and fits[rank](job.gpus):
+            return job, pool
     return None
+
+
+def _owed_past_waiting(
+    job: JobState, state: UserState, spent: Mapping[str, float], generation: str
+) -> bool:
+    """Whether the job's user has saved up all the credit it may in `generation` (`settle`'s
+    ceiling, at least), so that waiting longer for the job's own servers would lose its share
+    there: the gain that repays a move to the pool's other servers."""
+    entitled = state.entitled.get(generation, 0.0)
+    credit = state.credit.get(generation, 0.0) - spent.get(generation, 0.0)
+    return credit >= max(float(job.gpus), entitled * _CREDIT_QUANTA) - _EPS
+
+
+def _faster(
+    job: JobState, here: float, there: float, own: tuple[str, ...], quantum_s: float
+) -> bool:
+    """Whether running at speed `here` instead of `there` (where it ran) gains the job more
+    over the next quanta than moving costs it beyond starting on `own`."""
+    gain = (here / there - 1) * quantum_s * _HORIZON if there > 0 else math.inf
+    return _pays(gain, job.move_s - _switch_s(job, own))
+
+
+def _priority(credit: float, entitled: float) -> float:
+    # Rounded so that equal passes reached by different sums of fractions tie exactly, and the
+    # tie-break (arrival order) decides, as in integer stride.
+    return round((credit + entitled) / entitled, 9)
 
 
 def _fits(
@@ -411,8 +487,12 @@ def _surplus_runs(
         credit = sum(state.credit.values()) - sum(charged.get(user, {}).values())
         return (-_priority(credit, entitled), state.seq)
 
-    # Only users with a job still waiting, in most-owed order.
+    # Only users with a job still waiting, in most-owed order. Jobs that start without moving
+    # (that never ran, or whose servers are free) go first; those whose servers are taken
+    # then take what is left, where idle GPUs pay for their move (rule 8).
+    pool_of = {server.id: pool for pool in pools for server in pool.servers}
     waiting = [user for user, jobs in order.items() if any(j.id not in chosen for j in jobs)]
+    movers: list[JobState] = []
     for user in sorted(waiting, key=owed):
         scanned = 0
         for job in order[user]:
@@ -421,14 +501,40 @@ def _surplus_runs(
             scanned += 1
             if scanned > _SCAN_LIMIT:
                 break
-            for pool in _fastest_for(job, pools):
-                if not _fits(pool, job.gpus, packing, chosen, repacks):
-                    continue
-                servers = packing[pool.generation].place(job.gpus, _prefer(job))
-                if servers is not None:
-                    chosen[job.id] = _Choice(job, pool.generation, servers)
-                    break
+            own = _own(job)
+            home = pool_of.get(own[0]) if own else None
+            if home is None:
+                _start_fastest(job, pools, packing, chosen, repacks)
+            elif job.speeds.get(home.generation, 0.0) > 0 and packing[home.generation].free_for(
+                own, job.gpus
+            ):
+                packing[home.generation].place(job.gpus, (own,))
+                chosen[job.id] = _Choice(job, home.generation, own)
+            else:
+                movers.append(job)
         if all(packing[p.generation].total == 0 for p in pools):
+            return
+    for job in movers:
+        if _pays(snapshot.quantum_s, job.move_s):  # else a quantum here would not repay it
+            _start_fastest(job, pools, packing, chosen, repacks)
+        if all(packing[p.generation].total == 0 for p in pools):
+            return
+
+
+def _start_fastest(
+    job: JobState,
+    pools: list[PoolState],
+    packing: dict[str, Packing],
+    chosen: dict[str, _Choice],
+    repacks: dict[str, int],
+) -> None:
+    """Start `job` on the fastest pool with room for it, if any."""
+    for pool in _fastest_for(job, pools):
+        if not _fits(pool, job.gpus, packing, chosen, repacks):
+            continue
+        servers = packing[pool.generation].place(job.gpus, _prefer(job))
+        if servers is not None:
+            chosen[job.id] = _Choice(job, pool.generation, servers)
             return
 
 
@@ -448,7 +554,8 @@ def _keep_pools(pools: list[PoolState], chosen: Mapping[str, _Choice]) -> None:
             places.setdefault(choice.pool, []).append(choice.servers)
         unplaced: list[_Choice] = []
         for choice in group:
-            ran = pool_of.get(choice.job.running[0]) if choice.job.running else None
+            own = _own(choice.job)
+            ran = pool_of.get(own[0]) if own else None
             if ran is not None and places.get(ran):
                 choice.pool, choice.servers = ran, places[ran].pop()
             else:
@@ -459,10 +566,14 @@ def _keep_pools(pools: list[PoolState], chosen: Mapping[str, _Choice]) -> None:
 
 
 def _fast_first(
-    pools: list[PoolState], packing: dict[str, Packing], chosen: dict[str, _Choice]
+    pools: list[PoolState],
+    packing: dict[str, Packing],
+    chosen: dict[str, _Choice],
+    quantum_s: float,
 ) -> bool:
-    """Rule 4: idle GPUs of a faster pool take the jobs that gain most from moving there.
-    Returns whether any job moved."""
+    """Rule 4: idle GPUs of a faster pool take the jobs that gain most from moving there, when
+    the gain over the next quanta exceeds what moving costs them beyond where they were put
+    (rule 8). Returns whether any job moved."""
     moved = False
     for target in pools:
         room = packing[target.generation]
@@ -474,7 +585,10 @@ def _fast_first(
             if choice.pool == target.generation or job.gpus > room.total:
                 continue
             here, there = job.speeds.get(choice.pool, 0.0), job.speeds.get(target.generation, 0.0)
-            if there > here * (1 + _EPS):
+            if there > here * (1 + _EPS) and _pays(
+                (there / here - 1) * quantum_s * _HORIZON,
+                (job.move_s if _own(job) else 0.0) - _switch_s(job, choice.servers),
+            ):
                 candidates.append((-there / here, job.seq, choice))
         candidates.sort(key=lambda c: (c[0], c[1]))
         for _, _, choice in candidates:
@@ -489,22 +603,28 @@ def _fast_first(
 
 
 def _fastest_to_fastest(
-    pools: list[PoolState], packing: dict[str, Packing], chosen: Mapping[str, _Choice]
+    pools: list[PoolState],
+    packing: dict[str, Packing],
+    chosen: Mapping[str, _Choice],
+    quantum_s: float,
 ) -> None:
     """Rule 7: when every runnable job runs, nobody is owed anything (`settle` books no quantum
     in which nobody waits), so each pool, fastest first, goes to the jobs that gain most from
     it over the slower pools, instead of to whoever the stride happened to visit there first.
     A job gaining nothing from a faster pool (it runs as fast or faster on a slower one) is
     not put there while a slower one has room. When the new assignment cannot hold every job
-    (gangs and fragmentation), the decision stands."""
+    (gangs and fragmentation), the decision stands. A job's speed in each pool is weighed by
+    the part of the next quanta it runs there after moving (rule 8), so a job moves to a faster
+    pool only when the gain repays the move."""
     if len(pools) < 2:
         return
+    pool_of = {server.id: pool.generation for pool in pools for server in pool.servers}
     fresh = {p.generation: Packing(p.servers) for p in pools}
     target: dict[str, tuple[str, tuple[str, ...]]] = {}
     left = list(chosen.values())
     for index, pool in enumerate(pools):
         slower = [p.generation for p in pools[index + 1 :]]
-        gains = {c.job.id: _gain(c.job, pool.generation, slower) for c in left}
+        gains = {c.job.id: _gain(c.job, pool.generation, slower, pool_of, quantum_s) for c in left}
         ranked = sorted(
             (c for c in left if gains[c.job.id] > 1 + _EPS),
             key=lambda c: (-gains[c.job.id], c.pool != pool.generation, c.job.seq),
@@ -535,11 +655,25 @@ def _fastest_for(job: JobState, pools: Iterable[PoolState]) -> list[PoolState]:
     return sorted(fitting, key=lambda p: -job.speeds[p.generation])
 
 
-def _gain(job: JobState, generation: str, slower: Sequence[str]) -> float:
-    """How much faster `job` runs on `generation` than on the best of `slower` (inf when only
-    here fits it, 0 when it does not fit here)."""
-    here = job.speeds.get(generation, 0.0)
-    rest = max((job.speeds.get(g, 0.0) for g in slower), default=0.0)
+def _gain(
+    job: JobState,
+    generation: str,
+    slower: Sequence[str],
+    pool_of: Mapping[str, str],
+    quantum_s: float,
+) -> float:
+    """How much more `job` does on `generation` than on the best of `slower` over the next
+    quanta, moves paid (inf when only here fits it, 0 when it does not fit here)."""
+    own = _own(job)
+    lives = pool_of.get(own[0]) if own else None
+    horizon = quantum_s * _HORIZON
+
+    def work(where: str) -> float:
+        lost = 0.0 if lives is None or lives == where else job.move_s
+        return job.speeds.get(where, 0.0) * max(0.0, horizon - lost)
+
+    here = work(generation)
+    rest = max((work(g) for g in slower), default=0.0)
     if here <= 0:
         return 0.0
     return here / rest if rest > 0 else float("inf")

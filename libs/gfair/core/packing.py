@@ -77,7 +77,7 @@ class Packing:
         """Servers for a job of `gpus`, taken; the first preferred placement that is free wins,
         else best fit (or whole idle servers for a gang larger than a server)."""
         for servers in prefer:
-            if servers and self._free_for(servers, gpus):
+            if servers and self.free_for(servers, gpus):
                 for server_id, share in self._shares(servers, gpus):
                     self._take(server_id, share)
                 return servers
@@ -95,7 +95,8 @@ class Packing:
                 self._take(server_id, self.size[server_id])
         return whole
 
-    def _free_for(self, servers: tuple[str, ...], gpus: int) -> bool:
+    def free_for(self, servers: tuple[str, ...], gpus: int) -> bool:
+        """Whether `servers` (one, or whole servers for a gang larger than one) hold `gpus` free."""
         if len(servers) == 1:
             return self.free.get(servers[0], 0) >= gpus
         if any(s not in self.free for s in servers):

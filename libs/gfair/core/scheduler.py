@@ -38,6 +38,7 @@ from gfair.core.kernel import (
 )
 from gfair.core.placement import PoolView, filter_pools, rejection_reason
 from gfair.core.pools import Pool, pools_of, shares
+from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.tickets import check_tickets
 from gfair.core.trading import Trade
@@ -52,6 +53,7 @@ class JobSpec:
     weight: float = 1.0  # its part of its user's share, relative to the user's other jobs
     array: str | None = None  # its job array's id (the user's), if it belongs to one
     array_limit: int | None = None  # at most this many of the array run at once
+    costs: SwitchCosts = DEFAULT_COSTS  # what a resume and a move cost it
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ class SchedulerConfig:
     trading: bool = True
     min_seller_gain: float = 0.10
     throughput_alpha: float = 0.3
+    quantum_s: float = 60.0  # what the kernel weighs a move's cost against
 
     def __post_init__(self) -> None:
         if self.min_seller_gain < 0:
@@ -175,7 +178,17 @@ class GandivaFair:
         user.type_speeds.setdefault((job.job_type, job.gpus), speeds)
         self._seq += 1
         joins = accounts.joining_pass(j.pass_ for j in user.queue[:1])  # the queue is sorted
-        state = JobState(job.id, job.user, job.gpus, self._seq, speeds, joins, job.weight)
+        state = JobState(
+            job.id,
+            job.user,
+            job.gpus,
+            self._seq,
+            speeds,
+            joins,
+            job.weight,
+            move_s=job.costs.migration_s,
+            resume_s=job.costs.resume_s,
+        )
         self._jobs[job.id] = job
         self._states[job.id] = state
         user.jobs[job.id] = state
@@ -283,7 +296,10 @@ class GandivaFair:
         if self._members:
             queues = arrays.limit_arrays(queues, self._members)
         return Snapshot(
-            self._pool_states, {name: user.state for name, user in self._users.items()}, queues
+            self._pool_states,
+            {name: user.state for name, user in self._users.items()},
+            queues,
+            quantum_s=self.config.quantum_s,
         )
 
     def settled(self) -> bool:

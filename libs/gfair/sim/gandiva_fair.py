@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from gfair.core.cluster import Cluster
 from gfair.core.scheduler import Admission, GandivaFair, JobSpec, SchedulerConfig
+from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair.core.throughput import ThroughputTable
 from gfair.core.trading import Trade
 from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Decision
@@ -27,7 +28,9 @@ class GandivaFairPolicy:
         throughput: ThroughputTable,
         config: SchedulerConfig | None = None,
         default_tickets: float = 1.0,
+        costs: SwitchCosts = DEFAULT_COSTS,
     ) -> None:
+        self._costs = costs  # each job's, unless its trace row gives its own
         self.scheduler = GandivaFair(
             cluster, tickets, throughput, config or SchedulerConfig(), default_tickets
         )
@@ -35,7 +38,13 @@ class GandivaFairPolicy:
 
     def submit(self, job: TraceJob, now: float) -> Admission:
         spec = JobSpec(
-            job.id, job.user, job.gpus, job.job_type, array=job.array, array_limit=job.array_limit
+            job.id,
+            job.user,
+            job.gpus,
+            job.job_type,
+            array=job.array,
+            array_limit=job.array_limit,
+            costs=job.costs(self._costs),
         )
         return self.scheduler.submit(spec, now)
 

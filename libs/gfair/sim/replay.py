@@ -13,6 +13,7 @@ from typing import Final
 
 from gfair.core.cluster import Cluster
 from gfair.core.scheduler import SchedulerConfig
+from gfair.core.switch_costs import SwitchCosts
 from gfair.core.throughput import ThroughputTable
 from gfair.sim.gandiva_fair import GandivaFairPolicy
 from gfair.sim.ledger import ShareSeries
@@ -22,7 +23,7 @@ from gfair.sim.policies.static_partition import StaticPartition
 from gfair.sim.policies.tiresias import Tiresias
 from gfair.sim.policy import Policy
 from gfair.sim.report import Report, build_report, total_throughput
-from gfair.sim.simulator import SimConfig, SimResult, Simulator, SwitchCosts, TimelineSink
+from gfair.sim.simulator import SimConfig, SimResult, Simulator, TimelineSink
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import Trace
 
@@ -75,8 +76,10 @@ def build_policy(
 ) -> Policy:
     tickets = user_tickets(trace, options)
     if name == GANDIVA_FAIR:
-        config = replace(options.scheduler, trading=options.trading)
-        return GandivaFairPolicy(cluster, tickets, throughput, config, options.default_tickets)
+        config = replace(options.scheduler, trading=options.trading, quantum_s=options.quantum_s)
+        return GandivaFairPolicy(
+            cluster, tickets, throughput, config, options.default_tickets, options.costs
+        )
     if name == "fifo":
         return Fifo(cluster, speeds)
     if name == "static-partition":

@@ -27,6 +27,7 @@ from typing import Final, Protocol
 from gfair.core.cluster import Cluster
 from gfair.core.dependencies import Outcome, Readiness, eligibility
 from gfair.core.packing import Packing
+from gfair.core.switch_costs import SwitchCosts as SwitchCosts
 from gfair.sim.idle_capacity import WaitingClass, usable_idle_gpus
 from gfair.sim.ledger import Ledger, ShareSeries
 from gfair.sim.policy import Backfilling, LimitingArrays, Policy
@@ -41,26 +42,9 @@ _MIN_NOISY_RATE: Final = 0.05  # noise never reports a job as stopped or backwar
 
 
 @dataclass(frozen=True)
-class SwitchCosts:
-    """Progress lost when a job's GPUs change hands (Gandiva measured 0.1-1 s and 1-2 s).
-
-    `resume_s` is charged to a suspended job when it resumes on the servers it left (its
-    checkpoint is restored in place; the suspend's own checkpoint time is folded in here).
-    `migration_s` is charged instead when it resumes on, or moves to, other servers. A job's
-    first start costs nothing extra: its start-up is part of its traced run time.
-    """
-
-    resume_s: float = 0.5
-    migration_s: float = 3.0
-
-    def __post_init__(self) -> None:
-        if not (self.resume_s >= 0 and self.migration_s >= 0):
-            raise ValueError("switching costs must be >= 0 s")
-
-
-@dataclass(frozen=True)
 class SimConfig:
     quantum_s: float = 60.0
+    # Each job's switching costs unless its trace row gives its own (`TraceJob.costs`)
     costs: SwitchCosts = field(default_factory=SwitchCosts)
     until_s: float | None = None  # stop the clock here (backlogged experiments)
     tickets: Mapping[str, float] | None = None  # per user; None: the trace's
@@ -489,7 +473,7 @@ class Simulator:
         job.epoch += 1
 
     def _start(self, job: _Job, servers: tuple[str, ...], now: float) -> None:
-        costs = self.config.costs
+        costs = job.spec.costs(self.config.costs)
         if servers == job.last_servers:
             # Resuming in place, the common case when time-slicing: same speed, already seen.
             overhead = costs.resume_s

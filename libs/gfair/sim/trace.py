@@ -5,12 +5,15 @@ malformed row is reported with its physical line number and the offending column
 returned: a simulation over a half-read trace would measure the wrong workload.
 
 gfair CSV: ``submit_time_s,user,gpus,duration_s[,job_type][,tickets][,job_id][,array]
-[,array_limit][,after_ok]`` (any column order). ``duration_s`` is the job's run time on a V100;
-``job_type`` names a row of the Gavel table or is empty; ``tickets`` is per user and may be left
-empty on all but one of its rows. As `gfair submit` has them: ``array`` names the user's job
-array the job belongs to and ``array_limit`` how many of it may run at once (the same on every
-row of the array that gives one); ``after_ok`` lists, space-separated, the job ids of the same
-user that must complete first (a job id the trace does not have is an error).
+[,array_limit][,after_ok][,move_s][,resume_s]`` (any column order). ``duration_s`` is the
+job's run time on a V100; ``job_type`` names a row of the Gavel table or is empty; ``tickets``
+is per user and may be left empty on all but one of its rows. As `gfair submit` has them:
+``array`` names the user's job array the job belongs to and ``array_limit`` how many of it may
+run at once (the same on every row of the array that gives one); ``after_ok`` lists,
+space-separated, the job ids of the same user that must complete first (a job id the trace
+does not have is an error). ``move_s`` and ``resume_s`` are the job's own switching costs
+(`gfair.core.switch_costs`), seconds of progress lost starting on other servers and resuming on
+its own; empty: the run's.
 
 Philly CSV: ``timestamp,duration,num_gpus,gpu_time,cluster[,job_id]``. The virtual cluster
 (``cluster``) is the tenant; timestamps become seconds since the earliest submission (the file is
@@ -31,6 +34,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
+from gfair.core.switch_costs import SwitchCosts
+
 if TYPE_CHECKING:
     from _csv import Reader as CsvReader
 
@@ -38,7 +43,16 @@ if TYPE_CHECKING:
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 GFAIR_REQUIRED: Final = ("submit_time_s", "user", "gpus", "duration_s")
-GFAIR_OPTIONAL: Final = ("job_type", "tickets", "job_id", "array", "array_limit", "after_ok")
+GFAIR_OPTIONAL: Final = (
+    "job_type",
+    "tickets",
+    "job_id",
+    "array",
+    "array_limit",
+    "after_ok",
+    "move_s",
+    "resume_s",
+)
 PHILLY_REQUIRED: Final = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 PHILLY_OPTIONAL: Final = ("job_id",)
 
@@ -67,6 +81,17 @@ class TraceJob:
     after_ok: tuple[str, ...] = ()  # jobs that must complete first (gfair.core.dependencies)
     array: str | None = None  # its job array's id (the user's), if any
     array_limit: int | None = None  # at most this many of its array run at once
+    move_s: float | None = None  # its own switching costs; None: the run's
+    resume_s: float | None = None
+
+    def costs(self, default: SwitchCosts) -> SwitchCosts:
+        """Its switching costs: its own where it has them, else `default`'s."""
+        if self.move_s is None and self.resume_s is None:
+            return default
+        return SwitchCosts(
+            resume_s=default.resume_s if self.resume_s is None else self.resume_s,
+            migration_s=default.migration_s if self.move_s is None else self.move_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -258,6 +283,8 @@ class _GfairRows(_Rows):
                     after_ok=self.after_ok(row),
                     array=array,
                     array_limit=limit,
+                    move_s=self.seconds(row, "move_s"),
+                    resume_s=self.seconds(row, "resume_s"),
                 )
             )
         self.check_dependencies(jobs)
@@ -288,6 +315,10 @@ class _GfairRows(_Rows):
                 "array_limit",
             )
         return name, limit
+
+    def seconds(self, row: list[str], column: str) -> float | None:
+        raw = self.optional(row, column)
+        return self.parse_number(raw, column, positive=False) if raw else None
 
     def after_ok(self, row: list[str]) -> tuple[str, ...]:
         ids = tuple(self.optional(row, "after_ok").split())
