@@ -74,6 +74,9 @@ _REPACK_JOBS = 512
 # Quanta over which a move's gain is counted against its cost (rule 8): a job moved to a faster
 # pool runs there for at least the quantum it moved in, and usually the next ones too.
 _HORIZON = 2.0
+# How many times a move's cost (in GPU-seconds) its user must be owed in the pool it would move
+# to before the share collected there repays it (rule 8).
+_PATIENCE = 8.0
 
 
 @dataclass(slots=True)
@@ -253,7 +256,18 @@ def _entitled_runs(
         state = snapshot.users[user]
         spent = charged.setdefault(user, {})
         run = _next_run(
-            order[user], start, user, rank, pools, packing, pool_of, fits, chosen, state, spent
+            order[user],
+            start,
+            user,
+            rank,
+            pools,
+            packing,
+            pool_of,
+            fits,
+            chosen,
+            state,
+            spent,
+            snapshot.quantum_s,
         )
         if run is None:
             continue
@@ -291,7 +305,7 @@ def _charge(
         and state.credit.get(where, 0.0) - spent.get(where, 0.0) > _EPS
     ):
         return where, float(job.gpus)
-    return turn, job.gpus * job.speeds[where] / job.speeds[turn]
+    return turn, float(job.gpus)
 
 
 def _own(job: JobState) -> tuple[str, ...]:
@@ -326,6 +340,7 @@ def _next_run(
     chosen: Mapping[str, object],
     state: UserState,
     spent: Mapping[str, float],
+    quantum_s: float,
 ) -> tuple[JobState, PoolState] | None:
     """The job the user's entry in pool `rank` runs, and the pool it runs in (rule 8).
 
@@ -353,26 +368,47 @@ def _next_run(
             continue
         home = pools[home_rank]
         there = job.speeds.get(home.generation, 0.0)
+        free = there > 0 and packing[home.generation].free_for(own, job.gpus)
         if (
-            there > 0
-            and (home_rank == rank or here > 0)
-            and packing[home.generation].free_for(own, job.gpus)
+            here > 0
+            and (home_rank != rank or not free)
+            and _owed_enough(
+                job, state, spent, generation, home.generation, quantum_s, waits=not free
+            )
+            and fits[rank](job.gpus)
         ):
-            return job, home
-        if here > 0 and _owed_past_waiting(job, state, spent, generation) and fits[rank](job.gpus):
             return job, pool
+        if free and (home_rank == rank or here > 0):
+            return job, home
     return None
 
 
-def _owed_past_waiting(
-    job: JobState, state: UserState, spent: Mapping[str, float], generation: str
+def _owed_enough(
+    job: JobState,
+    state: UserState,
+    spent: Mapping[str, float],
+    generation: str,
+    lives: str,
+    quantum_s: float,
+    *,
+    waits: bool,
 ) -> bool:
-    """Whether the job's user has saved up all the credit it may in `generation` (`settle`'s
-    ceiling, at least), so that waiting longer for the job's own servers would lose its share
-    there: the gain that repays a move to the pool's other servers."""
+    """Whether the job's user is owed enough in `generation` for a move there to pay: its
+    credit there, in GPU-seconds, exceeds `_PATIENCE` times what moving costs the job; or, for
+    a job that `waits` (its own servers are taken), it has saved up all it may there
+    (`settle`'s ceiling, at least), so that waiting longer would lose its share there. Cheap
+    moves are made as soon as a user is owed a pool's share, as if jobs were free to move; dear
+    ones only once the share they collect is worth them, and a job that moved stays until its
+    user is owed as much again elsewhere, so it does not bounce."""
     entitled = state.entitled.get(generation, 0.0)
     credit = state.credit.get(generation, 0.0) - spent.get(generation, 0.0)
-    return credit >= max(float(job.gpus), entitled * _CREDIT_QUANTA) - _EPS
+    needed = _PATIENCE * job.gpus * job.move_s / quantum_s
+    if generation != lives:
+        # Owed as much where it lives, it is as well off running there.
+        needed += max(0.0, state.credit.get(lives, 0.0) - spent.get(lives, 0.0))
+    if waits:
+        needed = min(needed, max(float(job.gpus), entitled * _CREDIT_QUANTA))
+    return credit > _EPS and credit >= needed - _EPS
 
 
 def _faster(
