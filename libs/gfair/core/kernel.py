@@ -76,7 +76,8 @@ _REPACK_JOBS = 512
 _HORIZON = 2.0
 # How many times a move's cost (in GPU-seconds) its user must be owed in the pool it would move
 # to before the share collected there repays it (rule 8).
-_PATIENCE = 8.0
+_PATIENCE = 120.0
+_MOST_PATIENCE = 20.0
 
 
 @dataclass(slots=True)
@@ -402,7 +403,8 @@ def _owed_enough(
     user is owed as much again elsewhere, so it does not bounce."""
     entitled = state.entitled.get(generation, 0.0)
     credit = state.credit.get(generation, 0.0) - spent.get(generation, 0.0)
-    needed = _PATIENCE * job.gpus * job.move_s / quantum_s
+    cost = job.move_s / quantum_s  # of a quantum's progress
+    needed = job.gpus * cost * min(_PATIENCE * cost, _MOST_PATIENCE)
     if generation != lives:
         # Owed as much where it lives, it is as well off running there.
         needed += max(0.0, state.credit.get(lives, 0.0) - spent.get(lives, 0.0))
