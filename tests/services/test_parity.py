@@ -48,6 +48,7 @@ RESNET = "ResNet-50 (batch size 64)"
 TRANSFORMER = "Transformer (batch size 64)"
 A3C = "A3C"
 QUANTA = 24
+QUANTUM_S = 3600.0
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -87,7 +88,9 @@ def simulated() -> tuple[Runs, Filled]:
     """The simulator's driver: the runs of every quantum, and what it backfilled before each
     (as the simulator calls `backfill` after every end and arrival)."""
     table = load_throughputs()
-    scheduler = GandivaFair(Cluster.of(SERVERS), TICKETS, table, SchedulerConfig(trading=False))
+    # The service's quantum: the kernel weighs moves against it (gfair.core.switch_costs).
+    config = SchedulerConfig(trading=False, quantum_s=QUANTUM_S)
+    scheduler = GandivaFair(Cluster.of(SERVERS), TICKETS, table, config)
     runs: Runs = []
     filled: Filled = []
     for quantum in range(QUANTA):
@@ -125,7 +128,7 @@ async def service(
     bus: InMemoryBus, tmp_path: Path, clock: FakeClock
 ) -> AsyncIterator[SplitStrideService]:
     settings = Settings(
-        quantum_s=3600.0,  # its own timer never fires: the test ticks
+        quantum_s=QUANTUM_S,  # its own timer never fires: the test ticks
         checkpoint_root=tmp_path,
         user_tickets=",".join(f"{user}={n:g}" for user, n in TICKETS.items()),
     )

@@ -4,11 +4,13 @@
     gfair compare --quick                          # three small generated workloads
     gfair compare --workloads 'gavel/*' --policies gandiva-fair max-min-fairness
     gfair compare --list                           # the workloads, their clusters and loads
+    gfair compare --switch-cost 1 --migration-cost 60   # every policy charged real move costs
 
 Prints one row per (workload, policy): completed jobs, average, median and 99th-percentile
 JCT, makespan, the fraction of GPUs busy while jobs wait and of those idle that a waiting job
-fits, Jain's index of ideal/actual JCT, the largest share error, the trading gain, the average
-JCT relative to max-min-fairness's on the same workload, and the replay's wall time. `--plot`
+fits, Jain's index of ideal/actual JCT, the largest share error, the trading gain, moves to other
+servers per job and per running job-hour, the average JCT relative to max-min-fairness's on
+the same workload, and the replay's wall time. `--plot`
 draws the JCT CDFs, `--json` writes the rows.
 """
 
@@ -27,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gfair.cli.figures import plotting
+from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair.gavel import load_throughputs
 from gfair.sim.comparison import (
     DEFAULT_POLICIES,
@@ -47,7 +50,7 @@ from gfair.sim.simulator import PlanError, SimulationStalled
 from gfair.sim.trace import TraceError
 from gfair.sim.workloads import Workload, default_philly_trace_path
 
-_TABLE_WIDTH = 180
+_TABLE_WIDTH = 200
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -117,6 +120,23 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="DAYS",
         help=f"and submitted within DAYS days (0: no cap; default {PHILLY_DAYS:g})",
     )
+    parser.add_argument(
+        "--switch-cost",
+        type=float,
+        default=DEFAULT_COSTS.resume_s,
+        metavar="SECONDS",
+        help=f"progress a job loses resuming in place (default {DEFAULT_COSTS.resume_s:g})",
+    )
+    parser.add_argument(
+        "--migration-cost",
+        type=float,
+        default=DEFAULT_COSTS.migration_s,
+        metavar="SECONDS",
+        help=(
+            "progress a job loses starting on other servers "
+            f"(default {DEFAULT_COSTS.migration_s:g})"
+        ),
+    )
     parser.add_argument("--throughputs", type=Path, help="Gavel throughput JSON")
     parser.add_argument("--plot", type=Path, help="draw the JCT CDFs here (PNG)")
     parser.add_argument("--json", type=Path, help="write the rows here (JSON)")
@@ -139,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     began = time.perf_counter()
     try:
+        costs = SwitchCosts(resume_s=args.switch_cost, migration_s=args.migration_cost)
         throughput = load_throughputs(args.throughputs)
         sources = Sources(
             throughput=throughput,
@@ -181,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
             quantum_s=args.quantum,
             workers=min(args.workers, total),
             done=done,
+            costs=costs,
         )
     except (PlanError, SimulationStalled) as error:
         print(f"gfair compare: error: {error}", file=sys.stderr)
@@ -205,7 +227,14 @@ def run(args: argparse.Namespace) -> int:
             row = asdict(outcome)
             del row["jcts_s"]
             rows.append(row)
-        document = {"quantum_s": args.quantum, "seed": args.seed, "wall_s": wall, "rows": rows}
+        document = {
+            "quantum_s": args.quantum,
+            "resume_s": costs.resume_s,
+            "migration_s": costs.migration_s,
+            "seed": args.seed,
+            "wall_s": wall,
+            "rows": rows,
+        }
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return 0
 
@@ -231,6 +260,8 @@ def table(outcomes: list[Outcome]) -> Table:
         "Jain JCT",
         "share err",
         "trade gain",
+        "moves/job",
+        "moves/run h",
         f"÷{_short(MAX_MIN_FAIRNESS)}",
         "wall s",
     )
@@ -256,6 +287,8 @@ def table(outcomes: list[Outcome]) -> Table:
             fraction(outcome.jct_jain_index),
             fraction(outcome.max_share_error, 3),
             f"{outcome.trading_gain:+.1%}",
+            fraction(outcome.moves_per_job, 1),
+            fraction(outcome.moves_per_running_hour),
             fraction(ratio),
             f"{outcome.wall_s:.1f}",
         )

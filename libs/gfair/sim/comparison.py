@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Final
 
 from gfair.core.cluster import parse_cluster_spec
+from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair.sim.replay import GANDIVA_FAIR, MAX_MIN_FAIRNESS, ReplayOptions, replay
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import Trace, read_trace
@@ -99,6 +100,8 @@ class Outcome:
     trading_gain: float
     wall_s: float
     jcts_s: tuple[float, ...]
+    moves_per_job: float | None = None  # starts on other servers than the job left
+    moves_per_running_hour: float | None = None  # the same over the hours jobs held GPUs
 
 
 @dataclass(frozen=True)
@@ -254,14 +257,16 @@ def compare(
     quantum_s: float = QUANTUM_S,
     workers: int = 1,
     done: Callable[[Outcome], None] | None = None,
+    costs: SwitchCosts = DEFAULT_COSTS,
 ) -> list[Outcome]:
-    """Replay every (workload, policy) pair; outcomes in workload, then policy order."""
+    """Replay every (workload, policy) pair, every policy charged `costs` for each job's
+    resumes and moves; outcomes in workload, then policy order."""
     tasks = [(workload, policy) for workload in workloads for policy in policies]
     table = {name: dict(rates) for name, rates in throughput.items()}
     results: dict[tuple[str, str], Outcome] = {}
     if workers <= 1:
         for workload, policy in tasks:
-            outcome = run_one(workload, policy, table, quantum_s)
+            outcome = run_one(workload, policy, table, quantum_s, costs)
             results[(workload.name, policy)] = outcome
             if done is not None:
                 done(outcome)
@@ -272,7 +277,7 @@ def compare(
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             futures = [
-                pool.submit(run_one, workload, policy, table, quantum_s)
+                pool.submit(run_one, workload, policy, table, quantum_s, costs)
                 for workload, policy in ordered
             ]
             for future in futures:
@@ -288,11 +293,12 @@ def run_one(
     policy: str,
     throughput: Mapping[str, Mapping[str, float]],
     quantum_s: float = QUANTUM_S,
+    costs: SwitchCosts = DEFAULT_COSTS,
 ) -> Outcome:
     """One replay (gandiva-fair's includes the run without trading behind `trading_gain`)."""
     began = time.perf_counter()
     cluster = parse_cluster_spec(workload.cluster)
-    options = ReplayOptions(policy=policy, quantum_s=quantum_s)
+    options = ReplayOptions(policy=policy, quantum_s=quantum_s, costs=costs)
     report = replay(workload.trace, cluster, throughput, options).report
     wall = time.perf_counter() - began
     summary = report.summary
@@ -314,6 +320,8 @@ def run_one(
         trading_gain=summary.trading_gain,
         wall_s=wall,
         jcts_s=jcts,
+        moves_per_job=summary.moves_per_job,
+        moves_per_running_hour=summary.moves_per_running_hour,
     )
 
 

@@ -25,6 +25,10 @@ Definitions (all times in virtual seconds, shares as fractions 0..1 of the clust
   answerable for: 0 is work-conserving, whatever gangs too big for the idle GPUs wait.
 - ``jct_jain_index``: Jain's index over the completed jobs' ``ideal_s / jct_s`` (1 = every job
   slowed down by the same factor; lower = some jobs wait far longer relative to their size).
+- ``migrations``: starts of a job on other servers than it left, in its pool or another (each
+  charged the job's move cost); ``moves_per_job`` is that over the jobs, and
+  ``moves_per_running_hour`` over the hours jobs held GPUs (summed over jobs, not GPUs); None
+  when no job ran.
 - ``trading_gain``: relative rise of the users' summed effective throughput against the same
   run without trading (0.0 for policies that do not trade, with ``--no-trading``, and when the
   run made no trade, which leaves it identical to the run without).
@@ -88,6 +92,8 @@ class Summary:
     max_share_error: float | None
     suspends: int
     migrations: int
+    moves_per_job: float | None
+    moves_per_running_hour: float | None
     trades: int
     trading_gain: float
 
@@ -241,6 +247,10 @@ def build_report(
         max_share_error=max(errors) if errors else None,
         suspends=result.suspends,
         migrations=result.migrations,
+        moves_per_job=result.migrations / len(result.jobs) if result.jobs else None,
+        moves_per_running_hour=(
+            result.migrations / (result.running_job_s / 3600) if result.running_job_s > 0 else None
+        ),
         trades=result.trades,
         trading_gain=trading_gain,
     )

@@ -104,6 +104,7 @@ class SimResult:
     waiting_s: float = 0.0
     busy_waiting_gpu_s: float = 0.0
     usable_idle_gpu_s: float = 0.0
+    running_job_s: float = 0.0  # seconds jobs held GPUs, summed over jobs (not their GPUs)
 
 
 class _Job:
@@ -215,6 +216,7 @@ class Simulator:
         self._noise = random.Random(self.config.seed)
         self._suspends = 0
         self._migrations = 0
+        self._running_job_s = 0.0
         self._trades = 0
         self._plans = 0
         self._quanta = 0
@@ -426,6 +428,7 @@ class Simulator:
     def _complete(self, job: _Job, at: float) -> None:
         spec = job.spec
         self.ledger.used(spec.user, spec.gpus, job.seg_start, at, job.remaining)
+        self._running_job_s += at - job.seg_start
         self._tally(at)
         self._hold(job.servers, spec.gpus, -1)
         self._running -= 1
@@ -462,6 +465,7 @@ class Simulator:
         done = max(0.0, now - job.since) * job.speed
         done = min(done, job.remaining)
         self.ledger.used(job.spec.user, job.spec.gpus, job.seg_start, now, done)
+        self._running_job_s += now - job.seg_start
         self._tally(now)
         self._hold(job.servers, job.spec.gpus, -1)
         self._unplaced[job.spec.gpus, job.spec.job_type] += 1
@@ -714,4 +718,5 @@ class Simulator:
             waiting_s=self._waiting_s,
             busy_waiting_gpu_s=self._busy_waiting_gpu_s,
             usable_idle_gpu_s=self._usable_idle_gpu_s,
+            running_job_s=self._running_job_s,
         )

@@ -34,6 +34,7 @@ import structlog
 from gfair.core import accounts, arrays, kernel, pools
 from gfair.core.cluster import generation_rank
 from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState
+from gfair.core.switch_costs import DEFAULT_COSTS
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import (
@@ -327,6 +328,9 @@ class Ledger:
                     job.weight,
                     running=running if len(running) == len(job.servers) else (),
                     home=job.servers,
+                    # The defaults until nodes report what their moves and resumes take
+                    move_s=DEFAULT_COSTS.migration_s,
+                    resume_s=DEFAULT_COSTS.resume_s,
                 )
             )
         for queue in queues.values():
@@ -340,8 +344,10 @@ class Ledger:
         )
         if members:
             limited = arrays.limit_arrays(queues, members)
-            return Snapshot(pool_states, self.users, limited, overrun, unheld)
-        return Snapshot(pool_states, self.users, queues, overrun, unheld)
+            return Snapshot(
+                pool_states, self.users, limited, overrun, unheld, self.settings.quantum_s
+            )
+        return Snapshot(pool_states, self.users, queues, overrun, unheld, self.settings.quantum_s)
 
     def _entitle(self, pool_gpus: dict[str, int]) -> None:
         demand = accounts.demand((job.user, job.gpus, job.member) for job in self.jobs.values())
