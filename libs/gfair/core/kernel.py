@@ -345,17 +345,22 @@ def _next_run(
 ) -> tuple[JobState, PoolState] | None:
     """The job the user's entry in pool `rank` runs, and the pool it runs in (rule 8).
 
-    Its jobs in order, the first that runs without moving: one that never ran, here; one whose
-    servers (where it ran, else its checkpoint's) are free, there, whichever pool they are in,
-    unless this pool is faster for it by more than a move costs. A job whose servers are taken
-    moves here only when that pays for itself in speed; else it waits for them (`_surplus_runs`
-    gives it GPUs nobody else takes) and the next job is looked at."""
+    Its jobs in order (at most `_SCAN_LIMIT`), the first that runs here without moving: one
+    that never ran, or one whose servers (where it ran, else its checkpoint's) are here and
+    free. Failing that, the first that moves here because its user is owed enough here for the
+    move to pay (`_owed_enough`: from another pool, or from its own servers here, taken). Failing
+    that, the first whose servers are free in another pool runs there, on this pool's turn. A job
+    that would have to move and for which it does not pay waits for its servers
+    (`_surplus_runs` gives it GPUs nobody else takes)."""
     pool = pools[rank]
     generation = pool.generation
     index = start[user]
     while index < len(jobs) and jobs[index].id in chosen:
         index += 1
     start[user] = index
+    room = packing[generation]
+    mover: JobState | None = None
+    elsewhere: tuple[JobState, PoolState] | None = None
     for at in range(index, min(len(jobs), index + _SCAN_LIMIT)):
         job = jobs[at]
         if job.id in chosen:
@@ -370,18 +375,22 @@ def _next_run(
         home = pools[home_rank]
         there = job.speeds.get(home.generation, 0.0)
         free = there > 0 and packing[home.generation].free_for(own, job.gpus)
+        if free and home_rank == rank:
+            return job, pool
         if (
-            here > 0
-            and (home_rank != rank or not free)
+            mover is None
+            and here > 0
+            and room.total >= job.gpus
             and _owed_enough(
                 job, state, spent, generation, home.generation, quantum_s, waits=not free
             )
-            and fits[rank](job.gpus)
         ):
-            return job, pool
-        if free and (home_rank == rank or here > 0):
-            return job, home
-    return None
+            mover = job
+        elif elsewhere is None and free and here > 0:
+            elsewhere = job, home
+    if mover is not None and fits[rank](mover.gpus):
+        return mover, pool
+    return elsewhere
 
 
 def _owed_enough(

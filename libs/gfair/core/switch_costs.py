@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SwitchCosts:
     """Seconds of progress a job loses resuming in place (`resume_s`) and starting on other
     servers than it left (`migration_s`)."""
