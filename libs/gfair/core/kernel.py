@@ -20,14 +20,20 @@ The rules, in order:
    job always finds an empty pool, so big gangs never starve.
 2. **Jobs are not tied to a pool.** A job may run on any generation its type fits, a different
    one each quantum, so a user's entitlement in every pool is usable even when it has fewer
-   jobs than pools (it pays the migration cost when it moves). Moves that gain nothing are
-   avoided: among a user's chosen jobs of one size, those that ran in a pool the user runs in
-   again keep their places there.
+   jobs than pools. But a job that ran, or whose checkpoint is on some servers, keeps to them
+   (rule 8): a pool's turn runs first the user's jobs that start there without moving, then one
+   its user is owed enough there to repay a move, then one whose own servers are free in
+   another pool, run there on this pool's turn (charged where it runs while its user is owed
+   there, else in the turn's pool, GPU for GPU: `_charge`). Among a user's chosen jobs of one
+   size, those that ran in a pool the user runs in again keep their places there.
 3. **Work conservation (surplus).** GPUs left after every entitled user ran what it could go to
-   the waiting jobs, most-owed users first, each on the fastest pool where it fits. Surplus is
-   not charged: it is capacity the pool's own users left.
+   the waiting jobs, most-owed users first, each on the fastest pool where it fits: first the
+   jobs that start without moving, then those whose servers are taken (a quantum on GPUs that
+   would otherwise idle repays a move cheaper than the quantum). Surplus is not charged: it is
+   capacity the pool's own users left.
 4. **Fast GPUs first.** Idle GPUs of a faster pool take jobs from slower pools that run faster
-   there (largest gain first): nobody else wanted them this quantum. What such moves free in
+   there (largest gain first), when the speed gained over the next quanta repays the move:
+   nobody else wanted them this quantum. What such moves free in
    the slower pools goes through rule 3 again (a gang may now fit there).
 5. **Where on the pool.** A job stays on the servers it ran on when they still have room, else
    returns to the servers holding its checkpoint, else goes best-fit (the fullest server with
@@ -41,9 +47,22 @@ The rules, in order:
    quantum's decision then starts from them as from any running job.
 7. **When nobody waits**, every runnable job runs and the quantum is not booked (`settle`), so
    which pool each job runs in is free: the fastest pool goes to the jobs that gain most from
-   it over the slower ones, then the next (`_fastest_to_fastest`). Otherwise rule 1 decides,
-   and on a cluster with few fast GPUs the earliest users visited would hold them whether they
-   gain 10x there or nothing.
+   it over the slower ones, then the next (`_fastest_to_fastest`), a job's speed in a pool
+   other than its own weighed by what a move there leaves of the next quanta. Otherwise rule 1
+   decides, and on a cluster with few fast GPUs the earliest users visited would hold them
+   whether they gain 10x there or nothing.
+8. **Moves only when they pay.** Every job carries its own switch costs (`JobState.move_s`,
+   `resume_s`; `gfair.core.switch_costs`) and the snapshot the quantum's length. A job that ran
+   or has a checkpoint moves to other servers or another pool only when what it gains over the
+   next quanta exceeds its move cost: a faster generation (`_HORIZON` quanta at the speed
+   ratio, rules 4 and 7), a quantum on GPUs that would otherwise idle (rule 3), or its user's
+   share of a pool it cannot collect where it is: the user must be owed there, beyond what it
+   is owed where the job lives, `gpus * c * min(_PATIENCE * c, _MOST_PATIENCE)` GPU-quanta for a
+   move costing c of a quantum (`_owed_enough`), or, for a job whose own servers are taken,
+   have saved up all `settle` lets it. Cheap moves (Gandiva's 3 s of a 360 s quantum) are
+   made about as soon as a user is owed a pool's share, dear ones (a minute or two) only once
+   that share is worth many of them; and a job that moved for its share stays until its user
+   is owed as much again elsewhere, so nothing bounces.
 
 Jobs are visited within their user by (pass, arrival), as the snapshot lists them; at most
 `_SCAN_LIMIT` of a user's jobs that do not fit are passed over per visit, so a quantum costs what
@@ -74,8 +93,12 @@ _REPACK_JOBS = 512
 # Quanta over which a move's gain is counted against its cost (rule 8): a job moved to a faster
 # pool runs there for at least the quantum it moved in, and usually the next ones too.
 _HORIZON = 2.0
-# How many times a move's cost (in GPU-seconds) its user must be owed in the pool it would move
-# to before the share collected there repays it (rule 8).
+# How many times a move's cost its user must be owed in the pool it would move to, for its
+# share there to repay the move (rule 8): `_PATIENCE` times the move's cost as a part of a
+# quantum, at most `_MOST_PATIENCE`. A move displaces a job that lives there, and a dear one is
+# not undone cheaply, so the dearer a move the more times over it must be repaid. Tuned on the
+# comparison workloads (README, Benchmarks): 3 s of 360 s moves as soon as owed, 60 s moves
+# only for 3.3 GPU-quanta owed (more than a one-job user on a busy cluster ever saves up).
 _PATIENCE = 120.0
 _MOST_PATIENCE = 20.0
 
@@ -238,6 +261,7 @@ def _entitled_runs(
     heapq.heapify(heap)
     pool_of = {server.id: rank for rank, pool in enumerate(pools) for server in pool.servers}
     start = dict.fromkeys(order, 0)  # per user: jobs before this index are all chosen
+    cursor: dict[tuple[str, int, bool], int] = {}  # `_next_run`'s, per user, pool and kind
     charged: dict[str, dict[str, float]] = {}
     full: set[str] = set()
     repacks = dict.fromkeys(packing, _REPACKS)
@@ -269,6 +293,7 @@ def _entitled_runs(
             state,
             spent,
             snapshot.quantum_s,
+            cursor,
         )
         if run is None:
             continue
@@ -342,6 +367,7 @@ def _next_run(
     state: UserState,
     spent: Mapping[str, float],
     quantum_s: float,
+    cursor: dict[tuple[str, int, bool], int],
 ) -> tuple[JobState, PoolState] | None:
     """The job the user's entry in pool `rank` runs, and the pool it runs in (rule 8).
 
@@ -358,39 +384,52 @@ def _next_run(
     while index < len(jobs) and jobs[index].id in chosen:
         index += 1
     start[user] = index
-    room = packing[generation]
-    mover: JobState | None = None
-    elsewhere: tuple[JobState, PoolState] | None = None
-    for at in range(index, min(len(jobs), index + _SCAN_LIMIT)):
+    end = min(len(jobs), index + _SCAN_LIMIT)
+    # Jobs before the cursor were found not to start here without moving earlier in this
+    # decision, and GPUs are only taken as it goes: they are not looked at again for that.
+    key = (user, rank, False)
+    at = max(index, cursor.get(key, index))
+    while at < end:
         job = jobs[at]
-        if job.id in chosen:
+        if job.id not in chosen and job.speeds.get(generation, 0.0) > 0:
+            own = _own(job)
+            if not own or pool_of.get(own[0]) is None:
+                if fits[rank](job.gpus):
+                    cursor[key] = at
+                    return job, pool
+            elif pool_of[own[0]] == rank and packing[generation].free_for(own, job.gpus):
+                cursor[key] = at
+                return job, pool
+        at += 1
+    cursor[key] = end
+    room = packing[generation]
+    owed: dict[tuple[int, float, str, bool], bool] = {}  # the same for most of a user's jobs
+    # Likewise for moving here or running elsewhere: what the user is owed here and the GPUs
+    # free elsewhere only fall as the decision goes on.
+    key = (user, rank, True)
+    for at in range(max(index, cursor.get(key, index)), end):
+        cursor[key] = at
+        job = jobs[at]
+        own = _own(job)
+        if job.id in chosen or not own or pool_of.get(own[0]) is None:
             continue
         here = job.speeds.get(generation, 0.0)
-        own = _own(job)
-        home_rank = pool_of.get(own[0]) if own else None
-        if home_rank is None:
-            if here > 0 and fits[rank](job.gpus):
-                return job, pool
-            continue
-        home = pools[home_rank]
+        home = pools[pool_of[own[0]]]
         there = job.speeds.get(home.generation, 0.0)
         free = there > 0 and packing[home.generation].free_for(own, job.gpus)
-        if free and home_rank == rank:
-            return job, pool
-        if (
-            mover is None
-            and here > 0
-            and room.total >= job.gpus
-            and _owed_enough(
-                job, state, spent, generation, home.generation, quantum_s, waits=not free
-            )
-        ):
-            mover = job
-        elif elsewhere is None and free and here > 0:
-            elsewhere = job, home
-    if mover is not None and fits[rank](mover.gpus):
-        return mover, pool
-    return elsewhere
+        if here > 0 and room.total >= job.gpus:
+            case = (job.gpus, job.move_s, home.generation, free)
+            enough = owed.get(case)
+            if enough is None:
+                enough = owed[case] = _owed_enough(
+                    job, state, spent, generation, home.generation, quantum_s, waits=not free
+                )
+            if enough and fits[rank](job.gpus):
+                return job, pool
+        if free and here > 0 and home.generation != generation:
+            return job, home
+    cursor[key] = end
+    return None
 
 
 def _owed_enough(
