@@ -106,7 +106,7 @@ def transformers_main(steps: int, pace: Pace) -> None:
 
     from gfair.sdk.trainer_callback import GfairTrainerCallback
 
-    class Regression(torch.nn.Module):
+    class Regression(torch.nn.Module):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             self.net = model()
@@ -115,7 +115,7 @@ def transformers_main(steps: int, pace: Pace) -> None:
             pace.step()
             return {"loss": torch.nn.functional.mse_loss(self.net(x), labels)}
 
-    class Rows(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    class Rows(torch.utils.data.Dataset[dict[str, torch.Tensor]]):  # type: ignore[misc]
         """Row `i` is row `i % BATCH` of step `i // BATCH`'s batch."""
 
         def __len__(self) -> int:

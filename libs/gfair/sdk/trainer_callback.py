@@ -109,7 +109,9 @@ class GfairTrainerCallback(TrainerCallback):  # type: ignore[misc]
         self.job.complete()
 
     def _can_save_now(self) -> bool:
-        return self.trainer is not None and callable(getattr(self.trainer, "_save_checkpoint", None))
+        """Attached to a Trainer that has the method it saves its checkpoints with."""
+        save = getattr(self.trainer, "_save_checkpoint", None)
+        return self.trainer is not None and callable(save)
 
     def _save_now(self, done: int) -> None:
         """The checkpoint the Trainer writes when `control.should_save` is set, written now."""
