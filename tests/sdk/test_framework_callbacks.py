@@ -1,6 +1,8 @@
 """The Lightning and Hugging Face Trainer callbacks with the real libraries, on CPU: a run that
 gfair asks to yield mid-training checkpoints and exits with the yield code; the next run
-resumes from that checkpoint, goes on from the same step and completes."""
+resumes from that checkpoint, goes on from the same step and completes. Where gfair lets it
+park in place, the run waits and goes on in the same process, or, told to leave, checkpoints
+and exits from inside the trainer; the weights at the end are an uninterrupted run's."""
 
 from __future__ import annotations
 
