@@ -33,7 +33,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from gfair.sdk.job import Job
-from gfair.sdk.torch_state import TorchState
+from gfair.sdk.torch_state import TorchState, movable
 
 CHECKPOINT_FILE = "lightning.ckpt"
 
@@ -67,7 +67,7 @@ class GfairCallback(pl.Callback):  # type: ignore[misc]
             if self._parked_state is None:
                 self._parked_state = TorchState()
                 self.job.register_state(self._parked_state.offload, self._parked_state.restore)
-            self._parked_state.track(pl_module, *trainer.optimizers)
+            self._parked_state.track(*movable(pl_module, *trainer.optimizers))
             # Returns once resumed here; a "leave" answer saves and raises SystemExit.
             self.job.suspend(functools.partial(self._save, trainer, done))
             return

@@ -57,3 +57,9 @@ class TorchState:
             state[key] = state[key].to(device)
         self._module_devices.clear()
         self._moved.clear()
+
+
+def movable(*objects: Any) -> list[Any]:
+    """Those of `objects` that `TorchState` moves (a framework may hold optimizers of its own
+    kinds: those stay where they are)."""
+    return [obj for obj in objects if isinstance(obj, torch.nn.Module | torch.optim.Optimizer)]

@@ -39,7 +39,7 @@ from typing import Any, Self
 from transformers import TrainerCallback
 
 from gfair.sdk.job import Job
-from gfair.sdk.torch_state import TorchState
+from gfair.sdk.torch_state import TorchState, movable
 
 CHECKPOINT_DIR = "trainer"
 # The Trainer's name for a checkpoint's directory under its output_dir.
@@ -79,11 +79,10 @@ class GfairTrainerCallback(TrainerCallback):  # type: ignore[misc]
         if self._yielding or self.yielded or not self.job.should_yield():
             return control
         if self._can_save_now() and self.job.may_park():
-            objects = [kwargs.get("model"), kwargs.get("optimizer")]
             if self._parked_state is None:
                 self._parked_state = TorchState()
                 self.job.register_state(self._parked_state.offload, self._parked_state.restore)
-            self._parked_state.track(*(o for o in objects if o is not None))
+            self._parked_state.track(*movable(kwargs.get("model"), kwargs.get("optimizer")))
             # Returns once resumed here; a "leave" answer saves and raises SystemExit.
             self.job.suspend(functools.partial(self._save_now, done))
             return control
