@@ -155,7 +155,7 @@ def main() -> int:
     parser.add_argument("framework", choices=["lightning", "transformers"])
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--slow-until", type=Path)
-    parser.add_argument("--sleep-s", type=float, default=0.02)
+    parser.add_argument("--sleep-s", type=float, default=0.05)
     args = parser.parse_args()
     pace = Pace(args.slow_until, args.sleep_s)
     if args.framework == "lightning":
