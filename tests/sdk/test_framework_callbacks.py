@@ -10,7 +10,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,20 @@ Module: Any = torch.nn.Module
 Dataset: Any = torch.utils.data.Dataset
 
 STEPS = 12
+
+
+@pytest.fixture(autouse=True)
+def restore_signal_handlers() -> Iterator[None]:
+    """Lightning puts back the handlers `fit` started with, a closed job's among them: the
+    next test starts with the ones this one started with. SIGUSR2 starts at its default, as
+    in a job's fresh process."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGUSR1, ANSWER_SIGNAL)}
+    signal.signal(ANSWER_SIGNAL, signal.SIG_DFL)
+    yield
+    for number, handler in before.items():
+        signal.signal(number, handler)
+
+
 YIELD_AT = 5
 
 
@@ -275,9 +289,9 @@ def park_resume_and_leave(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, train
         offload(state)
 
     monkeypatch.setattr(TorchState, "offload", recorded)
-    _, reference = train(
-        Executor(tmp_path / "reference", 1, []).job(tmp_path / "reference"), None, {}
-    )
+    alone = Executor(tmp_path / "reference", 1, []).job(tmp_path / "reference")
+    _, reference = train(alone, None, {})
+    alone.close()
 
     with Executor(tmp_path, 1, ["resume", "resume", "exit"]) as first:
         job = first.job(tmp_path)
@@ -285,6 +299,8 @@ def park_resume_and_leave(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, train
             train(job, first, {3: True, 6: True, 9: True})
         job.close()
     assert exited.value.code == YIELD_EXIT_CODE
+    # On its way out a late duplicate answer must not kill it (the default action would).
+    assert signal.getsignal(ANSWER_SIGNAL) == signal.SIG_IGN
     records = first.records()
     assert kinds(records) == [
         "ready", "parked", "resumed", "parked", "resumed", "parked", "checkpoint", "yield"

@@ -33,6 +33,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from gfair.sdk.job import Job
+from gfair.sdk.parking import ignore_late_answers
 from gfair.sdk.torch_state import TorchState, movable
 
 CHECKPOINT_FILE = "lightning.ckpt"
@@ -54,6 +55,11 @@ class GfairCallback(pl.Callback):  # type: ignore[misc]
         if restored is None or not (restored.path / CHECKPOINT_FILE).is_file():
             return None
         return str(restored.path / CHECKPOINT_FILE)
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        # Lightning saves the signal handlers after this hook and puts them back when `fit`
+        # ends, also on the way out for a yield: SIGUSR2 must stay ignored then.
+        ignore_late_answers()
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
