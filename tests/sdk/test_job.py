@@ -258,3 +258,16 @@ def test_suspend_without_leave_to_park_checkpoints_and_exits(tmp_path: Path) -> 
         job.suspend(lambda: job.save_checkpoint({"step": 1}))
     assert exited.value.code == YIELD_EXIT_CODE and moves == []
     assert "parked" not in [r.kind for r in records(tmp_path)]
+
+
+def test_may_park_says_whether_suspend_would_park(tmp_path: Path) -> None:
+    control = tmp_path / "control"
+    control.mkdir()
+    job = Job.from_env(managed_env(tmp_path))
+    assert not job.may_park()  # nothing asked
+    (control / YIELD_FILE).write_text(json.dumps({"requested": True}))
+    assert not job.may_park()  # a move: save and exit
+    (control / YIELD_FILE).write_text(json.dumps({"requested": True, "park": True}))
+    assert job.may_park()
+    local = Job.from_env({}, local_root=tmp_path / "local")
+    assert not local.may_park()  # outside gfair nobody answers a park

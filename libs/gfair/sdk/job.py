@@ -164,6 +164,12 @@ class Job:
         state = TorchState(*objects)
         self.register_state(state.offload, state.restore)
 
+    def may_park(self) -> bool:
+        """Whether the pending yield may park in place: `suspend` would wait here (and maybe
+        return) rather than save and exit at once. For loops that yield another way when it
+        may not (a framework's trainer stopped at its own pace, as before parking existed)."""
+        return self.env.control_dir is not None and self._yield.park_allowed()
+
     def suspend(self, save: Callable[[], object]) -> None:
         """Give the GPUs back as gfair asked (after `should_yield()`, at a mini-batch boundary).
 
@@ -174,7 +180,7 @@ class Job:
         `save()` writes its checkpoint and the job exits for the yield: no return.
         """
         control = self.env.control_dir
-        if control is None or not self._yield.park_allowed():
+        if control is None or not self.may_park():
             save()
             self.exit_for_yield()
         self._parks += 1

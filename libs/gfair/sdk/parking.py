@@ -73,6 +73,16 @@ def wait_for_answer(path: Path, park: int, *, recheck_s: float = 1.0) -> Action:
         os.close(writer)
 
 
+def ignore_late_answers() -> None:
+    """Ignore the answer signal from now on unless something handles it already, as
+    `wait_for_answer` does after a park; for a framework that saves the process's handlers
+    before training and puts them back after it (Lightning does), which would otherwise bring
+    back the default action, termination, for a late duplicate answer as the job exits."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(ANSWER_SIGNAL) in (signal.SIG_DFL, None):
+        signal.signal(ANSWER_SIGNAL, signal.SIG_IGN)
+
+
 def _poll(path: Path, park: int, *, interval_s: float) -> Action:
     stop = threading.Event()
     while True:

@@ -15,15 +15,24 @@ import torch
 
 class TorchState:
     def __init__(self, *objects: Any) -> None:
+        self._modules: list[torch.nn.Module] = []
+        self._optimizers: list[torch.optim.Optimizer] = []
+        # Where each offloaded thing was: modules by device, optimizer state entries by key
+        # (only those that were on a device: Adam's `step` lives on the host and stays there).
+        self._module_devices: list[tuple[torch.nn.Module, torch.device]] = []
+        self._moved: list[tuple[dict[Any, Any], Any, torch.device]] = []
+        self.track(*objects)
+
+    def track(self, *objects: Any) -> None:
+        """Move these from now on, instead of those named before (registered with a job once,
+        this follows a framework's trainer, which may build its optimizers anew)."""
+        if self._module_devices or self._moved:
+            raise RuntimeError("offloaded: restore before tracking other objects")
         for obj in objects:
             if not isinstance(obj, torch.nn.Module | torch.optim.Optimizer):
                 raise TypeError(f"register torch modules and optimizers, not {type(obj)!r}")
         self._modules = [obj for obj in objects if isinstance(obj, torch.nn.Module)]
         self._optimizers = [obj for obj in objects if isinstance(obj, torch.optim.Optimizer)]
-        # Where each offloaded thing was: modules by device, optimizer state entries by key
-        # (only those that were on a device: Adam's `step` lives on the host and stays there).
-        self._module_devices: list[tuple[torch.nn.Module, torch.device]] = []
-        self._moved: list[tuple[dict[Any, Any], Any, torch.device]] = []
 
     def offload(self) -> None:
         host = torch.device("cpu")
@@ -48,3 +57,9 @@ class TorchState:
             state[key] = state[key].to(device)
         self._module_devices.clear()
         self._moved.clear()
+
+
+def movable(*objects: Any) -> list[Any]:
+    """Those of `objects` that `TorchState` moves (a framework may hold optimizers of its own
+    kinds: those stay where they are)."""
+    return [obj for obj in objects if isinstance(obj, torch.nn.Module | torch.optim.Optimizer)]
