@@ -13,7 +13,8 @@ import pytest
 from e2e.conftest import StartCluster, client_of, sdk_for_jobs, start_cluster, synthetic
 from gfair.client import GfairClient
 from gfair.client.switching import seconds_held
-from gfair.events.jobs import JobSuspended
+from gfair.client.views import JobDetails
+from gfair.events.jobs import JobExited, JobSuspended
 from gfair.events.states import JobState
 
 pytestmark = pytest.mark.nats
@@ -89,10 +90,29 @@ async def test_a_well_behaved_job_gets_its_share_beside_a_gang_that_ignores_its_
         await asyncio.sleep(window_s)
         ended = time.time()
         bob = await client.job("bob", "b")
+        hog = await client.job("alice", "hog")
     held = seconds_held(bob.events, began, ended)
     # Bob's one GPU against alice's 4-GPU gang on one 4-GPU server: while bob runs, the three
     # GPUs beside him fit no job of alice's, who then runs nothing and saves up, so the two
     # alternate at worst, and alice is charged what her gang holds past its yields. Before,
     # her gang held the server 35 s per cycle and bob ran about 5 s of every 40.
     share = held / (ended - began)
-    assert share > 0.35, f"bob ran {share:.0%} of the window"
+    assert share > 0.35, f"bob ran {share:.0%} of the window\n" + "\n".join(
+        _lines(bob) + _lines(hog)
+    )
+
+
+def _lines(details: JobDetails) -> list[str]:
+    """A job's events, one line each, with how each exit ended: what a red run shows."""
+    lines = []
+    for event in details.events:
+        data = event.data
+        said = ""
+        if isinstance(data, JobExited):
+            said = f"exit {data.exit_code} signal {data.signal}: {data.stderr_tail[-400:]!r}"
+        elif isinstance(data, JobSuspended):
+            said = f"forced {data.forced} in {data.duration_s}"
+        lines.append(
+            f"{details.job_id} {event.envelope.time:%H:%M:%S.%f} {type(data).__name__} {said}"
+        )
+    return lines
