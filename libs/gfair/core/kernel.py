@@ -28,9 +28,9 @@ The rules, in order:
    size, those that ran in a pool the user runs in again keep their places there.
 3. **Work conservation (surplus).** GPUs left after every entitled user ran what it could go to
    the waiting jobs, most-owed users first, each on the fastest pool where it fits: first the
-   jobs that start without moving, then those whose servers are taken (a quantum on GPUs that
-   would otherwise idle repays a move cheaper than the quantum). Surplus is not charged: it is
-   capacity the pool's own users left.
+   jobs that start without moving, then those whose servers are taken (whatever their move
+   costs: waiting beside idle GPUs gains nothing). Surplus is not charged: it is capacity the
+   pool's own users left.
 4. **Fast GPUs first.** Idle GPUs of a faster pool take jobs from slower pools that run faster
    there (largest gain first), when the speed gained over the next quanta repays the move:
    nobody else wanted them this quantum. What such moves free in
@@ -55,7 +55,7 @@ The rules, in order:
    `resume_s`; `gfair.core.switch_costs`) and the snapshot the quantum's length. A job that ran
    or has a checkpoint moves to other servers or another pool only when what it gains over the
    next quanta exceeds its move cost: a faster generation (`_HORIZON` quanta at the speed
-   ratio, rules 4 and 7), a quantum on GPUs that would otherwise idle (rule 3), or its user's
+   ratio, rules 4 and 7), GPUs that would otherwise idle (rule 3, always), or its user's
    share of a pool it cannot collect where it is: the user must be owed there, beyond what it
    is owed where the job lives, `gpus * c * min(_PATIENCE * c, _MOST_PATIENCE)` GPU-quanta for a
    move costing c of a quantum (`_owed_enough`), or, for a job whose own servers are taken,
@@ -575,7 +575,7 @@ def _surplus_runs(
 
     # Only users with a job still waiting, in most-owed order. Jobs that start without moving
     # (that never ran, or whose servers are free) go first; those whose servers are taken
-    # then take what is left, where idle GPUs pay for their move (rule 8).
+    # then take what is left.
     pool_of = {server.id: pool for pool in pools for server in pool.servers}
     waiting = [user for user, jobs in order.items() if any(j.id not in chosen for j in jobs)]
     movers: list[JobState] = []
@@ -600,9 +600,10 @@ def _surplus_runs(
                 movers.append(job)
         if all(packing[p.generation].total == 0 for p in pools):
             return
+    # Whatever a move costs, a job that waits gains nothing while GPUs it fits idle: with
+    # quanta shorter than a move (a live cluster at 3 s) it would otherwise never start.
     for job in movers:
-        if _pays(snapshot.quantum_s, job.move_s):  # else a quantum here would not repay it
-            _start_fastest(job, pools, packing, chosen, repacks)
+        _start_fastest(job, pools, packing, chosen, repacks)
         if all(packing[p.generation].total == 0 for p in pools):
             return
 
