@@ -21,7 +21,7 @@ from gfair.events.states import JobState
 from gfair.sdk.checkpoint import MANIFEST_NAME
 from node.helpers import JOB_PYTHON, LIBS
 
-from .conftest import RESNET, StartCluster, client_of, synthetic
+from .conftest import FREE_MOVES, RESNET, StartCluster, client_of, synthetic
 from .test_job_life import finished, settled
 from .test_real_training import equal, switches
 
@@ -73,7 +73,7 @@ async def test_framework_training_parked_in_place_and_moved_ends_bitwise_equal(
             cluster="v100:1x2,v100:1x1",
             quantum_s=0.5,
             user_tickets={"alice": 1.0, "bob": 3.0},
-            env={"GFAIR_YIELD_GRACE_S": "5"},
+            env={"GFAIR_YIELD_GRACE_S": "5", **FREE_MOVES},
         ) as cluster,
         client_of(cluster) as client,
     ):

@@ -11,7 +11,7 @@ import pytest
 from gfair.bus.job_output import OutputChunk, read_output
 from gfair.client import GfairClient
 
-from .conftest import RESNET, StartCluster, client_of, synthetic
+from .conftest import FREE_MOVES, RESNET, StartCluster, client_of, synthetic
 from .test_time_slicing import moved_to
 
 pytestmark = pytest.mark.nats
@@ -34,7 +34,7 @@ async def test_the_output_of_a_migrated_job_comes_from_both_nodes(
 ) -> None:
     # As in test_time_slicing: the second job starts on the K80 and moves to the V100.
     async with (
-        start_cluster(cluster="v100:1x1,k80:1x1", quantum_s=1.0) as cluster,
+        start_cluster(cluster="v100:1x1,k80:1x1", quantum_s=1.0, env=FREE_MOVES) as cluster,
         client_of(cluster) as client,
     ):
         for job_id in ("first", "second"):

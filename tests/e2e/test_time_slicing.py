@@ -21,7 +21,7 @@ from gfair.events.jobs import (
 from gfair.events.reasons import SuspendReason
 from gfair.events.states import JobState
 
-from .conftest import RESNET, StartCluster, client_of, synthetic
+from .conftest import FREE_MOVES, RESNET, StartCluster, client_of, synthetic
 from .test_job_life import finished, settled
 
 pytestmark = pytest.mark.nats
@@ -88,7 +88,7 @@ async def test_a_migrated_job_continues_from_its_checkpoint_on_the_other_server(
     # One V100 and one K80: the second job starts on the K80; when the V100 frees up the kernel
     # moves it there (it runs faster on it), through its checkpoint.
     async with (
-        start_cluster(cluster="v100:1x1,k80:1x1", quantum_s=1.0) as cluster,
+        start_cluster(cluster="v100:1x1,k80:1x1", quantum_s=1.0, env=FREE_MOVES) as cluster,
         client_of(cluster) as client,
     ):
         for job_id in ("first", "second"):

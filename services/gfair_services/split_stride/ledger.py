@@ -34,7 +34,6 @@ import structlog
 from gfair.core import accounts, arrays, kernel, pools
 from gfair.core.cluster import generation_rank
 from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState
-from gfair.core.switch_costs import DEFAULT_COSTS
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import (
@@ -328,9 +327,9 @@ class Ledger:
                     job.weight,
                     running=running if len(running) == len(job.servers) else (),
                     home=job.servers,
-                    # The defaults until nodes report what their moves and resumes take
-                    move_s=DEFAULT_COSTS.migration_s,
-                    resume_s=DEFAULT_COSTS.resume_s,
+                    # The operator's until nodes report what their moves and resumes take
+                    move_s=self.settings.migration_cost_s,
+                    resume_s=self.settings.resume_cost_s,
                 )
             )
         for queue in queues.values():

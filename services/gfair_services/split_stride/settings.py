@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from gfair.core.switch_costs import DEFAULT_COSTS
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
 
@@ -49,6 +50,18 @@ class Settings(TenantSettings, TopologySettings):
         "checkpoint and let go before its node kills it, losing what it did since its last "
         "checkpoint; sent with each suspend command (default: a quarter of the quantum, at "
         f"least {MIN_YIELD_GRACE_S:g}s)",
+    )
+    migration_cost_s: float = Field(
+        default=DEFAULT_COSTS.migration_s,
+        ge=0,
+        description="Seconds of progress a job is taken to lose starting on other servers "
+        "than it left (checkpoint written and read, a new process, CUDA initialised): the "
+        "decision kernel moves a job only when the move gains more than this",
+    )
+    resume_cost_s: float = Field(
+        default=DEFAULT_COSTS.resume_s,
+        ge=0,
+        description="Seconds of progress a job is taken to lose resuming on the servers it left",
     )
     throughputs: Path | None = Field(
         default=None,
