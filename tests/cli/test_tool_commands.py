@@ -180,7 +180,7 @@ def test_errors_have_messages_and_exit_codes(gfair: Gfair) -> None:
     code, _, err = gfair("submit", "--user", "alice", "--gpus", "1")
     assert code == 2 and "command" in err
     code, _, err = gfair("submit", "--user", "alice", "--gpus", "1", "--env", "NOEQUALS", *COMMAND)
-    assert code == 1 and "NAME=VALUE" in err
+    assert code == 2 and "NAME=VALUE" in err
     code, out, err = gfair("submit", "--user", "alice", "--gpus", "1", "--wait", "--timeout", "1",
                            "--job-id", "slow", *COMMAND)  # fmt: skip
     assert code == 4 and "alice/slow" in out and "still waiting" in out

@@ -57,7 +57,7 @@ async def _jobs(client: GfairClient, args: argparse.Namespace) -> int:
 
 
 async def _job(client: GfairClient, args: argparse.Namespace) -> int:
-    user, job_id = session.job_reference(args.job, args.user)
+    user, job_id = args.ref
     details = await client.job(user, job_id)
     if args.json and args.follow:
         output.print_json_line(output.details_json(details))

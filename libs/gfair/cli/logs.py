@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 async def _logs(client: GfairClient, args: argparse.Namespace) -> int:
-    user, job_id = session.job_reference(args.job, args.user)
+    user, job_id = args.ref
     show = _Printer(args.output, as_json=args.json)
     after = await _print_stored(client, user, job_id, show, start=1)
     if show.chunks == 0:

@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 async def _why(client: GfairClient, args: argparse.Namespace) -> int:
-    user, job_id = session.job_reference(args.job, args.user)
+    user, job_id = args.ref
     explanation = await client.why(user, job_id)
     if args.json:
         output.print_json(
