@@ -170,9 +170,10 @@ def test_users_and_nodes(gfair: Gfair) -> None:
 
 def test_errors_have_messages_and_exit_codes(gfair: Gfair) -> None:
     code, _, err = gfair("job", "alice/never-submitted")
-    assert code == 1 and "no job alice/never-submitted" in err
+    # Not found is a failed request (1), in one line; a reference without its user is usage (2).
+    assert code == 1 and "no job alice/never-submitted" in err and err.count("\n") == 1
     code, _, err = gfair("job", "never-submitted")
-    assert code == 1 and "--user" in err
+    assert code == 2 and "--user" in err
     code, _, err = gfair("nodes", "uncordon", "no-such-node")
     assert code == 1 and "unknown node" in err
     code, out, err = gfair("submit", "--json", "--user", "alice", "--gpus", "64", *COMMAND)
