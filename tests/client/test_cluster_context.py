@@ -17,7 +17,6 @@ from gfair.client import ConnectOptions
 from gfair.client.cluster_context import (
     DEFAULT_NATS_URL,
     ClusterContext,
-    context_paths,
     locate_cluster,
     own_context,
     process_start_ticks,
