@@ -352,10 +352,12 @@ def test_history_and_usage_account_for_the_gpu_time(gfair: Gfair) -> None:
         code, out, _ = gfair(*argv)
         assert code == 0 and "alice" in out
 
+    assert line["held_s"] == pytest.approx(line["gpu_hours"][pool] * 3600)
+
     code, _, err = gfair("history", "--since", "yesterdayish")
-    assert code == 1 and "expected a time" in err
+    assert code == 2 and "--since 'yesterdayish': expected a time" in err
     code, _, err = gfair("usage", "--half-life", "0")
-    assert code == 1 and "> 0" in err
+    assert code == 2 and "--half-life '0'" in err and "> 0" in err
 
 
 def ship(url: str, user: str, job_id: str, *chunks: OutputChunk) -> None:

@@ -96,11 +96,16 @@ def job_reference(text: str, user: str | None) -> tuple[str, str]:
     return owner, job_id
 
 
-def run(args: argparse.Namespace, command: Command) -> int:
+def run(
+    args: argparse.Namespace,
+    command: Command,
+    check: Callable[[argparse.Namespace], None] | None = None,
+) -> int:
     """Connect, run `command`, turn the client's errors into messages and exit codes.
 
     A command naming a job (`args.job`) finds it in `args.ref` as ``(user, job_id)``, checked
-    before connecting: a malformed reference is a usage error, not a failed request.
+    before connecting: a malformed reference is a usage error, not a failed request. So is a
+    `ValueError` of `check`, which reads the command's other flags into `args` first.
     """
     if isinstance(getattr(args, "job", None), str):
         try:
@@ -111,6 +116,11 @@ def run(args: argparse.Namespace, command: Command) -> int:
         value = getattr(args, flag, None)
         if isinstance(value, float | int) and value <= 0:
             return fail(f"--{flag} {value:g}: must be a positive number of seconds", EXIT_USAGE)
+    if check is not None:
+        try:
+            check(args)
+        except ValueError as exc:
+            return fail(str(exc), EXIT_USAGE)
     try:
         return asyncio.run(_run(args, command))
     except NotReachable as exc:
