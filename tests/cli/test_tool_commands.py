@@ -384,8 +384,8 @@ def test_logs_prints_the_output_and_follows_it_until_the_job_ends(gfair: Gfair) 
         OutputChunk("stderr", "v100-0", "run-0001", 0, b"warning: slow\n"),
     )
     code, out, _ = gfair("logs", f"alice/{job_id}")
-    assert code == 0 and out == "epoch 1\nwarning: slow\n"
-    code, out, _ = gfair("logs", job_id, "--user", "alice", "--output", "stderr")
+    assert code == 0 and out == "==> node v100-0, run-0001 <==\nepoch 1\nwarning: slow\n"
+    code, out, _ = gfair("logs", job_id, "--user", "alice", "--output", "stderr", "--no-headers")
     assert code == 0 and out == "warning: slow\n"
     code, out, _ = gfair("logs", f"alice/{job_id}", "--json")
     lines = [json.loads(line) for line in out.splitlines()]
@@ -412,7 +412,11 @@ def test_logs_prints_the_output_and_follows_it_until_the_job_ends(gfair: Gfair) 
     publish(gfair.url, JobCompleted(user="alice", job_id=job_id, attempt=1))
     assert following.result() == 0
     out = gfair.capsys.readouterr().out
-    assert out.endswith("epoch 1\nwarning: slow\nepoch 2\n")
+    # Each run's output under a line naming its node and run.
+    assert out.endswith(
+        "==> node v100-0, run-0001 <==\nepoch 1\nwarning: slow\n"
+        "==> node k80-0, run-0001 <==\nepoch 2\n"
+    )
 
     code, _, err = gfair("logs", "alice/never-submitted")
     assert code == 1 and "no job alice/never-submitted" in err
