@@ -61,6 +61,7 @@ from gfair.client.cluster_context import (
     CONTEXT_FILE,
     own_context,
     remove_context,
+    remove_stale_contexts,
     user_context_path,
     write_context,
 )
@@ -401,6 +402,7 @@ class EmbeddedCluster:
             span_file=self.span_file,
             started_at=self.started_at.isoformat(),
         )
+        remove_stale_contexts()
         user = user_context_path()
         paths = [self.data_dir / CONTEXT_FILE] + ([user] if user is not None else [])
         self.context_files = tuple(write_context(context, paths))

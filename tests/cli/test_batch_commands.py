@@ -72,6 +72,13 @@ def test_an_array_is_capped_by_the_scheduler_and_addressed_as_a_whole(gfair: Gfa
     assert _stride_holders(gfair.url, "alice", "sweep") == 2
     code, out_text, _ = gfair("why", "alice/sweep-5")
     assert code == 0 and "runs at most 2 at once" in out_text
+    # The array's id, as `wait` and `cancel` take it: every member explained.
+    code, out_text, err = gfair("why", "alice/sweep")
+    assert code == 0, err
+    assert "alice/sweep: array of 6 job(s)" in out_text
+    assert all(f"alice/sweep-{i}" in out_text for i in range(6))
+    explained = gfair.json("why", "alice/sweep")
+    assert [e["job_id"] for e in explained] == [f"sweep-{i}" for i in range(6)]
     code, _, _ = gfair("cancel", "alice/sweep", "--json")
     assert code == 0
     code, out_text, _ = gfair("wait", "alice/sweep", "--json", "--timeout", "10")

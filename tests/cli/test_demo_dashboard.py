@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gfair.cli.demo_dashboard import ShareWindow, Snapshot, Tally, plain_line
+from gfair.cli.demo_dashboard import (
+    ShareWindow,
+    Snapshot,
+    Tally,
+    plain_line,
+    pools_of,
+    trades_text,
+)
 from gfair.cli.demo_workload import JOBS, USERS, tickets_setting
 from gfair.events.jobs import JobStarted, JobSuspended
 from gfair.events.reasons import SuspendReason
 from gfair.state.share_record import PoolShare, SharesRecord, UserShare
+from gfair.state.stride_record import ServerRecord, StrideRecord
 
 
 def test_received_share_is_the_usage_rate_over_the_window() -> None:
@@ -83,3 +91,68 @@ def test_a_suspend_that_moves_a_job_counts_as_a_migration() -> None:
         2,
         1,
     )
+
+
+def _stride(tick_s: float | None, usage: dict[str, dict[str, float]], *pools: str) -> StrideRecord:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    return StrideRecord(
+        epoch="e",
+        usage=usage,
+        usage_since=start,
+        last_tick_at=start + timedelta(seconds=tick_s) if tick_s is not None else None,
+        updated_at=start,
+        servers={
+            f"{pool}-0": ServerRecord(
+                node_id=f"{pool}-0", generation=pool, gpu_indices=(0, 1), changed_at=start
+            )
+            for pool in pools
+        },
+    )
+
+
+def test_received_is_measured_between_split_strides_ticks_and_states_that_span() -> None:
+    # A user held to 2 GPUs; split-stride charges them a 60 s quantum at a time.
+    window = ShareWindow(window_s=60.0)
+    window.add_record(_stride(None, {}))
+    assert window.received() == {} and window.span_s() == 0.0
+    window.add_record(_stride(60.0, {"alice": {"v100": 120.0}}))
+    assert window.received()["alice"]["v100"] == pytest.approx(2.0)
+    assert window.span_s() == pytest.approx(60.0)
+    # Read again seconds later, the same tick: nothing new, the same 2 GPUs over the same span
+    # (a reader's clock would have divided the next quantum's charge by those seconds).
+    window.add_record(_stride(60.0, {"alice": {"v100": 120.0}}))
+    window.add_record(_stride(120.0, {"alice": {"v100": 240.0}}))
+    assert window.received()["alice"]["v100"] == pytest.approx(2.0)
+    assert window.span_s() == pytest.approx(60.0)
+
+
+def _snapshot(shares: SharesRecord | None, stride: StrideRecord | None, tally: Tally) -> Snapshot:
+    return Snapshot(
+        elapsed_s=1,
+        duration_s=10,
+        shares=shares,
+        stride=stride,
+        jobs=[],
+        received={},
+        tally=tally,
+        speedups={},
+    )
+
+
+def test_pool_columns_keep_one_order_whichever_record_names_them() -> None:
+    stride = _stride(1.0, {}, "k80", "p100", "v100")
+    shares = SharesRecord(
+        revision=1,
+        computed_at=datetime.now(UTC),
+        min_seller_gain=0.1,
+        capacity={"k80": 2, "p100": 2, "v100": 2},
+    )
+    before = pools_of(_snapshot(None, stride, Tally()))
+    after = pools_of(_snapshot(shares, stride, Tally()))
+    assert before == after == ["v100", "p100", "k80"]
+
+
+def test_no_trade_in_force_says_whether_some_cleared_earlier() -> None:
+    assert str(trades_text(_snapshot(None, None, Tally()))) == "trades in force: none yet"
+    text = str(trades_text(_snapshot(None, None, Tally(trades=13))))
+    assert "none yet" not in text and "13 cleared earlier" in text

@@ -170,9 +170,10 @@ def test_users_and_nodes(gfair: Gfair) -> None:
 
 def test_errors_have_messages_and_exit_codes(gfair: Gfair) -> None:
     code, _, err = gfair("job", "alice/never-submitted")
-    assert code == 1 and "no job alice/never-submitted" in err
+    # Not found is a failed request (1), in one line; a reference without its user is usage (2).
+    assert code == 1 and "no job alice/never-submitted" in err and err.count("\n") == 1
     code, _, err = gfair("job", "never-submitted")
-    assert code == 1 and "--user" in err
+    assert code == 2 and "--user" in err
     code, _, err = gfair("nodes", "uncordon", "no-such-node")
     assert code == 1 and "unknown node" in err
     code, out, err = gfair("submit", "--json", "--user", "alice", "--gpus", "64", *COMMAND)
@@ -180,7 +181,7 @@ def test_errors_have_messages_and_exit_codes(gfair: Gfair) -> None:
     code, _, err = gfair("submit", "--user", "alice", "--gpus", "1")
     assert code == 2 and "command" in err
     code, _, err = gfair("submit", "--user", "alice", "--gpus", "1", "--env", "NOEQUALS", *COMMAND)
-    assert code == 1 and "NAME=VALUE" in err
+    assert code == 2 and "NAME=VALUE" in err
     code, out, err = gfair("submit", "--user", "alice", "--gpus", "1", "--wait", "--timeout", "1",
                            "--job-id", "slow", *COMMAND)  # fmt: skip
     assert code == 4 and "alice/slow" in out and "still waiting" in out
@@ -351,10 +352,12 @@ def test_history_and_usage_account_for_the_gpu_time(gfair: Gfair) -> None:
         code, out, _ = gfair(*argv)
         assert code == 0 and "alice" in out
 
+    assert line["held_s"] == pytest.approx(line["gpu_hours"][pool] * 3600)
+
     code, _, err = gfair("history", "--since", "yesterdayish")
-    assert code == 1 and "expected a time" in err
+    assert code == 2 and "--since 'yesterdayish': expected a time" in err
     code, _, err = gfair("usage", "--half-life", "0")
-    assert code == 1 and "> 0" in err
+    assert code == 2 and "--half-life '0'" in err and "> 0" in err
 
 
 def ship(url: str, user: str, job_id: str, *chunks: OutputChunk) -> None:
@@ -381,8 +384,8 @@ def test_logs_prints_the_output_and_follows_it_until_the_job_ends(gfair: Gfair) 
         OutputChunk("stderr", "v100-0", "run-0001", 0, b"warning: slow\n"),
     )
     code, out, _ = gfair("logs", f"alice/{job_id}")
-    assert code == 0 and out == "epoch 1\nwarning: slow\n"
-    code, out, _ = gfair("logs", job_id, "--user", "alice", "--output", "stderr")
+    assert code == 0 and out == "==> node v100-0, run-0001 <==\nepoch 1\nwarning: slow\n"
+    code, out, _ = gfair("logs", job_id, "--user", "alice", "--output", "stderr", "--no-headers")
     assert code == 0 and out == "warning: slow\n"
     code, out, _ = gfair("logs", f"alice/{job_id}", "--json")
     lines = [json.loads(line) for line in out.splitlines()]
@@ -409,7 +412,11 @@ def test_logs_prints_the_output_and_follows_it_until_the_job_ends(gfair: Gfair) 
     publish(gfair.url, JobCompleted(user="alice", job_id=job_id, attempt=1))
     assert following.result() == 0
     out = gfair.capsys.readouterr().out
-    assert out.endswith("epoch 1\nwarning: slow\nepoch 2\n")
+    # Each run's output under a line naming its node and run.
+    assert out.endswith(
+        "==> node v100-0, run-0001 <==\nepoch 1\nwarning: slow\n"
+        "==> node k80-0, run-0001 <==\nepoch 2\n"
+    )
 
     code, _, err = gfair("logs", "alice/never-submitted")
     assert code == 1 and "no job alice/never-submitted" in err

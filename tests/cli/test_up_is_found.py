@@ -73,7 +73,7 @@ def gfair(*argv: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedPro
 def test_tools_find_a_running_up_without_being_told(
     up: subprocess.Popen[str], environment: dict[str, str], tmp_path: Path
 ) -> None:
-    user_context = tmp_path / "state" / "gfair" / "context.json"
+    user_context = tmp_path / "state" / "gfair" / "clusters" / f"{up.pid}.json"
     local_context = tmp_path / "up" / ".gfair" / "context.json"
     deadline = time.monotonic() + 120
     while not user_context.exists():

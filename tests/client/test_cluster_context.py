@@ -17,12 +17,12 @@ from gfair.client import ConnectOptions
 from gfair.client.cluster_context import (
     DEFAULT_NATS_URL,
     ClusterContext,
-    context_paths,
     locate_cluster,
     own_context,
     process_start_ticks,
     read_context,
     remove_context,
+    remove_stale_contexts,
     running_context,
     user_context_path,
     write_context,
@@ -66,11 +66,12 @@ def user_file(home: Path) -> Path:
 def test_the_per_user_file_follows_xdg_state_home(
     home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert user_context_path() == home / ".local" / "state" / "gfair" / "context.json"
+    mine = f"clusters/{os.getpid()}.json"
+    assert user_context_path() == home / ".local" / "state" / "gfair" / mine
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    assert user_context_path() == tmp_path / "state" / "gfair" / "context.json"
+    assert user_context_path() == tmp_path / "state" / "gfair" / mine
     monkeypatch.setenv("XDG_STATE_HOME", "relative/state")  # invalid per the XDG spec
-    assert user_context_path() == home / ".local" / "state" / "gfair" / "context.json"
+    assert user_context_path() == home / ".local" / "state" / "gfair" / mine
 
 
 def test_without_anything_the_default_url(home: Path) -> None:
@@ -141,15 +142,36 @@ def test_context_credentials_apply_only_when_no_login_is_configured(
 def test_a_stopping_up_removes_only_its_own_context(home: Path, tmp_path: Path) -> None:
     mine = own_context("nats://127.0.0.1:40001", data_dir=tmp_path)
     assert mine.pid == os.getpid() and mine.running
-    paths = context_paths()
-    assert write_context(mine, paths) == list(paths)
-    assert ClusterContext.from_json(paths[0].read_text()) == mine
-    # A later `gfair up` elsewhere took the per-user file over.
+    local, user = Path(".gfair/context.json").absolute(), user_file(home)
+    assert write_context(mine, [local, user]) == [local, user]
+    assert ClusterContext.from_json(local.read_text()) == mine
+    # A later `gfair up` took this data dir's file over.
     theirs = context_of("nats://127.0.0.1:40002", pid=os.getppid())
-    write_context(theirs, [paths[1]])
-    remove_context(paths, os.getpid())
-    assert not paths[0].exists()
-    assert read_context(paths[1]) == theirs
+    write_context(theirs, [local])
+    remove_context([local, user], os.getpid())
+    assert read_context(local) == theirs and not user.exists()
+
+
+def test_two_ups_each_keep_their_file_and_the_one_left_running_is_found(home: Path) -> None:
+    first = context_of("nats://127.0.0.1:40001", pid=os.getppid())
+    first_file = user_context_path(pid=first.pid)
+    assert first_file is not None
+    write_context(first, [first_file])
+    os.utime(first_file, (1, 1))  # written long before the second
+    second = context_of("nats://127.0.0.1:40002")
+    write_context(second, [user_file(home)])
+    assert locate_cluster().servers == ("nats://127.0.0.1:40002",)  # the latest
+    remove_context([user_file(home)], os.getpid())  # the second one stops
+    assert read_context(first_file) == first
+    assert locate_cluster().servers == ("nats://127.0.0.1:40001",)
+
+
+def test_a_killed_ups_file_is_cleared_by_the_next_one(home: Path) -> None:
+    gone = user_context_path(pid=dead_pid())
+    assert gone is not None
+    write_context(context_of("nats://127.0.0.1:40001", pid=int(gone.stem)), [gone])
+    remove_stale_contexts()
+    assert not gone.exists()
 
 
 @pytest.mark.nats

@@ -118,13 +118,24 @@ def kinds(explanation: Explanation) -> dict[str, str]:
     return {r.kind: r.text for r in explanation.reasons if r.kind != "history"}
 
 
+def test_jobs_ahead_with_the_same_pass_are_said_to_be_submitted_earlier() -> None:
+    tied = stride()
+    tied.jobs["alice.wide"] = tied.jobs["alice.wide"].model_copy(update={"stride_pass": 0.0})
+    tied.jobs["alice.first"] = tied.jobs["alice.first"].model_copy(update={"stride_pass": 0.0})
+    job = record("wide", 2, JobState.PLACED, servers=("v100-0",), generation="v100")
+    reasons = [r.text for r in why(job, stride=tied, shares=SHARES).reasons]
+    ahead = next(r for r in reasons if "come before it" in r)
+    assert "1 with the same pass, submitted earlier" in ahead
+    assert "vs its" not in ahead and "lower pass" not in ahead
+
+
 def test_a_waiting_gang_sees_its_pass_the_gpus_held_and_its_share() -> None:
     job = record("wide", 2, JobState.PLACED, servers=("v100-0",), generation="v100")
     found = why(job, stride=stride(), shares=SHARES)
     assert found.headline == "alice/wide is placed and waits for GPUs"
     reasons = [r.text for r in found.reasons]
-    assert any("1 of alice's other jobs come before it (lower pass 1 vs its 2.5)" in r
-               for r in reasons)  # fmt: skip
+    assert any("1 of alice's other jobs come before it: 1 with a lower pass (from 1; its is "
+               "2.5)" in r for r in reasons)  # fmt: skip
     assert any("alice's credit per pool, in GPU-quanta" in r and "v100 -0.5" in r for r in reasons)
     assert any("needs 2 GPUs at once; v100-0, where it last ran, has 1 of 4 free, held by "
                "bob/b1 (3)" in r for r in reasons)  # fmt: skip

@@ -17,6 +17,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from gfair.core.cluster import generation_rank
 from gfair.events.jobs import JobEvent, JobSuspended
 from gfair.events.reasons import SuspendReason
 from gfair.events.states import JobState
@@ -40,17 +41,39 @@ COUNTED = (
 
 
 class ShareWindow:
-    """GPUs each user held per pool on average over the last `window_s` seconds."""
+    """GPUs each user held per pool on average over the last `window_s` seconds.
+
+    Split-stride charges usage at its ticks, a quantum at a time, so samples must be taken on
+    its clock (`StrideRecord.last_tick_at`), not the reader's: two reads 2 s apart that straddle
+    a tick would otherwise divide a whole quantum's GPU-seconds by 2 s.
+    """
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
         self._samples: deque[tuple[float, dict[str, dict[str, float]]]] = deque()
 
+    def add_record(self, stride: StrideRecord) -> None:
+        """Sample a split-stride record at its last tick (the first one also at `usage_since`,
+        when nothing was charged yet, so that one read already has a span to measure)."""
+        if stride.last_tick_at is None:
+            return
+        if not self._samples:
+            self.add(stride.usage_since.timestamp(), {})
+        self.add(stride.last_tick_at.timestamp(), stride.usage)
+
     def add(self, at: float, usage: Usage) -> None:
+        if self._samples and at <= self._samples[-1][0]:
+            return  # the same tick read again: nothing new was charged
         self._samples.append((at, {u: dict(p) for u, p in usage.items()}))
         # Keep one sample at or before the window's start, so the window is always full.
         while len(self._samples) > 2 and self._samples[1][0] <= at - self.window_s:
             self._samples.popleft()
+
+    def span_s(self) -> float:
+        """How long `received` averages over: at least the window once it filled, less before."""
+        if len(self._samples) < 2:
+            return 0.0
+        return self._samples[-1][0] - self._samples[0][0]
 
     def received(self) -> dict[str, dict[str, float]]:
         if len(self._samples) < 2:
@@ -97,15 +120,19 @@ class Snapshot:
     received: dict[str, dict[str, float]]
     tally: Tally
     speedups: Mapping[str, str]  # user -> what it gains from a V100
+    received_over_s: float = 0.0  # the span `received` averages over (`ShareWindow.span_s`)
 
 
 def pools_of(snapshot: Snapshot) -> list[str]:
-    if snapshot.shares is not None and snapshot.shares.capacity:
-        # Fastest first: the pool everybody wants is the first column.
-        return list(reversed(list(snapshot.shares.capacity)))
+    """Every pool the snapshot knows, fastest first (the pool everybody wants is the first
+    column), in one fixed order whichever record names them: a column must not move between
+    frames when the shares first appear or a pool's last node is cordoned."""
+    pools: set[str] = set()
+    if snapshot.shares is not None:
+        pools |= set(snapshot.shares.capacity)
     if snapshot.stride is not None:
-        return sorted({s.generation for s in snapshot.stride.servers.values()})
-    return []
+        pools |= {s.generation for s in snapshot.stride.servers.values()}
+    return sorted(pools, key=generation_rank, reverse=True)
 
 
 def job_counts(jobs: list[JobRecord], user: str) -> tuple[int, int, int]:
@@ -120,7 +147,7 @@ def users_table(snapshot: Snapshot) -> Table:
     pools = pools_of(snapshot)
     table = Table(
         title="fair share: entitled (after trading, what its jobs can use) vs received "
-        "(last window), in GPUs",
+        f"({received_over(snapshot)}), in GPUs",
         title_justify="left",
     )
     table.add_column("user")
@@ -160,6 +187,13 @@ def users_table(snapshot: Snapshot) -> Table:
     return table
 
 
+def received_over(snapshot: Snapshot) -> str:
+    """The span the received shares average over, as measured (split-stride's ticks)."""
+    if snapshot.received_over_s <= 0:
+        return "not measured yet: split-stride has not charged a quantum"
+    return f"average over the last {snapshot.received_over_s:.0f}s"
+
+
 def servers_table(snapshot: Snapshot) -> Table:
     table = Table(title="what runs where (this quantum)", title_justify="left")
     table.add_column("server")
@@ -183,6 +217,10 @@ def servers_table(snapshot: Snapshot) -> Table:
 def trades_text(snapshot: Snapshot) -> Text:
     shares = snapshot.shares
     if shares is None or not shares.trades:
+        # Trades end when their jobs do: "none" beside a count of cleared ones must say so.
+        cleared = snapshot.tally.trades
+        if cleared:
+            return Text(f"trades in force: none now ({cleared} cleared earlier, since ended)")
         return Text("trades in force: none yet")
     lines = [
         f"  {t.buyer} buys {t.quantity:.2f} {t.fast_pool} GPUs from {t.seller} at "
@@ -224,7 +262,8 @@ def plain_line(snapshot: Snapshot) -> str:
     return (
         f"[{snapshot.elapsed_s:4.0f}s] "
         + " | ".join(parts)
-        + f" | trades {len(snapshot.shares.trades) if snapshot.shares else 0}"
+        + f" | trades {len(snapshot.shares.trades) if snapshot.shares else 0} in force,"
+        + f" {tally.trades} cleared"
         + f" | done {tally.events['completed']} susp {tally.events['suspended']}"
         + f" migr {tally.events['migrated']}"
     )

@@ -137,7 +137,7 @@ class DemoRun:
         if stride is not None:
             if not self.result.usage_start:
                 self.result.usage_start = {u: dict(p) for u, p in stride.usage.items()}
-            self.window.add(now, stride.usage)
+            self.window.add_record(stride)
         await self._count_events()
         snapshot = Snapshot(
             elapsed_s=now - self._started,
@@ -146,6 +146,7 @@ class DemoRun:
             stride=stride,
             jobs=jobs,
             received=self.window.received(),
+            received_over_s=self.window.span_s(),
             tally=self.tally,
             speedups={u.name: u.speedup for u in USERS},
         )

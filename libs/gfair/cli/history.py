@@ -2,24 +2,27 @@
 
     gfair history --user alice --since 7d --state completed --state failed
 
-One line per job: submitted, waited (submission to first start), ran (first start to end,
-suspended time included), GPU-hours per GPU generation, outcome and reason. `--since` and
+One line per job: submitted, waited (submission to first start), held (the time its processes
+held its GPUs), wall (first start to end: with the time it spent suspended or in a retry's
+back-off), GPU-hours per GPU generation, outcome and reason. `--since` and
 `--until` take a time (ISO 8601, e.g. 2026-11-23T09:00, local time unless it says otherwise) or
 a duration back from now (``2h``, ``7d``); a job is listed when it lived at some time between
 them. `--json` prints a list of ``{"user", "job_id", "state", "gpus", "generation",
-"submitted_at", "started_at", "ended_at", "wait_s", "runtime_s", "gpu_hours": {GEN: H},
-"reason"}``.
+"submitted_at", "started_at", "ended_at", "wait_s", "runtime_s" (wall), "held_s",
+"gpu_hours": {GEN: H}, "reason"}``.
 """
 
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from rich.table import Table
+from rich.console import Group
+from rich.text import Text
 
 from gfair.cli import output, session
+from gfair.cli.output import Column
 from gfair.client import GfairClient
 from gfair.events.states import JobState
 from gfair.state.usage import JobAccount, account, parse_duration, selected
@@ -44,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--since", metavar="TIME", help="jobs that lived after TIME (or 7d ago)")
     parser.add_argument("--until", metavar="TIME", help="jobs that lived before TIME")
     session.add_connection_flags(parser)
-    parser.set_defaults(func=lambda args: session.run(args, _history))
+    parser.set_defaults(func=lambda args: session.run(args, _history, check=_period))
 
 
 def point_in_time(text: str, now: datetime) -> datetime:
@@ -61,24 +64,36 @@ def point_in_time(text: str, now: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.astimezone()
 
 
+def _period(args: argparse.Namespace) -> None:
+    """`--since` and `--until` as times, in `args.since_at` and `args.until_at`."""
+    now = datetime.now(UTC)
+    args.since_at = args.until_at = None
+    for flag in ("since", "until"):
+        text = getattr(args, flag)
+        if text:
+            try:
+                setattr(args, f"{flag}_at", point_in_time(text, now))
+            except ValueError as exc:
+                raise ValueError(f"--{flag} {exc}") from None
+    if args.since_at is not None and args.until_at is not None and args.until_at < args.since_at:
+        raise ValueError(f"--until {args.until} is before --since {args.since}")
+
+
 async def _history(client: GfairClient, args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
-    since = point_in_time(args.since, now) if args.since else None
-    until = point_in_time(args.until, now) if args.until else None
-    if since is not None and until is not None and until < since:
-        raise ValueError(f"--until {args.until} is before --since {args.since}")
     records = selected(
         await client.jobs(),
         users=args.user,
         states=[JobState(s) for s in args.state],
-        since=since,
-        until=until,
+        since=args.since_at,
+        until=args.until_at,
     )
     lines = [account(r, now) for r in records]
     if args.json:
         output.print_json([account_json(line, now) for line in lines])
     else:
-        output.console().print(history_table(lines, now))
+        console = output.console()
+        console.print(history_table(lines, now, console.width))
     return session.EXIT_OK
 
 
@@ -94,38 +109,53 @@ def account_json(line: JobAccount, now: datetime) -> dict[str, Any]:
         "ended_at": line.ended_at.isoformat() if line.ended_at else None,
         "wait_s": line.wait_s,
         "runtime_s": line.runtime_s(now),
+        "held_s": line.held_s,
         "gpu_hours": line.gpu_hours,
         "reason": line.reason,
     }
 
 
-def span(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = round(seconds)
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
-
-
-def history_table(lines: list[JobAccount], now: datetime) -> Table:
-    table = Table(title=f"{len(lines)} job(s)")
-    table.add_column("job", no_wrap=True)
-    table.add_column("state")
-    table.add_column("gpus", justify="right")
-    table.add_column("submitted")
-    table.add_column("waited", justify="right")
-    table.add_column("ran", justify="right")
-    table.add_column("GPU-hours", justify="right")
-    table.add_column("reason")
-    for line in lines:
-        table.add_row(
+def history_table(lines: list[JobAccount], now: datetime, width: int = 80) -> Group:
+    """The table, then each job's reason on a line of its own (whole, however long)."""
+    today = now.astimezone().date()
+    rows = [
+        (
             f"{line.user}/{line.job_id}",
             output.styled_state(line.state),
             str(line.gpus),
-            f"{line.submitted_at.astimezone():%Y-%m-%d %H:%M:%S}",
-            span(line.wait_s),
-            span(line.runtime_s(now)),
-            ", ".join(f"{g} {h:.2f}" for g, h in line.gpu_hours.items()) or "-",
-            (line.reason or "")[:60],
+            _moment(line.submitted_at, today),
+            output.seconds(line.wait_s),
+            output.seconds(line.held_s) if line.started_at is not None else "-",
+            output.seconds(line.runtime_s(now)),
+            f"{sum(line.gpu_hours.values()):.2f}" if line.gpu_hours else "-",
         )
-    return table
+        for line in lines
+    ]
+    table = output.fitted_table(
+        f"{len(lines)} job(s)",
+        [
+            Column("job"),
+            Column("state"),
+            Column("gpus", "right"),
+            Column("submitted", optional=True),
+            Column("waited", "right", optional=True),
+            Column("held", "right"),
+            Column("wall", "right"),
+            Column("GPU-h", "right"),
+        ],
+        rows,
+        width=width,
+        caption="held: time its processes held GPUs; wall: first start to end, with time "
+        "suspended or backing off between retries",
+    )
+    reasons = [
+        Text.assemble((f"{line.user}/{line.job_id}", "bold"), f": {line.reason}")
+        for line in lines
+        if line.reason
+    ]
+    return Group(table, *reasons)
+
+
+def _moment(at: datetime, today: date) -> str:
+    local = at.astimezone()
+    return f"{local:%H:%M}" if local.date() == today else f"{local:%Y-%m-%d %H:%M}"

@@ -11,8 +11,10 @@ it prints NDJSON: the job as below on one line, then one line per new event (`{"
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
+from rich import box
 from rich.table import Table
 
 from gfair.bus.history import HistoricalEvent
@@ -52,12 +54,13 @@ async def _jobs(client: GfairClient, args: argparse.Namespace) -> int:
     if args.json:
         output.print_json([output.record_json(r) for r in records])
     else:
-        output.console().print(output.jobs_table(records))
+        console = output.console()
+        console.print(output.jobs_table(records, console.width))
     return session.EXIT_OK
 
 
 async def _job(client: GfairClient, args: argparse.Namespace) -> int:
-    user, job_id = session.job_reference(args.job, args.user)
+    user, job_id = args.ref
     details = await client.job(user, job_id)
     if args.json and args.follow:
         output.print_json_line(output.details_json(details))
@@ -66,12 +69,7 @@ async def _job(client: GfairClient, args: argparse.Namespace) -> int:
     else:
         console = output.console()
         console.print(_summary(details))
-        events = Table(title="events")
-        for column in ("seq", "time", "event", "from", "details"):
-            events.add_column(column)
-        for event in details.events:
-            events.add_row(*_event_cells(event))
-        console.print(events)
+        console.print(events_table(details.events))
     if args.follow and not details.state.terminal:
         after = details.events[-1].sequence if details.events else 0
         async for event in client.watch(user, job_id):
@@ -84,6 +82,20 @@ async def _job(client: GfairClient, args: argparse.Namespace) -> int:
     return session.EXIT_OK
 
 
+def events_table(events: Sequence[HistoricalEvent]) -> Table:
+    """One row per event; its details whole, folded onto more lines rather than cut (a path
+    cut mid-name cannot be opened)."""
+    table = Table(title="events", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    rows = [_event_cells(event) for event in events]
+    for index, header in enumerate(("seq", "time", "event", "from")):
+        widest = max([len(header)] + [len(row[index]) for row in rows])
+        table.add_column(header, no_wrap=True, min_width=widest)
+    table.add_column("details", overflow="fold", ratio=1)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def _event_cells(event: HistoricalEvent) -> tuple[str, ...]:
     data = dict(event.envelope.data)
     for key in ("user", "job_id"):
@@ -93,8 +105,20 @@ def _event_cells(event: HistoricalEvent) -> tuple[str, ...]:
         f"{event.envelope.time:%H:%M:%S.%f}"[:-3],
         event.envelope.type.split(".")[2],
         event.envelope.source,
-        ", ".join(f"{k}={v}" for k, v in data.items() if v not in (None, "", [], {}))[:120],
+        ", ".join(f"{k}={_value(v)}" for k, v in data.items() if v not in (None, "", [], {})),
     )
+
+
+def _value(value: object) -> str:
+    """A detail as a person reads it: measurements rounded (``runtime_s=0.102``), not
+    ``0.10230384300029982``; lists without brackets."""
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    if isinstance(value, list | tuple):
+        return ",".join(_value(v) for v in value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 def _summary(details: JobDetails) -> Table:

@@ -5,8 +5,10 @@
 The node executors ship each run's output into the ``GFAIR_LOGS`` stream (bounded retention,
 `GFAIR_LOGS_MAX_AGE_S` and `GFAIR_LOGS_MAX_BYTES`), so the output outlives the node and its
 container. Chunks print in the order they were stored, stdout and stderr together (`--output`
-picks one). `-f` then prints new output as it comes, until the job has ended and its last
-runs' output is in. `--json` prints NDJSON, one chunk a line: ``{"sequence", "output",
+picks one), each run under a line naming it, ``==> node v100-0, run-0002 <==`` (as `tail` marks
+files; a run is one start or resume of the job on a node; `--no-headers` leaves them out).
+`-f` then prints new output as it comes, until the job has ended and its last runs' output is
+in. `--json` prints NDJSON, one chunk a line: ``{"sequence", "output",
 "node", "run", "offset", "text"}``.
 """
 
@@ -40,13 +42,18 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "-f", "--follow", action="store_true", help="then print new output until the job ends"
     )
     parser.add_argument("--output", choices=OUTPUTS, help="only this one (default: both)")
+    parser.add_argument(
+        "--no-headers",
+        action="store_true",
+        help="no line naming the node and run before each run's output",
+    )
     session.add_connection_flags(parser)
     parser.set_defaults(func=lambda args: session.run(args, _logs))
 
 
 async def _logs(client: GfairClient, args: argparse.Namespace) -> int:
-    user, job_id = session.job_reference(args.job, args.user)
-    show = _Printer(args.output, as_json=args.json)
+    user, job_id = args.ref
+    show = _Printer(args.output, as_json=args.json, headers=not args.no_headers)
     after = await _print_stored(client, user, job_id, show, start=1)
     if show.chunks == 0:
         await client.job(user, job_id, with_events=False)  # UnknownJob: say so
@@ -80,9 +87,11 @@ async def _print_stored(
 
 
 class _Printer:
-    def __init__(self, only: str | None, *, as_json: bool) -> None:
+    def __init__(self, only: str | None, *, as_json: bool, headers: bool = True) -> None:
         self._only = only
         self._json = as_json
+        self._headers = headers and not as_json
+        self._shown: tuple[str, str] | None = None  # the run whose output printed last
         self.chunks = 0
         # (node, run) -> outputs whose end was seen
         self._runs: dict[tuple[str, str], set[str]] = {}
@@ -108,6 +117,11 @@ class _Printer:
             )
             return
         sys.stdout.flush()  # what was printed as text goes first
+        if self._headers and self._shown != (chunk.node, chunk.run):
+            # Runs interleave (a resume elsewhere, a retry): each switch is marked.
+            self._shown = (chunk.node, chunk.run)
+            sys.stdout.write(f"==> node {chunk.node}, {chunk.run} <==\n")
+            sys.stdout.flush()
         sys.stdout.buffer.write(chunk.data)
         sys.stdout.flush()
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gfair.bus.history import HistoricalEvent
 from gfair.client import JobDetails, Submitted, UsersView
@@ -57,6 +61,81 @@ def styled_state(state: JobState) -> str:
 
 def gpus(value: float) -> str:
     return f"{value:.2f}"
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    justify: str = "left"
+    # Left out, rightmost first, when the table would not fit the terminal otherwise.
+    optional: bool = False
+
+
+def fitted_table(
+    title: str,
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[str]],
+    *,
+    width: int,
+    caption: str | None = None,
+) -> Table:
+    """A table whose cells are never cut: each column as wide as its widest cell or header, no
+    vertical rules, and optional columns left out (the caption says which) until it fits
+    `width`. Free text (reasons, details) belongs under it, as lines of its own, where the
+    terminal wraps it between words.
+    """
+    widths = [
+        max([len(c.header)] + [Text.from_markup(row[i]).cell_len for row in rows])
+        for i, c in enumerate(columns)
+    ]
+    shown = list(range(len(columns)))
+    left_out: list[str] = []
+    # Between two columns: a space of padding each side and the box's blank rule.
+    while sum(widths[i] + 3 for i in shown) - 3 > width:
+        optional = [i for i in shown if columns[i].optional]
+        if not optional:
+            break
+        shown.remove(optional[-1])
+        left_out.insert(0, columns[optional[-1]].header)
+    notes = [caption] if caption else []
+    if left_out:
+        notes.append(f"left out to fit: {', '.join(left_out)} (a wider terminal, or --json)")
+    table = Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        caption="\n".join(notes) or None,
+        caption_justify="left",
+    )
+    for i in shown:
+        table.add_column(
+            columns[i].header,
+            justify=columns[i].justify,  # type: ignore[arg-type]
+            min_width=widths[i],
+            no_wrap=True,
+        )
+    for row in rows:
+        table.add_row(*(row[i] for i in shown))
+    return table
+
+
+def seconds(value: float | None) -> str:
+    """A duration in at most two units, short enough for a narrow column: ``0.2s``, ``11.0s``,
+    ``4m05s``, ``1h45m``, ``2d03h`` (a 0.2 s run is not ``0:00:00``)."""
+    if value is None:
+        return "-"
+    if value < 60:
+        return f"{value:.1f}s"
+    whole = round(value)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s"
 
 
 # -- JSON shapes (documented in docs of each command) -------------------------------------
@@ -141,14 +220,10 @@ def users_json(view: UsersView) -> dict[str, Any]:
 # -- tables -------------------------------------------------------------------------------
 
 
-def jobs_table(records: list[JobRecord]) -> Table:
-    table = Table(title=f"{len(records)} job(s)")
-    table.add_column("job", no_wrap=True)  # an id cut in two cannot be pasted back
-    for column in ("state", "gpus", "pool", "servers", "attempt", "ckpt", "type"):
-        table.add_column(column, justify="right" if column in ("gpus", "attempt") else "left")
-    for r in records:
-        table.add_row(
-            f"{r.user}/{r.job_id}",
+def jobs_table(records: list[JobRecord], width: int = 80) -> Table:
+    rows = [
+        (
+            f"{r.user}/{r.job_id}",  # whole: an id cut in two cannot be pasted back
             styled_state(r.state) + _held_for(r),
             str(r.gpus),
             r.generation or "-",
@@ -157,7 +232,23 @@ def jobs_table(records: list[JobRecord]) -> Table:
             str(r.last_checkpoint_step) if r.last_checkpoint_step is not None else "-",
             r.submission.job_type or r.submission.name or "-",
         )
-    return table
+        for r in records
+    ]
+    return fitted_table(
+        f"{len(records)} job(s)",
+        [
+            Column("job"),
+            Column("state"),
+            Column("gpus", "right"),
+            Column("pool"),
+            Column("servers", optional=True),
+            Column("attempt", "right", optional=True),
+            Column("ckpt", "right", optional=True),
+            Column("type", optional=True),
+        ],
+        rows,
+        width=width,
+    )
 
 
 def _held_for(record: JobRecord) -> str:

@@ -4,7 +4,8 @@ Exit codes of the tool commands (`submit`, `cancel`, `jobs`, `job`, `users`, `no
 
 - 0: done;
 - 1: the request failed (unknown job or node, a rejected submission, an invalid request);
-- 2: bad command line (argparse);
+- 2: bad command line: argparse's, and flags a cluster would refuse, checked before connecting
+  (`--gpus 0`, `--env BADENV`, a malformed job reference);
 - 3: no cluster: NATS unreachable, or no gfair cluster on it;
 - 4: gave up waiting (`--wait`, `gfair wait`): the job may still get there;
 - 5: the awaited job was cancelled (`gfair wait`, `submit --wait=completed`; a job that failed
@@ -34,6 +35,7 @@ from gfair.events.subjects import SubjectError, validate_token
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+EXIT_USAGE = 2
 EXIT_NO_CLUSTER = 3
 EXIT_TIMEOUT = 4
 EXIT_CANCELLED = 5
@@ -94,8 +96,31 @@ def job_reference(text: str, user: str | None) -> tuple[str, str]:
     return owner, job_id
 
 
-def run(args: argparse.Namespace, command: Command) -> int:
-    """Connect, run `command`, turn the client's errors into messages and exit codes."""
+def run(
+    args: argparse.Namespace,
+    command: Command,
+    check: Callable[[argparse.Namespace], None] | None = None,
+) -> int:
+    """Connect, run `command`, turn the client's errors into messages and exit codes.
+
+    A command naming a job (`args.job`) finds it in `args.ref` as ``(user, job_id)``, checked
+    before connecting: a malformed reference is a usage error, not a failed request. So is a
+    `ValueError` of `check`, which reads the command's other flags into `args` first.
+    """
+    if isinstance(getattr(args, "job", None), str):
+        try:
+            args.ref = job_reference(args.job, getattr(args, "user", None))
+        except ValueError as exc:
+            return fail(str(exc), EXIT_USAGE)
+    for flag in ("timeout", "interval"):
+        value = getattr(args, flag, None)
+        if isinstance(value, float | int) and value <= 0:
+            return fail(f"--{flag} {value:g}: must be a positive number of seconds", EXIT_USAGE)
+    if check is not None:
+        try:
+            check(args)
+        except ValueError as exc:
+            return fail(str(exc), EXIT_USAGE)
     try:
         return asyncio.run(_run(args, command))
     except NotReachable as exc:

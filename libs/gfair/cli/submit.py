@@ -29,7 +29,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from gfair.cli import output, session
+from gfair.cli import output, session, submission
+from gfair.cli.submission import UsageError
 from gfair.client import GfairClient, Submitted, UnknownJob, WaitFor, WaitTimeout
 from gfair.events.job_array import (
     ArrayMembership,
@@ -104,16 +105,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(func=main)
 
 
-def environment(items: list[str]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise ValueError(f"--env {item!r}: expected NAME=VALUE")
-        env[name] = value
-    return env
-
-
 def main(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command[:1] == ["--"]:
@@ -123,20 +114,24 @@ def main(args: argparse.Namespace) -> int:
         try:
             apply_spec(args, load_job_spec(args.file))
         except JobSpecError as exc:
-            return session.fail(str(exc), 2)
-        except ValueError as exc:  # an --env of the command line
-            return session.fail(str(exc), session.EXIT_FAILED)
+            return session.fail(str(exc), session.EXIT_USAGE)
+        except UsageError as exc:  # an --env of the command line
+            return session.fail(str(exc), session.EXIT_USAGE)
     if not args.command:
-        return session.fail("give the job's command after --, e.g. -- python train.py", 2)
+        return session.fail(
+            "give the job's command after --, e.g. -- python train.py", session.EXIT_USAGE
+        )
     if args.user is None:
-        return session.fail(f"give --user (or ${session.USER_ENV}), or user: in the spec", 2)
+        return session.fail(
+            f"give --user (or ${session.USER_ENV}), or user: in the spec", session.EXIT_USAGE
+        )
     if args.gpus is None:
-        return session.fail("give --gpus, or gpus: in the spec", 2)
+        return session.fail("give --gpus, or gpus: in the spec", session.EXIT_USAGE)
     try:
         args.after_ok = dependencies(args.after_ok)
         args.array_spec = parse_array_spec(args.array) if args.array is not None else None
     except ValueError as exc:
-        return session.fail(str(exc), 2)
+        return session.fail(str(exc), session.EXIT_USAGE)
     if args.array_spec is not None:
         if args.wait == "running":
             return session.fail(
@@ -144,11 +139,37 @@ def main(args: argparse.Namespace) -> int:
             )
         args.array_id = args.job_id or array_id(args.name, args.array_spec)
         try:
-            member_job_id(args.array_id, args.array_spec.indices[-1])
+            last = member_job_id(args.array_id, args.array_spec.indices[-1])
         except ArraySpecError as exc:
-            return session.fail(str(exc), 2)
+            return session.fail(str(exc), session.EXIT_USAGE)
+        if (problem := _problem(args, last)) is not None:
+            return session.fail(problem, session.EXIT_USAGE)
         return session.run(args, _submit_array)
+    # Chosen here, so that it is checked, and a wait that times out can say which job it was.
+    args.job_id = args.job_id or new_job_id(args.name)
+    if (problem := _problem(args, args.job_id)) is not None:
+        return session.fail(problem, session.EXIT_USAGE)
     return session.run(args, _submit)
+
+
+def _problem(args: argparse.Namespace, job_id: str) -> str | None:
+    try:
+        submission.check(
+            user=args.user,
+            job_id=job_id,
+            gpus=args.gpus,
+            command=args.command,
+            tickets=args.tickets,
+            job_type=args.job_type,
+            name=args.name,
+            env=args.env,
+            working_dir=args.workdir,
+            max_retries=args.max_retries,
+            after_ok=args.after_ok,
+        )
+    except UsageError as exc:
+        return str(exc)
+    return None
 
 
 def dependencies(items: list[str]) -> tuple[str, ...]:
@@ -198,7 +219,7 @@ def apply_spec(args: argparse.Namespace, spec: JobSpec) -> None:
             setattr(args, name, getattr(spec, name))
     if not args.after_ok:
         args.after_ok = list(spec.after_ok)
-    given = environment(args.env)
+    given = submission.environment(args.env)
     args.env = [f"{k}={v}" for k, v in {**spec.env, **given}.items()]
 
 
@@ -207,8 +228,7 @@ async def _submit(client: GfairClient, args: argparse.Namespace) -> int:
     timeout_s = args.timeout
     if timeout_s is None and wait != "ended":
         timeout_s = DEFAULT_TIMEOUT_S
-    # Chosen here, so that a wait that times out can still say which job it was.
-    job_id = args.job_id or new_job_id(args.name)
+    job_id: str = args.job_id
     try:
         submitted = await _send(client, args, job_id, wait, timeout_s)
     except WaitTimeout:
@@ -257,7 +277,7 @@ async def _send(
         tickets=args.tickets,
         job_type=args.job_type,
         name=args.name,
-        env=environment(args.env),
+        env=submission.environment(args.env),
         working_dir=args.workdir,
         job_id=job_id,
         max_retries=args.max_retries,

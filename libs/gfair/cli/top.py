@@ -2,8 +2,10 @@
 
     gfair top --refresh 2 --window 60
 
-Each user's entitled against received GPUs per pool (received over the last `--window`
-seconds, from split-stride's usage counters), what runs on each server this quantum, the
+Each user's entitled against received GPUs per pool (received: the average over about the
+last `--window` seconds, from split-stride's usage counters read at its ticks; until the view
+has watched that long, over the time since split-stride began counting, and the header states
+the span measured), what runs on each server this quantum, the
 trades in force, and counts of the jobs' lifecycle events and of trades since the streams
 began (the first refresh reads the job history once). Redrawn every `--refresh` seconds on a
 terminal until Ctrl-C; elsewhere one line per refresh. `--once` draws one view and exits.
@@ -27,6 +29,7 @@ from gfair.cli.demo_dashboard import (
     Tally,
     counters_text,
     plain_line,
+    received_over,
     servers_table,
     trades_text,
     users_table,
@@ -82,7 +85,7 @@ class ClusterView:
         jobs = await self._client.jobs()
         now = time.monotonic()
         if stride is not None:
-            self._window.add(now, stride.usage)
+            self._window.add_record(stride)
         await self._count_events()
         users = set(shares.users) if shares is not None else set()
         users |= {j.user for j in jobs if j.live}
@@ -93,6 +96,7 @@ class ClusterView:
             stride=stride,
             jobs=jobs,
             received=self._window.received(),
+            received_over_s=self._window.span_s(),
             tally=self._tally,
             # The demo knows its users' speedups; a cluster's users are whoever is active.
             speedups=dict.fromkeys(sorted(users), "-"),
@@ -110,8 +114,8 @@ class ClusterView:
 
 def view(snapshot: Snapshot, window_s: float) -> Group:
     header = Text(
-        f"gfair top: {len(snapshot.jobs)} job(s); received over the last {window_s:g}s "
-        f"(watching {snapshot.elapsed_s:.0f}s)",
+        f"gfair top: {len(snapshot.jobs)} job(s); received: {received_over(snapshot)} "
+        f"(window {window_s:g}s)",
         style="bold",
     )
     return Group(
@@ -128,9 +132,8 @@ async def _top(client: GfairClient, args: argparse.Namespace) -> int:
     console = output.console()
     snapshot = await cluster.sample()
     if args.once:
-        # A second sample, so that received shares have a span to be measured over.
-        await asyncio.sleep(args.refresh)
-        console.print(view(await cluster.sample(), args.window))
+        # One read measures from split-stride's first count to its last tick, and says so.
+        console.print(view(snapshot, args.window))
         return session.EXIT_OK
     if not console.is_terminal:
         while True:

@@ -49,19 +49,30 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help=f"of the decayed usage (default ${HALF_LIFE_ENV}, else {DEFAULT_HALF_LIFE})",
     )
     session.add_connection_flags(parser)
-    parser.set_defaults(func=lambda args: session.run(args, _usage))
+    parser.set_defaults(func=lambda args: session.run(args, _usage, check=_spans))
 
 
 def windows(text: str) -> list[float]:
-    found = [parse_duration(item) for item in text.split(",") if item.strip()]
+    try:
+        found = [parse_duration(item) for item in text.split(",") if item.strip()]
+    except ValueError as exc:
+        raise ValueError(f"--windows {exc}") from None
     if not found:
         raise ValueError(f"--windows {text!r}: give at least one, e.g. 1h,1d,7d")
     return found
 
 
+def _spans(args: argparse.Namespace) -> None:
+    """`--windows` and `--half-life` in seconds, in `args.spans` and `args.half_life_s`."""
+    args.spans = windows(args.windows)
+    try:
+        args.half_life_s = parse_duration(args.half_life)
+    except ValueError as exc:
+        raise ValueError(f"--half-life {exc}") from None
+
+
 async def _usage(client: GfairClient, args: argparse.Namespace) -> int:
-    spans = windows(args.windows)
-    half_life_s = parse_duration(args.half_life)
+    spans, half_life_s = args.spans, args.half_life_s
     records = [r for r in await client.jobs() if not args.user or r.user in args.user]
     lines = usage(records, datetime.now(UTC), windows_s=spans, half_life_s=half_life_s)
     if args.json:

@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 async def _wait(client: GfairClient, args: argparse.Namespace) -> int:
-    user, job_id = session.job_reference(args.job, args.user)
+    user, job_id = args.ref
     members = await array_or_job(client, user, job_id)
     if members:
         return await _wait_array(client, args, user, [r.job_id for r in members])

@@ -1,6 +1,8 @@
 """`gfair why JOB`: why a job waits (or how it ended), from the services' own records.
 
-`--json` prints ``{"user", "job_id", "state", "headline", "reasons": [{"kind", "text"}]}``.
+JOB may name a job array (`gfair submit --array`), as for `gfair wait` and `gfair cancel`: each
+member is explained. `--json` prints ``{"user", "job_id", "state", "headline", "reasons":
+[{"kind", "text"}]}`` (a list of those for an array).
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ import argparse
 from typing import Any
 
 from gfair.cli import output, session
-from gfair.client import GfairClient
+from gfair.cli.wait import array_or_job
+from gfair.client import Explanation, GfairClient
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -25,21 +28,29 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 async def _why(client: GfairClient, args: argparse.Namespace) -> int:
-    user, job_id = session.job_reference(args.job, args.user)
-    explanation = await client.why(user, job_id)
+    user, job_id = args.ref
+    members = await array_or_job(client, user, job_id)
+    ids = [r.job_id for r in members] if members else [job_id]
+    explanations = [await client.why(user, member) for member in ids]
     if args.json:
-        output.print_json(
-            {
-                "user": explanation.user,
-                "job_id": explanation.job_id,
-                "state": str(explanation.state),
-                "headline": explanation.headline,
-                "reasons": [{"kind": r.kind, "text": r.text} for r in explanation.reasons],
-            }
-        )
+        found = [_json(e) for e in explanations]
+        output.print_json(found if members else found[0])
         return session.EXIT_OK
     console = output.console()
-    console.print(f"[bold]{explanation.headline}[/]")
-    for reason in explanation.reasons:
-        console.print(f"  [dim]{reason.kind:>8}[/]  {reason.text}", highlight=False)
+    if members:
+        console.print(f"[bold]{user}/{job_id}[/]: array of {len(members)} job(s)")
+    for explanation in explanations:
+        console.print(f"[bold]{explanation.headline}[/]")
+        for reason in explanation.reasons:
+            console.print(f"  [dim]{reason.kind:>8}[/]  {reason.text}", highlight=False)
     return session.EXIT_OK
+
+
+def _json(explanation: Explanation) -> dict[str, Any]:
+    return {
+        "user": explanation.user,
+        "job_id": explanation.job_id,
+        "state": str(explanation.state),
+        "headline": explanation.headline,
+        "reasons": [{"kind": r.kind, "text": r.text} for r in explanation.reasons],
+    }

@@ -1,17 +1,19 @@
-"""Finding a local cluster without setup: the context file a running `gfair up` leaves behind.
+"""Finding a local cluster without setup: the context files a running `gfair up` leaves behind.
 
-`gfair up` writes ``<data-dir>/context.json`` and a per-user copy
-(``$XDG_STATE_HOME/gfair/context.json``, by default ``~/.local/state/gfair/context.json``)
-once its cluster is ready, and removes both when it stops, so that ``gfair submit`` in another
-terminal reaches it the way ``ray job submit`` reaches ``ray start --head``. A file whose process
-is gone (the owner was killed) describes nothing and is ignored.
+`gfair up` writes ``<data-dir>/context.json`` and a per-user file of its own,
+``$XDG_STATE_HOME/gfair/clusters/<pid>.json`` (by default under ``~/.local/state``), once its
+cluster is ready, and removes both when it stops, so that ``gfair submit`` in another terminal
+reaches it the way ``ray job submit`` reaches ``ray start --head``. One file per `gfair up`:
+when two run and one stops, the other's file stays, and tools go on finding it. A file whose
+process is gone (the owner was killed) describes nothing and is ignored.
 
 Where a tool looks for NATS, first match wins:
 
 1. an explicit URL (``--nats``, or `servers` given to the client);
 2. ``$GFAIR_NATS_URL``;
 3. the context of a running `gfair up`: ``./.gfair/context.json`` (the default data dir of a
-   `gfair up` started here), then the per-user file;
+   `gfair up` started here), then the per-user files, the latest written first (then the single
+   ``gfair/context.json`` an older gfair wrote);
 4. ``nats://127.0.0.1:4222``.
 """
 
@@ -28,6 +30,8 @@ DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 NATS_URL_ENV = "GFAIR_NATS_URL"
 CREDS_ENV = "GFAIR_NATS_CREDS"
 CONTEXT_FILE = "context.json"
+# The per-user folder holding one context file per running `gfair up`, named by its pid.
+USER_CONTEXTS = "clusters"
 DEFAULT_DATA_DIR = Path(".gfair")
 CONTEXT_VERSION = 1
 
@@ -110,29 +114,57 @@ def _text(document: Mapping[str, object], key: str, where: str) -> str | None:
     raise ContextError(f"{where}: {key} must be a string or null")
 
 
-def user_context_path(environ: Mapping[str, str] | None = None) -> Path | None:
-    """The per-user context file; None when there is no home to put it in."""
+def user_state_dir(environ: Mapping[str, str] | None = None) -> Path | None:
+    """``$XDG_STATE_HOME/gfair`` (default ``~/.local/state/gfair``); None without a home."""
     env = os.environ if environ is None else environ
     state = env.get("XDG_STATE_HOME", "")
     # The XDG spec says a relative value is invalid and must be ignored.
     if state and Path(state).is_absolute():
-        return Path(state) / "gfair" / CONTEXT_FILE
+        return Path(state) / "gfair"
     home = env.get("HOME") or None
     if home is None:
         try:
             home = str(Path.home())
         except RuntimeError:
             return None
-    return Path(home) / ".local" / "state" / "gfair" / CONTEXT_FILE
+    return Path(home) / ".local" / "state" / "gfair"
+
+
+def user_context_path(
+    environ: Mapping[str, str] | None = None, pid: int | None = None
+) -> Path | None:
+    """The per-user context file of the `gfair up` with `pid` (default: this process)."""
+    state = user_state_dir(environ)
+    if state is None:
+        return None
+    return state / USER_CONTEXTS / f"{os.getpid() if pid is None else pid}.json"
+
+
+def user_context_paths(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """Every per-user context file, the latest written first, then an older gfair's single one.
+
+    Latest first: of two running clusters, a tool reaches the one started last, as it did when
+    there was one file that each `gfair up` overwrote.
+    """
+    state = user_state_dir(environ)
+    if state is None:
+        return []
+    found: list[tuple[float, Path]] = []
+    with contextlib.suppress(OSError):
+        for path in (state / USER_CONTEXTS).glob("*.json"):
+            with contextlib.suppress(OSError):
+                found.append((path.stat().st_mtime, path))
+    found.sort(key=lambda item: (item[0], item[1].name), reverse=True)
+    return [path for _, path in found] + [state / CONTEXT_FILE]
 
 
 def context_paths(
     cwd: Path | None = None, environ: Mapping[str, str] | None = None
 ) -> tuple[Path, ...]:
-    """Where a client looks, in order: this directory's `gfair up`, then the user's latest."""
+    """Where a client looks, in order: this directory's `gfair up`, then the user's, latest
+    first."""
     local = (cwd or Path.cwd()) / DEFAULT_DATA_DIR / CONTEXT_FILE
-    user = user_context_path(environ)
-    return (local,) if user is None else (local, user)
+    return (local, *user_context_paths(environ))
 
 
 def read_context(path: Path) -> ClusterContext | None:
@@ -247,13 +279,27 @@ def write_context(context: ClusterContext, paths: Iterable[Path]) -> list[Path]:
 def remove_context(paths: Iterable[Path], pid: int) -> None:
     """Remove those of `paths` that still describe process `pid`.
 
-    Another `gfair up` started since may have taken the per-user file over; that one stays.
+    Another `gfair up` started since on the same data dir may have taken its file over; that
+    one stays.
     """
     for path in paths:
         found = read_context(path)
         if found is not None and found.pid == pid:
             with contextlib.suppress(OSError):
                 path.unlink()
+
+
+def remove_stale_contexts(environ: Mapping[str, str] | None = None) -> None:
+    """Remove the per-user files of `gfair up`s that are gone (killed before they could)."""
+    state = user_state_dir(environ)
+    if state is None:
+        return
+    with contextlib.suppress(OSError):
+        for path in (state / USER_CONTEXTS).glob("*.json"):
+            found = read_context(path)
+            if found is None or not found.running:
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
 
 def own_context(

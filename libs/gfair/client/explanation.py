@@ -21,7 +21,7 @@ from gfair.events.states import JobState, NodeState
 from gfair.state.buckets import job_key
 from gfair.state.node_record import NodeRecord
 from gfair.state.share_record import SharesRecord
-from gfair.state.stride_record import StrideRecord
+from gfair.state.stride_record import StrideJob, StrideRecord
 
 # Decisions of the job's record repeated at the end of an explanation, newest last.
 RECENT_DECISIONS = 5
@@ -191,15 +191,27 @@ def _account(key: str, user: str, stride: StrideRecord) -> list[Reason]:
         and (other.stride_pass, other.seq) < (job.stride_pass, job.seq)
     ]
     if ahead:
-        reasons.append(
-            Reason(
-                "stride",
-                f"{len(ahead)} of {user}'s other jobs come before it (lower pass "
-                f"{min(o.stride_pass for o in ahead):.4g} vs its {job.stride_pass:.4g}): a "
-                "user's share goes to its jobs in order of their passes",
-            )
-        )
+        reasons.append(Reason("stride", _ahead(user, job.stride_pass, ahead)))
     return reasons
+
+
+def _ahead(user: str, its_pass: float, ahead: list[StrideJob]) -> str:
+    """Why `ahead` come first: a lower pass, or (most often while none has run) the same pass
+    and an earlier submission, which is how ties are broken."""
+    lower = [o for o in ahead if o.stride_pass < its_pass]
+    tied = len(ahead) - len(lower)
+    why = []
+    if lower:
+        why.append(
+            f"{len(lower)} with a lower pass (from {min(o.stride_pass for o in lower):.4g}; "
+            f"its is {its_pass:.4g})"
+        )
+    if tied:
+        why.append(f"{tied} with the same pass, submitted earlier")
+    return (
+        f"{len(ahead)} of {user}'s other jobs come before it: {' and '.join(why)}; a user's "
+        "share goes to its jobs in order of their passes"
+    )
 
 
 def _on_server(

@@ -50,6 +50,12 @@ class JobAccount:
             return None
         return ((self.ended_at or now) - self.started_at).total_seconds()
 
+    @property
+    def held_s(self) -> float:
+        """Seconds its processes held its GPUs: without the time it waited suspended or in a
+        retry's back-off, which `runtime_s` counts."""
+        return sum(self.gpu_hours.values()) * HOUR_S / self.gpus if self.gpus else 0.0
+
 
 def account(record: JobRecord, now: datetime) -> JobAccount:
     return JobAccount(

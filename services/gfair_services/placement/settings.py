@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 from pydantic_settings import NoDecode, SettingsConfigDict
 
+from gfair.events.admission_limits import MAX_JOB_GPUS, MAX_JOB_TICKETS
 from gfair_services.retention import RetentionSettings
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
@@ -22,7 +23,9 @@ def _names(value: object) -> object:
 class Settings(TenantSettings, TopologySettings, RetentionSettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
-    max_job_gpus: int = Field(default=256, ge=1, description="Largest gang a user may ask for")
+    max_job_gpus: int = Field(
+        default=MAX_JOB_GPUS, ge=1, description="Largest gang a user may ask for"
+    )
     max_command_chars: int = Field(
         default=64 * 1024, ge=1, description="Longest command line (all arguments together)"
     )
@@ -30,7 +33,9 @@ class Settings(TenantSettings, TopologySettings, RetentionSettings):
         default=64 * 1024, ge=0, description="Most characters of extra environment per job"
     )
     max_job_tickets: float = Field(
-        default=1000.0, gt=0, description="Largest weight a job may carry among its user's jobs"
+        default=MAX_JOB_TICKETS,
+        gt=0,
+        description="Largest weight a job may carry among its user's jobs",
     )
     max_pending_jobs: int = Field(
         default=1000,

@@ -1,0 +1,98 @@
+"""What people read at 80 columns: no header or value cut, free text whole, numbers rounded."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from rich.console import Console
+
+from gfair.bus.history import HistoricalEvent
+from gfair.cli.history import history_table
+from gfair.cli.jobs import events_table
+from gfair.cli.output import seconds
+from gfair.events.envelope import Envelope
+from gfair.events.jobs import JobExited
+from gfair.events.states import JobState
+from gfair.state.usage import JobAccount
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+REASON = "asks for 512 GPUs; it can never fit: the largest pool has 256 GPUs on 32 servers"
+
+
+def render(renderable: object, width: int = 80) -> str:
+    console = Console(width=width, record=True, force_terminal=False)
+    console.print(renderable)
+    return console.export_text()
+
+
+def _line(job_id: str, reason: str | None, *, held_s: float, wall_s: float) -> JobAccount:
+    started = NOW - timedelta(seconds=wall_s + 5)
+    return JobAccount(
+        user="alice",
+        job_id=job_id,
+        state=JobState.FAILED,
+        gpus=2,
+        generation="v100",
+        submitted_at=started - timedelta(seconds=30),
+        started_at=started,
+        ended_at=started + timedelta(seconds=wall_s),
+        gpu_hours={"v100": 2 * held_s / 3600},
+        reason=reason,
+    )
+
+
+def test_history_keeps_every_word_and_tells_held_from_wall_time_at_80_columns() -> None:
+    # Ran 0.2 s over three attempts spread across 11 s of back-off.
+    lines = [_line("resnet-64735357c555", REASON, held_s=0.2, wall_s=11.0)]
+    text = render(history_table(lines, NOW, 80))
+    assert "…" not in text
+    assert all(len(row) <= 80 for row in text.splitlines())
+    for header in ("job", "state", "gpus", "held", "wall", "GPU-h"):
+        assert f" {header}" in f" {text}"
+    joined = " ".join(text.split())  # the terminal may wrap the reason between words
+    assert f"alice/resnet-64735357c555: {REASON}" in joined
+    row = next(r for r in text.splitlines() if r.startswith("alice/resnet"))
+    assert "0.2s" in row and "11.0s" in row
+
+
+def test_a_wide_terminal_shows_every_column_and_a_narrow_one_says_what_it_left_out() -> None:
+    lines = [_line("a-rather-long-job-name-0123456789ab", None, held_s=100.0, wall_s=4000.0)]
+    wide = render(history_table(lines, NOW, 160), 160)
+    assert "submitted" in wide and "waited" in wide and "left out" not in wide
+    narrow = render(history_table(lines, NOW, 80))
+    assert "left out to fit: submitted" in narrow and "…" not in narrow
+
+
+def test_durations_are_short_and_rounded() -> None:
+    assert [seconds(s) for s in (0.10230384300029982, 11.04, 245, 6300, 183600)] == [
+        "0.1s",
+        "11.0s",
+        "4m05s",
+        "1h45m",
+        "2d03h",
+    ]
+    assert seconds(None) == "-"
+
+
+def test_job_events_keep_a_path_whole_and_round_measurements_at_80_columns() -> None:
+    path = "/var/lib/gfair/work/alice/resnet-64735357c555/attempt-3/stderr-of-the-job.log"
+    exited = JobExited(
+        user="alice",
+        job_id="resnet-64735357c555",
+        node_id="v100-0",
+        attempt=3,
+        exit_code=1,
+        runtime_s=0.10230384300029982,
+        stderr_tail=f"Traceback: see {path}",
+    )
+    event = HistoricalEvent(
+        stream="GFAIR_JOBS",
+        sequence=12,
+        envelope=Envelope.wrap(exited, source="node-executor/v100-0"),
+        data=exited,
+    )
+    text = render(events_table([event]))
+    assert all(len(row) <= 80 for row in text.splitlines())
+    assert "…" not in text
+    assert "runtime_s=0.102" in text and "0.1023038" not in text
+    assert path in "".join(text.split())  # folded onto lines, not cut
