@@ -339,6 +339,7 @@ class EmbeddedCluster:
                 "GFAIR_HEARTBEAT_S": f"{self.options.heartbeat_s:g}",
                 "GFAIR_REPLICAS": str(self.options.stream_replicas),
                 "PYTHONUNBUFFERED": "1",
+                "PATH": interpreter_first(env.get("PATH")),
             }
         )
         if self.options.user_tickets:
@@ -374,6 +375,13 @@ class EmbeddedCluster:
         nodes.mkdir(exist_ok=True)
         for folder in (self.data_dir, self.checkpoint_root, nodes):
             folder.chmod(0o711)
+        if os.geteuid() == 0 and not _open_to_others(Path(sys.executable)):
+            # Jobs run as their tenants' accounts, and their `python` is this one.
+            _log.warning(
+                "the jobs' accounts cannot run this interpreter: a job's `python` will fail "
+                "with 'Permission denied' (build .venv on an open Python: scripts/venv_python.py)",
+                interpreter=sys.executable,
+            )
         try:
             if self._nats_url is None:
                 self._nats_url = await self._start_brokers()
@@ -736,6 +744,28 @@ class EmbeddedCluster:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     await asyncio.to_thread(child.process.wait, 5.0)
             child.close_log()
+
+
+def interpreter_first(path: str | None) -> str:
+    """`path` (a PATH) with the folder of this interpreter first: a job's `python` is then the
+    Python gfair runs on, with gfair importable, even in a shell that never activated its
+    virtual environment (`gfair submit -- python -m gfair.sdk.synthetic`). The folder is the one
+    `sys.executable` names, not where its links lead: a venv's `bin`, not the system's."""
+    folder = str(Path(sys.executable).parent)
+    rest = [entry for entry in (path or os.defpath).split(os.pathsep) if entry and entry != folder]
+    return os.pathsep.join([folder, *rest])
+
+
+def _open_to_others(path: Path) -> bool:
+    """Whether an account with no special rights can run `path` (every folder above where it
+    leads searchable by others, the file executable by them)."""
+    try:
+        real = path.resolve()
+        return all(p.stat().st_mode & 0o001 for p in (real, *real.parents)) and all(
+            p.stat().st_mode & 0o001 for p in path.parents
+        )
+    except OSError:
+        return False
 
 
 def _free_port() -> int:

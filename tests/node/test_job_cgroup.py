@@ -83,7 +83,7 @@ async def test_a_process_that_left_the_group_and_cleared_its_environment_goes_wi
 
 
 async def test_without_a_cgroup_such_a_process_escapes(tmp_path: Path) -> None:
-    """What the fallback cannot hold (documented in job_cgroup.py and the README)."""
+    """What the fallback cannot hold (documented in job_cgroup.py and docs/security.md)."""
     launch = dataclasses.replace(synthetic("vanisher", (0,), "v100"), argv=VANISHER)
     async with JobSupervisor(make_config(tmp_path)) as supervisor:
         job = await supervisor.start(launch)

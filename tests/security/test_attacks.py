@@ -1,5 +1,5 @@
 """Issue 11's attacks, one test each, against a real nats-server running the rendered
-authorization (deploy/nats) and the real services. The README's security table lists them.
+authorization (deploy/nats) and the real services. docs/security.md lists them.
 
 The attacks the earlier audit found are tested where their code lives:
 a job's environment holds no NATS credentials and a setsid child dies on cancel

@@ -17,7 +17,7 @@ from gfair.sim.trace import read_trace
 from .test_report import SCHEMA_PATH
 from .test_trace import PHILLY_TRACE
 
-# The ~2,000-GPU heterogeneous cluster of the README's full replay.
+# The ~2,000-GPU heterogeneous cluster of the full replay in docs/benchmarks.md.
 CLUSTER = "v100:64x8,p100:64x8,k80:256x4"
 PREFIX = 2_000
 

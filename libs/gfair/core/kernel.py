@@ -97,7 +97,7 @@ _HORIZON = 2.0
 # share there to repay the move (rule 8): `_PATIENCE` times the move's cost as a part of a
 # quantum, at most `_MOST_PATIENCE`. A move displaces a job that lives there, and a dear one is
 # not undone cheaply, so the dearer a move the more times over it must be repaid. Tuned on the
-# comparison workloads (README, Benchmarks): 3 s of 360 s moves as soon as owed, 60 s moves
+# comparison workloads (docs/benchmarks.md): 3 s of 360 s moves as soon as owed, 60 s moves
 # only for 3.3 GPU-quanta owed (more than a one-job user on a busy cluster ever saves up).
 _PATIENCE = 120.0
 _MOST_PATIENCE = 20.0

@@ -2,6 +2,8 @@
 
     python -m gfair.sdk.synthetic --job-type 'ResNet-50 (batch size 32)' --iterations 500
 
+Without --iterations or --duration-s it trains for a minute's worth on a V100.
+
 Each mini-batch takes 1 / (measured steps/s of the job type on $GFAIR_GPU_GENERATION with as
 many GPUs as CUDA_VISIBLE_DEVICES lists) seconds, divided by --speed-scale so demos and tests
 run fast. It resumes from its checkpoint, reports every mini-batch, checkpoints periodically and
@@ -25,6 +27,8 @@ from gfair.sdk.throughput_table import ThroughputLookupError, ThroughputTable
 DEFAULT_JOB_TYPE = "ResNet-50 (batch size 32)"
 # What the generation defaults to outside gfair: the table's reference GPU.
 REFERENCE_GENERATION = "v100"
+# How long a job runs when told neither --iterations nor --duration-s: a minute on a V100.
+DEFAULT_DURATION_S = 60.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,10 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m gfair.sdk.synthetic", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--job-type", default=DEFAULT_JOB_TYPE, help="a Gavel job type")
-    length = parser.add_mutually_exclusive_group(required=True)
+    length = parser.add_mutually_exclusive_group()
     length.add_argument("--iterations", type=int, help="mini-batches to train in total")
     length.add_argument(
-        "--duration-s", type=float, help="total length in seconds of training on one V100 gang"
+        "--duration-s",
+        type=float,
+        help="total length in seconds of training on one V100 gang "
+        f"(default, without --iterations: {DEFAULT_DURATION_S:g})",
     )
     parser.add_argument(
         "--speed-scale", type=float, default=1.0, help="run this many times faster (demos)"
@@ -79,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         total = args.iterations
         if total is None:
             reference = args.steps_per_s or _rate(table, args.job_type, REFERENCE_GENERATION, gpus)
-            total = max(1, math.ceil(args.duration_s * reference))
+            duration_s = DEFAULT_DURATION_S if args.duration_s is None else args.duration_s
+            total = max(1, math.ceil(duration_s * reference))
     except ThroughputLookupError as exc:
         print(f"synthetic job: {exc}", file=sys.stderr)
         return 2
