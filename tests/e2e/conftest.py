@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -9,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from gfair.bus.publisher import EventPublisher
 from gfair.client import GfairClient
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
+from gfair.events.jobs import JobResumed, JobStarted
+from gfair.events.nodes import NodeQuarantined
 from node.helpers import JOB_PYTHON, reachable_tmp, sdk_on_pythonpath
 
 StartCluster = Callable[..., AbstractAsyncContextManager[EmbeddedCluster]]
@@ -66,3 +71,30 @@ async def client_of(cluster: EmbeddedCluster) -> AsyncIterator[GfairClient]:
     client = await GfairClient.connect(cluster.nats_url, poll_interval_s=0.05)
     async with client:
         yield client
+
+
+async def moved_off_its_node(client: GfairClient, user: str, job_id: str, timeout_s: float) -> str:
+    """Move the job to another server the way a failing node does: quarantine the node it runs
+    on (as the failure detector would), so that node checkpoints it and another starts it from
+    that checkpoint; then the operator clears the quarantine. Returns the node it left. With
+    homes, a job time-slices in place on its own server and moves only when that pays, so a
+    test that needs moves makes one."""
+    events = [e.data for e in (await client.job(user, job_id)).events]
+    seen = len(events)
+    left = [e for e in events if isinstance(e, JobStarted | JobResumed)][-1].node_id
+    publisher = EventPublisher(client.bus, "test")
+    await publisher.publish(
+        NodeQuarantined(node_id=left, reason="a test moves its jobs", recent_failures=0)
+    )
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            events = [e.data for e in (await client.job(user, job_id)).events]
+            if any(
+                isinstance(e, JobStarted | JobResumed) and e.node_id != left for e in events[seen:]
+            ):
+                return left
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"{user}/{job_id} did not leave {left} within {timeout_s:g}s")
+    finally:
+        await client.uncordon(left, reason="the test's move is done")

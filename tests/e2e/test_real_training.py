@@ -21,7 +21,7 @@ from gfair.events.states import JobState
 from gfair.sdk.checkpoint import MANIFEST_NAME
 from node.helpers import JOB_PYTHON, LIBS
 
-from .conftest import FREE_MOVES, RESNET, StartCluster, client_of, synthetic
+from .conftest import FREE_MOVES, RESNET, StartCluster, client_of, moved_off_its_node, synthetic
 from .test_job_life import finished, settled
 
 torch = pytest.importorskip("torch", reason="real training needs torch (pip install torch)")
@@ -83,8 +83,9 @@ async def test_pytorch_training_parked_in_place_and_moved_ends_bitwise_equal(
     start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     # A two-GPU and a one-GPU server, four jobs: alice's training takes turns with bob's three
-    # synthetic ones (tickets 1:3), back on the server it parked on (in place) or on the other
-    # one (a move: its node checkpoints it, and the new one starts from that checkpoint). The
+    # synthetic ones (tickets 1:3), back on the server it parked on (in place); every sixth park
+    # its node is quarantined, so it moves to the other one (its node checkpoints it, and the
+    # new one starts from that checkpoint). The
     # grace lets a cold start (importing torch takes seconds) reach its first mini-batch. Once
     # it switched enough, bob's jobs end and it trains alone to the end: how fast it gets
     # there with half-second slices depends on this machine's load, not on what is tested.
@@ -110,6 +111,9 @@ async def test_pytorch_training_parked_in_place_and_moved_ends_bitwise_equal(
             parked, moves = switches(events)
             if parked >= 20 and moves >= 3:
                 break
+            if moves < 3 and parked >= 6 * (moves + 1):
+                await moved_off_its_node(client, "alice", "train", timeout_s=60)
+                continue
             assert not details.state.terminal, f"ended after {parked} parks, {moves} moves"
             assert time.monotonic() < deadline, f"{parked} parks, {moves} moves: {events[-6:]}"
             await asyncio.sleep(1.0)
