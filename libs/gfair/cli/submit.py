@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from gfair.cli import output, session, submission
+from gfair.cli.speeds import job_type_warning
 from gfair.cli.submission import UsageError
 from gfair.client import GfairClient, Submitted, UnknownJob, WaitFor, WaitTimeout
 from gfair.events.job_array import (
@@ -144,12 +146,19 @@ def main(args: argparse.Namespace) -> int:
             return session.fail(str(exc), session.EXIT_USAGE)
         if (problem := _problem(args, last)) is not None:
             return session.fail(problem, session.EXIT_USAGE)
+        _warn_of_speeds(args.job_type)
         return session.run(args, _submit_array)
     # Chosen here, so that it is checked, and a wait that times out can say which job it was.
     args.job_id = args.job_id or new_job_id(args.name)
     if (problem := _problem(args, args.job_id)) is not None:
         return session.fail(problem, session.EXIT_USAGE)
+    _warn_of_speeds(args.job_type)
     return session.run(args, _submit)
+
+
+def _warn_of_speeds(job_type: str | None) -> None:
+    if (warning := job_type_warning(job_type)) is not None:
+        print(f"gfair submit: warning: {warning}", file=sys.stderr)
 
 
 def _problem(args: argparse.Namespace, job_id: str) -> str | None:

@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gfair.cli.speeds import generation_warnings
 from gfair.client.cluster_context import CONTEXT_FILE, read_context
 from gfair.client.connection import DEFAULT_NATS_URL, NATS_URL_ENV
 from gfair.cluster_logins import LOGINS_FILE
@@ -181,10 +182,12 @@ def _run(args: argparse.Namespace) -> int:
             announce=True,
             auth=args.auth,
         )
-        options.servers()  # the spec is checked before anything starts
+        servers = options.servers()  # the spec is checked before anything starts
     except ValueError as error:
         print(f"gfair up: {error}", file=sys.stderr)
         return 2
+    for warning in generation_warnings(server.generation for server in servers.servers):
+        print(f"gfair up: warning: {warning}", file=sys.stderr)
     try:
         options.tenants()  # and the tenants file, with --auth
     except TenantsError as error:
