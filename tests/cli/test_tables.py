@@ -9,7 +9,8 @@ from rich.console import Console
 from gfair.bus.history import HistoricalEvent
 from gfair.cli.history import history_table
 from gfair.cli.jobs import events_table
-from gfair.cli.output import seconds
+from gfair.cli.output import seconds, users_table
+from gfair.client.views import PoolUsage, UserSummary, UsersView
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import JobExited
 from gfair.events.states import JobState
@@ -96,3 +97,20 @@ def test_job_events_keep_a_path_whole_and_round_measurements_at_80_columns() -> 
     assert "…" not in text
     assert "runtime_s=0.102" in text and "0.1023038" not in text
     assert path in "".join(text.split())  # folded onto lines, not cut
+
+
+def test_users_at_80_columns_keep_the_totals_and_say_what_was_left_out() -> None:
+    pools = {
+        generation: PoolUsage(generation, fair=1.5, entitled=2.25, gpu_seconds=0.0, received=1.75)
+        for generation in ("v100", "p100", "k80")
+    }
+    view = UsersView(
+        users=[UserSummary(user="alice", tickets=2, jobs=3, demand=6, pools=pools)],
+        capacity={"v100": 8, "p100": 8, "k80": 16},
+    )
+    narrow = render(users_table(view, 80))
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    assert "…" not in narrow and "left out to fit: " in narrow
+    assert "6.75" in narrow and "5.25" in narrow  # entitled and received, summed over pools
+    wide = render(users_table(view, 160), 160)
+    assert "1.50/2.25/1.75" in wide and "left out" not in wide

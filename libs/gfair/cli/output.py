@@ -257,24 +257,10 @@ def _held_for(record: JobRecord) -> str:
     return f" (after {','.join(record.submission.after_ok)})"
 
 
-def users_table(view: UsersView) -> Table:
+def users_table(view: UsersView, width: int = 80) -> Table:
     pools = list(view.capacity) or sorted({p for u in view.users for p in u.pools})
     capacity = ", ".join(f"{p} {view.capacity.get(p, 0)}" for p in pools)
-    table = Table(
-        title=f"users (revision {view.revision if view.revision is not None else '-'}; "
-        f"GPUs: {capacity or 'none'})",
-        caption="entitled = share after trading (fair = before); received = average GPUs held "
-        "since split-stride started counting",
-    )
-    table.add_column("user")
-    table.add_column("tickets", justify="right")
-    table.add_column("jobs", justify="right")
-    table.add_column("demand", justify="right")
-    for pool in pools:
-        table.add_column(f"{pool} fair/entitled/received", justify="right")
-    table.add_column("entitled", justify="right")
-    table.add_column("received", justify="right")
-    table.add_column("trade gain", justify="right")
+    rows = []
     for u in view.users:
         cells = [
             u.user,
@@ -288,5 +274,25 @@ def users_table(view: UsersView) -> Table:
                 f"{gpus(p.fair)}/{gpus(p.entitled)}/{gpus(p.received)}" if p is not None else "-"
             )
         cells += [gpus(u.entitled), gpus(u.received), f"{u.gain:+.0%}"]
-        table.add_row(*cells)
-    return table
+        rows.append(cells)
+    # Per-pool columns are the detail: at 80 columns the totals stay, and the caption says
+    # what was left out.
+    return fitted_table(
+        f"users (revision {view.revision if view.revision is not None else '-'}; "
+        f"GPUs: {capacity or 'none'})",
+        [
+            Column("user"),
+            Column("tickets", "right"),
+            Column("jobs", "right"),
+            Column("demand", "right", optional=True),
+            *(Column(pool, "right", optional=True) for pool in pools),
+            Column("entitled", "right"),
+            Column("received", "right"),
+            Column("gain", "right"),
+        ],
+        rows,
+        width=width,
+        caption="per pool: fair/entitled/received GPUs; entitled = share after trading (fair = "
+        "before); received = average GPUs held since split-stride started counting; gain = "
+        "from trading",
+    )

@@ -34,7 +34,7 @@ async def _users(client: GfairClient, args: argparse.Namespace) -> int:
         output.print_json(output.users_json(view))
         return session.EXIT_OK
     console = output.console()
-    console.print(output.users_table(view))
+    console.print(output.users_table(view, console.width))
     if view.trades:
         trades = Table(title="trades in force")
         for column in ("buyer", "seller", "fast", "slow", "GPUs", "price", "bids"):
