@@ -42,6 +42,7 @@ from gfair.client import GfairClient
 from gfair.client.connection import ConnectOptions
 from gfair.client.switching import seconds_held
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
+from gfair.events.jobs import JobStarted
 
 CLUSTER = "v100:1x4,k80:1x4"
 TENANTS = ("alice", "bob", "carol")
@@ -58,6 +59,10 @@ class Outcome:
     quantum_s: float
     hostile: bool
     share: float
+    # Bob's share from his jobs' first start on (the mean over his jobs of how long after his
+    # submission they first ran is `waited_s`)
+    steady: float
+    waited_s: float
     entitled: float
     p50_ms: float
     p99_ms: float
@@ -85,9 +90,14 @@ async def _probe(client: GfairClient, stop: asyncio.Event) -> list[float]:
     return latencies
 
 
-async def _held(client: GfairClient, job_id: str, began: float, ended: float) -> float:
+async def _held(
+    client: GfairClient, job_id: str, began: float, ended: float
+) -> tuple[float, float]:
+    """Seconds the job held its GPUs in [`began`, `ended`], and those since it first ran."""
     details = await client.job("bob", job_id)
-    return seconds_held(details.events, began, ended)
+    starts = [e.envelope.time.timestamp() for e in details.events if isinstance(e.data, JobStarted)]
+    first = max(began, starts[0]) if starts else ended
+    return seconds_held(details.events, began, ended), ended - first
 
 
 def _login(cluster: EmbeddedCluster, user: str) -> ConnectOptions:
@@ -138,12 +148,18 @@ async def run(quantum_s: float, hostile: bool, duration_s: float, queries: int) 
                 stop.set()
                 latencies = await probe
                 answered = sum(await asyncio.gather(*flood))
-                held = sum([await _held(operator, f"b{i}", began, ended) for i in range(BOB_JOBS)])
+                runs = [await _held(operator, f"b{i}", began, ended) for i in range(BOB_JOBS)]
+                held = sum(h for h, _ in runs)
+                # Bob is owed from the tick after he submits: up to two quanta pass before his
+                # jobs run, a wait the window counts against him and the steady state does not.
+                since_first = sum(s for _, s in runs) / BOB_JOBS
     latencies.sort()
     return Outcome(
         quantum_s=quantum_s,
         hostile=hostile,
         share=held / (CLUSTER_GPUS * (ended - began)),
+        steady=held / (CLUSTER_GPUS * since_first) if since_first > 0 else float("nan"),
+        waited_s=(ended - began) - since_first,
         entitled=BOB_JOBS / CLUSTER_GPUS,
         p50_ms=1000 * statistics.median(latencies) if latencies else float("nan"),
         p99_ms=1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
@@ -156,12 +172,14 @@ async def run(quantum_s: float, hostile: bool, duration_s: float, queries: int) 
 def _print(outcomes: list[Outcome]) -> None:
     print(
         f"{'quantum':>8} {'run':>8} {'bob share':>10} {'entitled':>9} {'ratio':>6} "
+        f"{'waited':>7} {'from 1st run':>12} "
         f"{'jobs p50':>9} {'jobs p99':>9} {'flood answered':>15}"
     )
     for o in outcomes:
         print(
             f"{o.quantum_s:>7g}s {'hostile' if o.hostile else 'calm':>8} {o.share:>10.3f} "
-            f"{o.entitled:>9.3f} {o.share / o.entitled:>6.2f} {o.p50_ms:>7.0f}ms "
+            f"{o.entitled:>9.3f} {o.share / o.entitled:>6.2f} {o.waited_s:>6.1f}s "
+            f"{o.steady / o.entitled:>12.2f} {o.p50_ms:>7.0f}ms "
             f"{o.p99_ms:>7.0f}ms {o.queries:>15}"
         )
 
