@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gfair.cli.figures import plotting
-from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
+from gfair.cli.switch_cost_options import add_switch_cost_options, switch_costs
 from gfair.gavel import load_throughputs
 from gfair.sim.comparison import (
     DEFAULT_POLICIES,
@@ -120,23 +120,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="DAYS",
         help=f"and submitted within DAYS days (0: no cap; default {PHILLY_DAYS:g})",
     )
-    parser.add_argument(
-        "--switch-cost",
-        type=float,
-        default=DEFAULT_COSTS.resume_s,
-        metavar="SECONDS",
-        help=f"progress a job loses resuming in place (default {DEFAULT_COSTS.resume_s:g})",
-    )
-    parser.add_argument(
-        "--migration-cost",
-        type=float,
-        default=DEFAULT_COSTS.migration_s,
-        metavar="SECONDS",
-        help=(
-            "progress a job loses starting on other servers "
-            f"(default {DEFAULT_COSTS.migration_s:g})"
-        ),
-    )
+    add_switch_cost_options(parser)
     parser.add_argument("--throughputs", type=Path, help="Gavel throughput JSON")
     parser.add_argument("--plot", type=Path, help="draw the JCT CDFs here (PNG)")
     parser.add_argument("--json", type=Path, help="write the rows here (JSON)")
@@ -159,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     began = time.perf_counter()
     try:
-        costs = SwitchCosts(resume_s=args.switch_cost, migration_s=args.migration_cost)
+        costs = switch_costs(args)
         throughput = load_throughputs(args.throughputs)
         sources = Sources(
             throughput=throughput,

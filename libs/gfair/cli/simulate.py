@@ -26,12 +26,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gfair.cli.figures import plotting
+from gfair.cli.switch_cost_options import add_switch_cost_options, switch_costs
 from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.data import PHILLY_TRACE
 from gfair.gavel import load_throughputs
 from gfair.sim.replay import POLICY_NAMES, ReplayOptions, replay
 from gfair.sim.report import Report
-from gfair.sim.simulator import PlanError, SimulationStalled, SwitchCosts
+from gfair.sim.simulator import PlanError, SimulationStalled
 from gfair.sim.timeline import TimelineWriter
 from gfair.sim.trace import Trace, TraceError, read_trace
 
@@ -87,20 +88,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--jobs", type=_count, metavar="N", help="replay only the first N jobs by submission"
     )
-    parser.add_argument(
-        "--switch-cost",
-        type=_non_negative,
-        default=SwitchCosts.resume_s,
-        metavar="SECONDS",
-        help=f"progress lost per suspend/resume (default {SwitchCosts.resume_s})",
-    )
-    parser.add_argument(
-        "--migration-cost",
-        type=_non_negative,
-        default=SwitchCosts.migration_s,
-        metavar="SECONDS",
-        help=f"progress lost per migration (default {SwitchCosts.migration_s})",
-    )
+    add_switch_cost_options(parser)
     parser.add_argument(
         "--throughputs",
         type=Path,
@@ -126,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
             trading=not args.no_trading,
             tickets=tickets,
             until_s=args.until,
-            costs=SwitchCosts(resume_s=args.switch_cost, migration_s=args.migration_cost),
+            costs=switch_costs(args),
             seed=args.seed,
             rate_noise=args.rate_noise,
             series_bucket_s=args.quantum * _PLOT_BUCKET_QUANTA if args.plot else None,
