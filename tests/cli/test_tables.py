@@ -76,7 +76,7 @@ def test_durations_are_short_and_rounded() -> None:
 
 
 def test_job_events_keep_a_path_whole_and_round_measurements_at_80_columns() -> None:
-    path = "/var/lib/gfair/work/alice/resnet-64735357c555/attempt-3/stderr-of-the-job.log"
+    path = "gfair-work/runs/alice/resnet-64735357c555/attempt-3/stderr-of-the-job.log"
     exited = JobExited(
         user="alice",
         job_id="resnet-64735357c555",
