@@ -20,10 +20,11 @@ from gfair.events.jobs import JobResumed
 from gfair.events.states import JobState
 from gfair.sdk.checkpoint import MANIFEST_NAME
 from node.helpers import JOB_PYTHON, LIBS
+from training_state import equal
 
 from .conftest import FREE_MOVES, RESNET, StartCluster, client_of, moved_off_its_node, synthetic
 from .test_job_life import finished, settled
-from .test_real_training import equal, switches
+from .test_real_training import switches
 
 torch = pytest.importorskip("torch", reason="real training needs torch (pip install torch)")
 

@@ -20,6 +20,7 @@ from gfair.events.jobs import JobProgress, JobResumed, JobStarted, JobSuspended
 from gfair.events.states import JobState
 from gfair.sdk.checkpoint import MANIFEST_NAME
 from node.helpers import JOB_PYTHON, LIBS
+from training_state import equal
 
 from .conftest import FREE_MOVES, RESNET, StartCluster, client_of, moved_off_its_node, synthetic
 from .test_job_life import finished, settled
@@ -42,17 +43,6 @@ def final_tensors(checkpoints: Path) -> dict[str, Any]:
             loaded: dict[str, Any] = torch.load(manifest.parent / "model.pt", weights_only=True)
             return loaded
     raise AssertionError(f"no checkpoint of step {STEPS} under {checkpoints}")
-
-
-def equal(a: Any, b: Any) -> bool:
-    """Bitwise equality of nested state dicts (tensors by `torch.equal`)."""
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
 
 
 def uninterrupted(directory: Path) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from gfair.node.run_directory import RunDirectory
 from gfair.sdk.environment import YIELD_EXIT_CODE, JobEnvironment
 from gfair.sdk.job import Job
 from gfair.sdk.parking import ANSWER_SIGNAL
+from training_state import equal
 
 torch = pytest.importorskip("torch")
 # Base classes by names of type Any: where torch is installed, mypy reads `torch.nn.Module` in
@@ -335,17 +336,6 @@ def park_resume_and_leave(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, train
     assert steps(third.records()) == list(range(13, PARK_STEPS + 1))
     assert trained == PARK_STEPS - 12
     assert equal(final, reference)
-
-
-def equal(a: Any, b: Any) -> bool:
-    """Bitwise equality of nested state dicts (tensors by `torch.equal`)."""
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
 
 
 def step_batch(step: int) -> tuple[Any, Any]:
