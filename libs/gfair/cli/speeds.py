@@ -20,8 +20,10 @@ def _table() -> ThroughputTable | None:
 
 def job_type_warning(job_type: str | None) -> str | None:
     """What `submit --job-type` should warn of, or None for a measured (or no) job type."""
+    if job_type is None:
+        return None  # most submissions: no table to read
     table = _table()
-    if job_type is None or table is None:
+    if table is None:
         return None
     known = table.job_types()
     if job_type in known:
