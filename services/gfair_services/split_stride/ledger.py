@@ -341,12 +341,8 @@ class Ledger:
             }
             for seconds in (self.overrun, self.unheld)
         )
-        if members:
-            limited = arrays.limit_arrays(queues, members)
-            return Snapshot(
-                pool_states, self.users, limited, overrun, unheld, self.settings.quantum_s
-            )
-        return Snapshot(pool_states, self.users, queues, overrun, unheld, self.settings.quantum_s)
+        jobs = arrays.limit_arrays(queues, members) if members else queues
+        return Snapshot(pool_states, self.users, jobs, overrun, unheld, self.settings.quantum_s)
 
     def _entitle(self, pool_gpus: dict[str, int]) -> None:
         demand = accounts.demand((job.user, job.gpus, job.member) for job in self.jobs.values())
