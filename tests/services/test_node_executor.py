@@ -772,6 +772,39 @@ async def test_a_time_slice_parks_in_place_and_a_start_here_continues_the_same_p
     assert node.executor.running() == [] and await node.events(JobExited) == []
 
 
+async def test_a_redelivered_start_does_not_resume_a_job_stopped_since(
+    node: Node, tmp_path: Path
+) -> None:
+    # After a broker failover a start can come again after the suspend that followed it. The
+    # scheduler may have moved the job on meanwhile (its record trailing): resuming the parked
+    # process here would run it twice.
+    start = start_command(tmp_path, "p", PARKING, (0,))
+    first = await node.send(start)
+    await node.wait_for(JobProgress)
+    await node.send(
+        SuspendCommand(node_id=NODE, user="alice", job_id="p", attempt=1, yield_grace_s=5)
+    )
+    await node.wait_for(JobSuspended)
+    await node.executor.on_command(first, start)
+    later = start.model_copy(update={"gpu_indices": (1,)})
+    await node.executor.on_command(
+        Envelope.wrap(later, source="split-stride", time=first.time), later
+    )
+    await settle(node)
+    assert node.executor.running() == [] and await node.events(JobResumed) == []
+    # A start sent after the suspend resumes it; so does a newer attempt's, whatever its clock.
+    await node.send(start_command(tmp_path, "p", PARKING, (1,)))
+    (resumed,) = await node.wait_for(JobResumed)
+    assert isinstance(resumed, JobResumed) and resumed.in_place
+    await node.send(
+        SuspendCommand(node_id=NODE, user="alice", job_id="p", attempt=1, yield_grace_s=5)
+    )
+    await node.wait_for(JobSuspended, count=2)
+    retry = start_command(tmp_path, "p", PARKING, (0,), attempt=2)
+    await node.send(retry, time_=first.time)
+    await node.wait_for(JobStarted, count=2)
+
+
 async def test_a_parked_job_over_the_nodes_budget_checkpoints_and_exits(
     memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
 ) -> None:

@@ -4,10 +4,11 @@
   re-announces it); the same job on other GPUs is suspended and moved; a newer attempt replaces
   an older run; another job still holding the GPUs is suspended first (commands come in order,
   so the newest word on those GPUs is this start). Starts older than `command_max_age_s`, and
-  starts of an attempt whose process ended on its own here, and starts the job's record has
-  overtaken (it ended, was retried, or was re-placed elsewhere: `start_guard`), are stale:
-  sent before an outage of this executor or before the scheduler heard of the exit, they would
-  run it twice.
+  starts of an attempt whose process ended on its own here, starts issued before a stop of the
+  job this node already received (a redelivery: the scheduler's commands for a node are issued
+  in order), and starts the job's record has overtaken (it ended, was retried, or was
+  re-placed elsewhere: `start_guard`), are stale: sent before an outage of this executor or
+  before the scheduler heard of the exit, they would run it twice.
 - resume: a start with the command line of the job's last start here.
 - suspend / migrate: checkpoint and stop, then report `suspended` / `migrated`.
 - kill: stop without a checkpoint; nothing is reported (whoever asked decided what follows).
@@ -21,6 +22,7 @@ node's root), which are dead-lettered with the reason: they are scheduler or con
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 
 import structlog
@@ -36,6 +38,7 @@ from gfair.events.commands import (
     SuspendCommand,
 )
 from gfair.events.envelope import Envelope
+from gfair.events.fields import JobRef
 from gfair.events.reasons import SuspendReason
 from gfair.node.gpu import GpuInfo
 from gfair_services.node_executor.event_sink import EventSink, count_migration, count_suspend
@@ -75,10 +78,17 @@ class JobCommands:
         self._control = control
         self._guard = guard
         self._clock = clock
+        # The newest stop (suspend, migrate, kill) of each job sent to this node: its attempt
+        # and when it was issued.
+        self._stopped: dict[JobRef, tuple[int, datetime]] = {}
 
     async def handle(self, envelope: Envelope, command: Command) -> None:
-        if isinstance(command, StartCommand | ResumeCommand) and self._stale(envelope):
-            return
+        if isinstance(command, StartCommand | ResumeCommand):
+            if self._stale(envelope) or self._overtaken(envelope, command):
+                return
+        else:
+            stop = (command.attempt, envelope.time)
+            self._stopped[command.job] = max(self._stopped.get(command.job, stop), stop)
         try:
             if isinstance(command, StartCommand):
                 await self._start(envelope, command)
@@ -113,6 +123,21 @@ class JobCommands:
         if age <= self._settings.command_max_age_s:
             return False
         _log.warning("stale start ignored", event_id=envelope.id, age_s=round(age, 1))
+        return True
+
+    def _overtaken(self, envelope: Envelope, command: StartCommand | ResumeCommand) -> bool:
+        """Whether the scheduler stopped the job here after it sent this start: the start is
+        a redelivery (a broker failover, a lost ack) of one that has had its time. A newer
+        attempt is never one (and may come from another service's clock)."""
+        stopped = self._stopped.get(command.job)
+        if stopped is None or (command.attempt, envelope.time) >= stopped:
+            return False
+        _log.warning(
+            "start sent before a later stop ignored",
+            job=str(command.job),
+            event_id=envelope.id,
+            attempt=command.attempt,
+        )
         return True
 
     def _current(self, command: NodeCommand) -> LocalJob | None:
