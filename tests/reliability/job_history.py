@@ -110,7 +110,13 @@ def story(events: list[DecodedEvent], job: Job) -> list[str]:
         data = event.data
         if isinstance(data, JobEvent) and (data.user, data.job_id) == job:
             where = getattr(data, "node_id", None) or getattr(data, "from_node", "")
-            lines.append(f"{index} {event.envelope.time:%H:%M:%S.%f} {type(data).__name__} {where}")
+            detail = ""
+            if isinstance(data, JobResumed):
+                detail = " in place" if data.in_place else f" from step {data.checkpoint_step}"
+            elif isinstance(data, JobExited):
+                detail = f" code {data.exit_code} signal {data.signal}: {data.stderr_tail[-300:]!r}"
+            when = f"{event.envelope.time:%H:%M:%S.%f}"
+            lines.append(f"{index} {when} {type(data).__name__} {where}{detail}")
     return lines
 
 

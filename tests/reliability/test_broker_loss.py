@@ -87,6 +87,13 @@ async def test_losing_one_of_three_brokers_loses_no_event_and_no_job(
                 lines.append(f"why {user}/{job_id}: {await client.why(user, job_id)}")
             raise AssertionError("did not finish within 120 s:\n" + "\n".join(lines))
         states = [end for end in ends if isinstance(end, JobState)]
+        unfinished = [
+            job for job, end in zip(waits, ends, strict=True) if end != JobState.COMPLETED
+        ]
+        if unfinished:  # with their stories, for whoever reads a red run
+            history = await patiently(partial(job_history, client))
+            lines = [line for job in unfinished for line in [str(job), *story(history, job)]]
+            raise AssertionError("did not complete:\n" + "\n".join(lines))
         all_done_s = time.monotonic() - killed_at
         # Every service pulls from its consumers again, on its own connection.
         for name in SCHEDULER_SERVICES:
