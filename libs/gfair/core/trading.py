@@ -4,12 +4,13 @@ For a pair of pools (slow L, fast H) every user bids its speedup ``speed[H] / sp
 that cannot use L at all bids +inf; one that can use neither does not bid). Bids are ranked
 highest first, equal bids by user name. The exact rule implemented:
 
-1. Sellers take turns, lowest speedup of the fastest pool over the slowest first (equal ones by
-   name). On its turn a seller sells, in every pair it holds H share of (fastest H first, then
-   slowest L first), all it can before the next seller's turn: the highest- and lowest-speedup
-   users trade with each other first (the slides' rule for the largest efficiency gain), and
-   with three pools or more the top bidder does not spend all its slow share on the fastest
-   pool from every seller before the lowest one's share of the middle pools is even offered.
+1. Sellers take turns, lowest speedup of the fastest pool over the slowest first (the reverse
+   of that pair's ranking: on two pools the seller is the lowest bidder, as in the slides). On
+   its turn a seller sells all it can in every pair it holds H share of (fastest H first, then
+   slowest L first) before the next one's turn. So the highest- and lowest-speedup users trade
+   with each other first (the slides' pair of the largest gain), and on three pools or more the
+   top bidder does not spend all its slow share on the fastest pool, bought from every seller,
+   before the lowest seller's share of a middle pool is even offered.
 2. Buyer = the highest bidder holding L share (who can pay), above the seller.
 3. Price p (L-GPUs paid per H-GPU) =
    ``max(second-highest bid, seller bid * (1 + min_seller_gain))``, the second-highest bid
@@ -29,8 +30,8 @@ highest first, equal bids by user name. The exact rule implemented:
    effective throughput is that of its best `demand` GPUs of share (fastest pools first). A
    trade that would leave a party worse off by that measure (e.g. a seller already holding all it
    can use, paid in more slow GPUs than it gives fast ones) is shrunk to the largest quantity
-   that does not; a buyer that cannot gain at this price gives way to the next one, a seller
-   that cannot ends its turn in the pair.
+   that does not; a buyer that cannot gain at this price gives way to the next one until the
+   next sweep, a seller that cannot ends its turn in the pair.
 
 The sweep over all sellers repeats until a sweep makes no trade (at most `max_sweeps`). Each
 trade is a strict improvement for both parties and changes nobody else, so every user's
@@ -120,6 +121,8 @@ def trade(
     refused: dict[str, dict[tuple[str, str], float]] = {}
     for _ in range(max_sweeps):
         before = len(trades)
+        for market in markets:
+            market.full.clear()
         for seller in sellers:
             for market in markets:
                 _sell(
@@ -143,22 +146,22 @@ def _rank(
     return bids
 
 
-def _sellers(held: Mapping[str, object], speeds: Speeds, pools: Sequence[str]) -> list[str]:
-    """Users by their speedup of the fastest pool over the slowest, lowest first (equal ones by
-    name; users that can use neither of those two pools last): the order in which they sell."""
-
-    def key(user: str) -> tuple[float, str]:
-        value = bid(speeds.get(user, {}), pools[0], pools[-1])
-        return (math.inf if value is None else value, user)
-
-    return sorted(held, key=key)
+def _sellers(
+    held: Mapping[str, Mapping[str, float]], speeds: Speeds, pools: Sequence[str]
+) -> list[str]:
+    """The order in which users sell: lowest speedup of the fastest pool over the slowest first,
+    exactly the reverse of that pair's bids (so equal ones by name, last first); users that can
+    use neither of those two pools after them, by name."""
+    ranked = [user for _, user in reversed(_rank(held, speeds, pools[0], pools[-1]))]
+    bidders = set(ranked)
+    return ranked + [user for user in sorted(held) if user not in bidders]
 
 
 class _Market:
     """One pool pair's bids, highest first, and the places among them of the users holding
     slow-pool share (who can pay), kept sorted as holdings change."""
 
-    __slots__ = ("bids", "fast", "least", "lower", "payers", "place", "slow")
+    __slots__ = ("bids", "fast", "full", "least", "lower", "payers", "place", "slow")
 
     def __init__(
         self,
@@ -172,16 +175,20 @@ class _Market:
         self.place = {user: at for at, (_, user) in enumerate(bids)}
         self.lower = _next_lower(bids)
         self.payers = [at for at, (_, user) in enumerate(bids) if held[user][slow] > least]
+        # Buyers whose demands let them gain nothing more at their price, until the next sweep.
+        self.full: set[int] = set()
 
-    def buyer(self, start: int) -> int | None:
-        """The place of the first user at or after `start` who can pay."""
-        at = bisect.bisect_left(self.payers, start)
+    def buyer(self) -> int | None:
+        """The place of the highest bidder who can pay and is not `full`."""
+        at = 0
+        while at < len(self.payers) and self.payers[at] in self.full:
+            at += 1
         return self.payers[at] if at < len(self.payers) else None
 
     def second(self, buyer: int) -> float:
         """The highest bid below the buyer's among the users who can pay; -inf when none."""
-        below = self.buyer(self.lower[buyer])
-        return -math.inf if below is None else self.bids[below][0]
+        at = bisect.bisect_left(self.payers, self.lower[buyer])
+        return self.bids[self.payers[at]][0] if at < len(self.payers) else -math.inf
 
     def update(self, user: str, holding: Mapping[str, float]) -> None:
         """Whether `user` can pay, after its holding of the slow pool changed."""
@@ -219,9 +226,8 @@ def _sell(
     # `refused`: per user and pair, the highest price at which it could not gain as the seller;
     # until its holdings change it cannot gain at that price or below either (it gives the
     # same fast share for less slow share). Prices only fall down the bids, so its turn ends.
-    start = 0
     while held[seller][fast] > least:
-        head = market.buyer(start)
+        head = market.buyer()
         if head is None or head >= at:
             return
         buyer_bid, buyer = market.bids[head]
@@ -245,7 +251,7 @@ def _sell(
                     prices = refused.setdefault(seller, {})
                     prices[slow, fast] = max(price, prices.get((slow, fast), -math.inf))
                     return
-                start = head + 1  # this buyer cannot gain at this price; the next pays less
+                market.full.add(head)  # it cannot gain at this price; the next buyer pays less
                 continue
         # Whichever side runs out is set to exactly zero.
         payment = quantity * price
@@ -271,7 +277,7 @@ def _sell(
         if limited == seller:
             return
         if limited == buyer:
-            start = head + 1
+            market.full.add(head)
 
 
 def _next_lower(bids: Sequence[tuple[float, str]]) -> list[int]:
