@@ -81,6 +81,43 @@ def test_a_buyer_over_its_demand_still_gains_from_fast_share() -> None:
     assert result.holdings["fast"]["v100"] == pytest.approx(4.0)
 
 
+def test_the_lowest_speedup_user_sells_every_fast_pool_to_the_top_bidder_first() -> None:
+    # Three pools. L gains least from a V100 (1x over a K80) and T most (10x); M is between.
+    # L sells both its V100 and its P100 share to T, each at that pair's second bid (M's),
+    # before T spends its K80 share on M's V100 share: L's P100 share does not go to M at the
+    # 10% floor over L's own bid, as it did when the K80-V100 auction ran first for everyone.
+    pools = ("k80", "p100", "v100")
+    holdings = {u: {"k80": 40.0, "p100": 6.0, "v100": 3.0} for u in ("T", "M", "L")}
+    speeds = {
+        "T": {"k80": 1.0, "p100": 6.0, "v100": 10.0},
+        "M": {"k80": 1.0, "p100": 3.0, "v100": 4.0},
+        "L": {"k80": 1.0, "p100": 2.0, "v100": 1.0},
+    }
+    result = trade(holdings, speeds, pools)
+    sold = [t for t in result.trades if t.seller == "L"]
+    assert [(t.buyer, t.fast_pool, t.price, t.quantity) for t in sold] == [
+        ("T", "v100", 4.0, 3.0),
+        ("T", "p100", 3.0, 6.0),
+    ]
+    assert result.holdings["L"] == {"k80": 40.0 + 3 * 4.0 + 6 * 3.0, "p100": 0.0, "v100": 0.0}
+    for user in holdings:
+        before = effective_throughput(holdings[user], speeds[user])
+        assert effective_throughput(result.holdings[user], speeds[user]) >= before
+
+
+def test_a_user_without_fast_share_still_sets_the_price_it_would_pay() -> None:
+    # B has sold all its V100 share already, but it holds K80 share and bids 4: A, the top
+    # bidder, pays B's bid for C's V100, not C's bid plus 10%.
+    holdings = {
+        "A": {"k80": 10.0, "v100": 1.0},
+        "B": {"k80": 10.0, "v100": 0.0},
+        "C": {"k80": 10.0, "v100": 1.0},
+    }
+    speeds = {"A": _speeds(6.0), "B": _speeds(4.0), "C": _speeds(1.0)}
+    (only,) = trade(holdings, speeds, POOLS).trades
+    assert (only.buyer, only.seller, only.price) == ("A", "C", 4.0)
+
+
 users = st.dictionaries(
     st.sampled_from(["a", "b", "c", "d", "e", "f"]),
     st.tuples(

@@ -1,40 +1,46 @@
 """Second-price trading of GPU share between users across pool pairs (docs/design.md §2.5).
 
-For a pair of pools (slow L, fast H) every user holding share in both bids its speedup
-``speed[H] / speed[L]``. The exact rule implemented:
+For a pair of pools (slow L, fast H) every user bids its speedup ``speed[H] / speed[L]`` (a user
+that cannot use L at all bids +inf; one that can use neither does not bid). Bids are ranked
+highest first, equal bids by user name. The exact rule implemented:
 
-1. Bidders: users holding more than `min_quantity` GPUs of share in both L and H, with a defined
-   bid (a user that cannot use L at all bids +inf; one that can use neither does not bid).
-   Bids are ranked highest first; equal bids by user name.
-2. Buyer = highest bid, seller = lowest bid.
+1. Sellers take turns, lowest speedup of the fastest pool over the slowest first (the reverse
+   of that pair's ranking: on two pools the seller is the lowest bidder, as in the slides). On
+   its turn a seller sells all it can in every pair it holds H share of (fastest H first, then
+   slowest L first) before the next one's turn. So the highest- and lowest-speedup users trade
+   with each other first (the slides' pair of the largest gain), and on three pools or more the
+   top bidder does not spend all its slow share on the fastest pool, bought from every seller,
+   before the lowest seller's share of a middle pool is even offered.
+2. Buyer = the highest bidder holding L share (who can pay), above the seller.
 3. Price p (L-GPUs paid per H-GPU) =
-   ``max(second-highest bid, seller bid * (1 + min_seller_gain))``.
-   The second-highest bid is the Vickrey price: a user cannot lower what it pays by misreporting.
-   Bidders tied with the buyer are buyers too (they trade in turn, at the same price), so the
-   second-highest bid is the highest one *below* the buyer's: on a large cluster many users run
-   the same job type, and pricing a buyer at its own valuation would stop all trade.
-   With exactly two bidders the second-highest bid *is* the seller's, which would leave the seller
+   ``max(second-highest bid, seller bid * (1 + min_seller_gain))``, the second-highest bid
+   being the highest one *below* the buyer's among the users holding L share (each could buy
+   too). It is the Vickrey price: a user cannot lower what it pays by misreporting. Bidders tied
+   with the buyer are buyers too (they buy in turn, at the same price): on a large cluster many
+   users run the same job type, and pricing a buyer at its own valuation would stop all trade.
+   When the second-highest bid is the seller's own (two bidders), the seller would be left
    indifferent, so the price is raised to give it at least `min_seller_gain` (default 10%); the
-   same floor applies with more bidders when the second bid is within that margin of the seller's.
+   same floor applies whenever the second bid is within that margin of the seller's.
 4. A trade happens only if ``seller bid < p < buyer bid`` (both strictly gain; when every bidder
-   bids the same there is no trade). If the highest/lowest pair cannot trade, no pair can (any
-   other pair has a lower buyer bid and at least the same price).
+   bids the same there is no trade). Prices only fall down the bids, so when the buyer's bid is
+   not above the seller's floor no lower one is either, and the seller's turn in the pair ends.
 5. Quantity q = min(seller's H share, buyer's L share / p): the buyer gets q of H, the seller
-   gets p*q of L. One of them runs out, leaves the auction, and steps 1-5 repeat.
+   gets p*q of L. A buyer that runs out of L share gives way to the next-highest bidder.
 6. With `demands` given, share beyond what a user's jobs ask is worth nothing to it: its
    effective throughput is that of its best `demand` GPUs of share (fastest pools first). A
    trade that would leave a party worse off by that measure (e.g. a seller already holding all it
    can use, paid in more slow GPUs than it gives fast ones) is shrunk to the largest quantity
-   that does not; a party that cannot gain at this price leaves this pair's auction.
+   that does not; a buyer that cannot gain at this price gives way to the next one until the
+   next sweep, a seller that cannot ends its turn in the pair.
 
-Pairs are visited fastest H first, then slowest L first (by the order of `pools`, slowest to
-fastest), and the sweep over all pairs repeats until a sweep makes no trade (at most
-`max_sweeps`). Each trade is a strict improvement for both parties and changes nobody else, so
-every user's effective throughput (`effective_throughput`) ends at least where it started.
+The sweep over all sellers repeats until a sweep makes no trade (at most `max_sweeps`). Each
+trade is a strict improvement for both parties and changes nobody else, so every user's
+effective throughput (`effective_throughput`) ends at least where it started.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -106,24 +112,22 @@ def trade(
             if gpus < 0:
                 raise ValueError(f"user {user}: holding in {pool} is negative ({gpus})")
     pairs = [(pools[lo], pools[hi]) for hi in reversed(range(len(pools))) for lo in range(hi)]
-    ranked = {pair: _rank(held, speeds, *pair) for pair in pairs}
+    markets = [
+        _Market(slow, fast, _rank(held, speeds, slow, fast), held, min_quantity)
+        for slow, fast in pairs
+    ]
+    sellers = _sellers(held, speeds, pools)
     trades: list[Trade] = []
     refused: dict[str, dict[tuple[str, str], float]] = {}
     for _ in range(max_sweeps):
         before = len(trades)
-        for slow, fast in pairs:
-            _auction(
-                held,
-                ranked[slow, fast],
-                speeds,
-                demands,
-                slow,
-                fast,
-                min_seller_gain,
-                min_quantity,
-                trades,
-                refused,
-            )
+        for market in markets:
+            market.full.clear()
+        for seller in sellers:
+            for market in markets:
+                _sell(
+                    held, markets, market, seller, speeds, demands, min_seller_gain, trades, refused
+                )
         if len(trades) == before:
             break
     return TradeResult(tuple(trades), held)
@@ -142,33 +146,94 @@ def _rank(
     return bids
 
 
-def _auction(
+def _sellers(
+    held: Mapping[str, Mapping[str, float]], speeds: Speeds, pools: Sequence[str]
+) -> list[str]:
+    """The order in which users sell: lowest speedup of the fastest pool over the slowest first,
+    exactly the reverse of that pair's bids (so equal ones by name, last first); users that can
+    use neither of those two pools after them, by name."""
+    ranked = [user for _, user in reversed(_rank(held, speeds, pools[0], pools[-1]))]
+    bidders = set(ranked)
+    return ranked + [user for user in sorted(held) if user not in bidders]
+
+
+class _Market:
+    """One pool pair's bids, highest first, and the places among them of the users holding
+    slow-pool share (who can pay), kept sorted as holdings change."""
+
+    __slots__ = ("bids", "fast", "full", "least", "lower", "payers", "place", "slow")
+
+    def __init__(
+        self,
+        slow: str,
+        fast: str,
+        bids: list[tuple[float, str]],
+        held: Mapping[str, Mapping[str, float]],
+        least: float,
+    ) -> None:
+        self.slow, self.fast, self.bids, self.least = slow, fast, bids, least
+        self.place = {user: at for at, (_, user) in enumerate(bids)}
+        self.lower = _next_lower(bids)
+        self.payers = [at for at, (_, user) in enumerate(bids) if held[user][slow] > least]
+        # Buyers whose demands let them gain nothing more at their price, until the next sweep.
+        self.full: set[int] = set()
+
+    def buyer(self) -> int | None:
+        """The place of the highest bidder who can pay and is not `full`."""
+        at = 0
+        while at < len(self.payers) and self.payers[at] in self.full:
+            at += 1
+        return self.payers[at] if at < len(self.payers) else None
+
+    def second(self, buyer: int) -> float:
+        """The highest bid below the buyer's among the users who can pay; -inf when none."""
+        at = bisect.bisect_left(self.payers, self.lower[buyer])
+        return self.bids[self.payers[at]][0] if at < len(self.payers) else -math.inf
+
+    def update(self, user: str, holding: Mapping[str, float]) -> None:
+        """Whether `user` can pay, after its holding of the slow pool changed."""
+        at = self.place.get(user)
+        if at is None:
+            return
+        index = bisect.bisect_left(self.payers, at)
+        listed = index < len(self.payers) and self.payers[index] == at
+        if holding[self.slow] > self.least:
+            if not listed:
+                self.payers.insert(index, at)
+        elif listed:
+            del self.payers[index]
+
+
+def _sell(
     held: dict[str, dict[str, float]],
-    ranked: list[tuple[float, str]],
+    markets: Sequence[_Market],
+    market: _Market,
+    seller: str,
     speeds: Speeds,
     demands: Mapping[str, float] | None,
-    slow: str,
-    fast: str,
     min_seller_gain: float,
-    min_quantity: float,
     trades: list[Trade],
     refused: dict[str, dict[tuple[str, str], float]],
 ) -> None:
+    """The seller sells its fast-pool share of the market to the highest bidders, each at its
+    second price, until it has none left or no bidder pays it enough (module doc, steps 2-6)."""
+    slow, fast, least = market.slow, market.fast, market.least
+    at = market.place.get(seller)
+    if at is None or held[seller][fast] <= least:
+        return
+    seller_bid = market.bids[at][0]
+    floor = seller_bid * (1.0 + min_seller_gain)
     # `refused`: per user and pair, the highest price at which it could not gain as the seller;
     # until its holdings change it cannot gain at that price or below either (it gives the
-    # same fast share for less slow share), so later sweeps skip the exact check.
-    # Bids do not change while trading, only who holds share in both pools; and only the
-    # buyer (the front) or the seller (the back) ever leaves, so two ends walk inwards.
-    bids = [
-        b for b in ranked if held[b[1]][slow] > min_quantity and held[b[1]][fast] > min_quantity
-    ]
-    lower = _next_lower(bids)
-    head, tail = 0, len(bids) - 1
-    while head < tail:
-        buyer_bid, buyer = bids[head]
-        seller_bid, seller = bids[tail]
-        second = bids[lower[head]][0] if lower[head] < tail else seller_bid
-        price = max(second, seller_bid * (1.0 + min_seller_gain))
+    # same fast share for less slow share). Prices only fall down the bids, so its turn ends.
+    while held[seller][fast] > least:
+        head = market.buyer()
+        if head is None or head >= at:
+            return
+        buyer_bid, buyer = market.bids[head]
+        if not buyer_bid > floor:
+            return  # nobody from here down pays more than the seller's floor
+        price = max(market.second(head), floor)
         if not (seller_bid < price < buyer_bid and math.isfinite(price) and price > 0):
             return
         quantity = min(held[seller][fast], held[buyer][slow] / price)
@@ -177,18 +242,18 @@ def _auction(
             held, demands, buyer, seller, quantity, price
         ):
             if price <= refused.get(seller, {}).get((slow, fast), -math.inf):
-                quantity, limited = 0.0, seller
-            else:
-                quantity, limited = _acceptable(
-                    held, speeds, demands, buyer, seller, slow, fast, price, quantity
-                )
-            if quantity <= min_quantity:
+                return
+            quantity, limited = _acceptable(
+                held, speeds, demands, buyer, seller, slow, fast, price, quantity
+            )
+            if quantity <= least:
                 if limited == seller:
                     prices = refused.setdefault(seller, {})
                     prices[slow, fast] = max(price, prices.get((slow, fast), -math.inf))
-                head, tail = (head + 1, tail) if limited == buyer else (head, tail - 1)
+                    return
+                market.full.add(head)  # it cannot gain at this price; the next buyer pays less
                 continue
-        # Whichever side runs out is set to exactly zero and leaves the auction.
+        # Whichever side runs out is set to exactly zero.
         payment = quantity * price
         if quantity >= held[seller][fast]:
             quantity = held[seller][fast]
@@ -205,10 +270,14 @@ def _auction(
         trades.append(Trade(buyer, seller, fast, slow, quantity, price, buyer_bid, seller_bid))
         refused.pop(buyer, None)
         refused.pop(seller, None)
-        if limited == buyer or min(held[buyer][slow], held[buyer][fast]) <= min_quantity:
-            head += 1
-        if limited == seller or min(held[seller][slow], held[seller][fast]) <= min_quantity:
-            tail -= 1
+        for other in markets:
+            if other.slow in (slow, fast):
+                other.update(buyer, held[buyer])
+                other.update(seller, held[seller])
+        if limited == seller:
+            return
+        if limited == buyer:
+            market.full.add(head)
 
 
 def _next_lower(bids: Sequence[tuple[float, str]]) -> list[int]:
