@@ -127,6 +127,11 @@ class Job:
     array: str | None = None  # its job array's id (the user's), if any
     array_limit: int | None = None
     switches: SwitchMeasurements | None = None  # as the profiler last measured them
+    # The costs `Ledger.costs` last worked out, for these switches and parked or not: a
+    # snapshot reads them for every runnable job every quantum.
+    charged: tuple[SwitchMeasurements, bool, SwitchCosts] | None = field(
+        default=None, compare=False
+    )
     # Where its process is parked in place (its node said its last suspend was in place): the
     # node and GPU indices it resumes on without a checkpoint. Not persisted: a reloaded
     # split-stride merely loses the preference (the node then checkpoints it when it starts
@@ -326,7 +331,7 @@ class Ledger:
                 and stay.holds_gpus
                 and stay.attempt == job.attempt
             )
-            costs = self.costs(job)
+            costs = self.operator_costs if job.switches is None else self.costs(job)
             queues.setdefault(job.user, []).append(
                 JobState(
                     key,
@@ -360,9 +365,15 @@ class Ledger:
         measured = job.switches
         if measured is None:
             return self.operator_costs
-        return MeasuredSwitches(
+        parked = job.parked is not None
+        cached = job.charged
+        if cached is not None and cached[0] is measured and cached[1] == parked:
+            return cached[2]
+        costs = MeasuredSwitches(
             measured.yield_s, measured.resume_in_place_s, measured.cold_start_s
-        ).charged(self.operator_costs, parked=job.parked is not None)
+        ).charged(self.operator_costs, parked=parked)
+        job.charged = (measured, parked, costs)
+        return costs
 
     def _entitle(self, pool_gpus: dict[str, int]) -> None:
         demand = accounts.demand((job.user, job.gpus, job.member) for job in self.jobs.values())
