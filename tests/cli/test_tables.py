@@ -8,12 +8,14 @@ from rich.console import Console
 
 from gfair.bus.history import HistoricalEvent
 from gfair.cli.history import history_table
-from gfair.cli.jobs import events_table
+from gfair.cli.jobs import _summary, events_table
 from gfair.cli.output import seconds, users_table
-from gfair.client.views import PoolUsage, UserSummary, UsersView
+from gfair.client.views import JobDetails, PoolUsage, UserSummary, UsersView
 from gfair.events.envelope import Envelope
-from gfair.events.jobs import JobExited
+from gfair.events.jobs import JobExited, JobSuspended
+from gfair.events.reasons import SuspendReason
 from gfair.events.states import JobState
+from gfair.state.profile_record import JobProfileRecord, SwitchEstimate, SwitchSamples
 from gfair.state.usage import JobAccount
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -114,3 +116,29 @@ def test_users_at_80_columns_keep_the_totals_and_say_what_was_left_out() -> None
     assert "6.75" in narrow and "5.25" in narrow  # entitled and received, summed over pools
     wide = render(users_table(view, 160), 160)
     assert "1.50/2.25/1.75" in wide and "left out" not in wide
+
+
+def test_a_jobs_summary_shows_what_the_scheduler_charges_beside_what_was_measured() -> None:
+    suspend = JobSuspended(
+        user="alice",
+        job_id="train",
+        node_id="n1",
+        attempt=1,
+        reason=SuspendReason.TIME_SLICE,
+        duration_s=0.4,
+        in_place=True,
+    )
+    events = (HistoricalEvent("GFAIR_JOBS", 1, Envelope.wrap(suspend, source="node"), suspend),)
+    estimate = SwitchEstimate(reports=3, yield_s=0.5, cold_start_s=30.0, at=NOW)
+    profile = JobProfileRecord(
+        user="alice",
+        job_id="train",
+        gpus=1,
+        switches=SwitchSamples(yields=(0.5,), cold_starts=(30.0,), reports=3, published=estimate),
+        updated_at=NOW,
+    )
+    text = render(_summary(JobDetails("alice", "train", None, events, profile)))
+    joined = " ".join(text.split())
+    assert "switches 1 suspends (1 in place), yield p50 0.400s" in joined
+    assert "estimated yield 0.500s, cold start 30.00s (from 3 reports)" in joined
+    assert "charged resume 30.50s from its checkpoint; move 30.50s" in joined

@@ -10,6 +10,7 @@ import pytest
 from gfair.bus.history import HistoricalEvent
 from gfair.client import GfairClient
 from gfair.client.views import JobDetails
+from gfair.events.codec import decode
 from gfair.events.jobs import (
     JobMigrated,
     JobPlaced,
@@ -19,6 +20,7 @@ from gfair.events.jobs import (
     JobSuspended,
 )
 from gfair.events.reasons import SuspendReason
+from gfair.events.scheduling import SwitchCostsUpdated
 from gfair.events.states import JobState
 
 from .conftest import FREE_MOVES, RESNET, StartCluster, client_of, synthetic
@@ -66,7 +68,19 @@ async def test_oversubscribed_jobs_time_slice_and_keep_their_progress(
         )
         took = time.monotonic() - began
         details = [await settled(client, "alice", name) for name in ("a", "b")]
+        estimates = [
+            decode(m.data).data
+            async for m in client.bus.history(
+                "GFAIR_SCHED", filter_subjects=("gfair.sched.switch_costs",)
+            )
+        ]
     assert list(states) == [JobState.COMPLETED, JobState.COMPLETED]
+    # Every switch measured: the profiler published each job's yield and cold start for
+    # split-stride to charge it.
+    for name in ("a", "b"):
+        mine = [e for e in estimates if isinstance(e, SwitchCostsUpdated) and e.job_id == name]
+        assert mine, f"no switch costs published for {name}"
+        assert mine[-1].yield_s is not None and mine[-1].cold_start_s is not None
     assert took >= 4.5  # one GPU: the two ran one after the other, not side by side
     total = 25 * 7.787264918596293  # steps of 25 s on a V100
     for job in details:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,9 @@ import pytest
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runner import RunnerSettings
 from gfair.events.envelope import Envelope
-from gfair.events.jobs import JobAccepted, JobCompleted, JobProgress
-from gfair.events.scheduling import ProfileUpdated
+from gfair.events.jobs import JobAccepted, JobCompleted, JobProgress, JobResumed, JobSuspended
+from gfair.events.reasons import SuspendReason
+from gfair.events.scheduling import ProfileUpdated, SwitchCostsUpdated
 from gfair.state.buckets import PROFILES
 from gfair.state.profile_record import (
     GENERATIONS_KEY,
@@ -24,6 +26,7 @@ from gfair.state.profile_record import (
     type_profile_key,
 )
 from gfair_services.profiler import Settings, build_service
+from gfair_services.profiler.profile_book import ProfileBook
 
 from .scheduling_harness import ServiceHarness, eventually, registered
 
@@ -41,6 +44,7 @@ def progress(
     *,
     user: str = "alice",
     attempt: int = 1,
+    first_step_s: float | None = None,
 ) -> JobProgress:
     return JobProgress(
         user=user,
@@ -50,6 +54,7 @@ def progress(
         attempt=attempt,
         minibatches_per_s=rate,
         iterations=iterations,
+        first_step_s=first_step_s,
     )
 
 
@@ -62,6 +67,14 @@ class Harness(ServiceHarness):
         return [
             ProfileUpdated.model_validate(Envelope.model_validate_json(m.data).data)
             async for m in self.bus.history("GFAIR_SCHED", filter_subjects=("gfair.sched.profile",))
+        ]
+
+    async def costs(self) -> list[SwitchCostsUpdated]:
+        return [
+            SwitchCostsUpdated.model_validate(Envelope.model_validate_json(m.data).data)
+            async for m in self.bus.history(
+                "GFAIR_SCHED", filter_subjects=("gfair.sched.switch_costs",)
+            )
         ]
 
 
@@ -288,3 +301,135 @@ def test_type_keys_are_valid_bucket_keys_and_distinct() -> None:
     keys = {type_key(t) for t in (RESNET, "ResNet-50 (batch size 32 )", None, "A3C", "a3c")}
     assert len(keys) == 5
     assert all(k.replace("-", "").isalnum() for k in keys)
+
+
+def suspended(
+    job_id: str, duration_s: float, *, in_place: bool = False, checkpoint_bytes: int | None = None
+) -> JobSuspended:
+    return JobSuspended(
+        user="alice",
+        job_id=job_id,
+        node_id="k80-0",
+        attempt=1,
+        reason=SuspendReason.TIME_SLICE,
+        duration_s=duration_s,
+        in_place=in_place,
+        checkpoint_bytes=checkpoint_bytes,
+    )
+
+
+def resumed_in_place(job_id: str, duration_s: float) -> JobResumed:
+    return JobResumed(
+        user="alice",
+        job_id=job_id,
+        node_id="k80-0",
+        gpu_indices=(0,),
+        attempt=1,
+        duration_s=duration_s,
+        in_place=True,
+    )
+
+
+async def switches_folded(harness: Harness, job_id: str, reports: int) -> JobProfileRecord:
+    """Until the job's record counts `reports` switch reports folded in, and what they
+    published is out."""
+    kv = await harness.bus.key_value(PROFILES.name)
+    found: list[JobProfileRecord] = []
+
+    async def folded() -> bool:
+        entry = await kv.get(job_profile_key("alice", job_id))
+        if entry is None:
+            return False
+        found[:] = [JobProfileRecord.model_validate_json(entry.value)]
+        return found[0].switches.reports >= reports
+
+    await eventually(folded)
+    await eventually(lambda: harness.bus.backlog() == 0)
+    return found[0]
+
+
+async def test_switch_reports_become_the_jobs_estimates_once_each(harness: Harness) -> None:
+    await harness.publish(
+        registered("k80-0", "k80"),
+        JobAccepted(user="alice", job_id="j1", gpus=1, job_type=RESNET),
+        progress("j1", "k80", 2.0, 100, first_step_s=12.0),  # a cold start
+        suspended("j1", 0.8, checkpoint_bytes=2_000_000_000),
+        resumed_in_place("j1", 0.2),
+        suspended("j1", 0.7, in_place=True),  # median 0.75: too close to 0.8 to publish
+    )
+    await switches_folded(harness, "j1", 4)
+    # A stall: one slow yield moves the median by one place, not by its 30 s.
+    stall = Envelope.wrap(suspended("j1", 30.0), source="node")
+    await harness.tool.publish_envelope(stall)
+    record = await switches_folded(harness, "j1", 5)
+    assert record.switches.yields == (0.8, 0.7, 30.0)
+    published = await harness.costs()
+    assert published[-1] == SwitchCostsUpdated(
+        user="alice",
+        job_id="j1",
+        reports=3,  # neither the close yield nor the stall moved an estimate enough
+        yield_s=0.8,
+        resume_in_place_s=0.2,
+        cold_start_s=12.0,
+        checkpoint_bytes=2_000_000_000,
+    )
+    count = len(published)
+
+    # The stall's report delivered again, after a restart too, is not counted again: counted
+    # twice, the median yield would be 15.4 s.
+    await harness.stop()
+    await harness.start()
+    await harness.bus.publish(
+        stall.subject, stall.model_dump_json().encode(), msg_id=f"{stall.id}-resent"
+    )
+    # A new process's first report whose steps lie before the last report folded (a forced
+    # yield lost them) still measures its cold start.
+    await harness.publish(progress("j1", "k80", 2.0, 90, first_step_s=14.0))
+    record = await switches_folded(harness, "j1", 6)
+    assert record.switches.yields == (0.8, 0.7, 30.0)
+    assert record.switches.cold_starts == (12.0, 14.0)
+    assert record.last_iterations == 100  # its rate stays unfolded: it is stale
+    published = await harness.costs()
+    assert len(published) == count + 1
+    assert published[-1].cold_start_s == pytest.approx(13.0)
+    assert published[-1].yield_s == pytest.approx(0.8)
+    assert record.switches.published is not None
+    assert record.switches.published.cold_start_s == pytest.approx(13.0)
+
+
+async def test_switch_estimates_are_republished_only_when_they_move(harness: Harness) -> None:
+    await harness.publish(
+        registered("k80-0", "k80"),
+        JobAccepted(user="alice", job_id="j1", gpus=1, job_type=RESNET),
+        suspended("j1", 10.0),
+    )
+    await switches_folded(harness, "j1", 1)
+    assert [c.yield_s for c in await harness.costs()] == [10.0]
+    await harness.publish(suspended("j1", 10.2))  # median 10.1: within 5%
+    await switches_folded(harness, "j1", 2)
+    assert len(await harness.costs()) == 1
+    await harness.publish(suspended("j1", 14.0), suspended("j1", 14.0))  # median 12.1
+    await switches_folded(harness, "j1", 4)
+    assert [c.yield_s for c in await harness.costs()] == [10.0, pytest.approx(12.1)]
+    # A report that measured nothing (no duration) is no switch report.
+    await harness.publish(
+        JobSuspended(
+            user="alice", job_id="j1", node_id="k80-0", attempt=1, reason=SuspendReason.MIGRATION
+        )
+    )
+    await harness.publish(suspended("j1", 14.0))
+    record = await switches_folded(harness, "j1", 5)
+    assert record.switches.reports == 5
+
+
+def test_the_book_folds_a_switch_report_once_whichever_way_it_comes_again() -> None:
+    book = ProfileBook({})
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    book.admit("alice", "j1", None, 1, now)
+    first = book.switched(suspended("j1", 1.0), "e1", now)
+    assert first is not None and first.costs is not None and first.costs.yield_s == 1.0
+    assert book.switched(suspended("j1", 1.0), "e1", now) is None
+    replayed = book.replay("alice", "j1", "e1")
+    assert replayed is not None and replayed.costs == first.costs  # published again, same id
+    job = book.job("alice", "j1")
+    assert job is not None and job.switches.yields == (1.0,)

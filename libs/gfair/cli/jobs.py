@@ -20,7 +20,7 @@ from rich.table import Table
 from gfair.bus.history import HistoricalEvent
 from gfair.cli import output, session
 from gfair.client import GfairClient, JobDetails
-from gfair.client.switching import SwitchCosts
+from gfair.client.switching import SwitchCosts, describe_charges, describe_estimate
 from gfair.events.states import JobState
 
 
@@ -150,6 +150,12 @@ def _summary(details: JobDetails) -> Table:
     costs = SwitchCosts.of(details.events)
     if costs.suspends or costs.cold_start_p50_s is not None:
         table.add_row("switches", costs.describe())
+    estimate = details.profile.switches.published if details.profile is not None else None
+    if estimate is not None:
+        # What the profiler published and split-stride charges: next to the medians above,
+        # which cover the job's whole history, these cover its last few switches.
+        table.add_row("estimated", describe_estimate(estimate))
+        table.add_row("charged", describe_charges(estimate))
     if details.profile is not None and details.profile.measured:
         table.add_row(
             "measured",

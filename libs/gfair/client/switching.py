@@ -1,9 +1,12 @@
-"""What a job's switches cost, read from its events: for `gfair job`.
+"""What a job's switches cost, read from its events, and what the scheduler charges it for
+them: for `gfair job`.
 
 Each suspend says how long until its GPUs were free (`duration_s`) and whether it parked in
 place; each in-place resume how long until its first new mini-batch; a new process's first
 progress report how long from its start command to its first mini-batch; suspends that wrote a
-checkpoint, its size.
+checkpoint, its size. The profiler estimates the same from the job's last few switches (its
+`SwitchEstimate`, published to split-stride), and split-stride charges the job from those
+(`gfair.core.switch_costs.MeasuredSwitches.charged`): `describe_charges` says what.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 
 from gfair.bus.history import HistoricalEvent
 from gfair.events.jobs import JobExited, JobProgress, JobResumed, JobStarted, JobSuspended
+from gfair.state.profile_record import SwitchEstimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,37 @@ class SwitchCosts:
         if self.checkpoint_bytes is not None:
             parts.append(f"checkpoint {self.checkpoint_bytes / 1e6:.1f} MB")
         return ", ".join(parts)
+
+
+def describe_estimate(estimate: SwitchEstimate) -> str:
+    """The profiler's estimates (medians of the job's last few switches of each kind)."""
+    parts = []
+    if estimate.yield_s is not None:
+        parts.append(f"yield {estimate.yield_s:.3f}s")
+    if estimate.resume_in_place_s is not None:
+        parts.append(f"in-place resume {estimate.resume_in_place_s:.3f}s")
+    if estimate.cold_start_s is not None:
+        parts.append(f"cold start {estimate.cold_start_s:.2f}s")
+    if estimate.checkpoint_bytes is not None:
+        parts.append(f"checkpoint {estimate.checkpoint_bytes / 1e6:.1f} MB")
+    return ", ".join(parts) + f" (from {estimate.reports} reports)"
+
+
+def describe_charges(estimate: SwitchEstimate) -> str:
+    """What split-stride charges the job for a resume and a move, from `estimate`: each the
+    operator's setting until its parts are measured, a move never less than the operator's."""
+    if estimate.yield_s is None:
+        return "the operator's costs until a suspend is measured"
+    resumes = []
+    if estimate.resume_in_place_s is not None:
+        resumes.append(f"{estimate.yield_s + estimate.resume_in_place_s:.2f}s in place")
+    move = "the operator's cost until a cold start is measured"
+    if estimate.cold_start_s is not None:
+        cold = estimate.yield_s + estimate.cold_start_s
+        resumes.append(f"{cold:.2f}s from its checkpoint")
+        move = f"{cold:.2f}s, or GFAIR_MIGRATION_COST_S if that is more"
+    resume = ", ".join(resumes) or "the operator's cost until a resume is measured"
+    return f"resume {resume}; move {move}"
 
 
 def seconds_held(

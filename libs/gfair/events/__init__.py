@@ -60,6 +60,7 @@ from gfair.events.scheduling import (
     QuantumTicked,
     SchedEvent,
     ScheduleDecided,
+    SwitchCostsUpdated,
     TradeCleared,
 )
 from gfair.events.states import JobState, NodeState
@@ -117,6 +118,7 @@ __all__ = [
     "StartCommand",
     "SuspendCommand",
     "SuspendReason",
+    "SwitchCostsUpdated",
     "TradeCleared",
     "UnknownEventType",
     "decode",

@@ -56,6 +56,7 @@ from gfair.events.scheduling import (
     ProfileUpdated,
     QuantumTicked,
     ScheduleDecided,
+    SwitchCostsUpdated,
     TradeCleared,
 )
 from gfair.events.states import JobState
@@ -256,6 +257,15 @@ _EXAMPLES: tuple[EventData, ...] = (
         baseline="k80",
         speedups={"k80": 1.0, "p100": 3.2, "v100": 6.1},
         observed=("v100",),
+    ),
+    SwitchCostsUpdated(
+        user=_USER,
+        job_id=_JOB,
+        reports=9,
+        yield_s=0.8,
+        resume_in_place_s=0.15,
+        cold_start_s=14.2,
+        checkpoint_bytes=2 * _GIB,
     ),
     EntitlementsUpdated(
         revision=17,

@@ -8,6 +8,7 @@ from pydantic import AwareDatetime, Field, model_validator
 
 from gfair.events.envelope import EventData
 from gfair.events.fields import (
+    Bytes,
     Generation,
     JobId,
     JobRefs,
@@ -16,6 +17,7 @@ from gfair.events.fields import (
     PositiveSeconds,
     Rate,
     Ratio,
+    Seconds,
     Share,
     UserName,
 )
@@ -92,6 +94,43 @@ class ProfileUpdated(SchedEvent):
         if unknown:
             raise ValueError(f"generations without a rate: {', '.join(unknown)}")
         return self
+
+
+@register
+class SwitchCostsUpdated(SchedEvent):
+    """What one job's switches take, as the profiler estimates them from its nodes' reports
+    (docs/design.md §2.4): each the median of the job's last few, None until one was measured.
+
+    Split-stride charges the job from them (§2.7): a resume its yield and in-place resume (its
+    cold start when its process was not parked in place), a move its yield and cold start.
+    """
+
+    EVENT_TYPE = "gfair.switch_costs.updated.v1"
+    SCHED_EVENT = "switch_costs"
+
+    user: UserName
+    job_id: JobId
+    reports: int = Field(
+        ge=1,
+        description="Switch reports folded into these estimates so far: a later estimate of "
+        "the job has more",
+    )
+    yield_s: Seconds | None = Field(
+        default=None, description="A suspend: from the command to its GPUs free"
+    )
+    resume_in_place_s: Seconds | None = Field(
+        default=None,
+        description="A resume of its process parked in place: from the command to its first "
+        "new mini-batch",
+    )
+    cold_start_s: Seconds | None = Field(
+        default=None,
+        description="A new process (a start, from its checkpoint or not): from the command to "
+        "its first mini-batch",
+    )
+    checkpoint_bytes: Bytes | None = Field(
+        default=None, description="Size of the last checkpoint a suspend wrote"
+    )
 
 
 @register

@@ -6,8 +6,9 @@ Keys:
   job type on each GPU generation, and the estimate published from it. The slides assume a user
   submits one type of job, so its jobs of a type stand for each other (`type_key` below).
 - ``job.<user>.<job_id>`` -> `JobProfileRecord`: one live job's own measurements and what folding
-  its progress reports needs (its GPUs, type and the last report folded in). Deleted when the
-  job ends.
+  its progress reports needs (its GPUs, type and the last report folded in), and its switches
+  (`SwitchSamples`: the last few suspends, in-place resumes and cold starts its nodes measured,
+  and the estimate last published from them). Deleted when the job ends.
 - ``generations`` -> `GenerationsRecord`: the GPU generations the cluster has offered so far.
 
 Rates are mini-batches per second *per GPU* (a gang's rate divided by its GPUs), the unit of
@@ -23,7 +24,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gfair.events.fields import Generation, GpuCount, JobId, Name, UserName
+from gfair.events.fields import Bytes, Generation, GpuCount, JobId, Name, Seconds, UserName
 
 GENERATIONS_KEY = "generations"
 _NOT_IN_KEY = re.compile(r"[^A-Za-z0-9-]+")
@@ -74,6 +75,37 @@ class PublishedProfile(_Record):
     cause_id: str | None = None
 
 
+class SwitchEstimate(_Record):
+    """The switch estimates last published in a `SwitchCostsUpdated` (medians; None: never
+    measured), kept to throttle the next one and for `gfair job`."""
+
+    reports: int = Field(ge=1)
+    yield_s: Seconds | None = None
+    resume_in_place_s: Seconds | None = None
+    cold_start_s: Seconds | None = None
+    checkpoint_bytes: Bytes | None = None
+    at: datetime
+    cause_id: str | None = None  # as `PublishedProfile.cause_id`
+
+
+class SwitchSamples(_Record):
+    """A job's last measured switches of each kind, oldest first (the profiler keeps a few).
+
+    `folded` names the reports folded in last: a redelivery of one is not counted again.
+    Reports are told apart by event id, not by position as progress is: a suspend carries no
+    step, and a new process's first report may lie before the last one folded (a forced yield
+    loses the steps since its checkpoint).
+    """
+
+    yields: tuple[Seconds, ...] = ()
+    resumes_in_place: tuple[Seconds, ...] = ()
+    cold_starts: tuple[Seconds, ...] = ()
+    checkpoint_bytes: Bytes | None = None
+    reports: int = Field(default=0, ge=0, description="Switch reports folded in, in all")
+    folded: tuple[str, ...] = ()
+    published: SwitchEstimate | None = None
+
+
 class TypeProfileRecord(_Record):
     user: UserName
     job_type: Name | None = None
@@ -94,6 +126,7 @@ class JobProfileRecord(_Record):
     last_iterations: int = Field(default=-1, ge=-1)
     last_event_id: str | None = None
     published: PublishedProfile | None = None
+    switches: SwitchSamples = Field(default_factory=SwitchSamples)
     updated_at: datetime
 
 

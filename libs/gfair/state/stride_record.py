@@ -10,7 +10,7 @@ consistent when split-stride restarts from it:
 - ``servers``: the servers split-stride schedules (registered nodes: generation, GPU indices,
   whether they are available);
 - ``jobs``: every admitted, unfinished job: where the kernel last placed it, whether it may run
-  now, and its
+  now, what its switches take as the profiler last estimated them (``switches``), and its
   *residency*, the nodes where split-stride told it to run and has not yet heard it let go.
   Residencies that are ``starting`` or ``running`` hold their GPU indices (a GPU is never in two
   of them); ``suspending`` ones hold no GPU on their node (the node executor handles commands in
@@ -34,6 +34,7 @@ from gfair.events.fields import (
     JobId,
     Name,
     NodeId,
+    Seconds,
     UserName,
 )
 from gfair.events.states import NodeState
@@ -96,6 +97,16 @@ class Residency(_Record):
     )
 
 
+class SwitchMeasurements(_Record):
+    """A job's measured switches as the profiler last published them (`SwitchCostsUpdated`):
+    what split-stride charges it for a resume and a move (`gfair.core.switch_costs`)."""
+
+    reports: int = Field(ge=1, description="Switch reports they fold in: a later estimate has more")
+    yield_s: Seconds | None = None
+    resume_in_place_s: Seconds | None = None
+    cold_start_s: Seconds | None = None
+
+
 class StrideJob(_Record):
     user: UserName
     job_id: JobId
@@ -121,6 +132,9 @@ class StrideJob(_Record):
     array: JobId | None = Field(default=None, description="Its job array's id, if any")
     array_limit: int | None = Field(
         default=None, ge=1, description="At most this many of its array run at once"
+    )
+    switches: SwitchMeasurements | None = Field(
+        default=None, description="Its measured switch costs; None: the operator's until measured"
     )
 
     @property

@@ -6,6 +6,9 @@ payloads and decides when one is worth publishing: when a generation appears tha
 did not cover (a new pool, or a first measurement on a generation), or when a speedup moved by
 more than `change` (default 5%) since.
 
+It also keeps each job's switch estimates (`switch_estimates`): its suspends, in-place resumes
+and new processes' first mini-batches, published as `SwitchCostsUpdated` when they moved.
+
 Records mirror the book one to one (`gfair.state.profile_record`), so a restarted profiler
 restores it from its bucket. No I/O and no clock here: the service writes the records and
 passes times in.
@@ -21,14 +24,15 @@ from typing import TypeVar
 
 from gfair.core.cluster import generation_rank
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
-from gfair.events.jobs import JobProgress
-from gfair.events.scheduling import ProfileUpdated
+from gfair.events.jobs import JobProgress, JobResumed, JobSuspended
+from gfair.events.scheduling import ProfileUpdated, SwitchCostsUpdated
 from gfair.state.profile_record import (
     JobProfileRecord,
     Measurement,
     PublishedProfile,
     TypeProfileRecord,
 )
+from gfair_services.profiler import switch_estimates
 
 TypeId = tuple[str, str | None]  # (user, job type)
 R = TypeVar("R", TypeProfileRecord, JobProfileRecord)
@@ -37,11 +41,12 @@ JobKey = tuple[str, str]  # (user, job id)
 
 @dataclass(frozen=True)
 class Fold:
-    """What folding one progress report changed: records to write, profiles to publish."""
+    """What folding one report changed: records to write, profiles and costs to publish."""
 
     job: JobProfileRecord
     kind: TypeProfileRecord | None = None
     profiles: tuple[ProfileUpdated, ...] = ()
+    costs: SwitchCostsUpdated | None = None
 
 
 @dataclass
@@ -134,24 +139,76 @@ class ProfileBook:
     def replay(self, user: str, job_id: str, event_id: str) -> Fold | None:
         """The fold an already-handled report made, to write and publish again; None if not."""
         job = self.jobs.get((user, job_id))
-        if job is None or job.last_event_id != event_id:
+        if job is None:
             return None
-        kind = self.types.get((user, job.job_type))
+        progressed = job.last_event_id == event_id
+        if not progressed and event_id not in job.switches.folded:
+            return None
+        kind = self.types.get((user, job.job_type)) if progressed else None
         profiles = [
             profile_event(r, r.published)
             for r in (kind, job)
             if r is not None and r.published is not None and r.published.cause_id == event_id
         ]
-        return Fold(job, kind, tuple(profiles))
+        published = job.switches.published
+        costs = (
+            switch_estimates.costs_event(job, published)
+            if published is not None and published.cause_id == event_id
+            else None
+        )
+        return Fold(job, kind, tuple(profiles), costs)
+
+    def switched(
+        self, report: JobSuspended | JobResumed, event_id: str, now: datetime
+    ) -> Fold | None:
+        """Fold one suspend or resume in; None when the job is unknown or it measured nothing
+        new."""
+        job = self.jobs.get((report.user, report.job_id))
+        if job is None:
+            return None
+        folded = self._switch(job, report, event_id, now)
+        if folded is None:
+            return None
+        job, costs = folded
+        self.jobs[job.user, job.job_id] = job
+        return Fold(job, costs=costs)
+
+    def _switch(
+        self,
+        job: JobProfileRecord,
+        report: switch_estimates.SwitchReport,
+        event_id: str,
+        now: datetime,
+    ) -> tuple[JobProfileRecord, SwitchCostsUpdated | None] | None:
+        samples = switch_estimates.fold(job.switches, report, event_id)
+        if samples is None:
+            return None
+        costs = None
+        estimate = switch_estimates.estimate(samples, event_id, now)
+        if estimate is not None and switch_estimates.moved(
+            samples.published, estimate, self.change
+        ):
+            samples = samples.model_copy(update={"published": estimate})
+            costs = switch_estimates.costs_event(job, estimate)
+        return job.model_copy(update={"switches": samples, "updated_at": now}), costs
 
     def observe(self, progress: JobProgress, event_id: str, now: datetime) -> Fold | None:
         """Fold one progress report in; None when it is unknown, stale or says nothing."""
         job = self.jobs.get((progress.user, progress.job_id))
         if job is None:
             return None
+        # A new process's first report measures its cold start, even when its steps lie before
+        # the last report folded (a forced yield lost the steps since its checkpoint).
+        costs = None
+        switched = self._switch(job, progress, event_id, now)
+        if switched is not None:
+            job, costs = switched
         position = (progress.attempt, progress.iterations)
         if position <= (job.last_attempt, job.last_iterations):
-            return None
+            if switched is None:
+                return None
+            self.jobs[progress.user, progress.job_id] = job
+            return Fold(job, costs=costs)
         generation = progress.generation
         rate = progress.minibatches_per_s / job.gpus
         updates = {
@@ -164,7 +221,7 @@ class ProfileBook:
             # Warm-up or a stall: no information about speed, but the report is used up.
             job = job.model_copy(update=updates)
             self.jobs[progress.user, progress.job_id] = job
-            return Fold(job)
+            return Fold(job, costs=costs)
         self.estimator.observe(
             _estimator_job(job.user, job.job_id), job.user, job.job_type, generation, rate
         )
@@ -187,7 +244,7 @@ class ProfileBook:
             profiles.append(published)
         self.types[key] = kind
         self.jobs[job.user, job.job_id] = job
-        return Fold(job, kind, tuple(profiles))
+        return Fold(job, kind, tuple(profiles), costs)
 
     # -- generations ----------------------------------------------------------------------
 

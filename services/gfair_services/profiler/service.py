@@ -1,13 +1,16 @@
-"""The profiler service: progress reports in, `ProfileUpdated` out, `gfair_profiles` kept.
+"""The profiler service: progress and switch reports in, `ProfileUpdated` and
+`SwitchCostsUpdated` out, `gfair_profiles` kept.
 
 Consumers:
-- ``profiler-jobs`` (GFAIR_JOBS): accepted (a job's type and GPUs), progress (a measurement),
-  completed / failed / cancelled (forget the job's own measurements);
+- ``profiler-jobs`` (GFAIR_JOBS): accepted (a job's type and GPUs), progress (a measurement;
+  a new process's first one also measures its cold start), suspended and resumed (what the
+  job's switches take), completed / failed / cancelled (forget the job's own measurements);
 - ``profiler-nodes`` (GFAIR_NODES): registrations (the generations the cluster offers).
 
 Every handled event is idempotent: a progress report is folded only if it is past the last one
-folded for its job, and a redelivery of the last one writes the same records and publishes the
-same profiles again (same derived ids, so JetStream keeps one copy). The job record is written
+folded for its job, a switch report only if its id is not among the last ones folded for its
+job, and a redelivery of the last one writes the same records and publishes the same profiles
+and costs again (same derived ids, so JetStream keeps one copy). The job record is written
 last: it is the commit point, so a crash before it folds the report again on redelivery (at
 worst one sample counts twice in the user's running mean).
 
@@ -28,7 +31,15 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
 from gfair.bus.write_behind import WriteBehind
 from gfair.events.envelope import Envelope
-from gfair.events.jobs import JobAccepted, JobCancelled, JobCompleted, JobFailed, JobProgress
+from gfair.events.jobs import (
+    JobAccepted,
+    JobCancelled,
+    JobCompleted,
+    JobFailed,
+    JobProgress,
+    JobResumed,
+    JobSuspended,
+)
 from gfair.events.nodes import NodeRegistered
 from gfair.state.buckets import PROFILES
 from gfair.state.profile_record import (
@@ -49,7 +60,9 @@ SERVICE_NAME = "profiler"
 _log = structlog.get_logger("gfair.services.profiler")
 _tracer = trace.get_tracer("gfair.services.profiler")
 
-JobEventData = JobAccepted | JobProgress | JobCompleted | JobFailed | JobCancelled
+JobEventData = (
+    JobAccepted | JobProgress | JobSuspended | JobResumed | JobCompleted | JobFailed | JobCancelled
+)
 
 
 def _encode(record: BaseModel) -> bytes:
@@ -95,6 +108,8 @@ class Profiler:
     async def on_job_event(self, envelope: Envelope, data: JobEventData) -> Sequence[Emit]:
         if isinstance(data, JobProgress):
             return await self._on_progress(envelope, data)
+        if isinstance(data, JobSuspended | JobResumed):
+            return self._on_switch(envelope, data)
         if isinstance(data, JobAccepted):
             record = self.book.admit(
                 data.user, data.job_id, data.job_type, data.gpus, envelope.time
@@ -126,6 +141,16 @@ class Profiler:
                 span.set_attribute("gfair.profiles_published", len(fold.profiles) if fold else 0)
             if fold is None:
                 return []
+        return self._folded(fold)
+
+    def _on_switch(self, envelope: Envelope, data: JobSuspended | JobResumed) -> Sequence[Emit]:
+        fold = self.book.replay(data.user, data.job_id, envelope.id) or self.book.switched(
+            data, envelope.id, envelope.time
+        )
+        return [] if fold is None else self._folded(fold)
+
+    def _folded(self, fold: Fold) -> Sequence[Emit]:
+        """Write what `fold` changed and publish what it published."""
         self._write(fold)
         for profile in fold.profiles:
             _log.info(
@@ -135,7 +160,11 @@ class Profiler:
                 job_type=profile.job_type,
                 speedups=profile.speedups,
             )
-        return [Emit(profile) for profile in fold.profiles]
+        emits = [Emit(profile) for profile in fold.profiles]
+        if fold.costs is not None:
+            _log.info("switch costs updated", **fold.costs.model_dump(exclude_none=True))
+            emits.append(Emit(fold.costs))
+        return emits
 
     def _write(self, fold: Fold) -> None:
         if fold.kind is not None:

@@ -21,7 +21,8 @@ class ProfilerSettings(TopologySettings):
     profile_change: float = Field(
         default=0.05,
         gt=0,
-        description="Publish a profile again once a speedup moved by more than this fraction",
+        description="Publish a profile again once a speedup moved by more than this fraction "
+        "(and a job's switch costs once an estimate did, by 0.1 s at least)",
     )
     throughput_alpha: float = Field(
         default=0.3, gt=0, le=1, description="Weight of a new measurement in the running mean"

@@ -4,7 +4,9 @@ The `Ledger` folds the events split-stride consumes and builds, each quantum, th
 decision kernel (`gfair.core.kernel`) decides from: the schedulable servers grouped into pools,
 each active user's entitlement and credit per pool (`gfair.core.accounts`), and the runnable jobs
 with their speeds (`ThroughputEstimator.gang_speeds`, the seed table refined by the profiles the
-profiler publishes), passes and where they ran. A job may run when:
+profiler publishes), passes, where they ran, and what a resume and a move cost them (`costs`:
+the switches the profiler measured, `SwitchCostsUpdated`; the operator's settings until then,
+and the operator's move cost as a floor). A job may run when:
 
 - its process has not exited awaiting the failure detector's verdict, and a retry's delay is over;
 - it holds no residency outside the servers the kernel last placed it on: a job the kernel moved
@@ -34,6 +36,7 @@ import structlog
 from gfair.core import accounts, arrays, kernel, pools
 from gfair.core.cluster import generation_rank
 from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState
+from gfair.core.switch_costs import MeasuredSwitches, SwitchCosts
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import (
@@ -45,7 +48,7 @@ from gfair.events.jobs import (
     JobSuspended,
 )
 from gfair.events.nodes import NodeEvent
-from gfair.events.scheduling import EntitlementsUpdated, ProfileUpdated
+from gfair.events.scheduling import EntitlementsUpdated, ProfileUpdated, SwitchCostsUpdated
 from gfair.events.states import NodeState
 from gfair.state.buckets import job_key
 from gfair.state.profile_record import type_key
@@ -57,6 +60,7 @@ from gfair.state.stride_record import (
     StrideJob,
     StrideRecord,
     StrideUser,
+    SwitchMeasurements,
     TypeProfile,
 )
 from gfair_services.inventory import NodeEntry, NodeInventory
@@ -122,6 +126,12 @@ class Job:
     stays: dict[str, Stay] = field(default_factory=dict)
     array: str | None = None  # its job array's id (the user's), if any
     array_limit: int | None = None
+    switches: SwitchMeasurements | None = None  # as the profiler last measured them
+    # The costs `Ledger.costs` last worked out, for these switches and parked or not: a
+    # snapshot reads them for every runnable job every quantum.
+    charged: tuple[SwitchMeasurements, bool, SwitchCosts] | None = field(
+        default=None, compare=False
+    )
     # Where its process is parked in place (its node said its last suspend was in place): the
     # node and GPU indices it resumes on without a checkpoint. Not persisted: a reloaded
     # split-stride merely loses the preference (the node then checkpoints it when it starts
@@ -148,6 +158,7 @@ class Job:
             self.exited,
             self.stride_pass,
             tuple(s.values() for s in self.stays.values()),
+            self.switches,
         )
 
     def gpus_on(self, server_id: str, sizes: dict[str, int]) -> int:
@@ -170,6 +181,10 @@ class Ledger:
     ) -> None:
         self.settings = settings
         self.estimator = estimator
+        # What the operator sets: a job's costs until measured, and a move's floor.
+        self.operator_costs = SwitchCosts(
+            resume_s=settings.resume_cost_s, migration_s=settings.migration_cost_s
+        )
         self.epoch = record.epoch
         self.quantum = record.quantum
         self.last_tick_at = record.last_tick_at
@@ -316,6 +331,7 @@ class Ledger:
                 and stay.holds_gpus
                 and stay.attempt == job.attempt
             )
+            costs = self.operator_costs if job.switches is None else self.costs(job)
             queues.setdefault(job.user, []).append(
                 JobState(
                     key,
@@ -327,9 +343,8 @@ class Ledger:
                     job.weight,
                     running=running if len(running) == len(job.servers) else (),
                     home=job.servers,
-                    # The operator's until nodes report what their moves and resumes take
-                    move_s=self.settings.migration_cost_s,
-                    resume_s=self.settings.resume_cost_s,
+                    move_s=costs.migration_s,
+                    resume_s=costs.resume_s,
                 )
             )
         for queue in queues.values():
@@ -343,6 +358,22 @@ class Ledger:
         )
         jobs = arrays.limit_arrays(queues, members) if members else queues
         return Snapshot(pool_states, self.users, jobs, overrun, unheld, self.settings.quantum_s)
+
+    def costs(self, job: Job) -> SwitchCosts:
+        """What a resume and a move cost `job` (`MeasuredSwitches.charged`): its resume is in
+        place while its process is parked on its node."""
+        measured = job.switches
+        if measured is None:
+            return self.operator_costs
+        parked = job.parked is not None
+        cached = job.charged
+        if cached is not None and cached[0] is measured and cached[1] == parked:
+            return cached[2]
+        costs = MeasuredSwitches(
+            measured.yield_s, measured.resume_in_place_s, measured.cold_start_s
+        ).charged(self.operator_costs, parked=parked)
+        job.charged = (measured, parked, costs)
+        return costs
 
     def _entitle(self, pool_gpus: dict[str, int]) -> None:
         demand = accounts.demand((job.user, job.gpus, job.member) for job in self.jobs.values())
@@ -572,6 +603,20 @@ class Ledger:
         self.estimator.observe_profile(event.user, event.job_type, event.rates)
         return True
 
+    def costs_event(self, event: SwitchCostsUpdated) -> bool:
+        """A job's switches as the profiler measured them; an older estimate (fewer reports, a
+        redelivery) than the one held changes nothing."""
+        job = self.jobs.get(job_key(event.user, event.job_id))
+        if job is None or (job.switches is not None and event.reports <= job.switches.reports):
+            return False
+        job.switches = SwitchMeasurements(
+            reports=event.reports,
+            yield_s=event.yield_s,
+            resume_in_place_s=event.resume_in_place_s,
+            cold_start_s=event.cold_start_s,
+        )
+        return True
+
     def confirmed(
         self, event: JobStarted | JobResumed, at: datetime, received: datetime | None = None
     ) -> bool:
@@ -748,6 +793,7 @@ def _job(record: StrideJob) -> Job:
         stays={r.node_id: Stay.of(r) for r in record.residency},
         array=record.array,
         array_limit=record.array_limit,
+        switches=record.switches,
     )
 
 
@@ -768,4 +814,5 @@ def _record(job: Job) -> StrideJob:
         residency=tuple(s.record() for s in job.stays.values()),
         array=job.array,
         array_limit=job.array_limit,
+        switches=job.switches,
     )

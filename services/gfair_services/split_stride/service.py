@@ -6,8 +6,8 @@ Consumers (durable, one worker each):
 - ``split-stride-jobs`` (GFAIR_JOBS): admissions, retries, the node executors' reports of what
   started and what let go, and the ends of jobs;
 - ``split-stride-nodes`` (GFAIR_NODES): the servers (the cluster is whatever registered);
-- ``split-stride-shares`` (GFAIR_SCHED): entitlements published by the trading auction and the
-  speed profiles published by the profiler.
+- ``split-stride-shares`` (GFAIR_SCHED): entitlements published by the trading auction, and the
+  speed profiles and each job's switch costs published by the profiler.
 
 A timer every ``quantum_s`` emits `QuantumTicked`, decides the quantum from the ledger's
 snapshot, emits `JobPlaced` for every job the kernel placed on other servers than before, then
@@ -73,6 +73,7 @@ from gfair.events.scheduling import (
     ProfileUpdated,
     QuantumTicked,
     ScheduleDecided,
+    SwitchCostsUpdated,
 )
 from gfair.state import buckets
 from gfair.state.buckets import job_key
@@ -101,7 +102,11 @@ JOB_EVENTS: tuple[type[EventData], ...] = (
     JobCancelled,
 )
 _TERMINAL = (JobCompleted, JobFailed, JobCancelled)
-SHARES_EVENTS: tuple[type[EventData], ...] = (EntitlementsUpdated, ProfileUpdated)
+SHARES_EVENTS: tuple[type[EventData], ...] = (
+    EntitlementsUpdated,
+    ProfileUpdated,
+    SwitchCostsUpdated,
+)
 
 
 _log = structlog.get_logger("gfair.split_stride")
@@ -314,6 +319,8 @@ class SplitStrideService:
                 changed = self.ledger.entitlements_event(data)
             elif isinstance(data, ProfileUpdated):
                 changed = self.ledger.profile_event(data)
+            elif isinstance(data, SwitchCostsUpdated):
+                changed = self.ledger.costs_event(data)
             else:
                 changed = False
             if changed:
