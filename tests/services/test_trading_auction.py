@@ -275,6 +275,35 @@ async def test_tickets_weigh_the_fair_shares(seed_file: Path) -> None:
         await bus.close()
 
 
+async def test_a_shares_file_divides_the_pools_down_its_accounts(
+    seed_file: Path, tmp_path: Path
+) -> None:
+    shares = tmp_path / "shares.toml"
+    shares.write_text(
+        "[accounts.team]\ntickets = 1\n"
+        '[users.a1]\naccount = "team"\n[users.a2]\naccount = "team"\ntickets = 3\n'
+    )
+    bus = InMemoryBus()
+    settings = Settings(
+        throughputs=seed_file, recompute_interval_s=0.03, shares_file=shares, trading=False
+    )
+    harness = Harness(bus, settings)
+    await harness.start()
+    try:
+        await harness.publish(registered("k80-0", "k80", gpus=8))
+        await harness.publish(*jobs("a1", "six-x", 8), *jobs("a2", "six-x", 8))
+        await harness.publish(*jobs("solo", "six-x", 8))
+        record = await harness.settle(lambda r: len(r.users) == 3)
+        # The root: team 1, solo (not in the file) 1 -> 4 and 4; the team: a1 1, a2 3 -> 1, 3.
+        assert by_user(record, "solo", "k80") == pytest.approx((4.0, 4.0))
+        assert by_user(record, "a1", "k80") == pytest.approx((1.0, 1.0))
+        assert by_user(record, "a2", "k80") == pytest.approx((3.0, 3.0))
+        assert record.users["a2"].tickets == 3.0
+    finally:
+        await harness.stop()
+        await bus.close()
+
+
 async def test_restart_rebuilds_from_the_bucket_and_announces_nothing_twice(
     harness: Harness,
 ) -> None:

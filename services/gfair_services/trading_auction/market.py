@@ -5,7 +5,8 @@ generation on nodes that take work) and the users' speed profiles (from the prof
 allocation composes the core exactly as the simulator's `GandivaFair` does: each active user's
 ticket share of the cluster, water-filled by demand and held as the same fraction of every pool
 (`pools.shares`: `pools.entitlements`, then second-price trades between pools) bid with the
-users' estimated speeds (`ThroughputEstimator.user_speeds`).
+users' estimated speeds (`ThroughputEstimator.user_speeds`). With a `ShareTree` (the shares
+file) the ticket share is the tree's water-fill, down its accounts.
 
 No I/O and no clock: the service persists the inputs and passes times in.
 """
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gfair.core import accounts, pools
 from gfair.core.arrays import ArrayMember, array_key
 from gfair.core.cluster import generation_rank
+from gfair.core.shares_tree import ShareTree
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.trading import Trade, effective_throughput
 from gfair.events.fields import Generation, GpuCount, JobId, Name, NodeId, UserName
@@ -102,10 +104,12 @@ class Market:
         *,
         trading: bool = True,
         min_seller_gain: float = 0.10,
+        tree: ShareTree | None = None,
     ) -> None:
         if min_seller_gain < 0:
             raise ValueError(f"min_seller_gain must be >= 0, got {min_seller_gain}")
         self.tickets = tickets
+        self.tree = tree
         self.trading = trading
         self.min_seller_gain = min_seller_gain
         # alpha 1: a profile replaces the previous one; the profiler already averaged.
@@ -182,7 +186,7 @@ class Market:
         generations = tuple(capacity)
         tickets = {u: self.tickets(u) for u in users}
         asked = {u: demand[u] for u in users}
-        fair = pools.entitlements(capacity, tickets, asked)
+        fair = pools.entitlements(capacity, tickets, asked, self.tree)
         speeds = {u: self.estimator.user_speeds(u, gangs[u], capacity) for u in users}
         result = pools.shares(
             capacity,
@@ -190,6 +194,7 @@ class Market:
             asked,
             speeds if self.trading else None,
             min_seller_gain=self.min_seller_gain,
+            tree=self.tree,
         )
         held, trades = result.entitled, result.trades
         shares = {

@@ -322,6 +322,7 @@ def build_service(
         settings.tickets_of,
         trading=settings.trading,
         min_seller_gain=settings.min_seller_gain,
+        tree=settings.shares,
     )
     auction = Auction(market, clock)
     ack_wait_s = settings.ack_wait_s
