@@ -75,7 +75,7 @@ def test_no_file_content_is_a_flat_tree() -> None:
         ("users = 3\n", r"f\.toml: users: expected tables"),
         ("accounts.a = 3\n", r"f\.toml: accounts\.a: expected a table"),
         ("tickets = 3\n", r"f\.toml: unknown key 'tickets' at the top"),
-        ("fairness = 'decayed'\n", r"f\.toml:1: fairness: .*not built yet"),
+        ("fairness = 'decayed'\n", r"f\.toml:1: fairness: .*not built into the schedulers yet"),
     ],
 )
 def test_bad_input_is_refused_naming_where(text: str, message: str) -> None:

@@ -54,7 +54,7 @@ def parse_shares(text: str, source: str = "shares file") -> ShareTree:
     if fairness not in FAIRNESS:
         raise SharesFileError(
             f"{where.key('fairness')}: fairness = {fairness!r}: one of {', '.join(FAIRNESS)} "
-            "(the decayed mode is not built yet)"
+            "(the decayed mode is not built into the schedulers yet)"
         )
     accounts = _table(data, "accounts", source)
     users = _table(data, "users", source)

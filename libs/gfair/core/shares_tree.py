@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from gfair.core.tickets import check_tickets, water_fill
+from gfair.core.usage_decay import fair_share_weights
 
 ROOT: Final = ""
 # An account path's segments and users' names: what the event contract allows a user name
@@ -92,12 +93,18 @@ class ShareTree:
         return tuple(chain)
 
     def fill(
-        self, capacity: float, tickets: Mapping[str, float], demand: Mapping[str, float]
+        self,
+        capacity: float,
+        tickets: Mapping[str, float],
+        demand: Mapping[str, float],
+        usage: Mapping[str, float] | None = None,
     ) -> TreeFill:
         """Water-fill `capacity` down the tree (module doc): each user with an entry in `demand`
         gets its GPUs, each account with demand below it the GPUs of its subtree.
 
-        `tickets` are every user's with demand; a user placed in the tree has its own.
+        `tickets` are every user's with demand; a user placed in the tree has its own. With
+        `usage` (user -> decayed GPU-seconds, `usage_decay`), siblings weigh their usage
+        against their share (`usage_decay.fair_share_weights`) instead of their bare tickets.
         """
         for user, asked in demand.items():
             if asked < 0:
@@ -113,6 +120,11 @@ class ShareTree:
         for path, asked in below.items():
             if asked > 0:
                 children.setdefault(parent_of(path), []).append(path)
+        used: dict[tuple[int, str], float] = {}  # sibling key -> decayed usage
+        for user, value in (usage or {}).items():
+            used[_USER, user] = value
+            for path in self.ancestors(self.account_of(user)):
+                used[_ACCOUNT, path] = used.get((_ACCOUNT, path), 0.0) + value
         users: dict[str, float] = {}
         accounts: dict[str, float] = {}
         # Parents before children: an account's GPUs are known before they are divided.
@@ -131,6 +143,8 @@ class ShareTree:
                     raise ValueError(f"{user}: has a demand but no tickets")
                 weights[_USER, user] = weight
                 asked_by[_USER, user] = demand[user]
+            if usage is not None:
+                weights = fair_share_weights(weights, used)
             for (kind, name), value in water_fill(gpus, weights, asked_by).items():
                 if kind == _ACCOUNT:
                     accounts[name] = value
