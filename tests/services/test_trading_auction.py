@@ -299,6 +299,10 @@ async def test_a_shares_file_divides_the_pools_down_its_accounts(
         assert by_user(record, "a1", "k80") == pytest.approx((1.0, 1.0))
         assert by_user(record, "a2", "k80") == pytest.approx((3.0, 3.0))
         assert record.users["a2"].tickets == 3.0
+        # The record carries the tree, for `gfair shares show`.
+        assert record.members == {"a1": "team", "a2": "team"}
+        assert record.accounts["team"].tickets == 1.0
+        assert record.accounts["team"].fair == pytest.approx(4.0)
     finally:
         await harness.stop()
         await bus.close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,7 +29,7 @@ from gfair.core.trading import Trade, effective_throughput
 from gfair.events.fields import Generation, GpuCount, JobId, Name, NodeId, UserName
 from gfair.events.job_array import ArrayMembership
 from gfair.state.profile_record import type_key
-from gfair.state.share_record import PoolShare, TradeRecord, UserShare
+from gfair.state.share_record import AccountShare, PoolShare, TradeRecord, UserShare
 
 # Shares are compared and stored to this many decimals (GPUs): finer differences are noise of
 # floating point, not a change worth a new revision.
@@ -94,6 +94,7 @@ class Allocation:
     capacity: dict[str, int]
     users: dict[str, UserShare]
     trades: tuple[TradeRecord, ...]
+    accounts: dict[str, AccountShare] = field(default_factory=dict)  # with a tree: every account
 
 
 class Market:
@@ -182,7 +183,7 @@ class Market:
             gangs.setdefault(job.user, Counter())[(job.job_type, job.gpus)] += job.gpus
         users = sorted(demand)
         if not capacity or not users:
-            return Allocation(capacity, {}, ())
+            return Allocation(capacity, {}, (), self._accounts({}))
         generations = tuple(capacity)
         tickets = {u: self.tickets(u) for u in users}
         asked = {u: demand[u] for u in users}
@@ -214,7 +215,19 @@ class Market:
             for u in users
         }
         records = tuple(_trade_record(t) for t in trades if _round(t.quantity) > 0)
-        return Allocation(capacity, shares, records)
+        below: dict[str, float] = {}
+        if self.tree is not None:
+            below = self.tree.fill(float(sum(capacity.values())), tickets, asked).accounts
+        return Allocation(capacity, shares, records, self._accounts(below))
+
+    def _accounts(self, below: dict[str, float]) -> dict[str, AccountShare]:
+        """Every account of the tree, with the GPUs of its subtree's ticket share."""
+        if self.tree is None:
+            return {}
+        return {
+            path: AccountShare(tickets=tickets, fair=_round(below.get(path, 0.0)))
+            for path, tickets in sorted(self.tree.accounts.items())
+        }
 
 
 def _round(value: float) -> float:

@@ -262,6 +262,8 @@ class Auction:
             capacity=allocation.capacity,
             users=allocation.users,
             trades=allocation.trades,
+            accounts=allocation.accounts,
+            members=dict(self.market.tree.members) if self.market.tree is not None else {},
             cleared=tuple(
                 i
                 for i, t in enumerate(allocation.trades)
@@ -288,10 +290,11 @@ class Auction:
         current = self.current
         if current is None:
             return not (allocation.capacity or allocation.users)
-        return (current.capacity, current.users, current.trades) == (
+        return (current.capacity, current.users, current.trades, current.accounts) == (
             allocation.capacity,
             allocation.users,
             allocation.trades,
+            allocation.accounts,
         )
 
     async def _announce(self, record: SharesRecord) -> None:

@@ -1,0 +1,135 @@
+"""`gfair shares show`: the accounts tree as the cluster runs it, with every account's and user's
+tickets, fair share, entitlement and received GPUs (docs/design.md §1.1).
+
+The tree and the entitlements come from the trading auction (`gfair_shares`: the accounts of
+its shares file and the account of each user the file names), received GPU time from
+split-stride's usage, as for `gfair users`. An account's numbers are the sums of its users'
+(fair: its ticket share without trading; entitled: after trading; received: the GPUs its jobs
+held on average since split-stride started counting); the percentages are of the cluster's
+GPUs. Without a shares file every user sits at the root. A tenant sees itself and the accounts
+above it. `--json` prints ``{"capacity", "revision", "usage_since", "as_of", "rows": [{"kind",
+"name", "account", "level", "tickets", "fair", "entitled", "received"}]}``, the rows in the
+table's order (``kind``: ``root``, ``account`` or ``user``; ``account``: the path of an
+account, or the account a user is in).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rich.table import Table
+
+from gfair.cli import output, session
+from gfair.client import GfairClient
+from gfair.client.views import UsersView
+from gfair.state.share_record import SharesRecord
+
+ROOT = ""
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "shares",
+        help="accounts in a tree: tickets, entitled and received share",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    show = actions.add_parser("show", help="the accounts tree with every level's shares")
+    session.add_connection_flags(show)
+    show.set_defaults(func=lambda args: session.run(args, _show))
+
+
+@dataclass(frozen=True)
+class TreeRow:
+    kind: str  # "root", "account" or "user"
+    name: str  # the account's last path part, or the user
+    account: str  # the account's path, or the user's account
+    level: int  # 0 the root, 1 its children, ...
+    tickets: float | None
+    fair: float
+    entitled: float
+    received: float
+
+
+def tree_rows(view: UsersView, record: SharesRecord | None) -> list[TreeRow]:
+    """The root, then depth first every account (its sub-accounts, then its users)."""
+    accounts = dict(record.accounts) if record is not None else {}
+    members = dict(record.members) if record is not None else {}
+    sums: dict[str, list[float]] = {path: [0.0, 0.0, 0.0] for path in [ROOT, *accounts]}
+    placed: dict[str, list[TreeRow]] = {}
+    for user in view.users:
+        account = members.get(user.user, ROOT)
+        if account not in accounts:  # a tenant's view leaves out what it may not see
+            account = ROOT
+        fair = sum(p.fair for p in user.pools.values())
+        numbers = (fair, user.entitled, user.received)
+        level = _level(account) + 1
+        row = TreeRow("user", user.user, account, level, user.tickets, *numbers)
+        placed.setdefault(account, []).append(row)
+        path: str | None = account
+        while path is not None:
+            sums[path] = [a + b for a, b in zip(sums[path], numbers, strict=True)]
+            path = None if path == ROOT else path.rpartition("/")[0]
+    children: dict[str, list[str]] = {}
+    for path in sorted(accounts):
+        children.setdefault(path.rpartition("/")[0], []).append(path)
+    rows = [TreeRow("root", "(cluster)", ROOT, 0, None, *sums[ROOT])]
+
+    def visit(account: str) -> None:
+        for path in children.get(account, []):
+            name = path.rpartition("/")[2]
+            tickets = accounts[path].tickets
+            rows.append(TreeRow("account", name, path, _level(path), tickets, *sums[path]))
+            visit(path)
+        rows.extend(sorted(placed.get(account, []), key=lambda row: row.name))
+
+    visit(ROOT)
+    return rows
+
+
+def _level(path: str) -> int:
+    return 0 if path == ROOT else path.count("/") + 1
+
+
+async def _show(client: GfairClient, args: argparse.Namespace) -> int:
+    view = await client.users()
+    record = await client.shares()
+    rows = tree_rows(view, record)
+    if args.json:
+        output.print_json(
+            {
+                "capacity": view.capacity,
+                "revision": view.revision,
+                "usage_since": view.usage_since,
+                "as_of": view.as_of,
+                "rows": [asdict(row) for row in rows],
+            }
+        )
+        return session.EXIT_OK
+    output.console().print(tree_table(rows, sum(view.capacity.values())))
+    return session.EXIT_OK
+
+
+def tree_table(rows: list[TreeRow], capacity: int) -> Table:
+    table = Table(title=f"shares of {capacity} GPUs")
+    for column in ("account / user", "tickets", "fair", "entitled", "received", "ent %", "rec %"):
+        table.add_column(column, justify="left" if column == "account / user" else "right")
+    for row in rows:
+        indent = "  " * max(row.level - 1, 0)
+        name = f"[bold]{row.name}/[/]" if row.kind == "account" else row.name
+        table.add_row(
+            indent + name if row.kind != "root" else f"[bold]{row.name}[/]",
+            f"{row.tickets:g}" if row.tickets is not None else "-",
+            output.gpus(row.fair),
+            output.gpus(row.entitled),
+            output.gpus(row.received),
+            _percent(row.entitled, capacity),
+            _percent(row.received, capacity),
+        )
+    return table
+
+
+def _percent(gpus: float, capacity: int) -> str:
+    return f"{gpus / capacity:.1%}" if capacity > 0 else "-"
