@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from rich.console import Console
@@ -114,3 +115,16 @@ def test_users_at_80_columns_keep_the_totals_and_say_what_was_left_out() -> None
     assert "6.75" in narrow and "5.25" in narrow  # entitled and received, summed over pools
     wide = render(users_table(view, 160), 160)
     assert "1.50/2.25/1.75" in wide and "left out" not in wide
+
+
+def test_users_show_their_accounts_only_with_a_shares_file_that_places_someone() -> None:
+    pools = {"v100": PoolUsage("v100", fair=1.0, entitled=1.0, gpu_seconds=0.0, received=1.0)}
+    placed = [
+        UserSummary(user="alice", tickets=1, jobs=1, demand=1, pools=pools, account="lab/vision"),
+        UserSummary(user="eve", tickets=1, jobs=1, demand=1, pools=pools),
+    ]
+    with_tree = render(users_table(UsersView(users=placed, capacity={"v100": 4}), 120), 120)
+    assert "account" in with_tree and "lab/vision" in with_tree
+    flat = [replace(u, account="") for u in placed]
+    without = render(users_table(UsersView(users=flat, capacity={"v100": 4}), 120), 120)
+    assert "account" not in without

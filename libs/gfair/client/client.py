@@ -396,6 +396,7 @@ class GfairClient:
                     },
                     throughput_fair=share.throughput_fair if share is not None else 0.0,
                     throughput_entitled=share.throughput_entitled if share is not None else 0.0,
+                    account=shares.members.get(name, "") if shares is not None else "",
                 )
             )
         return UsersView(
