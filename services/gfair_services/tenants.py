@@ -18,6 +18,7 @@ from typing import Annotated, Any, Self
 from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gfair.core.shares_file import render_shares
 from gfair.core.shares_tree import ShareTree
 from gfair.core.tickets import check_tickets
 from gfair.events.subjects import SubjectError, validate_token
@@ -81,17 +82,28 @@ class TenantSettings(BaseSettings):
         "(docs/configuration.md); its users have its tickets",
     )
     _shares: ShareTree | None = PrivateAttr(default=None)
+    _shares_text: str = PrivateAttr(default="")
 
     @model_validator(mode="after")
     def _read_shares(self) -> Self:
         if self.shares_file is not None:
             self._shares = read_shares(self.shares_file)  # SharesFileError is a ValueError
+            self._shares_text = render_shares(self._shares)
         return self
 
     @property
     def shares(self) -> ShareTree | None:
         """The shares file's tree, or None without one."""
         return self._shares
+
+    @property
+    def shares_text(self) -> str:
+        """The shares file's tree as a shares file (`render_shares`); "" without one."""
+        return self._shares_text
+
+    def flat_tickets_of(self, user: str) -> float:
+        """The user's tickets without the shares file (`GFAIR_USER_TICKETS` or the default)."""
+        return self.user_tickets.get(user, self.default_tickets)
 
     def tickets_of(self, user: str) -> float:
         flat = self.user_tickets.get(user, self.default_tickets)

@@ -1,9 +1,11 @@
 """`gfair shares show`: the tree's rows from the auction's record and split-stride's usage, and
-the table they make (the command itself reads both as `gfair users` does)."""
+the table they make (the command itself reads both as `gfair users` does); `apply` and `set`
+refuse bad input before connecting (their effect: tests/services/test_trading_auction.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -87,3 +89,17 @@ def test_show_is_the_only_action() -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["shares"])
     assert exit_.value.code == 2
+
+
+def test_apply_and_set_refuse_bad_input_before_connecting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "shares.toml"
+    bad.write_text("[accounts.lab]\n[users.ann]\naccount = 'labs'\n")
+    unreachable = ["--nats", "nats://127.0.0.1:1"]
+    assert main(["shares", "apply", str(bad), *unreachable]) == 2
+    assert "shares.toml:2: users.ann: account: unknown account 'labs'" in capsys.readouterr().err
+    assert main(["shares", "set", "lab=0", *unreachable]) == 2
+    assert "'lab=0': tickets must be" in capsys.readouterr().err
+    assert main(["shares", "set", "lab", *unreachable]) == 2
+    assert "expected NAME=TICKETS" in capsys.readouterr().err

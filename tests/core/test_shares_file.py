@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gfair.core.shares_file import SharesFileError, parse_shares
-from gfair.core.shares_tree import ROOT
+from gfair.core.shares_file import (
+    SharesFileError,
+    changes,
+    parse_shares,
+    render_shares,
+    with_tickets,
+)
+from gfair.core.shares_tree import ROOT, ShareTree
 
 ISSUE_EXAMPLE = """\
 [accounts.research]
@@ -81,3 +87,36 @@ def test_no_file_content_is_a_flat_tree() -> None:
 def test_bad_input_is_refused_naming_where(text: str, message: str) -> None:
     with pytest.raises(SharesFileError, match=message):
         parse_shares(text, "f.toml")
+
+
+def test_a_rendered_tree_reads_back_as_the_same_tree() -> None:
+    tree = parse_shares(ISSUE_EXAMPLE + "[users.bob]\ntickets = 0.25\n")
+    assert parse_shares(render_shares(tree)) == tree
+    assert render_shares(parse_shares("")) == ""
+
+
+def test_changes_say_what_differs_line_by_line() -> None:
+    before = parse_shares(ISSUE_EXAMPLE)
+    after = with_tickets(with_tickets(before, "research/vision", 2), "dave", 4)
+    after = ShareTree(
+        {p: t for p, t in after.accounts.items() if p != "research/nlp"},
+        {**after.members, "carol": ""},
+        after.user_tickets,
+    )
+    assert changes(before, after) == [
+        "account research/nlp removed (it had 2 tickets)",
+        "account research/vision: tickets 1 -> 2",
+        "user carol moved from prod to the root",
+        "user dave added to the root with 4 tickets",
+    ]
+    assert changes(after, after) == []
+
+
+def test_with_tickets_names_what_it_cannot_set() -> None:
+    tree = parse_shares(ISSUE_EXAMPLE)
+    assert with_tickets(tree, "alice", 5).user_tickets["alice"] == 5
+    assert with_tickets(tree, "research", 5).accounts["research"] == 5
+    with pytest.raises(SharesFileError, match="neither an account of the tree nor a user"):
+        with_tickets(tree, "research/nowhere", 1)
+    with pytest.raises(SharesFileError, match="alice: tickets must be"):
+        with_tickets(tree, "alice", 0)

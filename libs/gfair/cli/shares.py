@@ -1,5 +1,12 @@
-"""`gfair shares show`: the accounts tree as the cluster runs it, with every account's and user's
-tickets, fair share, entitlement and received GPUs (docs/design.md §1.1).
+"""`gfair shares show|apply|set`: the accounts tree as the cluster runs it, with every account's
+and user's tickets, fair share, entitlement and received GPUs; and the operator's changes to it,
+in force from the trading auction's next allocation without a restart (docs/design.md §1.1).
+
+`apply FILE` puts a whole shares file in force (checked here first: a bad file is refused
+naming the line and field, and nothing is sent); `set NAME=TICKETS ...` changes the tickets of
+accounts (by path) or users in the tree in force (a user it does not name yet joins the root).
+Both publish `SharesChanged` with the operator, the reason and every line that changed: the
+audit trail, in GFAIR_SCHED. A tenant's login is refused.
 
 The tree and the entitlements come from the trading auction (`gfair_shares`: the accounts of
 its shares file and the account of each user the file names), received GPU time from
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -24,6 +32,10 @@ from rich.table import Table
 from gfair.cli import output, session
 from gfair.client import GfairClient
 from gfair.client.views import UsersView
+from gfair.core.shares_file import SharesFileError, with_tickets
+from gfair.core.tickets import check_tickets
+from gfair.events.scheduling import SharesChanged
+from gfair.shares import read_shares
 from gfair.state.share_record import SharesRecord
 
 ROOT = ""
@@ -39,6 +51,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     show = actions.add_parser("show", help="the accounts tree with every level's shares")
     session.add_connection_flags(show)
     show.set_defaults(func=lambda args: session.run(args, _show))
+    apply = actions.add_parser("apply", help="put a shares file in force (operator)")
+    apply.add_argument("file", type=Path, metavar="FILE")
+    apply.add_argument("--reason", help="why (kept with the change)")
+    session.add_connection_flags(apply)
+    apply.set_defaults(func=lambda args: session.run(args, _apply, _read_file))
+    set_ = actions.add_parser("set", help="change accounts' or users' tickets (operator)")
+    set_.add_argument("assignments", nargs="+", metavar="NAME=TICKETS")
+    set_.add_argument("--reason", help="why (kept with the change)")
+    session.add_connection_flags(set_)
+    set_.set_defaults(func=lambda args: session.run(args, _set, _read_assignments))
 
 
 @dataclass(frozen=True)
@@ -87,6 +109,48 @@ def tree_rows(view: UsersView, record: SharesRecord | None) -> list[TreeRow]:
 
     visit(ROOT)
     return rows
+
+
+def _read_file(args: argparse.Namespace) -> None:
+    args.tree = read_shares(args.file)  # SharesFileError (a ValueError): a usage error
+
+
+def _read_assignments(args: argparse.Namespace) -> None:
+    parsed: list[tuple[str, float]] = []
+    for item in args.assignments:
+        name, sep, value = item.partition("=")
+        try:
+            tickets = float(value)
+        except ValueError:
+            tickets = float("nan")
+        if not sep or not name:
+            raise ValueError(f"{item!r}: expected NAME=TICKETS (an account's path or a user)")
+        check_tickets(f"{item!r}", tickets)
+        parsed.append((name, tickets))
+    args.parsed = parsed
+
+
+async def _apply(client: GfairClient, args: argparse.Namespace) -> int:
+    return _changed(await client.change_shares(args.tree, reason=args.reason), args)
+
+
+async def _set(client: GfairClient, args: argparse.Namespace) -> int:
+    tree = await client.shares_in_force()
+    for name, tickets in args.parsed:
+        try:
+            tree = with_tickets(tree, name, tickets)
+        except SharesFileError as error:
+            return session.fail(str(error), session.EXIT_USAGE)
+    return _changed(await client.change_shares(tree, reason=args.reason), args)
+
+
+def _changed(data: SharesChanged, args: argparse.Namespace) -> int:
+    if args.json:
+        output.print_json(data.model_dump(mode="json"))
+        return session.EXIT_OK
+    said = "; ".join(data.changes) or "nothing changed"
+    output.console().print(f"shares changed by {data.operator}: {said}")
+    return session.EXIT_OK
 
 
 def _level(path: str) -> int:

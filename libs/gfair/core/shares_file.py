@@ -143,3 +143,59 @@ def _tickets(fields: dict[str, Any], at: str) -> float:
 
 def _quoted(name: str) -> str:
     return name if NAME.fullmatch(name) else f'"{name}"'
+
+
+def render_shares(tree: ShareTree) -> str:
+    """`tree` as a shares file that `parse_shares` reads back into the same tree: accounts by
+    path (a parent before its children), then users, each with its tickets."""
+    lines: list[str] = []
+    for path in sorted(tree.accounts):
+        lines += [f"[accounts.{_quoted(path)}]", f"tickets = {tree.accounts[path]!r}"]
+    for user in sorted(tree.members):
+        lines.append(f"[users.{user}]")
+        if tree.members[user] != ROOT:
+            lines.append(f'account = "{tree.members[user]}"')
+        lines.append(f"tickets = {tree.user_tickets[user]!r}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def changes(old: ShareTree, new: ShareTree) -> list[str]:
+    """What differs from `old` to `new`, one line per account or user (for the audit trail)."""
+    said: list[str] = []
+    for path in sorted(old.accounts.keys() | new.accounts.keys()):
+        before, after = old.accounts.get(path), new.accounts.get(path)
+        if before is None:
+            said.append(f"account {path} added with {after:g} tickets")
+        elif after is None:
+            said.append(f"account {path} removed (it had {before:g} tickets)")
+        elif before != after:
+            said.append(f"account {path}: tickets {before:g} -> {after:g}")
+    for user in sorted(old.members.keys() | new.members.keys()):
+        if user not in new.members:
+            said.append(f"user {user} removed from {old.members[user] or 'the root'}")
+            continue
+        where, tickets = new.members[user] or "the root", new.user_tickets[user]
+        if user not in old.members:
+            said.append(f"user {user} added to {where} with {tickets:g} tickets")
+            continue
+        if old.members[user] != new.members[user]:
+            said.append(f"user {user} moved from {old.members[user] or 'the root'} to {where}")
+        if old.user_tickets[user] != tickets:
+            said.append(f"user {user}: tickets {old.user_tickets[user]:g} -> {tickets:g}")
+    return said
+
+
+def with_tickets(tree: ShareTree, name: str, tickets: float) -> ShareTree:
+    """`tree` with the account `name` (a path it defines), else the user `name`, holding
+    `tickets`; a user it does not place yet is placed at the root. `SharesFileError` names what
+    is wrong."""
+    try:
+        check_tickets(name, tickets)
+    except ValueError as error:
+        raise SharesFileError(str(error)) from None
+    if name in tree.accounts:
+        return ShareTree({**tree.accounts, name: tickets}, tree.members, tree.user_tickets)
+    if not NAME.fullmatch(name):
+        raise SharesFileError(f"{name!r}: neither an account of the tree nor a user's name")
+    members = {**tree.members, name: tree.members.get(name, ROOT)}
+    return ShareTree(tree.accounts, members, {**tree.user_tickets, name: tickets})

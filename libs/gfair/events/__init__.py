@@ -60,6 +60,7 @@ from gfair.events.scheduling import (
     QuantumTicked,
     SchedEvent,
     ScheduleDecided,
+    SharesChanged,
     TradeCleared,
 )
 from gfair.events.states import JobState, NodeState
@@ -114,6 +115,7 @@ __all__ = [
     "ResumeCommand",
     "SchedEvent",
     "ScheduleDecided",
+    "SharesChanged",
     "StartCommand",
     "SuspendCommand",
     "SuspendReason",

@@ -105,3 +105,8 @@ class SharesRecord(_Record):
     # share, and user -> account path for the users the file names (the others: the root).
     accounts: dict[str, AccountShare] = Field(default_factory=dict)
     members: dict[UserName, str] = Field(default_factory=dict)
+    # The shares file in force (as `render_shares` writes it; "" without one), and who put it
+    # in force and when, if an operator did (`SharesChanged`; None: the service's own file).
+    shares: str = ""
+    shares_changed_by: str | None = None
+    shares_changed_at: datetime | None = None

@@ -26,6 +26,7 @@ def own_shares(record: SharesRecord, user: str) -> SharesRecord:
             "trades": tuple(t for t in record.trades if user in (t.buyer, t.seller)),
             "accounts": {p: a for p, a in record.accounts.items() if p in above},
             "members": {name: p for name, p in record.members.items() if name == user},
+            "shares": "",  # the whole tree: everyone's tickets
         }
     )
 

@@ -109,7 +109,7 @@ class Market:
     ) -> None:
         if min_seller_gain < 0:
             raise ValueError(f"min_seller_gain must be >= 0, got {min_seller_gain}")
-        self.tickets = tickets
+        self.tickets = tickets  # flat: a user the tree names has the tree's
         self.tree = tree
         self.trading = trading
         self.min_seller_gain = min_seller_gain
@@ -163,6 +163,17 @@ class Market:
         self.estimator.observe_profile(profile.user, profile.job_type, profile.rates)
         return True
 
+    def set_tree(self, tree: ShareTree | None) -> bool:
+        """Take a new shares tree (an operator's change); whether it differs."""
+        if tree == self.tree:
+            return False
+        self.tree = tree
+        return True
+
+    def tickets_of(self, user: str) -> float:
+        flat = self.tickets(user)
+        return flat if self.tree is None else self.tree.tickets_of(user, flat)
+
     # -- the allocation -------------------------------------------------------------------
 
     def capacity(self) -> dict[str, int]:
@@ -185,7 +196,7 @@ class Market:
         if not capacity or not users:
             return Allocation(capacity, {}, (), self._accounts({}))
         generations = tuple(capacity)
-        tickets = {u: self.tickets(u) for u in users}
+        tickets = {u: self.tickets_of(u) for u in users}
         asked = {u: demand[u] for u in users}
         fair = pools.entitlements(capacity, tickets, asked, self.tree)
         speeds = {u: self.estimator.user_speeds(u, gangs[u], capacity) for u in users}
