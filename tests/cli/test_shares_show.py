@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from gfair.cli.main import main
-from gfair.cli.shares import tree_rows, tree_table
+from gfair.cli.shares import _source, tree_rows, tree_table
 from gfair.client.views import PoolUsage, UserSummary, UsersView
 from gfair.state.share_record import AccountShare, SharesRecord
 
@@ -103,3 +103,14 @@ def test_apply_and_set_refuse_bad_input_before_connecting(
     assert "'lab=0': tickets must be" in capsys.readouterr().err
     assert main(["shares", "set", "lab", *unreachable]) == 2
     assert "expected NAME=TICKETS" in capsys.readouterr().err
+
+
+def test_the_caption_says_where_the_tree_comes_from() -> None:
+    assert _source(None) == "no shares file: every user at the root"
+    assert _source(RECORD.model_copy(update={"shares": "[accounts.prod]\n"})) == (
+        "the services' shares file"
+    )
+    changed = RECORD.model_copy(
+        update={"shares": "[accounts.prod]\n", "shares_changed_by": "ops", "shares_changed_at": NOW}
+    )
+    assert _source(changed) == "changed by ops at 2026-11-26T00:00:00+00:00"

@@ -9,15 +9,16 @@ Both publish `SharesChanged` with the operator, the reason and every line that c
 audit trail, in GFAIR_SCHED. A tenant's login is refused.
 
 The tree and the entitlements come from the trading auction (`gfair_shares`: the accounts of
-its shares file and the account of each user the file names), received GPU time from
+the shares file in force and the account of each user it names), received GPU time from
 split-stride's usage, as for `gfair users`. An account's numbers are the sums of its users'
 (fair: its ticket share without trading; entitled: after trading; received: the GPUs its jobs
 held on average since split-stride started counting); the percentages are of the cluster's
-GPUs. Without a shares file every user sits at the root. A tenant sees itself and the accounts
-above it. `--json` prints ``{"capacity", "revision", "usage_since", "as_of", "rows": [{"kind",
-"name", "account", "level", "tickets", "fair", "entitled", "received"}]}``, the rows in the
-table's order (``kind``: ``root``, ``account`` or ``user``; ``account``: the path of an
-account, or the account a user is in).
+GPUs; the caption says where the tree comes from (the services' file, or who changed it when).
+Without a shares file every user sits at the root. A tenant sees itself and the accounts above
+it. `--json` prints ``{"capacity", "revision", "changed_by", "changed_at", "usage_since",
+"as_of", "rows": [{"kind", "name", "account", "level", "tickets", "fair", "entitled",
+"received"}]}``, the rows in the table's order (``kind``: ``root``, ``account`` or ``user``;
+``account``: the path of an account, or the account a user is in).
 """
 
 from __future__ import annotations
@@ -166,18 +167,30 @@ async def _show(client: GfairClient, args: argparse.Namespace) -> int:
             {
                 "capacity": view.capacity,
                 "revision": view.revision,
+                "changed_by": record.shares_changed_by if record is not None else None,
+                "changed_at": record.shares_changed_at if record is not None else None,
                 "usage_since": view.usage_since,
                 "as_of": view.as_of,
                 "rows": [asdict(row) for row in rows],
             }
         )
         return session.EXIT_OK
-    output.console().print(tree_table(rows, sum(view.capacity.values())))
+    output.console().print(tree_table(rows, sum(view.capacity.values()), _source(record)))
     return session.EXIT_OK
 
 
-def tree_table(rows: list[TreeRow], capacity: int) -> Table:
-    table = Table(title=f"shares of {capacity} GPUs")
+def _source(record: SharesRecord | None) -> str:
+    """Where the tree in force comes from."""
+    if record is None or not record.shares:
+        return "no shares file: every user at the root"
+    if record.shares_changed_by is None or record.shares_changed_at is None:
+        return "the services' shares file"
+    at = record.shares_changed_at.isoformat(timespec="seconds")
+    return f"changed by {record.shares_changed_by} at {at}"
+
+
+def tree_table(rows: list[TreeRow], capacity: int, caption: str | None = None) -> Table:
+    table = Table(title=f"shares of {capacity} GPUs", caption=caption)
     for column in ("account / user", "tickets", "fair", "entitled", "received", "ent %", "rec %"):
         table.add_column(column, justify="left" if column == "account / user" else "right")
     for row in rows:
