@@ -315,6 +315,7 @@ async def test_a_shares_file_divides_the_pools_down_its_accounts(
         assert record.members == {"a1": "team", "a2": "team"}
         assert record.accounts["team"].tickets == 1.0
         assert record.accounts["team"].fair == pytest.approx(4.0)
+        assert record.accounts["team"].demand == 16.0  # a1's 8 and a2's 8
     finally:
         await harness.stop()
         await bus.close()

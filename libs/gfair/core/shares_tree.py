@@ -138,6 +138,8 @@ class ShareTree:
                 weights[_ACCOUNT, path] = self.accounts[path]
                 asked_by[_ACCOUNT, path] = below[path]
             for user in users_in.get(account, ()):
+                if not demand[user] > 0:
+                    continue  # not active: no part in the division (it gets 0)
                 weight = self.user_tickets.get(user, tickets.get(user))
                 if weight is None:
                     raise ValueError(f"{user}: has a demand but no tickets")

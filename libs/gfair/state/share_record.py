@@ -75,6 +75,7 @@ class AccountShare(_Record):
     fair: float = Field(
         ge=0, description="GPUs of its subtree's ticket share (0 while nobody below is active)"
     )
+    demand: float = Field(default=0.0, ge=0, description="GPUs its users' active jobs ask")
 
 
 class TradeRecord(_Record):

@@ -194,7 +194,7 @@ class Market:
             gangs.setdefault(job.user, Counter())[(job.job_type, job.gpus)] += job.gpus
         users = sorted(demand)
         if not capacity or not users:
-            return Allocation(capacity, {}, (), self._accounts({}))
+            return Allocation(capacity, {}, (), self._accounts({}, {}))
         generations = tuple(capacity)
         tickets = {u: self.tickets_of(u) for u in users}
         asked = {u: demand[u] for u in users}
@@ -229,14 +229,25 @@ class Market:
         below: dict[str, float] = {}
         if self.tree is not None:
             below = self.tree.fill(float(sum(capacity.values())), tickets, asked).accounts
-        return Allocation(capacity, shares, records, self._accounts(below))
+        return Allocation(capacity, shares, records, self._accounts(below, asked))
 
-    def _accounts(self, below: dict[str, float]) -> dict[str, AccountShare]:
-        """Every account of the tree, with the GPUs of its subtree's ticket share."""
+    def _accounts(
+        self, below: dict[str, float], asked: dict[str, float]
+    ) -> dict[str, AccountShare]:
+        """Every account of the tree, with the GPUs of its subtree's ticket share and what its
+        users ask."""
         if self.tree is None:
             return {}
+        demand: dict[str, float] = {}
+        for user, gpus in asked.items():
+            for path in self.tree.ancestors(self.tree.account_of(user)):
+                demand[path] = demand.get(path, 0.0) + gpus
         return {
-            path: AccountShare(tickets=tickets, fair=_round(below.get(path, 0.0)))
+            path: AccountShare(
+                tickets=tickets,
+                fair=_round(below.get(path, 0.0)),
+                demand=_round(demand.get(path, 0.0)),
+            )
             for path, tickets in sorted(self.tree.accounts.items())
         }
 
