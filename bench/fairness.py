@@ -2,7 +2,7 @@
 simulator's prediction for the same workload (issue 10).
 
 Run: ``.venv/bin/python -m bench.fairness [--cluster v100:1x4,k80:1x4] [--quantum 6]
-[--quanta 20] [--warmup-quanta 3] [--no-trading]``
+[--quanta 20] [--warmup-quanta 3] [--no-trading] [--shares FILE]``
 
 Starts a whole cluster as `gfair up` does (embedded nats-server, the scheduler services, one
 node executor per server, simulated GPUs), submits a backlogged workload of three users with
@@ -17,6 +17,11 @@ The same workload then runs through the simulator's driver of the same decision 
 (`GandivaFair`, quantum by quantum, no migration or checkpoint costs) for the same number of
 quanta, and both are printed side by side. Targets: every user at least 90% of its entitlement,
 busy at least 90% at a 6 s quantum and 97% at 60 s.
+
+With ``--shares FILE`` (docs/configuration.md, "Shares file", over the users ann, ben and cat;
+bench/shares.toml puts them under three levels of accounts) both the cluster
+(`GFAIR_SHARES_FILE`) and the simulator's driver divide the GPUs down the file's accounts, and
+every account's entitled and received GPUs (its users' sums) are printed too.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from gfair.bus.logs import configure_logging
 from gfair.client import GfairClient
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
+from gfair.core.shares_tree import ShareTree
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.gavel import load_throughputs
+from gfair.shares import read_shares
 
 
 @dataclass(frozen=True)
@@ -75,7 +82,12 @@ def long_job(job_type: str) -> list[str]:
 
 
 async def live(
-    cluster_spec: str, quantum_s: float, quanta: int, warmup: int, trading: bool
+    cluster_spec: str,
+    quantum_s: float,
+    quanta: int,
+    warmup: int,
+    trading: bool,
+    shares: Path | None = None,
 ) -> Measured:
     gpus = sum(s.gpus for s in parse_cluster_spec(cluster_spec).servers)
     with tempfile.TemporaryDirectory(prefix="gfair-fairness-") as data_dir:
@@ -86,6 +98,7 @@ async def live(
             user_tickets={t.name: t.tickets for t in TEAMS},
             log_level="WARNING",
             env={} if trading else {"GFAIR_TRADING": "false"},
+            shares_file=shares,
         )
         async with (
             EmbeddedCluster(options) as cluster,
@@ -132,14 +145,16 @@ async def live(
     )
 
 
-def simulated(cluster_spec: str, quanta: int, warmup: int, trading: bool) -> Measured:
+def simulated(
+    cluster_spec: str, quanta: int, warmup: int, trading: bool, tree: ShareTree | None = None
+) -> Measured:
     cluster = parse_cluster_spec(cluster_spec)
     gpus = sum(s.gpus for s in cluster.servers)
     scheduler = GandivaFair(
         cluster,
         {t.name: t.tickets for t in TEAMS},
         load_throughputs(),
-        SchedulerConfig(trading=trading),
+        SchedulerConfig(trading=trading, shares=tree),
     )
     specs = {
         f"{team.name}-{n}": JobSpec(f"{team.name}-{n}", team.name, team.gpus, team.job_type)
@@ -172,26 +187,46 @@ def main() -> None:
     parser.add_argument("--quanta", type=int, default=20)
     parser.add_argument("--warmup-quanta", type=int, default=3)
     parser.add_argument("--no-trading", action="store_true")
+    parser.add_argument("--shares", type=Path, help="a shares file over ann, ben and cat")
     args = parser.parse_args()
+    tree = read_shares(args.shares) if args.shares is not None else None
     configure_logging("bench", level="WARNING", fmt="console")
     trading = not args.no_trading
     print(
         f"live fairness: {args.cluster}, quantum {args.quantum:g} s, {args.quanta} quanta "
         f"measured after {args.warmup_quanta}, trading {'on' if trading else 'off'}"
+        + (f", shares {args.shares}" if args.shares is not None else "")
     )
-    sim = simulated(args.cluster, args.quanta, args.warmup_quanta, trading)
-    got = asyncio.run(live(args.cluster, args.quantum, args.quanta, args.warmup_quanta, trading))
+    sim = simulated(args.cluster, args.quanta, args.warmup_quanta, trading, tree)
+    got = asyncio.run(
+        live(args.cluster, args.quantum, args.quanta, args.warmup_quanta, trading, args.shares)
+    )
     print(
-        f"  {'user':<6}{'tickets':>8}  {'live entitled':>14}{'received':>10}{'ratio':>8}"
+        f"  {'user':<10}{'tickets':>8}  {'live entitled':>14}{'received':>10}{'ratio':>8}"
         f"  {'sim entitled':>13}{'received':>10}{'ratio':>8}"
     )
-    for team in TEAMS:
-        live_ratio = got.received[team.name] / max(got.entitled[team.name], 1e-9)
-        sim_ratio = sim.received[team.name] / max(sim.entitled[team.name], 1e-9)
+    rows = [(team.name, team.tickets, (team.name,)) for team in TEAMS]
+    if tree is not None:
+        rows = [
+            (team.name, tree.tickets_of(team.name, team.tickets), (team.name,)) for team in TEAMS
+        ] + [
+            (
+                f"{path}/",
+                tickets,
+                tuple(t.name for t in TEAMS if path in tree.ancestors(tree.account_of(t.name))),
+            )
+            for path, tickets in sorted(tree.accounts.items())
+        ]
+    for name, tickets, users in rows:
+        got_entitled = sum(got.entitled[u] for u in users)
+        got_received = sum(got.received[u] for u in users)
+        sim_entitled = sum(sim.entitled[u] for u in users)
+        sim_received = sum(sim.received[u] for u in users)
         print(
-            f"  {team.name:<6}{team.tickets:>8g}  {got.entitled[team.name]:>14.2f}"
-            f"{got.received[team.name]:>10.2f}{live_ratio:>8.0%}"
-            f"  {sim.entitled[team.name]:>13.2f}{sim.received[team.name]:>10.2f}{sim_ratio:>8.0%}"
+            f"  {name:<10}{tickets:>8g}  {got_entitled:>14.2f}"
+            f"{got_received:>10.2f}{got_received / max(got_entitled, 1e-9):>8.0%}"
+            f"  {sim_entitled:>13.2f}{sim_received:>10.2f}"
+            f"{sim_received / max(sim_entitled, 1e-9):>8.0%}"
         )
     print(f"  busy: live {got.busy:.0%}, simulator {sim.busy:.0%}")
 

@@ -120,6 +120,7 @@ class ClusterOptions:
     nats_url: str | None = None
     span_file: Path | None = None  # default <data-dir>/traces/spans.jsonl
     user_tickets: Mapping[str, float] = field(default_factory=dict)
+    shares_file: Path | None = None  # GFAIR_SHARES_FILE of every service
     services: tuple[str, ...] = (*SCHEDULER_SERVICES, QUERY_SERVICE)
     heartbeat_s: float = 1.0
     log_level: str = "INFO"
@@ -346,6 +347,8 @@ class EmbeddedCluster:
             env["GFAIR_USER_TICKETS"] = ",".join(
                 f"{user}={tickets:g}" for user, tickets in self.options.user_tickets.items()
             )
+        if self.options.shares_file is not None:
+            env["GFAIR_SHARES_FILE"] = str(self.options.shares_file.expanduser().resolve())
         env.update(self.options.env)
         return env
 

@@ -2,20 +2,27 @@
 
 Placement, split-stride and the trading auction all derive shares from the same tickets, so
 they read them from the same settings: ``GFAIR_USER_TICKETS="alice=2,bob=1"`` (or the JSON
-object ``{"alice": 2, "bob": 1}``), and ``GFAIR_DEFAULT_TICKETS`` for everyone else.
+object ``{"alice": 2, "bob": 1}``), and ``GFAIR_DEFAULT_TICKETS`` for everyone else; and
+``GFAIR_SHARES_FILE``, a shares file (docs/configuration.md, "Shares file"): accounts in a tree
+above the users, read once when the settings are made (a bad file stops the service at start,
+naming the line and field). A user the file names has the file's tickets.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, Self
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gfair.core.shares_file import render_shares
+from gfair.core.shares_tree import ShareTree
 from gfair.core.tickets import check_tickets
 from gfair.events.subjects import SubjectError, validate_token
+from gfair.shares import read_shares
 
 
 def parse_user_tickets(value: Any) -> dict[str, float]:
@@ -69,9 +76,38 @@ class TenantSettings(BaseSettings):
     default_tickets: float = Field(
         default=1.0, gt=0, allow_inf_nan=False, description="Tickets of users not listed"
     )
+    shares_file: Path | None = Field(
+        default=None,
+        description="Shares file (TOML): accounts in a tree above the users "
+        "(docs/configuration.md); its users have its tickets",
+    )
+    _shares: ShareTree | None = PrivateAttr(default=None)
+    _shares_text: str = PrivateAttr(default="")
+
+    @model_validator(mode="after")
+    def _read_shares(self) -> Self:
+        if self.shares_file is not None:
+            self._shares = read_shares(self.shares_file)  # SharesFileError is a ValueError
+            self._shares_text = render_shares(self._shares)
+        return self
+
+    @property
+    def shares(self) -> ShareTree | None:
+        """The shares file's tree, or None without one."""
+        return self._shares
+
+    @property
+    def shares_text(self) -> str:
+        """The shares file's tree as a shares file (`render_shares`); "" without one."""
+        return self._shares_text
+
+    def flat_tickets_of(self, user: str) -> float:
+        """The user's tickets without the shares file (`GFAIR_USER_TICKETS` or the default)."""
+        return self.user_tickets.get(user, self.default_tickets)
 
     def tickets_of(self, user: str) -> float:
-        return self.user_tickets.get(user, self.default_tickets)
+        flat = self.user_tickets.get(user, self.default_tickets)
+        return flat if self._shares is None else self._shares.tickets_of(user, flat)
 
     def tickets_map(self, users: Mapping[str, object]) -> dict[str, float]:
         return {user: self.tickets_of(user) for user in users}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from rich.console import Console
 
 from gfair.cli.demo_dashboard import (
     ShareWindow,
@@ -13,6 +15,7 @@ from gfair.cli.demo_dashboard import (
     plain_line,
     pools_of,
     trades_text,
+    users_table,
 )
 from gfair.cli.demo_workload import JOBS, USERS, tickets_setting
 from gfair.events.jobs import JobStarted, JobSuspended
@@ -156,3 +159,33 @@ def test_no_trade_in_force_says_whether_some_cleared_earlier() -> None:
     assert str(trades_text(_snapshot(None, None, Tally()))) == "trades in force: none yet"
     text = str(trades_text(_snapshot(None, None, Tally(trades=13))))
     assert "none yet" not in text and "13 cleared earlier" in text
+
+
+def test_top_names_each_users_account_only_with_a_shares_file() -> None:
+    share = UserShare(
+        user="alice",
+        tickets=1,
+        jobs=1,
+        demand=1,
+        pools={"v100": PoolShare(fair=1, entitled=1)},
+        throughput_fair=1,
+        throughput_entitled=1,
+    )
+    flat = SharesRecord(
+        revision=1,
+        computed_at=datetime.now(UTC),
+        min_seller_gain=0.1,
+        capacity={"v100": 4},
+        users={"alice": share},
+    )
+    placed = flat.model_copy(update={"members": {"alice": "lab/vision"}})
+
+    def text(shares: SharesRecord) -> str:
+        snapshot = _snapshot(shares, None, Tally())
+        snapshot = replace(snapshot, speedups={"alice": "-"})
+        console = Console(width=200, record=True, force_terminal=False)
+        console.print(users_table(snapshot))
+        return console.export_text()
+
+    assert "account" in text(placed) and "lab/vision" in text(placed)
+    assert "account" not in text(flat)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from rich.console import Console
@@ -142,3 +143,16 @@ def test_a_jobs_summary_shows_what_the_scheduler_charges_beside_what_was_measure
     assert "switches 1 suspends (1 in place), yield p50 0.400s" in joined
     assert "estimated yield 0.500s, cold start 30.00s (from 3 reports)" in joined
     assert "charged resume 30.50s from its checkpoint; move 30.50s" in joined
+
+
+def test_users_show_their_accounts_only_with_a_shares_file_that_places_someone() -> None:
+    pools = {"v100": PoolUsage("v100", fair=1.0, entitled=1.0, gpu_seconds=0.0, received=1.0)}
+    placed = [
+        UserSummary(user="alice", tickets=1, jobs=1, demand=1, pools=pools, account="lab/vision"),
+        UserSummary(user="eve", tickets=1, jobs=1, demand=1, pools=pools),
+    ]
+    with_tree = render(users_table(UsersView(users=placed, capacity={"v100": 4}), 120), 120)
+    assert "account" in with_tree and "lab/vision" in with_tree
+    flat = [replace(u, account="") for u in placed]
+    without = render(users_table(UsersView(users=flat, capacity={"v100": 4}), 120), 120)
+    assert "account" not in without

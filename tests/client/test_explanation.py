@@ -11,7 +11,7 @@ from gfair.events.reasons import FailureClass, RejectionCode
 from gfair.events.states import JobState, NodeState
 from gfair.state.job_record import JobRecord, Submission
 from gfair.state.node_record import NodeRecord
-from gfair.state.share_record import PoolShare, SharesRecord, UserShare
+from gfair.state.share_record import AccountShare, PoolShare, SharesRecord, UserShare
 from gfair.state.stride_record import (
     Phase,
     Residency,
@@ -183,3 +183,30 @@ def test_finished_jobs_say_how_they_ended() -> None:
     found = why(failed, shares=SHARES)
     assert found.headline == "alice/f failed (user_error): exit 1"
     assert "share" not in kinds(found)  # over: its share no longer matters
+
+
+def test_with_accounts_each_level_is_named_and_the_one_that_holds_the_user_back() -> None:
+    tree = SHARES.model_copy(
+        update={
+            "accounts": {
+                "research": AccountShare(tickets=3, fair=3.0, demand=9),
+                "research/vision": AccountShare(tickets=1, fair=2.5, demand=5),
+            },
+            "members": {"alice": "research/vision"},
+        }
+    )
+    job = record("wide", 2, JobState.PLACED, servers=("v100-0",), generation="v100")
+    found = [r.text for r in why(job, stride=stride(), shares=tree).reasons if r.kind == "account"]
+    assert found == [
+        "its account research/vision (1 tickets) holds 2.50 GPUs of ticket share; its users ask 5",
+        "its account research (3 tickets) holds 3.00 GPUs of ticket share; its users ask 9",
+        "held back at account research: it asks 9 GPUs, more than its 3.00 of ticket share",
+    ]
+    # A user within its share is held back by nothing, whatever its accounts ask.
+    content = tree.model_copy(
+        update={"users": {"alice": SHARES.users["alice"].model_copy(update={"demand": 2})}}
+    )
+    found = [r.text for r in why(job, stride=stride(), shares=content).reasons]
+    assert not any(r.startswith("held back") for r in found)
+    # Without a shares file, no account is named.
+    assert not [r for r in why(job, stride=stride(), shares=SHARES).reasons if r.kind == "account"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gfair_services import SERVICE_NAMES
@@ -59,3 +61,18 @@ def test_user_tickets_parse_from_pairs_or_json_and_name_the_bad_item() -> None:
         parse_user_tickets("a.b=1")
     settings = TenantSettings(user_tickets="alice=2", default_tickets=0.5)
     assert (settings.tickets_of("alice"), settings.tickets_of("zed")) == (2.0, 0.5)
+
+
+def test_a_shares_file_is_read_at_start_and_a_bad_one_refused(tmp_path: Path) -> None:
+    shares = tmp_path / "shares.toml"
+    shares.write_text('[accounts.lab]\n[users.alice]\naccount = "lab"\ntickets = 4\n')
+    settings = TenantSettings(user_tickets="alice=2,bob=3", shares_file=shares)
+    assert settings.shares is not None and settings.shares.account_of("alice") == "lab"
+    # The file's tickets for its users, the flat ones for the others.
+    assert (settings.tickets_of("alice"), settings.tickets_of("bob")) == (4.0, 3.0)
+    assert TenantSettings().shares is None
+    shares.write_text("[users.alice]\naccount = 'nowhere'\n")
+    with pytest.raises(ValueError, match=r"shares\.toml:1: users\.alice: account: unknown"):
+        TenantSettings(shares_file=shares)
+    with pytest.raises(ValueError, match="cannot read it"):
+        TenantSettings(shares_file=tmp_path / "missing.toml")

@@ -7,7 +7,8 @@ executors (it confirms every start and suspend at once), so what differs between
 only the drivers: the service's ledger, its snapshots, its bookkeeping of moves and residencies.
 The workload has three users with unequal tickets, 1- to 8-GPU gangs (an 8-GPU gang spans two
 servers), job types that run at different speeds on V100 and K80, arrivals while the cluster is
-backlogged and jobs that end.
+backlogged and jobs that end; it runs once with flat tickets and once with a shares file
+(accounts above the users: `SchedulerConfig.shares`, the services' `GFAIR_SHARES_FILE`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
 from gfair.core.cluster import Cluster, Server
 from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
+from gfair.core.shares_file import parse_shares
+from gfair.core.shares_tree import ShareTree
 from gfair.events.commands import NodeCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import JobAccepted, JobCompleted, JobStarted, JobSuspended
@@ -44,6 +47,18 @@ SERVERS = (
     Server("v100-1", "v100", 4),
 )
 TICKETS = {"ann": 1.0, "ben": 1.0, "cat": 2.0}
+# ann and ben in one account of 1 ticket, 1:2 within it; cat, not in the file, at the root with
+# its flat 2: 1/9, 2/9 and 2/3, where the same users' tickets without the account (1, 2, 2)
+# would give 20%, 40% and 40%.
+SHARES = """\
+[accounts.lab]
+tickets = 1
+[users.ann]
+account = "lab"
+[users.ben]
+account = "lab"
+tickets = 2
+"""
 RESNET = "ResNet-50 (batch size 64)"
 TRANSFORMER = "Transformer (batch size 64)"
 A3C = "A3C"
@@ -84,12 +99,12 @@ Runs = list[dict[str, frozenset[str]]]  # per quantum: server -> job keys
 Filled = list[frozenset[str]]  # per quantum: jobs started between ticks, before its decision
 
 
-def simulated() -> tuple[Runs, Filled]:
+def simulated(tree: ShareTree | None = None) -> tuple[Runs, Filled]:
     """The simulator's driver: the runs of every quantum, and what it backfilled before each
     (as the simulator calls `backfill` after every end and arrival)."""
     table = load_throughputs()
     # The service's quantum: the kernel weighs moves against it (gfair.core.switch_costs).
-    config = SchedulerConfig(trading=False, quantum_s=QUANTUM_S)
+    config = SchedulerConfig(trading=False, quantum_s=QUANTUM_S, shares=tree)
     scheduler = GandivaFair(Cluster.of(SERVERS), TICKETS, table, config)
     runs: Runs = []
     filled: Filled = []
@@ -125,12 +140,13 @@ class FakeClock:
 
 @asynccontextmanager
 async def service(
-    bus: InMemoryBus, tmp_path: Path, clock: FakeClock
+    bus: InMemoryBus, tmp_path: Path, clock: FakeClock, shares_file: Path | None
 ) -> AsyncIterator[SplitStrideService]:
     settings = Settings(
         quantum_s=QUANTUM_S,  # its own timer never fires: the test ticks
         checkpoint_root=tmp_path,
         user_tickets=",".join(f"{user}={n:g}" for user, n in TICKETS.items()),
+        shares_file=shares_file,
     )
     state = SplitStrideService(settings, clock)
     async with ServiceRuntime(state.service(), bus, settings=FAST):
@@ -203,7 +219,7 @@ async def admit(probe: Probe, state: SplitStrideService, arrival: Arrival) -> No
     await eventually(lambda: f"{arrival.user}.{arrival.job_id}" in state.ledger.jobs)
 
 
-async def live(tmp_path: Path) -> tuple[Runs, Filled]:
+async def live(tmp_path: Path, shares_file: Path | None = None) -> tuple[Runs, Filled]:
     """The services' driver: the runs split-stride announced for every quantum, and the jobs
     it started between ticks before each."""
     bus = InMemoryBus()
@@ -212,7 +228,7 @@ async def live(tmp_path: Path) -> tuple[Runs, Filled]:
     nodes = Nodes(probe)
     runs: Runs = []
     filled: Filled = []
-    async with service(bus, tmp_path, clock) as state:
+    async with service(bus, tmp_path, clock, shares_file) as state:
         # Jobs first, servers after: the first quantum decides from the whole first batch, as
         # the simulator's does (no job starts on idle GPUs before the servers are known).
         for arrival in ARRIVALS:
@@ -252,11 +268,21 @@ async def live(tmp_path: Path) -> tuple[Runs, Filled]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("accounts", [False, True], ids=["flat", "accounts"])
 async def test_the_simulator_and_the_services_decide_alike_quantum_by_quantum(
-    tmp_path: Path,
+    tmp_path: Path, accounts: bool
 ) -> None:
-    expected, expected_filled = simulated()
-    actual, actual_filled = await live(tmp_path)
+    shares_file = None
+    if accounts:
+        shares_file = tmp_path / "shares.toml"
+        shares_file.write_text(SHARES)
+        # The accounts change the decisions: the parity below is not a flat run's again.
+        flat = ShareTree(
+            members=dict.fromkeys(["ann", "ben"], ""), user_tickets={"ann": 1, "ben": 2}
+        )
+        assert simulated(parse_shares(SHARES))[0] != simulated(flat)[0]
+    expected, expected_filled = simulated(parse_shares(SHARES) if accounts else None)
+    actual, actual_filled = await live(tmp_path, shares_file)
     for quantum, (sim, svc) in enumerate(zip(expected, actual, strict=True)):
         assert actual_filled[quantum] == expected_filled[quantum], (
             f"before quantum {quantum}: services backfilled {actual_filled[quantum]}, "

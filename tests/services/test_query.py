@@ -27,7 +27,7 @@ from gfair.events.states import JobState, NodeState
 from gfair.state.buckets import JOBS, NODES, STRIDE
 from gfair.state.buckets import SHARES as SHARES_BUCKET
 from gfair.state.node_record import NodeFailureEntry, NodeRecord
-from gfair.state.share_record import SHARES_KEY, PoolShare, TradeRecord, UserShare
+from gfair.state.share_record import SHARES_KEY, AccountShare, PoolShare, TradeRecord, UserShare
 from gfair.state.stride_record import STATE_KEY
 from gfair_services.query.responder import QueryResponder, Unanswerable
 from gfair_services.query.scope import own_node, own_shares
@@ -170,6 +170,19 @@ def test_cuts_leave_other_users_out() -> None:
         }
     )  # fmt: skip
     assert [t.buyer for t in own_shares(shares, "alice").trades] == ["alice"]
+    tree = shares.model_copy(
+        update={
+            "accounts": {
+                "lab": AccountShare(tickets=1, fair=1),
+                "lab/vision": AccountShare(tickets=1, fair=1),
+                "prod": AccountShare(tickets=1, fair=1),
+            },
+            "members": {"alice": "lab/vision", "bob": "prod"},
+        }
+    )
+    own = own_shares(tree, "alice")
+    assert (set(own.accounts), own.members) == ({"lab", "lab/vision"}, {"alice": "lab/vision"})
+    assert own_shares(tree, "carol").accounts == {}
     node = NodeRecord(
         node_id="n1",
         state=NodeState.READY,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -14,15 +14,27 @@ from hypothesis import strategies as st
 
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runner import RunnerSettings
+from gfair.client import GfairClient
+from gfair.client.errors import ClientError
+from gfair.client.state_access import DirectAccess
+from gfair.core.shares_file import with_tickets
+from gfair.core.shares_tree import ShareTree
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.job_array import ArrayMembership
 from gfair.events.jobs import JobAccepted, JobCompleted
 from gfair.events.nodes import NodeFailed, NodeRecovered
-from gfair.events.scheduling import EntitlementsUpdated, ProfileUpdated, TradeCleared
+from gfair.events.scheduling import (
+    EntitlementsUpdated,
+    ProfileUpdated,
+    SharesChanged,
+    TradeCleared,
+)
 from gfair.state.buckets import SHARES
 from gfair.state.share_record import SHARES_KEY, SharesRecord
+from gfair_services.topology import cluster_topology
 from gfair_services.trading_auction import Settings, build_service
 from gfair_services.trading_auction.market import ActiveJob, Market, PoolNode
+from gfair_services.trading_auction.service import Auction
 
 from .scheduling_harness import ServiceHarness, eventually, registered
 
@@ -275,6 +287,95 @@ async def test_tickets_weigh_the_fair_shares(seed_file: Path) -> None:
         await bus.close()
 
 
+async def test_a_shares_file_divides_the_pools_down_its_accounts(
+    seed_file: Path, tmp_path: Path
+) -> None:
+    shares = tmp_path / "shares.toml"
+    shares.write_text(
+        "[accounts.team]\ntickets = 1\n"
+        '[users.a1]\naccount = "team"\n[users.a2]\naccount = "team"\ntickets = 3\n'
+    )
+    bus = InMemoryBus()
+    settings = Settings(
+        throughputs=seed_file, recompute_interval_s=0.03, shares_file=shares, trading=False
+    )
+    harness = Harness(bus, settings)
+    await harness.start()
+    try:
+        await harness.publish(registered("k80-0", "k80", gpus=8))
+        await harness.publish(*jobs("a1", "six-x", 8), *jobs("a2", "six-x", 8))
+        await harness.publish(*jobs("solo", "six-x", 8))
+        record = await harness.settle(lambda r: len(r.users) == 3)
+        # The root: team 1, solo (not in the file) 1 -> 4 and 4; the team: a1 1, a2 3 -> 1, 3.
+        assert by_user(record, "solo", "k80") == pytest.approx((4.0, 4.0))
+        assert by_user(record, "a1", "k80") == pytest.approx((1.0, 1.0))
+        assert by_user(record, "a2", "k80") == pytest.approx((3.0, 3.0))
+        assert record.users["a2"].tickets == 3.0
+        # The record carries the tree, for `gfair shares show`.
+        assert record.members == {"a1": "team", "a2": "team"}
+        assert record.accounts["team"].tickets == 1.0
+        assert record.accounts["team"].fair == pytest.approx(4.0)
+        assert record.accounts["team"].demand == 16.0  # a1's 8 and a2's 8
+    finally:
+        await harness.stop()
+        await bus.close()
+
+
+async def test_an_operators_change_is_in_force_at_once_and_over_restarts(
+    seed_file: Path, tmp_path: Path
+) -> None:
+    shares = tmp_path / "shares.toml"
+    shares.write_text('[accounts.team]\n[users.a1]\naccount = "team"\n')
+    bus = InMemoryBus()
+    settings = Settings(
+        throughputs=seed_file, recompute_interval_s=0.03, shares_file=shares, trading=False
+    )
+    harness = Harness(bus, settings)
+    await harness.start()
+    try:
+        await harness.publish(registered("k80-0", "k80", gpus=8))
+        await harness.publish(*jobs("a1", "six-x", 8), *jobs("solo", "six-x", 8))
+        record = await harness.settle(lambda r: len(r.users) == 2)
+        assert by_user(record, "a1", "k80")[0] == pytest.approx(4.0)
+        assert record.shares_changed_by is None and "[accounts.team]" in record.shares
+
+        operator = GfairClient(bus, access=DirectAccess(bus))
+        tree = with_tickets(await operator.shares_in_force(), "team", 3.0)
+        sent = await operator.change_shares(tree, operator="ops", reason="the team grows")
+        assert sent.changes == ("account team: tickets 1 -> 3",)
+        changed = await harness.settle(lambda r: r.shares_changed_by == "ops")
+        assert by_user(changed, "a1", "k80") == pytest.approx((6.0, 6.0))  # no restart
+        assert by_user(changed, "solo", "k80") == pytest.approx((2.0, 2.0))
+        assert changed.accounts["team"].tickets == 3.0
+        assert changed.revision == record.revision + 1
+
+        tenant = DirectAccess(bus)
+        tenant.tenant = "solo"
+        with pytest.raises(ClientError, match="operator's command"):
+            await GfairClient(bus, access=tenant).change_shares(ShareTree())
+
+        # Restarted with the same file, the auction keeps the operator's change.
+        await harness.stop()
+        await harness.start()
+        await harness.publish(*jobs("solo", "six-x", 1, start=8))
+        later = await harness.settle(lambda r: r.users["solo"].jobs == 9)
+        assert by_user(later, "a1", "k80") == pytest.approx((6.0, 6.0))
+        assert later.shares_changed_by == "ops"
+        # The audit trail: who changed what, and why, in the scheduler's stream.
+        trail = [
+            SharesChanged.model_validate(envelope.data)
+            async for message in bus.history("GFAIR_SCHED")
+            if (envelope := Envelope.model_validate_json(message.data)).type
+            == SharesChanged.EVENT_TYPE
+        ]
+        assert [(c.operator, c.reason, c.changes) for c in trail] == [
+            ("ops", "the team grows", ("account team: tickets 1 -> 3",))
+        ]
+    finally:
+        await harness.stop()
+        await bus.close()
+
+
 async def test_restart_rebuilds_from_the_bucket_and_announces_nothing_twice(
     harness: Harness,
 ) -> None:
@@ -319,3 +420,25 @@ def test_nobody_ends_below_its_no_trade_throughput(
         assert share.throughput_entitled >= share.throughput_fair - 1e-6
     for pool, gpus in allocation.capacity.items():
         assert sum(s.pools[pool].entitled for s in allocation.users.values()) <= gpus + 1e-6
+
+
+async def test_a_stale_or_unreadable_shares_change_changes_nothing() -> None:
+    market = Market({}, lambda user: 1.0)
+    auction = Auction(market)
+    bus = InMemoryBus()
+    await bus.ensure_topology(cluster_topology())
+    auction._kv = await bus.key_value(SHARES.name)
+    now = datetime(2026, 11, 26, tzinfo=UTC)
+
+    def change(text: str, at: datetime) -> tuple[Envelope, SharesChanged]:
+        data = SharesChanged(operator="ops", shares=text)
+        return Envelope.wrap(data, source="test", time=at), data
+
+    await auction.on_shares(*change("[accounts.a]\n[users.u]\naccount = 'a'\n", now))
+    assert market.tree is not None and set(market.tree.accounts) == {"a"}
+    assert auction.dirty
+    auction.dirty = False
+    await auction.on_shares(*change("[accounts.old]\n", now - timedelta(seconds=1)))
+    await auction.on_shares(*change("[accounts.bad/x]\n", now + timedelta(seconds=1)))
+    assert set(market.tree.accounts) == {"a"} and not auction.dirty
+    await auction.writes.settle()

@@ -150,7 +150,10 @@ def users_table(snapshot: Snapshot) -> Table:
         f"({received_over(snapshot)}), in GPUs",
         title_justify="left",
     )
+    members = snapshot.shares.members if snapshot.shares is not None else {}
     table.add_column("user")
+    if members:  # a shares file places users in accounts (`gfair shares show` sums them)
+        table.add_column("account")
     table.add_column("tickets", justify="right")
     table.add_column("V100 speedup", justify="right")
     table.add_column("run/wait/done", justify="center")
@@ -168,6 +171,7 @@ def users_table(snapshot: Snapshot) -> Table:
         running, waiting, done = job_counts(snapshot.jobs, user)
         row = [
             user,
+            *([members.get(user, "-")] if members else []),
             f"{share.tickets:g}" if share else "-",
             snapshot.speedups.get(user, "?"),
             f"{running}/{waiting}/{done}",

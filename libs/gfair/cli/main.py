@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "jobs": ("jobs", "list jobs"),
     "job": ("jobs", "show one job"),
     "users": ("users", "users' shares: entitled vs received"),
+    "shares": ("shares", "accounts in a tree: tickets, entitled and received share"),
     "history": ("history", "jobs with their wait, run time and GPU-hours (sacct)"),
     "usage": ("usage", "GPU-hours per user over windows, and decayed (sshare)"),
     "nodes": ("nodes", "list nodes, or uncordon one"),

@@ -193,6 +193,7 @@ def users_json(view: UsersView) -> dict[str, Any]:
         "users": [
             {
                 "user": u.user,
+                "account": u.account,
                 "tickets": u.tickets,
                 "jobs": u.jobs,
                 "demand": u.demand,
@@ -260,10 +261,14 @@ def _held_for(record: JobRecord) -> str:
 def users_table(view: UsersView, width: int = 80) -> Table:
     pools = list(view.capacity) or sorted({p for u in view.users for p in u.pools})
     capacity = ", ".join(f"{p} {view.capacity.get(p, 0)}" for p in pools)
+    # Accounts show only with a shares file that places someone: a flat cluster's table is as
+    # it always was.
+    accounts = any(u.account for u in view.users)
     rows = []
     for u in view.users:
         cells = [
             u.user,
+            *([u.account or "-"] if accounts else []),
             f"{u.tickets:g}" if u.tickets is not None else "-",
             str(u.jobs),
             str(u.demand),
@@ -282,6 +287,7 @@ def users_table(view: UsersView, width: int = 80) -> Table:
         f"GPUs: {capacity or 'none'})",
         [
             Column("user"),
+            *([Column("account")] if accounts else []),
             Column("tickets", "right"),
             Column("jobs", "right"),
             Column("demand", "right", optional=True),

@@ -5,6 +5,10 @@
 
 Without `--trace` it replays the Philly trace packaged with gfair (`gfair.data.PHILLY_TRACE`).
 
+With `--shares FILE` (docs/configuration.md, "Shares file") gandiva-fair divides the GPUs down
+the file's accounts, the trace's user column naming the file's users; the per-account table
+and the largest share error at each level of the tree are printed too.
+
 Prints a per-user table and the summary at the end; `--report` writes the full JSON report
 (`schemas/report.schema.json`), `--timeline` one JSON line per quantum per busy server, `--plot`
 each user's share over time against its entitlement.
@@ -30,6 +34,7 @@ from gfair.cli.switch_cost_options import add_switch_cost_options, switch_costs
 from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.data import PHILLY_TRACE
 from gfair.gavel import load_throughputs
+from gfair.shares import read_shares
 from gfair.sim.replay import POLICY_NAMES, ReplayOptions, replay
 from gfair.sim.report import Report
 from gfair.sim.simulator import PlanError, SimulationStalled
@@ -70,6 +75,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="USER=N",
         help="tickets per user (override the trace's; others get 1)",
     )
+    parser.add_argument(
+        "--shares",
+        type=Path,
+        metavar="FILE",
+        help="shares file (TOML): accounts in a tree above the trace's users",
+    )
     parser.add_argument("--no-trading", action="store_true", help="gandiva-fair without trading")
     parser.add_argument("--report", type=Path, help="write the JSON report here")
     parser.add_argument("--timeline", type=Path, help="write per-quantum JSON lines here")
@@ -103,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         _check_outputs({"--report": args.report, "--timeline": args.timeline, "--plot": args.plot})
         tickets = _parse_tickets(args.tickets)
+        tree = read_shares(args.shares) if args.shares is not None else None
         cluster = parse_cluster_spec(args.cluster)
         trace = read_trace(args.trace)
         if args.jobs is not None:
@@ -113,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
             quantum_s=args.quantum,
             trading=not args.no_trading,
             tickets=tickets,
+            shares=tree,
             until_s=args.until,
             costs=switch_costs(args),
             seed=args.seed,
@@ -254,6 +267,8 @@ def _print_summary(console: Console, report: Report) -> None:
             _duration(user.avg_jct_s),
         )
     console.print(table)
+    if report.accounts:
+        _print_accounts(console, report)
     s, t = report.summary, report.timing
     summary = Table.grid(padding=(0, 2))
     summary.add_column(justify="right", style="bold")
@@ -291,6 +306,24 @@ def _print_summary(console: Console, report: Report) -> None:
     for name, value in rows:
         summary.add_row(name, value)
     console.print(summary, highlight=False)
+
+
+def _print_accounts(console: Console, report: Report) -> None:
+    table = Table(title="accounts")
+    for column in ("account", "tickets", "entitled", "received"):
+        table.add_column(column, justify="left" if column == "account" else "right")
+    for path, account in report.accounts.items():
+        table.add_row(
+            "  " * (account.level - 1) + path.rpartition("/")[2],
+            f"{account.tickets:g}",
+            f"{account.entitled_share:.1%}",
+            f"{account.received_share:.1%}",
+        )
+    console.print(table)
+    errors = "  ".join(
+        f"level {level} {error:.3f}" for level, error in report.share_error_by_level.items()
+    )
+    console.print(f"largest share error per level: {errors}", highlight=False)
 
 
 def _duration(seconds: float | None) -> str:

@@ -40,6 +40,7 @@ from gfair.cluster_logins import LOGINS_FILE
 from gfair.embedded_cluster import ClusterError, ClusterOptions, EmbeddedCluster
 from gfair.node.job_cgroup import AUTO, CgroupError, locate
 from gfair.node.job_limits import JobLimits, LimitError, check_host, parse_size
+from gfair.shares import read_shares
 from gfair.tenancy import TenantsError
 from gfair_services.tenants import parse_user_tickets
 
@@ -69,6 +70,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=[],
         metavar="USER=TICKETS",
         help="users' tickets, e.g. alice=2 bob=1 (others: 1)",
+    )
+    parser.add_argument(
+        "--shares",
+        type=Path,
+        metavar="FILE",
+        help="shares file (TOML): accounts in a tree above the users (docs/configuration.md)",
     )
     parser.add_argument(
         "--set",
@@ -176,6 +183,7 @@ def _run(args: argparse.Namespace) -> int:
             nats_url=args.nats,
             span_file=args.span_file,
             user_tickets=parse_user_tickets(",".join(args.tickets)),
+            shares_file=args.shares,
             log_level=args.log_level.upper(),
             env=(env := _env(args.settings)) | _job_limits(args, env),
             preferred_port=_default_port(),
@@ -183,6 +191,8 @@ def _run(args: argparse.Namespace) -> int:
             auth=args.auth,
         )
         servers = options.servers()  # the spec is checked before anything starts
+        if args.shares is not None:
+            read_shares(args.shares)  # and the shares file: every service would refuse it
     except ValueError as error:
         print(f"gfair up: {error}", file=sys.stderr)
         return 2

@@ -6,9 +6,11 @@ Per user: jobs (running), GPU-hours since the records began per GPU generation, 
 each window ending now, and usage decayed with a half-life (GPU-hours a half-life ago count
 half), with its share of every user's decayed usage. Read from the job records, whose GPU time
 is kept per job, not per time slice (`gfair.state.usage` says how it is placed in time).
-`--half-life` defaults to ``$GFAIR_USAGE_HALF_LIFE``, else 7d. `--json` prints a list of
-``{"user", "jobs", "running", "gpu_hours": {GEN: H}, "windows": {WINDOW: H},
-"decayed_gpu_hours", "decayed_share"}``.
+`--half-life` defaults to ``$GFAIR_USAGE_HALF_LIFE``, else 7d. With a shares file in force
+that places users in accounts (docs/design.md §1.1), the table is the tree, as `sshare` shows
+it: each account's line (its users' sums) above its sub-accounts and users. `--json` prints a
+list of ``{"user", "account", "jobs", "running", "gpu_hours": {GEN: H}, "windows": {WINDOW: H},
+"decayed_gpu_hours", "decayed_share"}`` (``account``: ``""`` at the root).
 """
 
 from __future__ import annotations
@@ -75,16 +77,65 @@ async def _usage(client: GfairClient, args: argparse.Namespace) -> int:
     spans, half_life_s = args.spans, args.half_life_s
     records = [r for r in await client.jobs() if not args.user or r.user in args.user]
     lines = usage(records, datetime.now(UTC), windows_s=spans, half_life_s=half_life_s)
+    shares = await client.shares()
+    members = dict(shares.members) if shares is not None else {}
+    accounts = set(shares.accounts) if shares is not None else set()
     if args.json:
-        output.print_json([usage_json(line) for line in lines])
+        output.print_json([usage_json(line, members.get(line.user, "")) for line in lines])
     else:
-        output.console().print(usage_table(lines, spans, half_life_s))
+        rows = tree_rows(lines, members, accounts)
+        output.console().print(usage_table(rows, spans, half_life_s))
     return session.EXIT_OK
 
 
-def usage_json(line: UserUsage) -> dict[str, Any]:
+def tree_rows(
+    lines: list[UserUsage], members: dict[str, str], accounts: set[str]
+) -> list[tuple[str, UserUsage]]:
+    """(label, line) per table row: without accounts the users as they are; with them, depth
+    first, each account (its users' sums, labelled ``path/``) before its sub-accounts and
+    users, users indented by their depth; the root's users last."""
+    if not accounts:
+        return [(line.user, line) for line in lines]
+    placed: dict[str, list[UserUsage]] = {}
+    sums: dict[str, UserUsage] = {path: UserUsage(user=f"{path}/") for path in accounts}
+    for line in lines:
+        account = members.get(line.user, "")
+        account = account if account in accounts else ""
+        placed.setdefault(account, []).append(line)
+        path = account
+        while path:
+            _add(sums[path], line)
+            path = path.rpartition("/")[0]
+    children: dict[str, list[str]] = {}
+    for path in sorted(accounts):
+        children.setdefault(path.rpartition("/")[0], []).append(path)
+    rows: list[tuple[str, UserUsage]] = []
+
+    def visit(account: str, depth: int) -> None:
+        for path in children.get(account, []):
+            rows.append(("  " * depth + path.rpartition("/")[2] + "/", sums[path]))
+            visit(path, depth + 1)
+        rows.extend(("  " * depth + line.user, line) for line in placed.get(account, []))
+
+    visit("", 0)
+    return rows
+
+
+def _add(total: UserUsage, line: UserUsage) -> None:
+    total.jobs += line.jobs
+    total.running += line.running
+    for generation, hours in line.gpu_hours.items():
+        total.gpu_hours[generation] = total.gpu_hours.get(generation, 0.0) + hours
+    for window, hours in line.windows.items():
+        total.windows[window] = total.windows.get(window, 0.0) + hours
+    total.decayed_gpu_hours += line.decayed_gpu_hours
+    total.decayed_share += line.decayed_share
+
+
+def usage_json(line: UserUsage, account: str = "") -> dict[str, Any]:
     return {
         "user": line.user,
+        "account": account,
         "jobs": line.jobs,
         "running": line.running,
         "gpu_hours": dict(sorted(line.gpu_hours.items())),
@@ -94,8 +145,8 @@ def usage_json(line: UserUsage) -> dict[str, Any]:
     }
 
 
-def usage_table(lines: list[UserUsage], spans: list[float], half_life_s: float) -> Table:
-    pools = sorted({g for line in lines for g in line.gpu_hours})
+def usage_table(rows: list[tuple[str, UserUsage]], spans: list[float], half_life_s: float) -> Table:
+    pools = sorted({g for _, line in rows for g in line.gpu_hours})
     table = Table(
         title="GPU-hours per user",
         caption=f"decayed: half-life {format_duration(half_life_s)}; "
@@ -109,9 +160,9 @@ def usage_table(lines: list[UserUsage], spans: list[float], half_life_s: float) 
         table.add_column(f"last {format_duration(span)}", justify="right")
     table.add_column("decayed", justify="right")
     table.add_column("share", justify="right")
-    for line in lines:
+    for label, line in rows:
         table.add_row(
-            line.user,
+            label,
             f"{line.jobs} ({line.running})",
             *(f"{line.gpu_hours.get(p, 0.0):.2f}" for p in pools),
             *(f"{line.windows[s]:.2f}" for s in spans),

@@ -1,10 +1,12 @@
 """`gfair users`: each user's tickets, fair share, entitlement and received GPU time per pool.
 
 Entitlements come from the trading auction (`gfair_shares`), received GPU time from
-split-stride's usage (`gfair_stride`). `--json` prints ``{"revision", "computed_at",
-"usage_since", "as_of", "capacity", "users": [{"user", "tickets", "jobs", "demand", "entitled",
-"received", "throughput_fair", "throughput_entitled", "gain", "pools": {POOL: {"fair",
-"entitled", "gpu_seconds", "received"}}}], "trades": [...]}``.
+split-stride's usage (`gfair_stride`). With a shares file, each user's account (its path; a
+user the file does not name is at the root, "-"); `gfair shares show` sums them per account.
+`--json` prints ``{"revision", "computed_at", "usage_since", "as_of", "capacity", "users":
+[{"user", "account", "tickets", "jobs", "demand", "entitled", "received", "throughput_fair",
+"throughput_entitled", "gain", "pools": {POOL: {"fair", "entitled", "gpu_seconds",
+"received"}}}], "trades": [...]}`` (``account``: ``""`` at the root).
 """
 
 from __future__ import annotations

@@ -45,11 +45,14 @@ from gfair.client.views import (
     UserSummary,
     UsersView,
 )
+from gfair.core.shares_file import SharesFileError, changes, parse_shares, render_shares
+from gfair.core.shares_tree import ShareTree
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.errors import describe_validation_error
 from gfair.events.job_array import ArrayMembership
 from gfair.events.jobs import JobAccepted, JobEvent, JobHeld, JobPlaced, JobRejected
 from gfair.events.nodes import NodeUncordoned
+from gfair.events.scheduling import SharesChanged
 from gfair.events.states import JobState
 from gfair.events.submission import JobCancelRequested, JobSubmitted, new_job_id
 from gfair.state.job_record import JobRecord
@@ -318,6 +321,47 @@ class GfairClient:
         envelope, _ = await self._publish(data)
         return envelope
 
+    async def change_shares(
+        self,
+        tree: ShareTree,
+        *,
+        operator: str | None = None,
+        reason: str | None = None,
+    ) -> SharesChanged:
+        """Put `tree` in force (docs/design.md §1.1): the trading auction takes it for its next
+        allocation, no restart; the event, with what changed, is the audit trail."""
+        if self._access.tenant is not None:
+            raise ClientError(
+                f"changing the shares is an operator's command; {self._access.tenant!r} is a "
+                "tenant's login (log in as operator)"
+            )
+        record = await self.shares()
+        try:
+            before = parse_shares(record.shares if record is not None else "", "shares in force")
+        except SharesFileError:
+            before = ShareTree()  # written by another version: every line reads as new
+        try:
+            data = SharesChanged(
+                operator=operator or _operator(),
+                reason=reason,
+                shares=render_shares(tree),
+                changes=tuple(changes(before, tree)),
+            )
+        except ValidationError as exc:
+            raise InvalidRequest(describe_validation_error(exc, root="")) from None
+        await self._publish(data)
+        return data
+
+    async def shares_in_force(self) -> ShareTree:
+        """The shares tree the trading auction allocates with (empty: flat tickets)."""
+        record = await self.shares()
+        if record is None:
+            raise ClientError(
+                "no allocation yet: the trading auction has not published the shares in force "
+                "(`gfair shares apply FILE` puts a whole file in force)"
+            )
+        return parse_shares(record.shares, "shares in force")
+
     async def _publish(self, data: EventData) -> tuple[Envelope, PubAck]:
         envelope = Envelope.wrap(data, source=self._publisher.source)
         try:
@@ -396,6 +440,7 @@ class GfairClient:
                     },
                     throughput_fair=share.throughput_fair if share is not None else 0.0,
                     throughput_entitled=share.throughput_entitled if share is not None else 0.0,
+                    account=shares.members.get(name, "") if shares is not None else "",
                 )
             )
         return UsersView(

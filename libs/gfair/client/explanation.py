@@ -4,7 +4,8 @@ Each service records the reasons of its own decisions; this only puts them side 
 placement's record (admission, the placements the scheduler announced), split-stride's (the
 kernel's account of its user per pool, its pass among its user's jobs, the GPUs the jobs on its
 last servers hold, a retry's back-off), the
-trading auction's (its user's share against what its jobs ask) and the failure detector's
+trading auction's (its user's share against what its jobs ask, and with a shares file each
+account above it and the level that holds it back) and the failure detector's
 (the health of the servers it is placed on). A job held for its dependencies (`after_ok`) is
 explained by their states; a job array's member beyond the array's limit by the members that
 run.
@@ -20,7 +21,7 @@ from gfair.client.views import JobDetails
 from gfair.events.states import JobState, NodeState
 from gfair.state.buckets import job_key
 from gfair.state.node_record import NodeRecord
-from gfair.state.share_record import SharesRecord
+from gfair.state.share_record import SharesRecord, UserShare
 from gfair.state.stride_record import StrideJob, StrideRecord
 
 # Decisions of the job's record repeated at the end of an explanation, newest last.
@@ -29,7 +30,7 @@ RECENT_DECISIONS = 5
 
 @dataclass(frozen=True)
 class Reason:
-    kind: str  # state, pending, backoff, stride, gang, share, node, history
+    kind: str  # state, pending, backoff, stride, gang, share, account, node, history
     text: str
 
 
@@ -264,4 +265,38 @@ def _share(user: str, shares: SharesRecord | None) -> list[Reason]:
     )
     if share.demand > entitled + 1e-9:
         text += ": its jobs take turns within its share"
-    return [Reason("share", text)]
+    return [Reason("share", text), *_levels(user, share, shares)]
+
+
+def _levels(user: str, share: UserShare, shares: SharesRecord) -> list[Reason]:
+    """With a shares file: every account above the user, nearest first, with its ticket share
+    and what its users ask; and, when the user asks more than its own ticket share, the level
+    that holds it back: the one nearest the root whose subtree asks more than its ticket share
+    (docs/design.md §1.1: a user held back by the water-fill has every account above it over its
+    share too, and the division is top-down, so the highest such level gives way first)."""
+    fair = sum(p.fair for p in share.pools.values())
+    chain = [(f"user {user}", fair, float(share.demand))]
+    reasons: list[Reason] = []
+    path = shares.members.get(user, "")
+    while path and path in shares.accounts:
+        account = shares.accounts[path]
+        reasons.append(
+            Reason(
+                "account",
+                f"its account {path} ({account.tickets:g} tickets) holds {account.fair:.2f} "
+                f"GPUs of ticket share; its users ask {account.demand:g}",
+            )
+        )
+        chain.append((f"account {path}", account.fair, account.demand))
+        path = path.rpartition("/")[0]
+    over = [(name, held, asked) for name, held, asked in chain if asked > held + 1e-9]
+    if reasons and over and over[0][0] == chain[0][0]:
+        name, held, asked = over[-1]
+        reasons.append(
+            Reason(
+                "account",
+                f"held back at {name}: it asks {asked:g} GPUs, more than its {held:.2f} of "
+                "ticket share",
+            )
+        )
+    return reasons

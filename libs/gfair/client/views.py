@@ -90,6 +90,7 @@ class UserSummary:
     pools: dict[str, PoolUsage]
     throughput_fair: float = 0.0
     throughput_entitled: float = 0.0
+    account: str = ""  # its account's path in the shares file ("": the root)
 
     @property
     def entitled(self) -> float:

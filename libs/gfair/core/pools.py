@@ -4,8 +4,9 @@ Without trading each active user is entitled to its ticket share of every pool, 
 demand: the cluster's GPUs are water-filled among the active users by tickets, capped by each
 user's demand (the GPUs its active jobs ask), and a user's result is then taken as the same
 fraction of every pool. A user asking less than its share thus holds that little of each pool,
-and what it leaves goes to the others in proportion to their tickets. Trading (`trading.py`)
-later moves share between pools.
+and what it leaves goes to the others in proportion to their tickets. With a `ShareTree` the
+water-fill is the tree's, down its accounts (`shares_tree`); without one, or with one without
+accounts, it is the flat one. Trading (`trading.py`) later moves share between pools.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gfair.core.cluster import Cluster, Server
+from gfair.core.shares_tree import ShareTree
 from gfair.core.tickets import water_fill
 from gfair.core.trading import Trade, trade
 
@@ -39,12 +41,16 @@ def entitlements(
     pool_gpus: Mapping[str, float],
     tickets: Mapping[str, float],
     demand: Mapping[str, float],
+    tree: ShareTree | None = None,
 ) -> dict[str, dict[str, float]]:
     """User -> pool -> GPUs of share, for the users with demand (see module doc)."""
     total = float(sum(pool_gpus.values()))
     if total <= 0:
         return {user: dict.fromkeys(pool_gpus, 0.0) for user in demand}
-    shares = water_fill(total, tickets, demand)
+    if tree is None:
+        shares = water_fill(total, tickets, demand)
+    else:
+        shares = tree.water_fill(total, tickets, demand)
     return {
         user: {pool: share * gpus / total for pool, gpus in pool_gpus.items()}
         for user, share in shares.items()
@@ -64,11 +70,12 @@ def shares(
     speeds: Mapping[str, Mapping[str, float]] | None = None,
     *,
     min_seller_gain: float = 0.10,
+    tree: ShareTree | None = None,
 ) -> Shares:
     """Entitlements (module doc), then, with `speeds` given, the trades among the users
     (`trading.trade`, demand-capped): the one derivation of per-pool shares every driver uses.
-    `pool_gpus` lists the pools slowest first."""
-    held = entitlements(pool_gpus, tickets, demand)
+    `pool_gpus` lists the pools slowest first; `tree`, the accounts (`entitlements`)."""
+    held = entitlements(pool_gpus, tickets, demand, tree)
     if speeds is None or len(pool_gpus) < 2 or len(held) < 2:
         return Shares(held, ())
     result = trade(held, speeds, tuple(pool_gpus), min_seller_gain=min_seller_gain, demands=demand)

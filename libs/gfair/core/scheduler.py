@@ -6,7 +6,8 @@ each quantum into `kernel.decide` on that snapshot, then `kernel.settle`:
 - `submit` admits a job, or rejects it with the reason of the admission filter that refused
   every pool (`placement.filter_pools`: its type fits no generation, or its gang is larger than
   every generation). An admitted job is not tied to a pool; the kernel places it each quantum.
-- Entitlements: the cluster's GPUs are water-filled among active users by tickets and demand and
+- Entitlements: the cluster's GPUs are water-filled among active users by tickets and demand
+  (down the accounts of `SchedulerConfig.shares`, when given) and
   held as the same fraction of every pool (`pools.entitlements`); with trading on, users then
   trade share between pools (`trading.trade`) using their estimated speeds. Both are recomputed
   when the set of active jobs or a user's speeds change.
@@ -38,6 +39,7 @@ from gfair.core.kernel import (
 )
 from gfair.core.placement import PoolView, filter_pools, rejection_reason
 from gfair.core.pools import Pool, pools_of, shares
+from gfair.core.shares_tree import ShareTree
 from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.tickets import check_tickets
@@ -88,6 +90,7 @@ class SchedulerConfig:
     min_seller_gain: float = 0.10
     throughput_alpha: float = 0.3
     quantum_s: float = 60.0  # what the kernel weighs a move's cost against
+    shares: ShareTree | None = None  # accounts above the users; None: flat tickets
 
     def __post_init__(self) -> None:
         if self.min_seller_gain < 0:
@@ -328,7 +331,8 @@ class GandivaFair:
         return MappingProxyType(self._states[job_id].speeds)
 
     def user_tickets(self, user: str) -> float:
-        return self._tickets.get(user, self._default_tickets)
+        flat = self._tickets.get(user, self._default_tickets)
+        return flat if self.config.shares is None else self.config.shares.tickets_of(user, flat)
 
     def credit(self, user: str) -> Mapping[str, float]:
         return MappingProxyType(dict(self._users[user].state.credit))
@@ -368,6 +372,7 @@ class GandivaFair:
             {u: self._demand(self._users[u]) for u in names},
             {u: self._user_speeds(u, generations) for u in names} if self.config.trading else None,
             min_seller_gain=self.config.min_seller_gain,
+            tree=self.config.shares,
         )
         self._trades = result.trades
         accounts.entitle([self._users[name].state for name in names], result.entitled, self.pools)

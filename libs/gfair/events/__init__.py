@@ -60,6 +60,7 @@ from gfair.events.scheduling import (
     QuantumTicked,
     SchedEvent,
     ScheduleDecided,
+    SharesChanged,
     SwitchCostsUpdated,
     TradeCleared,
 )
@@ -115,6 +116,7 @@ __all__ = [
     "ResumeCommand",
     "SchedEvent",
     "ScheduleDecided",
+    "SharesChanged",
     "StartCommand",
     "SuspendCommand",
     "SuspendReason",

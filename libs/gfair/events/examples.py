@@ -56,6 +56,7 @@ from gfair.events.scheduling import (
     ProfileUpdated,
     QuantumTicked,
     ScheduleDecided,
+    SharesChanged,
     SwitchCostsUpdated,
     TradeCleared,
 )
@@ -273,6 +274,13 @@ _EXAMPLES: tuple[EventData, ...] = (
             "alice": {"k80": 2.0, "v100": 6.0},
             "bob": {"k80": 6.0, "v100": 2.0},
         },
+    ),
+    SharesChanged(
+        operator="ops-oncall",
+        reason="the vision team grows",
+        shares='[accounts.research]\ntickets = 3.0\n[accounts."research/vision"]\n'
+        'tickets = 2.0\n[users.alice]\naccount = "research/vision"\ntickets = 1.0\n',
+        changes=("account research/vision: tickets 1 -> 2",),
     ),
     TradeCleared(
         buyer="alice",

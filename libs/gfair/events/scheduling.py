@@ -17,6 +17,7 @@ from gfair.events.fields import (
     PositiveSeconds,
     Rate,
     Ratio,
+    Reason,
     Seconds,
     Share,
     UserName,
@@ -180,3 +181,26 @@ class TradeCleared(SchedEvent):
                 f"{self.bids[self.seller]} and the buyer's bid {self.bids[self.buyer]}"
             )
         return self
+
+
+# A shares file of thousands of accounts and users fits; the broker's message limit is 1 MiB.
+MAX_SHARES_CHARS = 512 * 1024
+
+
+@register
+class SharesChanged(SchedEvent):
+    """An operator put a new shares file in force (docs/design.md §1.1): the whole file, and
+    what changed from the one before. The trading auction takes it for its next allocation and
+    keeps it over restarts; the event is the audit trail of who changed what."""
+
+    EVENT_TYPE = "gfair.shares.changed.v1"
+    SCHED_EVENT = "shares"
+
+    operator: Name
+    reason: Reason | None = None
+    shares: str = Field(
+        max_length=MAX_SHARES_CHARS, description="The shares file (TOML) now in force"
+    )
+    changes: tuple[Name, ...] = Field(
+        default=(), description="What differs from the file in force before, one line each"
+    )

@@ -7,6 +7,10 @@ in proportion to their tickets). This is the no-trading entitlement of docs/desi
 the common yardstick for every policy. Received GPU time counts the GPUs a job requested for as
 long as it held them (switching overhead included: the GPUs are held, if not yet productive).
 
+With a `ShareTree` the entitlement is the tree's water-fill instead (down its accounts,
+`gfair.core.shares_tree`), and each account with an active user below it is booked too: its
+entitlement (the GPUs of its subtree) and what its users received, over its active time.
+
 Integrals are kept exactly (piecewise-constant between events); `ShareSeries` additionally
 buckets them over time for plots and windowed measurements.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gfair.core.shares_tree import ShareTree
 from gfair.core.tickets import water_fill
 
 
@@ -31,6 +36,16 @@ class UserAccount:
     entitled_gpu_s: float = 0.0
     gpu_s: float = 0.0
     work_gpu_s: float = 0.0
+
+
+@dataclass(slots=True)
+class AccountTotals:
+    """Totals for one account of a `ShareTree`, its subtree's users together."""
+
+    tickets: float
+    active_s: float = 0.0
+    entitled_gpu_s: float = 0.0
+    gpu_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,12 +155,19 @@ class Ledger:
         tickets: Mapping[str, float],
         default_tickets: float,
         series: ShareSeries | None = None,
+        tree: ShareTree | None = None,
     ) -> None:
         self.capacity = capacity
         self.tickets = dict(tickets)
         self.default_tickets = default_tickets
         self.series = series
+        self.tree = tree
         self.accounts: dict[str, UserAccount] = {}
+        # The tree's accounts, booked as users are (module doc); empty without a tree.
+        self.tree_accounts: dict[str, AccountTotals] = (
+            {path: AccountTotals(t) for path, t in tree.accounts.items()} if tree else {}
+        )
+        self._account_entitled: dict[str, float] = {}
         self.busy_gpu_s = 0.0
         self._entitled: dict[str, float] = {}
         self._since = 0.0
@@ -154,6 +176,8 @@ class Ledger:
         account = self.accounts.get(user)
         if account is None:
             tickets = self.tickets.get(user, self.default_tickets)
+            if self.tree is not None:
+                tickets = self.tree.tickets_of(user, tickets)
             account = self.accounts[user] = UserAccount(tickets=tickets)
         return account
 
@@ -173,6 +197,9 @@ class Ledger:
         account.gpu_s += gpus * held
         account.work_gpu_s += gpus * work
         self.busy_gpu_s += gpus * held
+        if self.tree is not None:
+            for path in self.tree.ancestors(self.tree.account_of(user)):
+                self.tree_accounts[path].gpu_s += gpus * held
         if self.series is not None:
             self.series.add(self.series.gpu_s, user, begin, end, gpus)
             self.series.add(self.series.work_gpu_s, user, begin, end, gpus * work / held)
@@ -192,7 +219,11 @@ class Ledger:
             if each.active_jobs > 0
         }
         tickets = {name: self.accounts[name].tickets for name in demand}
-        self._entitled = water_fill(float(self.capacity), tickets, demand)
+        if self.tree is None:
+            self._entitled = water_fill(float(self.capacity), tickets, demand)
+        else:
+            fill = self.tree.fill(float(self.capacity), tickets, demand)
+            self._entitled, self._account_entitled = fill.users, fill.accounts
 
     def _integrate(self, now: float) -> None:
         elapsed = now - self._since
@@ -203,4 +234,8 @@ class Ledger:
                 account.entitled_gpu_s += gpus * elapsed
                 if self.series is not None:
                     self.series.add(self.series.entitled_gpu_s, user, self._since, now, gpus)
+            for path, gpus in self._account_entitled.items():
+                totals = self.tree_accounts[path]
+                totals.active_s += elapsed
+                totals.entitled_gpu_s += gpus * elapsed
         self._since = max(self._since, now)

@@ -1,5 +1,9 @@
 """One replay, end to end: pick the policy by name, run the simulator, build the report.
 
+With a shares file (`ReplayOptions.shares`) the `gandiva-fair` policy and the ledger (the
+report's yardstick) divide the GPUs down its accounts; the other policies know only its users'
+tickets (flat, as the trace's), not its accounts.
+
 With the `gandiva-fair` policy and trading on, the same replay also runs without trading to
 compute the report's ``trading_gain``, unless the run made no trade at all (then both runs are
 the same run and the gain is 0.0 without paying for a second one).
@@ -13,6 +17,7 @@ from typing import Final
 
 from gfair.core.cluster import Cluster
 from gfair.core.scheduler import SchedulerConfig
+from gfair.core.shares_tree import ShareTree
 from gfair.core.switch_costs import SwitchCosts
 from gfair.core.throughput import ThroughputTable
 from gfair.sim.gandiva_fair import GandivaFairPolicy
@@ -45,6 +50,7 @@ class ReplayOptions:
     rate_noise: float = 0.0
     series_bucket_s: float | None = None
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    shares: ShareTree | None = None  # accounts above the trace's users (`--shares`)
 
 
 @dataclass(frozen=True)
@@ -57,9 +63,16 @@ class Replay:
         return self.result.ledger.series
 
 
+def share_tree(options: ReplayOptions) -> ShareTree | None:
+    return options.shares if options.shares is not None else options.scheduler.shares
+
+
 def user_tickets(trace: Trace, options: ReplayOptions) -> dict[str, float]:
     tickets = dict(trace.tickets)
     tickets.update(options.tickets)
+    tree = share_tree(options)
+    if tree is not None:  # a user the file names has the file's tickets
+        tickets.update(tree.user_tickets)
     for user, value in tickets.items():
         if not value > 0:
             raise ValueError(f"user {user}: tickets must be > 0, got {value:g}")
@@ -76,7 +89,12 @@ def build_policy(
 ) -> Policy:
     tickets = user_tickets(trace, options)
     if name == GANDIVA_FAIR:
-        config = replace(options.scheduler, trading=options.trading, quantum_s=options.quantum_s)
+        config = replace(
+            options.scheduler,
+            trading=options.trading,
+            quantum_s=options.quantum_s,
+            shares=share_tree(options),
+        )
         return GandivaFairPolicy(
             cluster, tickets, throughput, config, options.default_tickets, options.costs
         )
@@ -129,6 +147,7 @@ def _run(
         until_s=options.until_s,
         tickets=user_tickets(trace, options),
         default_tickets=options.default_tickets,
+        shares=share_tree(options),
         series_bucket_s=options.series_bucket_s,
         rate_noise=options.rate_noise,
         seed=options.seed,

@@ -12,6 +12,12 @@ Definitions (all times in virtual seconds, shares as fractions 0..1 of the clust
 - ``jain_index``: Jain's fairness index over the users' received/entitled ratios (1 = every
   user got exactly its entitlement; users never active are left out).
 - ``max_share_error``: the largest |received - entitled| over users, in share (0..1).
+- With a shares file (`gfair.core.shares_tree`): each user's ``account`` (``""``: the root),
+  and ``accounts``, each account's ``entitled_share`` and ``received_share`` over its active
+  time (while a user below it is active): the GPUs of its subtree's water-fill, and those its
+  users held. ``share_error_by_level``: level (1 for the root's children, top-level accounts
+  and the users at the root, 2 below them, ...) -> the largest |received - entitled| over the
+  accounts and users at that level. Both are empty without a shares file.
 - ``utilization``: GPU-seconds held by jobs / (cluster GPUs x makespan).
 - ``busy_while_waiting``: the same fraction, over only the time during which some job waits
   that the last decision left without GPUs (jobs that arrived since the last decision could
@@ -43,6 +49,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gfair.core.cluster import Cluster
+from gfair.core.shares_tree import ROOT, depth_of
 from gfair.sim.simulator import SimResult
 
 REPORT_VERSION = 1
@@ -57,6 +64,15 @@ class UserReport:
     jobs: int
     rejected: int
     avg_jct_s: float | None
+    account: str = ROOT
+
+
+@dataclass(frozen=True)
+class AccountReport:
+    tickets: float
+    level: int
+    entitled_share: float
+    received_share: float
 
 
 @dataclass(frozen=True)
@@ -119,6 +135,8 @@ class Report:
     jobs: list[JobReport]
     summary: Summary
     timing: Timing
+    accounts: dict[str, AccountReport]
+    share_error_by_level: dict[str, float]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,9 +217,11 @@ def build_report(
                 reason=job.reason,
             )
         )
+    tree = result.ledger.tree
     users: dict[str, UserReport] = {}
     ratios: list[float] = []
     errors: list[float] = []
+    by_level: dict[str, float] = {}
     for name in sorted(result.ledger.accounts):
         account = result.ledger.accounts[name]
         active = account.active_s
@@ -210,6 +230,9 @@ def build_report(
         if active > 0 and entitled > 0:
             ratios.append(received / entitled)
             errors.append(abs(received - entitled))
+            if tree is not None:
+                level = str(depth_of(tree.account_of(name)) + 1)
+                by_level[level] = max(by_level.get(level, 0.0), abs(received - entitled))
         user_jcts = jct_by_user.get(name, [])
         users[name] = UserReport(
             tickets=account.tickets,
@@ -219,7 +242,23 @@ def build_report(
             jobs=submitted_by_user.get(name, 0),
             rejected=rejected_by_user.get(name, 0),
             avg_jct_s=sum(user_jcts) / len(user_jcts) if user_jcts else None,
+            account=tree.account_of(name) if tree is not None else ROOT,
         )
+    accounts: dict[str, AccountReport] = {}
+    for path in sorted(result.ledger.tree_accounts):
+        totals = result.ledger.tree_accounts[path]
+        active = totals.active_s
+        report = AccountReport(
+            tickets=totals.tickets,
+            level=depth_of(path),
+            entitled_share=totals.entitled_gpu_s / (capacity * active) if active > 0 else 0.0,
+            received_share=totals.gpu_s / (capacity * active) if active > 0 else 0.0,
+        )
+        accounts[path] = report
+        if active > 0 and report.entitled_share > 0:
+            level = str(report.level)
+            error = abs(report.received_share - report.entitled_share)
+            by_level[level] = max(by_level.get(level, 0.0), error)
     makespan = result.end_s - result.start_s
     summary = Summary(
         jobs=len(result.jobs),
@@ -272,6 +311,8 @@ def build_report(
         jobs=jobs,
         summary=summary,
         timing=timing,
+        accounts=accounts,
+        share_error_by_level=dict(sorted(by_level.items(), key=lambda item: int(item[0]))),
     )
 
 

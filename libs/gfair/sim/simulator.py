@@ -27,6 +27,7 @@ from typing import Final, Protocol
 from gfair.core.cluster import Cluster
 from gfair.core.dependencies import Outcome, Readiness, eligibility
 from gfair.core.packing import Packing
+from gfair.core.shares_tree import ShareTree
 from gfair.core.switch_costs import SwitchCosts as SwitchCosts
 from gfair.sim.idle_capacity import WaitingClass, usable_idle_gpus
 from gfair.sim.ledger import Ledger, ShareSeries
@@ -49,6 +50,7 @@ class SimConfig:
     until_s: float | None = None  # stop the clock here (backlogged experiments)
     tickets: Mapping[str, float] | None = None  # per user; None: the trace's
     default_tickets: float = 1.0
+    shares: ShareTree | None = None  # accounts the ledger's entitlements go down
     series_bucket_s: float | None = None  # keep a ShareSeries with this initial bucket width
     series_max_buckets: int = 4096
     # Relative standard deviation of the rates reported to the policy's profiler (measurement
@@ -186,7 +188,9 @@ class Simulator:
                 self.config.series_max_buckets,
             )
         tickets = trace.tickets if self.config.tickets is None else self.config.tickets
-        self.ledger = Ledger(cluster.total_gpus, tickets, self.config.default_tickets, series)
+        self.ledger = Ledger(
+            cluster.total_gpus, tickets, self.config.default_tickets, series, self.config.shares
+        )
         self._jobs: dict[str, _Job] = {}
         self._outcomes: dict[str, JobOutcome] = {}
         self._active = 0  # admitted, unfinished

@@ -4,8 +4,10 @@ Keys:
 
 - ``shares`` -> `SharesRecord`: the allocation in force: every active user's share of every pool
   before trading (its ticket share, water-filled by demand) and after, the trades that moved
-  it, and the capacities it was computed for. `gfair users` reads it; `revision` is the one
-  of the `EntitlementsUpdated` event that announced it.
+  it, and the capacities it was computed for; with a shares file, its accounts (each one's
+  tickets and the GPUs of its subtree's ticket share) and the account of each user it names.
+  `gfair users` reads it; `revision` is the one of the `EntitlementsUpdated` event that
+  announced it.
 - ``job.*``, ``node.*``, ``profile.*``: the auction's inputs (active jobs, pool capacity, users'
   speed profiles), kept so that a restarted auction resumes exactly where it stopped. They are
   internal to the service and may change without notice; read the events instead.
@@ -68,6 +70,14 @@ class UserShare(_Record):
         return self.throughput_entitled / self.throughput_fair - 1.0
 
 
+class AccountShare(_Record):
+    tickets: float = Field(gt=0)
+    fair: float = Field(
+        ge=0, description="GPUs of its subtree's ticket share (0 while nobody below is active)"
+    )
+    demand: float = Field(default=0.0, ge=0, description="GPUs its users' active jobs ask")
+
+
 class TradeRecord(_Record):
     buyer: UserName
     seller: UserName
@@ -92,3 +102,12 @@ class SharesRecord(_Record):
     # Indices into `trades` of the trades this revision cleared anew (announced by
     # `TradeCleared`); the others were in force already.
     cleared: tuple[int, ...] = ()
+    # The shares file's tree (docs/design.md §1.1), empty without one: account path -> its
+    # share, and user -> account path for the users the file names (the others: the root).
+    accounts: dict[str, AccountShare] = Field(default_factory=dict)
+    members: dict[UserName, str] = Field(default_factory=dict)
+    # The shares file in force (as `render_shares` writes it; "" without one), and who put it
+    # in force and when, if an operator did (`SharesChanged`; None: the service's own file).
+    shares: str = ""
+    shares_changed_by: str | None = None
+    shares_changed_at: datetime | None = None

@@ -14,10 +14,19 @@ from gfair.state.stride_record import StrideRecord
 
 
 def own_shares(record: SharesRecord, user: str) -> SharesRecord:
+    """Its own share, its trades, and of the accounts only those above it."""
+    above: set[str] = set()
+    path = record.members.get(user, "")
+    while path:
+        above.add(path)
+        path = path.rpartition("/")[0]
     return record.model_copy(
         update={
             "users": {name: share for name, share in record.users.items() if name == user},
             "trades": tuple(t for t in record.trades if user in (t.buyer, t.seller)),
+            "accounts": {p: a for p, a in record.accounts.items() if p in above},
+            "members": {name: p for name, p in record.members.items() if name == user},
+            "shares": "",  # the whole tree: everyone's tickets
         }
     )
 

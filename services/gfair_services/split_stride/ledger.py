@@ -387,7 +387,7 @@ class Ledger:
             }
         else:
             tickets = self.settings.tickets_map(demand)
-            entitled = pools.shares(pool_gpus, tickets, demand).entitled
+            entitled = pools.shares(pool_gpus, tickets, demand, tree=self.settings.shares).entitled
         names = sorted(self.users)
         accounts.entitle([self.users[name] for name in names], entitled, pool_gpus)
 

@@ -5,7 +5,8 @@ generation on nodes that take work) and the users' speed profiles (from the prof
 allocation composes the core exactly as the simulator's `GandivaFair` does: each active user's
 ticket share of the cluster, water-filled by demand and held as the same fraction of every pool
 (`pools.shares`: `pools.entitlements`, then second-price trades between pools) bid with the
-users' estimated speeds (`ThroughputEstimator.user_speeds`).
+users' estimated speeds (`ThroughputEstimator.user_speeds`). With a `ShareTree` (the shares
+file) the ticket share is the tree's water-fill, down its accounts.
 
 No I/O and no clock: the service persists the inputs and passes times in.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,12 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from gfair.core import accounts, pools
 from gfair.core.arrays import ArrayMember, array_key
 from gfair.core.cluster import generation_rank
+from gfair.core.shares_tree import ShareTree
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.trading import Trade, effective_throughput
 from gfair.events.fields import Generation, GpuCount, JobId, Name, NodeId, UserName
 from gfair.events.job_array import ArrayMembership
 from gfair.state.profile_record import type_key
-from gfair.state.share_record import PoolShare, TradeRecord, UserShare
+from gfair.state.share_record import AccountShare, PoolShare, TradeRecord, UserShare
 
 # Shares are compared and stored to this many decimals (GPUs): finer differences are noise of
 # floating point, not a change worth a new revision.
@@ -92,6 +94,7 @@ class Allocation:
     capacity: dict[str, int]
     users: dict[str, UserShare]
     trades: tuple[TradeRecord, ...]
+    accounts: dict[str, AccountShare] = field(default_factory=dict)  # with a tree: every account
 
 
 class Market:
@@ -102,10 +105,12 @@ class Market:
         *,
         trading: bool = True,
         min_seller_gain: float = 0.10,
+        tree: ShareTree | None = None,
     ) -> None:
         if min_seller_gain < 0:
             raise ValueError(f"min_seller_gain must be >= 0, got {min_seller_gain}")
-        self.tickets = tickets
+        self.tickets = tickets  # flat: a user the tree names has the tree's
+        self.tree = tree
         self.trading = trading
         self.min_seller_gain = min_seller_gain
         # alpha 1: a profile replaces the previous one; the profiler already averaged.
@@ -158,6 +163,17 @@ class Market:
         self.estimator.observe_profile(profile.user, profile.job_type, profile.rates)
         return True
 
+    def set_tree(self, tree: ShareTree | None) -> bool:
+        """Take a new shares tree (an operator's change); whether it differs."""
+        if tree == self.tree:
+            return False
+        self.tree = tree
+        return True
+
+    def tickets_of(self, user: str) -> float:
+        flat = self.tickets(user)
+        return flat if self.tree is None else self.tree.tickets_of(user, flat)
+
     # -- the allocation -------------------------------------------------------------------
 
     def capacity(self) -> dict[str, int]:
@@ -178,11 +194,11 @@ class Market:
             gangs.setdefault(job.user, Counter())[(job.job_type, job.gpus)] += job.gpus
         users = sorted(demand)
         if not capacity or not users:
-            return Allocation(capacity, {}, ())
+            return Allocation(capacity, {}, (), self._accounts({}, {}))
         generations = tuple(capacity)
-        tickets = {u: self.tickets(u) for u in users}
+        tickets = {u: self.tickets_of(u) for u in users}
         asked = {u: demand[u] for u in users}
-        fair = pools.entitlements(capacity, tickets, asked)
+        fair = pools.entitlements(capacity, tickets, asked, self.tree)
         speeds = {u: self.estimator.user_speeds(u, gangs[u], capacity) for u in users}
         result = pools.shares(
             capacity,
@@ -190,6 +206,7 @@ class Market:
             asked,
             speeds if self.trading else None,
             min_seller_gain=self.min_seller_gain,
+            tree=self.tree,
         )
         held, trades = result.entitled, result.trades
         shares = {
@@ -209,7 +226,30 @@ class Market:
             for u in users
         }
         records = tuple(_trade_record(t) for t in trades if _round(t.quantity) > 0)
-        return Allocation(capacity, shares, records)
+        below: dict[str, float] = {}
+        if self.tree is not None:
+            below = self.tree.fill(float(sum(capacity.values())), tickets, asked).accounts
+        return Allocation(capacity, shares, records, self._accounts(below, asked))
+
+    def _accounts(
+        self, below: dict[str, float], asked: dict[str, float]
+    ) -> dict[str, AccountShare]:
+        """Every account of the tree, with the GPUs of its subtree's ticket share and what its
+        users ask."""
+        if self.tree is None:
+            return {}
+        demand: dict[str, float] = {}
+        for user, gpus in asked.items():
+            for path in self.tree.ancestors(self.tree.account_of(user)):
+                demand[path] = demand.get(path, 0.0) + gpus
+        return {
+            path: AccountShare(
+                tickets=tickets,
+                fair=_round(below.get(path, 0.0)),
+                demand=_round(demand.get(path, 0.0)),
+            )
+            for path, tickets in sorted(self.tree.accounts.items())
+        }
 
 
 def _round(value: float) -> float:

@@ -5,7 +5,10 @@ Consumers:
   cancelled (it shrinks);
 - ``trading-auction-nodes`` (GFAIR_NODES): registered, failed, recovered, quarantined and
   uncordoned (the pools' capacities);
-- ``trading-auction-profiles`` (GFAIR_SCHED): users' profiles from the profiler (their bids).
+- ``trading-auction-profiles`` (GFAIR_SCHED): users' profiles from the profiler (their bids);
+- ``trading-auction-shares`` (GFAIR_SCHED): an operator's new shares file (`SharesChanged`),
+  taken for the next allocation and kept in `gfair_shares` (key ``tree``), so that it stays in
+  force over restarts, over the file the service was started with (`GFAIR_SHARES_FILE`).
 
 Handlers only record inputs (in memory and in `gfair_shares`, so a restart resumes; written behind,
 awaited once per batch before it is acknowledged) and mark the market changed; each is idempotent
@@ -22,7 +25,7 @@ ignore revisions they have seen).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 import structlog
 from opentelemetry import trace
@@ -34,6 +37,7 @@ from gfair.bus.publisher import EventPublisher, derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
 from gfair.bus.write_behind import WriteBehind
+from gfair.core.shares_file import SharesFileError, parse_shares
 from gfair.core.trading import bid
 from gfair.events.envelope import Clock, Envelope, EventData, utc_now
 from gfair.events.jobs import JobAccepted, JobCancelled, JobCompleted, JobFailed
@@ -44,7 +48,12 @@ from gfair.events.nodes import (
     NodeRegistered,
     NodeUncordoned,
 )
-from gfair.events.scheduling import EntitlementsUpdated, ProfileUpdated, TradeCleared
+from gfair.events.scheduling import (
+    EntitlementsUpdated,
+    ProfileUpdated,
+    SharesChanged,
+    TradeCleared,
+)
 from gfair.state.buckets import SHARES
 from gfair.state.share_record import SHARES_KEY, SharesRecord, TradeRecord
 from gfair_services.profiler.seed import seed_table
@@ -68,6 +77,18 @@ JobEventData = JobAccepted | JobCompleted | JobFailed | JobCancelled
 NodeEventData = NodeRegistered | NodeFailed | NodeRecovered | NodeQuarantined | NodeUncordoned
 # Trades that differ by less than this (GPUs, price) are the same trade still in force.
 _SAME_TRADE = 1e-6
+# The key of the shares file an operator put in force (`TreeInForce`).
+TREE_KEY = "tree"
+_NEVER = datetime.min.replace(tzinfo=UTC)
+
+
+class TreeInForce(BaseModel):
+    """The last shares file an operator put in force, and by whom (`SharesChanged`)."""
+
+    shares: str
+    operator: str
+    reason: str | None = None
+    changed_at: datetime
 
 
 def _encode(record: BaseModel) -> bytes:
@@ -119,9 +140,11 @@ def _same_trade(a: TradeRecord, b: TradeRecord) -> bool:
 
 
 class Auction:
-    def __init__(self, market: Market, clock: Clock = utc_now) -> None:
+    def __init__(self, market: Market, clock: Clock = utc_now, shares_text: str = "") -> None:
         self.market = market
         self.clock = clock
+        # The shares file in force: the service's own (its settings') until an operator's.
+        self.tree = TreeInForce(shares=shares_text, operator="", changed_at=_NEVER)
         self.current: SharesRecord | None = None
         # An allocation written but not (known to be) announced yet.
         self.pending: SharesRecord | None = None
@@ -156,6 +179,8 @@ class Auction:
                 nodes.append(PoolNode.model_validate_json(entry.value))
             elif key.startswith("profile."):
                 profiles.append(SpeedProfile.model_validate_json(entry.value))
+            elif key == TREE_KEY:
+                self._take_tree(TreeInForce.model_validate_json(entry.value))
         self.market.restore(jobs, nodes, profiles)
         # Announce what is in force again (it may not have gone out before a crash), and check
         # whether inputs recorded after the last allocation change it.
@@ -230,6 +255,33 @@ class Auction:
             self.dirty = True
         return []
 
+    async def on_shares(self, envelope: Envelope, data: SharesChanged) -> Sequence[Emit]:
+        """An operator's new shares file: in force from the next allocation on."""
+        if self.tree.operator and envelope.time <= self.tree.changed_at:
+            return []  # a redelivery, or a change older than the one in force
+        tree = TreeInForce(
+            shares=data.shares,
+            operator=data.operator,
+            reason=data.reason,
+            changed_at=envelope.time,
+        )
+        if self._take_tree(tree):
+            self.writes.put(self.kv, TREE_KEY, _encode(tree))
+            self.dirty = True
+            _log.info("shares changed", operator=data.operator, changes=list(data.changes))
+        return []
+
+    def _take_tree(self, tree: TreeInForce) -> bool:
+        try:
+            parsed = parse_shares(tree.shares, f"shares changed by {tree.operator}")
+        except SharesFileError as error:
+            # The operator's tool checks the file before it publishes: this one did not.
+            _log.error("shares change refused", operator=tree.operator, error=str(error))
+            return False
+        self.market.set_tree(None if not parsed.accounts and not parsed.members else parsed)
+        self.tree = tree
+        return True
+
     # -- the auction ----------------------------------------------------------------------
 
     async def tick(self) -> Sequence[Emit]:
@@ -262,6 +314,11 @@ class Auction:
             capacity=allocation.capacity,
             users=allocation.users,
             trades=allocation.trades,
+            accounts=allocation.accounts,
+            members=dict(self.market.tree.members) if self.market.tree is not None else {},
+            shares=self.tree.shares,
+            shares_changed_by=self.tree.operator or None,
+            shares_changed_at=self.tree.changed_at if self.tree.operator else None,
             cleared=tuple(
                 i
                 for i, t in enumerate(allocation.trades)
@@ -288,10 +345,18 @@ class Auction:
         current = self.current
         if current is None:
             return not (allocation.capacity or allocation.users)
-        return (current.capacity, current.users, current.trades) == (
+        return (
+            current.capacity,
+            current.users,
+            current.trades,
+            current.accounts,
+            current.shares,
+        ) == (
             allocation.capacity,
             allocation.users,
             allocation.trades,
+            allocation.accounts,
+            self.tree.shares,
         )
 
     async def _announce(self, record: SharesRecord) -> None:
@@ -319,11 +384,12 @@ def build_service(
     settings = settings or TradingAuctionSettings()
     market = Market(
         seed_table(settings.throughputs),
-        settings.tickets_of,
+        settings.flat_tickets_of,
         trading=settings.trading,
         min_seller_gain=settings.min_seller_gain,
+        tree=settings.shares,
     )
-    auction = Auction(market, clock)
+    auction = Auction(market, clock, settings.shares_text)
     ack_wait_s = settings.ack_wait_s
     service = Service(SERVICE_NAME, topology=cluster_topology(replicas=settings.replicas))
     service.on_start(auction.start)
@@ -336,6 +402,9 @@ def build_service(
     )
     service.add_handler(
         auction.on_profile, durable="trading-auction-profiles", ack_wait_s=ack_wait_s, settle=settle
+    )
+    service.add_handler(
+        auction.on_shares, durable="trading-auction-shares", ack_wait_s=ack_wait_s, settle=settle
     )
     service.add_timer(settings.recompute_interval_s, auction.tick, name="auction")
     return service
