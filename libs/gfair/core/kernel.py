@@ -250,9 +250,10 @@ def _entitled_runs(
     chosen: dict[str, _Choice],
 ) -> dict[str, dict[str, float]]:
     """Rule 1: the per-pool stride over users' entitlements."""
+    users = snapshot.users
     heap: list[tuple[float, int, int, str]] = []
     for user in order:
-        state = snapshot.users[user]
+        state = users[user]
         for pool in pools:
             entitled = state.entitled.get(pool.generation, 0.0)
             if entitled > _EPS:
@@ -260,8 +261,12 @@ def _entitled_runs(
                 heap.append((-priority, state.seq, pool.speed_rank, user))
     heapq.heapify(heap)
     pool_of = {server.id: rank for rank, pool in enumerate(pools) for server in pool.servers}
+    generations = [pool.generation for pool in pools]
+    npools = len(pools)
     start = dict.fromkeys(order, 0)  # per user: jobs before this index are all chosen
-    cursor: dict[tuple[str, int, bool], int] = {}  # `_next_run`'s, per user, pool and kind
+    # `_next_run`'s cursors, per user: one per pool for jobs that start without moving, then
+    # one per pool for those that move or run elsewhere
+    cursor = {user: [0] * (2 * npools) for user in order}
     charged: dict[str, dict[str, float]] = {}
     full: set[str] = set()
     repacks = dict.fromkeys(packing, _REPACKS)
@@ -269,43 +274,90 @@ def _entitled_runs(
         functools.partial(_fits, pool, packing=packing, chosen=chosen, repacks=repacks)
         for pool in pools
     ]
-    while heap and len(full) < len(pools):
-        _, seq, rank, user = heapq.heappop(heap)
-        pool = pools[rank]
-        room = packing[pool.generation]
-        if pool.generation in full:
+    quantum_s = snapshot.quantum_s
+    heappop, heappushpop = heapq.heappop, heapq.heappushpop
+    # The entry a visit put back: pushed and the next one popped in one step, the same entry
+    # again when it still comes first.
+    back: tuple[float, int, int, str] | None = None
+    while len(full) < npools:
+        if back is not None:
+            _, seq, rank, user = heappushpop(heap, back)
+            back = None
+        elif heap:
+            _, seq, rank, user = heappop(heap)
+        else:
+            break
+        generation = generations[rank]
+        if generation in full:
             continue
+        room = packing[generation]
         if room.total == 0:
-            full.add(pool.generation)
+            full.add(generation)
             continue
-        state = snapshot.users[user]
-        spent = charged.setdefault(user, {})
-        run = _next_run(
-            order[user],
-            start,
-            user,
-            rank,
-            pools,
-            packing,
-            pool_of,
-            fits,
-            chosen,
-            state,
-            spent,
-            snapshot.quantum_s,
-            cursor,
-        )
-        if run is None:
-            continue
-        job, where = run
-        servers = packing[where.generation].place(job.gpus, _prefer(job))
-        assert servers is not None  # _next_run checked the fit
-        chosen[job.id] = _Choice(job, where.generation, servers)
-        paid, amount = _charge(job, state, spent, pool.generation, where.generation)
-        spent[paid] = spent.get(paid, 0.0) + amount
-        entitled = state.entitled[pool.generation]
-        credit = state.credit.get(pool.generation, 0.0) - spent.get(pool.generation, 0.0)
-        heapq.heappush(heap, (-_priority(credit, entitled), seq, rank, user))
+        state = users[user]
+        spent = charged.get(user)
+        if spent is None:
+            spent = charged[user] = {}
+        jobs = order[user]
+        # `_next_run` (its doc), its first kind of job looked for here, where nearly every
+        # visit ends: a job of the user that starts in this pool without moving.
+        count = len(jobs)
+        index = start[user]
+        while index < count and jobs[index].id in chosen:
+            index += 1
+        start[user] = index
+        end = min(count, index + _SCAN_LIMIT)
+        # Jobs before the cursor were found not to start here without moving earlier in this
+        # decision, and GPUs are only taken as it goes: they are not looked at again for that.
+        marks = cursor[user]
+        at = max(index, marks[rank])
+        job: JobState | None = None
+        where = generation
+        while at < end:
+            candidate = jobs[at]
+            if candidate.id not in chosen and candidate.speeds.get(generation, 0.0) > 0:
+                own = candidate.running or candidate.home
+                lives = pool_of.get(own[0]) if own else None
+                if lives is None:
+                    # A one-GPU job fits any pool with a free GPU (`Packing.fits`).
+                    if candidate.gpus == 1 or fits[rank](candidate.gpus):
+                        job = candidate
+                        break
+                elif lives == rank and room.free_for(own, candidate.gpus):
+                    job = candidate
+                    break
+            at += 1
+        marks[rank] = at
+        if job is None:
+            run = _next_move(
+                jobs,
+                index,
+                end,
+                rank,
+                pools,
+                packing,
+                pool_of,
+                fits,
+                chosen,
+                state,
+                spent,
+                quantum_s,
+                marks,
+            )
+            if run is None:
+                continue
+            job, where = run
+        servers = packing[where].place(job.gpus, (job.running, job.home))
+        assert servers is not None  # the fit was checked
+        chosen[job.id] = _Choice(job, where, servers)
+        if where == generation:
+            paid = generation
+        else:
+            paid = _charge(job, state, spent, generation, where)[0]
+        spent[paid] = spent.get(paid, 0.0) + float(job.gpus)
+        entitled = state.entitled[generation]
+        credit = state.credit.get(generation, 0.0) - spent.get(generation, 0.0)
+        back = (-_priority(credit, entitled), seq, rank, user)
     return charged
 
 
@@ -354,10 +406,10 @@ def _pays(gain_s: float, cost_s: float) -> bool:
     return gain_s > cost_s + _EPS
 
 
-def _next_run(
+def _next_move(
     jobs: Sequence[JobState],
-    start: dict[str, int],
-    user: str,
+    index: int,
+    end: int,
     rank: int,
     pools: Sequence[PoolState],
     packing: Mapping[str, Packing],
@@ -367,48 +419,26 @@ def _next_run(
     state: UserState,
     spent: Mapping[str, float],
     quantum_s: float,
-    cursor: dict[tuple[str, int, bool], int],
-) -> tuple[JobState, PoolState] | None:
-    """The job the user's entry in pool `rank` runs, and the pool it runs in (rule 8).
+    marks: list[int],
+) -> tuple[JobState, str] | None:
+    """The job the user's entry in pool `rank` runs when none of its jobs (from `index`, before
+    `end`) starts there without moving, and the pool it runs in (rule 8).
 
-    Its jobs in order (at most `_SCAN_LIMIT`), the first that runs here without moving: one
-    that never ran, or one whose servers (where it ran, else its checkpoint's) are here and
-    free. Failing that, the first that moves here because its user is owed enough here for the
-    move to pay (`_owed_enough`: from another pool, or from its own servers here, taken). Failing
-    that, the first whose servers are free in another pool runs there, on this pool's turn. A job
-    that would have to move and for which it does not pay waits for its servers
-    (`_surplus_runs` gives it GPUs nobody else takes)."""
+    The first that moves here because its user is owed enough here for the move to pay
+    (`_owed_enough`: from another pool, or from its own servers here, taken). Failing that, the
+    first whose servers are free in another pool runs there, on this pool's turn. A job that
+    would have to move and for which it does not pay waits for its servers (`_surplus_runs`
+    gives it GPUs nobody else takes). `marks[len(pools) + rank]` is where the last look of the
+    kind stopped."""
     pool = pools[rank]
     generation = pool.generation
-    index = start[user]
-    while index < len(jobs) and jobs[index].id in chosen:
-        index += 1
-    start[user] = index
-    end = min(len(jobs), index + _SCAN_LIMIT)
-    # Jobs before the cursor were found not to start here without moving earlier in this
-    # decision, and GPUs are only taken as it goes: they are not looked at again for that.
-    key = (user, rank, False)
-    at = max(index, cursor.get(key, index))
-    while at < end:
-        job = jobs[at]
-        if job.id not in chosen and job.speeds.get(generation, 0.0) > 0:
-            own = _own(job)
-            if not own or pool_of.get(own[0]) is None:
-                if fits[rank](job.gpus):
-                    cursor[key] = at
-                    return job, pool
-            elif pool_of[own[0]] == rank and packing[generation].free_for(own, job.gpus):
-                cursor[key] = at
-                return job, pool
-        at += 1
-    cursor[key] = end
     room = packing[generation]
     owed: dict[tuple[int, float, str, bool], bool] = {}  # the same for most of a user's jobs
-    # Likewise for moving here or running elsewhere: what the user is owed here and the GPUs
-    # free elsewhere only fall as the decision goes on.
-    key = (user, rank, True)
-    for at in range(max(index, cursor.get(key, index)), end):
-        cursor[key] = at
+    # What the user is owed here and the GPUs free elsewhere only fall as the decision goes
+    # on: jobs before the cursor are not looked at again.
+    key = len(pools) + rank
+    for at in range(max(index, marks[key]), end):
+        marks[key] = at
         job = jobs[at]
         own = _own(job)
         if job.id in chosen or not own or pool_of.get(own[0]) is None:
@@ -425,10 +455,10 @@ def _next_run(
                     job, state, spent, generation, home.generation, quantum_s, waits=not free
                 )
             if enough and fits[rank](job.gpus):
-                return job, pool
+                return job, generation
         if free and here > 0 and home.generation != generation:
-            return job, home
-    cursor[key] = end
+            return job, home.generation
+    marks[key] = end
     return None
 
 

@@ -76,17 +76,33 @@ class Packing:
     def place(self, gpus: int, prefer: Sequence[tuple[str, ...]]) -> tuple[str, ...] | None:
         """Servers for a job of `gpus`, taken; the first preferred placement that is free wins,
         else best fit (or whole idle servers for a gang larger than a server)."""
+        free = self.free
+        buckets = self.buckets
         for servers in prefer:
-            if servers and self.free_for(servers, gpus):
+            if not servers:
+                continue
+            if len(servers) == 1:  # the common case, taken without the general helpers
+                server_id = servers[0]
+                before = free.get(server_id, 0)
+                if before >= gpus:
+                    del buckets[before][server_id]
+                    free[server_id] = before - gpus
+                    buckets[before - gpus][server_id] = None
+                    self.total -= gpus
+                    return servers
+            elif self.free_for(servers, gpus):
                 for server_id, share in self._shares(servers, gpus):
                     self._take(server_id, share)
                 return servers
         if gpus <= self.largest:
             for f in range(gpus, self.largest + 1):
-                bucket = self.buckets[f]
+                bucket = buckets[f]
                 if bucket:
                     server_id = next(iter(bucket))
-                    self._take(server_id, gpus)
+                    del bucket[server_id]
+                    free[server_id] = f - gpus
+                    buckets[f - gpus][server_id] = None
+                    self.total -= gpus
                     return (server_id,)
             return None
         whole = self._whole(gpus)
