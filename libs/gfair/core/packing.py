@@ -115,8 +115,22 @@ class Packing:
         """Whether `servers` (one, or whole servers for a gang larger than one) hold `gpus` free."""
         if len(servers) == 1:
             return self.free.get(servers[0], 0) >= gpus
-        if any(s not in self.free for s in servers):
-            return False
-        return all(self.free[s] == self.size[s] for s in servers) and (
-            sum(self.size[s] for s in servers) >= gpus
-        )
+        free, size = self.free, self.size
+        held = 0
+        for server_id in servers:
+            idle = free.get(server_id)
+            if idle is None or idle != size[server_id]:
+                return False
+            held += idle
+        return held >= gpus
+
+    def copy(self) -> Packing:
+        """The same free GPUs, to be taken and released independently of these."""
+        twin = Packing.__new__(Packing)
+        twin.servers = self.servers
+        twin.size = self.size  # never written
+        twin.free = dict(self.free)
+        twin.largest = self.largest
+        twin.total = self.total
+        twin.buckets = [dict(bucket) for bucket in self.buckets]
+        return twin
