@@ -74,8 +74,10 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import math
 import operator
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -243,17 +245,17 @@ def decide(snapshot: Snapshot) -> Decision:
     if waiting == 0:
         _fastest_to_fastest(pools, packing, chosen, snapshot.quantum_s)
     placed = {job_id: choice.servers for job_id, choice in chosen.items()}
-    runs: dict[str, list[str]] = {}
+    runs: defaultdict[str, list[str]] = defaultdict(list)
     for job_id, servers in placed.items():
         for server_id in servers:
-            runs.setdefault(server_id, []).append(job_id)
+            runs[server_id].append(job_id)
     return Decision(
         runs={s: tuple(jobs) for s, jobs in runs.items()},
         placed=placed,
         charged=charged,
         waiting=waiting,
         idle={generation: free.total for generation, free in packing.items() if free.total},
-        served=frozenset(choice.job.user for choice in chosen.values()),
+        served=frozenset(map(_USER, chosen.values())),
         entitled=entitled,
     )
 
@@ -424,7 +426,8 @@ def _entitled_runs(
     npools = len(pools)
     queues: dict[str, _Queue] = {}
     charged: dict[str, dict[str, float]] = {}
-    full: set[str] = set()
+    full = [False] * npools  # by rank: found without a free GPU
+    open_pools = npools
     repacks = dict.fromkeys(packing, _REPACKS)
     fits = [
         functools.partial(_fits, pool, packing=packing, chosen=chosen, repacks=repacks)
@@ -435,7 +438,7 @@ def _entitled_runs(
     # The entry a visit put back: pushed and the next one popped in one step, the same entry
     # again when it still comes first.
     back: tuple[float, int, int, str] | None = None
-    while len(full) < npools:
+    while open_pools:
         if back is not None:
             _, seq, rank, user = heappushpop(heap, back)
             back = None
@@ -443,12 +446,13 @@ def _entitled_runs(
             _, seq, rank, user = heappop(heap)
         else:
             break
-        generation = generations[rank]
-        if generation in full:
+        if full[rank]:
             continue
+        generation = generations[rank]
         room = packing[generation]
         if room.total == 0:
-            full.add(generation)
+            full[rank] = True
+            open_pools -= 1
             continue
         queue = queues.get(user)
         if queue is None:
@@ -464,11 +468,11 @@ def _entitled_runs(
         queue.start = index
         if index == count:
             continue  # every job of the user runs: the entry leaves
-        end = min(count, index + _SCAN_LIMIT)
+        end = index + _SCAN_LIMIT if index + _SCAN_LIMIT < count else count
         # Jobs before the cursor were found not to start here without moving earlier in this
         # decision, and GPUs are only taken as it goes: they are not looked at again for that.
         marks = queue.marks
-        at = max(index, marks[rank])
+        at = marks[rank] if marks[rank] > index else index
         job: JobState | None = None
         if count <= _SHORT_QUEUE:
             while at < end:
@@ -486,9 +490,7 @@ def _entitled_runs(
                         break
                 at += 1
         else:
-            job, at = _start_in_place(
-                queue, rank, at, end, generation, room, chosen, fits, pool_of
-            )
+            job, at = _start_in_place(queue, rank, at, end, generation, room, chosen, fits, pool_of)
         marks[rank] = at
         where = generation
         if job is None:
@@ -603,11 +605,12 @@ def _next_move(
     for at in range(max(index, marks[key]), end):
         marks[key] = at
         job = jobs[at]
-        own = _own(job)
-        if job.id in chosen or not own or pool_of.get(own[0]) is None:
+        own = job.running or job.home
+        lives = pool_of.get(own[0]) if own else None
+        if lives is None or job.id in chosen:
             continue
         here = job.speeds.get(generation, 0.0)
-        home = pools[pool_of[own[0]]]
+        home = pools[lives]
         there = job.speeds.get(home.generation, 0.0)
         free = there > 0 and packing[home.generation].free_for(own, job.gpus)
         if here > 0 and room.total >= job.gpus:
@@ -770,14 +773,17 @@ def _surplus_runs(
     # (that never ran, or whose servers are free) go first; those whose servers are taken
     # then take what is left.
     pool_of = _server_pools(pools).state
-    ids = operator.attrgetter("id")
-    waiting = [
-        user for user, jobs in order.items() if not all(map(chosen.__contains__, map(ids, jobs)))
-    ]
+    # user -> its first job not chosen (C iterators: the chosen ones before it are many)
+    first: dict[str, int] = {}
+    for user, jobs in order.items():
+        unchosen = map(operator.not_, map(chosen.__contains__, map(_ID, jobs)))
+        index = next(itertools.compress(itertools.count(), unchosen), None)
+        if index is not None:
+            first[user] = index
     movers: list[JobState] = []
-    for user in sorted(waiting, key=owed):
+    for user in sorted(first, key=owed):
         scanned = 0
-        for job in order[user]:
+        for job in itertools.islice(order[user], first[user], None):
             if job.id in chosen:
                 continue
             scanned += 1
@@ -964,6 +970,8 @@ def _gain(work: Sequence[float], index: int) -> float:
     return here / rest if rest > 0 else float("inf")
 
 
+_ID = operator.attrgetter("id")
+_USER = operator.attrgetter("job.user")
 _ARRIVAL = operator.attrgetter("job.seq")
 _SIZE = operator.attrgetter("job.gpus")
 

@@ -531,6 +531,9 @@ class Simulator:
     def _usable_idle(self) -> int:
         """Idle GPUs that the jobs the last decision left waiting could take now."""
         if self._usable is None:
+            if self._held_gpus >= self._capacity:
+                self._usable = 0  # no GPU is idle (the common case on a busy cluster)
+                return 0
             waiting = [
                 WaitingClass(gpus, self._pools_for(job_type), count)
                 for (gpus, job_type), count in (self._unplaced - self._arrived).items()
