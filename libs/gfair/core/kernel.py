@@ -272,7 +272,7 @@ def backfill(snapshot: Snapshot, holding: Iterable[JobState]) -> dict[str, tuple
     chosen: dict[str, _Choice] = {}
     # In an order of the kernel's own: best fit picks among equally free servers by the order
     # they became so, and the drivers hold their running jobs in orders of their own.
-    for job in sorted(holding, key=lambda j: (j.running, j.id)):
+    for job in sorted(holding, key=_WHERE_RUNNING):
         pool = pool_of.get(job.running[0]) if job.running else None
         if pool is None:
             continue
@@ -360,19 +360,21 @@ def _start_in_place(
     that job, else at `end`). Only the jobs that never ran and those living in the pool can:
     the two lists of them are walked together, in queue order."""
     if queue.classified < end:
-        queue.classify(end, pool_of)
+        # a window ahead at once: the look moves on a job or two per visit
+        queue.classify(min(len(queue.jobs), end + _SCAN_LIMIT), pool_of)
     jobs = queue.jobs
     anywhere, own = queue.anywhere, queue.own[rank]
     first, second = queue.at_anywhere[rank], queue.at_own[rank]
-    while first < len(anywhere) and anywhere[first] < at:
+    fresh_end, kept_end = len(anywhere), len(own)
+    while first < fresh_end and anywhere[first] < at:
         first += 1
-    while second < len(own) and own[second] < at:
+    while second < kept_end and own[second] < at:
         second += 1
     job: JobState | None = None
     while True:
-        fresh = anywhere[first] if first < len(anywhere) else end
-        kept = own[second] if second < len(own) else end
-        if fresh < kept:
+        fresh = anywhere[first] if first < fresh_end else end
+        kept = own[second] if second < kept_end else end
+        if fresh < kept and fresh < end:
             candidate = jobs[fresh]
             # A one-GPU job fits any pool with a free GPU (`Packing.fits`).
             if (
@@ -832,9 +834,9 @@ def _keep_pools(pools: list[PoolState], chosen: Mapping[str, _Choice]) -> None:
     (the stride only fixed how many GPUs the user runs in each pool), so jobs of the same size
     trade places until as many as possible stay in the pool they ran in."""
     pool_of = _server_pools(pools).generation
-    groups: dict[tuple[str, int], list[_Choice]] = {}
+    groups: defaultdict[tuple[str, int], list[_Choice]] = defaultdict(list)
     for choice in chosen.values():
-        groups.setdefault((choice.job.user, choice.job.gpus), []).append(choice)
+        groups[choice.job.user, choice.job.gpus].append(choice)
     for group in groups.values():
         if len(group) < 2:
             continue
@@ -971,6 +973,7 @@ def _gain(work: Sequence[float], index: int) -> float:
 
 
 _ID = operator.attrgetter("id")
+_WHERE_RUNNING = operator.attrgetter("running", "id")
 _USER = operator.attrgetter("job.user")
 _ARRIVAL = operator.attrgetter("job.seq")
 _SIZE = operator.attrgetter("job.gpus")
