@@ -107,6 +107,12 @@ _HORIZON = 2.0
 # only for 3.3 GPU-quanta owed (more than a one-job user on a busy cluster ever saves up).
 _PATIENCE = 120.0
 _MOST_PATIENCE = 20.0
+# Keys the kernel sorts and looks up by, at C speed (a decision applies them to every job).
+_ID = operator.attrgetter("id")
+_WHERE_RUNNING = operator.attrgetter("running", "id")
+_USER = operator.attrgetter("job.user")
+_ARRIVAL = operator.attrgetter("job.seq")
+_SIZE = operator.attrgetter("job.gpus")
 
 
 @dataclass(slots=True)
@@ -293,7 +299,7 @@ def _prefer(job: JobState) -> tuple[tuple[str, ...], ...]:
 class _Queue:
     """A user's jobs during `_entitled_runs`: how far they are all chosen, and, for the jobs
     looked at so far, which start in a pool without moving, by pool, so that a visit in a pool
-    passes over the jobs living in the others without looking at each (`_next_run`)."""
+    passes over the jobs living in the others without looking at each."""
 
     __slots__ = (
         "anywhere",
@@ -315,8 +321,8 @@ class _Queue:
         self.state = state
         self.spent = spent  # what the user was charged so far, per pool
         self.start = 0  # jobs before this index are all chosen
-        # `_next_run`'s cursors: per pool, for jobs that start there without moving, then for
-        # those that move there or run elsewhere on its turn
+        # Where the visits' looks stopped: per pool, for jobs that start there without moving,
+        # then for those that move there or run elsewhere on its turn (`_next_move`)
         self.marks = [0] * (2 * pools)
         # A long queue's jobs before `classified`: those that never ran nor left a checkpoint
         # in a pool, and those whose servers are in each pool; where the first cursor stands
@@ -355,7 +361,7 @@ def _start_in_place(
     fits: Sequence[Callable[[int], bool]],
     pool_of: Mapping[str, int],
 ) -> tuple[JobState | None, int]:
-    """`_next_run`'s first look in a long queue: the first of the user's jobs from `at` on,
+    """A visit's first look in a long queue: the first of the user's jobs from `at` on,
     before `end`, that starts in pool `rank` without moving, and where the look stopped (at
     that job, else at `end`). Only the jobs that never ran and those living in the pool can:
     the two lists of them are walked together, in queue order."""
@@ -461,8 +467,11 @@ def _entitled_runs(
             spent = charged[user] = {}
             queue = queues[user] = _Queue(order[user], npools, users[user], spent)
         jobs, state, spent = queue.jobs, queue.state, queue.spent
-        # `_next_run` (its doc), its first kind of job looked for here, where nearly every
-        # visit ends: a job of the user that starts in this pool without moving.
+        # The job the visit runs, and the pool it runs in (rule 8): of the user's jobs in
+        # order (at most `_SCAN_LIMIT`), the first that runs here without moving, where nearly
+        # every visit ends: one that never ran, or one whose servers (where it ran, else its
+        # checkpoint's) are here and free. Failing that, one that moves here or runs
+        # elsewhere on this pool's turn (`_next_move`).
         count = len(jobs)
         index = queue.start
         while index < count and jobs[index].id in chosen:
@@ -970,13 +979,6 @@ def _gain(work: Sequence[float], index: int) -> float:
     if here <= 0:
         return 0.0
     return here / rest if rest > 0 else float("inf")
-
-
-_ID = operator.attrgetter("id")
-_WHERE_RUNNING = operator.attrgetter("running", "id")
-_USER = operator.attrgetter("job.user")
-_ARRIVAL = operator.attrgetter("job.seq")
-_SIZE = operator.attrgetter("job.gpus")
 
 
 def _affinity(

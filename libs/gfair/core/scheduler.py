@@ -256,9 +256,10 @@ class GandivaFair:
         snapshot = self.snapshot()
         decision = decide(snapshot)
         ran = [self._states[job_id] for job_id in decision.placed]
-        # Passes change: the jobs that ran take their new places. A user most of whose queue
-        # ran has it sorted again; one with a long queue, of which a few ran, has them taken
-        # out and put back.
+        # Passes change: the jobs that ran take their new places. A user's queue is sorted
+        # again when that is cheaper than taking its jobs that ran out and putting them back,
+        # one bisection each (many of a short queue ran); keys are unique, so the order is
+        # the same either way.
         resort: list[list[JobState]] = []
         moved: list[JobState] = []
         if decision.waiting:
