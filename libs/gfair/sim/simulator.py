@@ -488,10 +488,16 @@ class Simulator:
             else:
                 overhead = costs.migration_s
                 self._migrations += 1
-            generations = {self._server_generation[server] for server in servers}
-            job.speed = self.speeds.gang_speed(job.spec.job_type, generations)
-            if any((job.spec.id, g) not in self._observed for g in generations):
-                self._unobserved.append(job)
+            if len(servers) == 1:  # most jobs: their generation's speed, without a set of one
+                generation = self._server_generation[servers[0]]
+                job.speed = self.speeds.speed(job.spec.job_type, generation)
+                if (job.spec.id, generation) not in self._observed:
+                    self._unobserved.append(job)
+            else:
+                generations = {self._server_generation[server] for server in servers}
+                job.speed = self.speeds.gang_speed(job.spec.job_type, generations)
+                if any((job.spec.id, g) not in self._observed for g in generations):
+                    self._unobserved.append(job)
         self._tally(now)
         self._hold(servers, job.spec.gpus, 1)
         kind = (job.spec.gpus, job.spec.job_type)
