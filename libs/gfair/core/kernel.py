@@ -66,7 +66,10 @@ The rules, in order:
 
 Jobs are visited within their user by (pass, arrival), as the snapshot lists them; at most
 `_SCAN_LIMIT` of a user's jobs that do not fit are passed over per visit, so a quantum costs what
-runs rather than what waits. Charges are in GPU-quanta.
+runs rather than what waits. A long queue's jobs are sorted by the pool they live in as the
+decision reaches them, so that a visit in one pool passes over those living in the others without
+looking at each (`_Queue`); the decision is the one a look at every job in order makes
+(tests/core/test_kernel_paths.py). Charges are in GPU-quanta.
 Nothing here reads a clock or draws a random number.
 """
 
