@@ -66,7 +66,10 @@ The rules, in order:
 
 Jobs are visited within their user by (pass, arrival), as the snapshot lists them; at most
 `_SCAN_LIMIT` of a user's jobs that do not fit are passed over per visit, so a quantum costs what
-runs rather than what waits. Charges are in GPU-quanta.
+runs rather than what waits. A long queue's jobs are sorted by the pool they live in as the
+decision reaches them, so that a visit in one pool passes over those living in the others without
+looking at each (`_Queue`); the decision is the one a look at every job in order makes
+(tests/core/test_kernel_paths.py). Charges are in GPU-quanta.
 Nothing here reads a clock or draws a random number.
 """
 
@@ -74,7 +77,10 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import math
+import operator
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -86,6 +92,9 @@ _EPS = 1e-9
 # Jobs of one user that a visit may skip (do not fit the pool) before the entry gives up for
 # this quantum: bounds a visit's cost when a user has thousands of queued jobs.
 _SCAN_LIMIT = 64
+# Users with more jobs than this have them sorted by the pool they live in as a decision looks
+# at them, so that a visit in one pool does not look at each job living in another.
+_SHORT_QUEUE = 16
 # Times per pool and quantum the chosen jobs may be packed again to make room for a gang, and
 # the most chosen jobs a pool may have for it (each repack places them all again).
 _REPACKS = 2
@@ -101,6 +110,12 @@ _HORIZON = 2.0
 # only for 3.3 GPU-quanta owed (more than a one-job user on a busy cluster ever saves up).
 _PATIENCE = 120.0
 _MOST_PATIENCE = 20.0
+# Keys the kernel sorts and looks up by, at C speed (a decision applies them to every job).
+_ID = operator.attrgetter("id")
+_WHERE_RUNNING = operator.attrgetter("running", "id")
+_USER = operator.attrgetter("job.user")
+_ARRIVAL = operator.attrgetter("job.seq")
+_SIZE = operator.attrgetter("job.gpus")
 
 
 @dataclass(slots=True)
@@ -177,10 +192,52 @@ class _Choice:
     servers: tuple[str, ...]
 
 
+# What a decision derives from its pools alone, kept for the pools decided last (by identity,
+# holding them so that no other object takes their ids): drivers pass the same pools, immutable,
+# quantum after quantum, and a decision packs each pool several times.
+_EMPTY: dict[int, tuple[PoolState, Packing]] = {}
+_SERVERS: dict[tuple[int, ...], tuple[tuple[PoolState, ...], _ServerPools]] = {}
+_KEPT = 64  # layouts kept at most: a driver whose pools change each quantum still gets them right
+
+
+@dataclass(frozen=True, slots=True)
+class _ServerPools:
+    """Server id -> its pool: as the pool's index (fastest first), generation and state."""
+
+    rank: dict[str, int]
+    generation: dict[str, str]
+    state: dict[str, PoolState]
+
+
+def _empty(pool: PoolState) -> Packing:
+    """A packing of the pool with every GPU free."""
+    kept = _EMPTY.get(id(pool))
+    if kept is None or kept[0] is not pool:
+        if len(_EMPTY) >= _KEPT:
+            _EMPTY.clear()
+        kept = _EMPTY[id(pool)] = (pool, Packing(pool.servers))
+    return kept[1].copy()
+
+
+def _server_pools(pools: Sequence[PoolState]) -> _ServerPools:
+    key = tuple(map(id, pools))
+    kept = _SERVERS.get(key)
+    if kept is None or any(a is not b for a, b in zip(kept[0], pools, strict=True)):
+        if len(_SERVERS) >= _KEPT:
+            _SERVERS.clear()
+        maps = _ServerPools(
+            {server.id: rank for rank, pool in enumerate(pools) for server in pool.servers},
+            {server.id: pool.generation for pool in pools for server in pool.servers},
+            {server.id: pool for pool in pools for server in pool.servers},
+        )
+        kept = _SERVERS[key] = (tuple(pools), maps)
+    return kept[1]
+
+
 def decide(snapshot: Snapshot) -> Decision:
     """One quantum's decision (module doc)."""
     pools = list(snapshot.pools)
-    packing = {p.generation: Packing(p.servers) for p in pools}
+    packing = {p.generation: _empty(p) for p in pools}
     chosen: dict[str, _Choice] = {}
     order = {user: jobs for user, jobs in snapshot.jobs.items() if jobs}
     charged = _entitled_runs(snapshot, pools, packing, order, chosen)
@@ -197,17 +254,17 @@ def decide(snapshot: Snapshot) -> Decision:
     if waiting == 0:
         _fastest_to_fastest(pools, packing, chosen, snapshot.quantum_s)
     placed = {job_id: choice.servers for job_id, choice in chosen.items()}
-    runs: dict[str, list[str]] = {}
+    runs: defaultdict[str, list[str]] = defaultdict(list)
     for job_id, servers in placed.items():
         for server_id in servers:
-            runs.setdefault(server_id, []).append(job_id)
+            runs[server_id].append(job_id)
     return Decision(
         runs={s: tuple(jobs) for s, jobs in runs.items()},
         placed=placed,
         charged=charged,
         waiting=waiting,
         idle={generation: free.total for generation, free in packing.items() if free.total},
-        served=frozenset(choice.job.user for choice in chosen.values()),
+        served=frozenset(map(_USER, chosen.values())),
         entitled=entitled,
     )
 
@@ -219,12 +276,12 @@ def backfill(snapshot: Snapshot, holding: Iterable[JobState]) -> dict[str, tuple
     are; nothing is charged (as for any surplus). Returns the placements of the jobs that start.
     """
     pools = list(snapshot.pools)
-    packing = {p.generation: Packing(p.servers) for p in pools}
-    pool_of = {server.id: pool.generation for pool in pools for server in pool.servers}
+    packing = {p.generation: _empty(p) for p in pools}
+    pool_of = _server_pools(pools).generation
     chosen: dict[str, _Choice] = {}
     # In an order of the kernel's own: best fit picks among equally free servers by the order
     # they became so, and the drivers hold their running jobs in orders of their own.
-    for job in sorted(holding, key=lambda j: (j.running, j.id)):
+    for job in sorted(holding, key=_WHERE_RUNNING):
         pool = pool_of.get(job.running[0]) if job.running else None
         if pool is None:
             continue
@@ -242,6 +299,118 @@ def _prefer(job: JobState) -> tuple[tuple[str, ...], ...]:
     return (job.running, job.home)
 
 
+class _Queue:
+    """A user's jobs during `_entitled_runs`: how far they are all chosen, and, for the jobs
+    looked at so far, which start in a pool without moving, by pool, so that a visit in a pool
+    passes over the jobs living in the others without looking at each."""
+
+    __slots__ = (
+        "anywhere",
+        "at_anywhere",
+        "at_own",
+        "classified",
+        "jobs",
+        "marks",
+        "own",
+        "spent",
+        "start",
+        "state",
+    )
+
+    def __init__(
+        self, jobs: Sequence[JobState], pools: int, state: UserState, spent: dict[str, float]
+    ) -> None:
+        self.jobs = jobs
+        self.state = state
+        self.spent = spent  # what the user was charged so far, per pool
+        self.start = 0  # jobs before this index are all chosen
+        # Where the visits' looks stopped: per pool, for jobs that start there without moving,
+        # then for those that move there or run elsewhere on its turn (`_next_move`)
+        self.marks = [0] * (2 * pools)
+        # A long queue's jobs before `classified`: those that never ran nor left a checkpoint
+        # in a pool, and those whose servers are in each pool; where the first cursor stands
+        # in `anywhere` and in `own` of each pool. A short queue is looked through job by job.
+        self.classified = 0
+        self.anywhere: list[int] = []
+        self.own: list[list[int]] = []
+        self.at_anywhere: list[int] = []
+        self.at_own: list[int] = []
+        if len(jobs) > _SHORT_QUEUE:
+            self.own = [[] for _ in range(pools)]
+            self.at_anywhere = [0] * pools
+            self.at_own = [0] * pools
+
+    def classify(self, end: int, pool_of: Mapping[str, int]) -> None:
+        jobs, own, anywhere = self.jobs, self.own, self.anywhere
+        for index in range(self.classified, end):
+            job = jobs[index]
+            servers = job.running or job.home
+            lives = pool_of.get(servers[0]) if servers else None
+            if lives is None:
+                anywhere.append(index)
+            else:
+                own[lives].append(index)
+        self.classified = end
+
+
+def _start_in_place(
+    queue: _Queue,
+    rank: int,
+    at: int,
+    end: int,
+    generation: str,
+    room: Packing,
+    chosen: Mapping[str, object],
+    fits: Sequence[Callable[[int], bool]],
+    pool_of: Mapping[str, int],
+) -> tuple[JobState | None, int]:
+    """A visit's first look in a long queue: the first of the user's jobs from `at` on,
+    before `end`, that starts in pool `rank` without moving, and where the look stopped (at
+    that job, else at `end`). Only the jobs that never ran and those living in the pool can:
+    the two lists of them are walked together, in queue order."""
+    if queue.classified < end:
+        # a window ahead at once: the look moves on a job or two per visit
+        queue.classify(min(len(queue.jobs), end + _SCAN_LIMIT), pool_of)
+    jobs = queue.jobs
+    anywhere, own = queue.anywhere, queue.own[rank]
+    first, second = queue.at_anywhere[rank], queue.at_own[rank]
+    fresh_end, kept_end = len(anywhere), len(own)
+    while first < fresh_end and anywhere[first] < at:
+        first += 1
+    while second < kept_end and own[second] < at:
+        second += 1
+    job: JobState | None = None
+    while True:
+        fresh = anywhere[first] if first < fresh_end else end
+        kept = own[second] if second < kept_end else end
+        if fresh < kept and fresh < end:
+            candidate = jobs[fresh]
+            # A one-GPU job fits any pool with a free GPU (`Packing.fits`).
+            if (
+                candidate.id not in chosen
+                and candidate.speeds.get(generation, 0.0) > 0
+                and (candidate.gpus == 1 or fits[rank](candidate.gpus))
+            ):
+                job, at = candidate, fresh
+                break
+            first += 1
+        elif kept < end:
+            candidate = jobs[kept]
+            if (
+                candidate.id not in chosen
+                and candidate.speeds.get(generation, 0.0) > 0
+                and room.free_for(candidate.running or candidate.home, candidate.gpus)
+            ):
+                job, at = candidate, kept
+                break
+            second += 1
+        else:
+            at = end
+            break
+    queue.at_anywhere[rank], queue.at_own[rank] = first, second
+    return job, at
+
+
 def _entitled_runs(
     snapshot: Snapshot,
     pools: list[PoolState],
@@ -250,62 +419,124 @@ def _entitled_runs(
     chosen: dict[str, _Choice],
 ) -> dict[str, dict[str, float]]:
     """Rule 1: the per-pool stride over users' entitlements."""
+    users = snapshot.users
     heap: list[tuple[float, int, int, str]] = []
+    ranked = [(pool.generation, pool.speed_rank) for pool in pools]
     for user in order:
-        state = snapshot.users[user]
-        for pool in pools:
-            entitled = state.entitled.get(pool.generation, 0.0)
+        state = users[user]
+        shares, credits, seq = state.entitled, state.credit, state.seq
+        for generation, speed_rank in ranked:
+            entitled = shares.get(generation, 0.0)
             if entitled > _EPS:
-                priority = _priority(state.credit.get(pool.generation, 0.0), entitled)
-                heap.append((-priority, state.seq, pool.speed_rank, user))
+                # `_priority`, inline: this loop runs for every user and pool each quantum
+                priority = round((credits.get(generation, 0.0) + entitled) / entitled, 9)
+                heap.append((-priority, seq, speed_rank, user))
     heapq.heapify(heap)
-    pool_of = {server.id: rank for rank, pool in enumerate(pools) for server in pool.servers}
-    start = dict.fromkeys(order, 0)  # per user: jobs before this index are all chosen
-    cursor: dict[tuple[str, int, bool], int] = {}  # `_next_run`'s, per user, pool and kind
+    pool_of = _server_pools(pools).rank
+    generations = [pool.generation for pool in pools]
+    npools = len(pools)
+    queues: dict[str, _Queue] = {}
     charged: dict[str, dict[str, float]] = {}
-    full: set[str] = set()
+    full = [False] * npools  # by rank: found without a free GPU
+    open_pools = npools
     repacks = dict.fromkeys(packing, _REPACKS)
     fits = [
         functools.partial(_fits, pool, packing=packing, chosen=chosen, repacks=repacks)
         for pool in pools
     ]
-    while heap and len(full) < len(pools):
-        _, seq, rank, user = heapq.heappop(heap)
-        pool = pools[rank]
-        room = packing[pool.generation]
-        if pool.generation in full:
+    quantum_s = snapshot.quantum_s
+    heappop, heappushpop = heapq.heappop, heapq.heappushpop
+    # The entry a visit put back: pushed and the next one popped in one step, the same entry
+    # again when it still comes first.
+    back: tuple[float, int, int, str] | None = None
+    while open_pools:
+        if back is not None:
+            _, seq, rank, user = heappushpop(heap, back)
+            back = None
+        elif heap:
+            _, seq, rank, user = heappop(heap)
+        else:
+            break
+        if full[rank]:
             continue
+        generation = generations[rank]
+        room = packing[generation]
         if room.total == 0:
-            full.add(pool.generation)
+            full[rank] = True
+            open_pools -= 1
             continue
-        state = snapshot.users[user]
-        spent = charged.setdefault(user, {})
-        run = _next_run(
-            order[user],
-            start,
-            user,
-            rank,
-            pools,
-            packing,
-            pool_of,
-            fits,
-            chosen,
-            state,
-            spent,
-            snapshot.quantum_s,
-            cursor,
-        )
-        if run is None:
-            continue
-        job, where = run
-        servers = packing[where.generation].place(job.gpus, _prefer(job))
-        assert servers is not None  # _next_run checked the fit
-        chosen[job.id] = _Choice(job, where.generation, servers)
-        paid, amount = _charge(job, state, spent, pool.generation, where.generation)
-        spent[paid] = spent.get(paid, 0.0) + amount
-        entitled = state.entitled[pool.generation]
-        credit = state.credit.get(pool.generation, 0.0) - spent.get(pool.generation, 0.0)
-        heapq.heappush(heap, (-_priority(credit, entitled), seq, rank, user))
+        queue = queues.get(user)
+        if queue is None:
+            spent = charged[user] = {}
+            queue = queues[user] = _Queue(order[user], npools, users[user], spent)
+        jobs, state, spent = queue.jobs, queue.state, queue.spent
+        # The job the visit runs, and the pool it runs in (rule 8): of the user's jobs in
+        # order (at most `_SCAN_LIMIT`), the first that runs here without moving, where nearly
+        # every visit ends: one that never ran, or one whose servers (where it ran, else its
+        # checkpoint's) are here and free. Failing that, one that moves here or runs
+        # elsewhere on this pool's turn (`_next_move`).
+        count = len(jobs)
+        index = queue.start
+        while index < count and jobs[index].id in chosen:
+            index += 1
+        queue.start = index
+        if index == count:
+            continue  # every job of the user runs: the entry leaves
+        end = index + _SCAN_LIMIT if index + _SCAN_LIMIT < count else count
+        # Jobs before the cursor were found not to start here without moving earlier in this
+        # decision, and GPUs are only taken as it goes: they are not looked at again for that.
+        marks = queue.marks
+        at = marks[rank] if marks[rank] > index else index
+        job: JobState | None = None
+        if count <= _SHORT_QUEUE:
+            while at < end:
+                candidate = jobs[at]
+                if candidate.id not in chosen and candidate.speeds.get(generation, 0.0) > 0:
+                    own = candidate.running or candidate.home
+                    lives = pool_of.get(own[0]) if own else None
+                    if lives is None:
+                        # A one-GPU job fits any pool with a free GPU (`Packing.fits`).
+                        if candidate.gpus == 1 or fits[rank](candidate.gpus):
+                            job = candidate
+                            break
+                    elif lives == rank and room.free_for(own, candidate.gpus):
+                        job = candidate
+                        break
+                at += 1
+        else:
+            job, at = _start_in_place(queue, rank, at, end, generation, room, chosen, fits, pool_of)
+        marks[rank] = at
+        where = generation
+        if job is None:
+            run = _next_move(
+                jobs,
+                index,
+                end,
+                rank,
+                pools,
+                packing,
+                pool_of,
+                fits,
+                chosen,
+                state,
+                spent,
+                quantum_s,
+                marks,
+            )
+            if run is None:
+                continue
+            job, where = run
+        servers = packing[where].place(job.gpus, (job.running, job.home))
+        assert servers is not None  # the fit was checked
+        chosen[job.id] = _Choice(job, where, servers)
+        if where == generation:
+            paid = generation
+        else:
+            paid = _charge(job, state, spent, generation, where)[0]
+        spent[paid] = spent.get(paid, 0.0) + float(job.gpus)
+        entitled = state.entitled[generation]
+        credit = state.credit.get(generation, 0.0) - spent.get(generation, 0.0)
+        back = (-round((credit + entitled) / entitled, 9), seq, rank, user)  # `_priority`
     return charged
 
 
@@ -354,10 +585,10 @@ def _pays(gain_s: float, cost_s: float) -> bool:
     return gain_s > cost_s + _EPS
 
 
-def _next_run(
+def _next_move(
     jobs: Sequence[JobState],
-    start: dict[str, int],
-    user: str,
+    index: int,
+    end: int,
     rank: int,
     pools: Sequence[PoolState],
     packing: Mapping[str, Packing],
@@ -367,54 +598,33 @@ def _next_run(
     state: UserState,
     spent: Mapping[str, float],
     quantum_s: float,
-    cursor: dict[tuple[str, int, bool], int],
-) -> tuple[JobState, PoolState] | None:
-    """The job the user's entry in pool `rank` runs, and the pool it runs in (rule 8).
+    marks: list[int],
+) -> tuple[JobState, str] | None:
+    """The job the user's entry in pool `rank` runs when none of its jobs (from `index`, before
+    `end`) starts there without moving, and the pool it runs in (rule 8).
 
-    Its jobs in order (at most `_SCAN_LIMIT`), the first that runs here without moving: one
-    that never ran, or one whose servers (where it ran, else its checkpoint's) are here and
-    free. Failing that, the first that moves here because its user is owed enough here for the
-    move to pay (`_owed_enough`: from another pool, or from its own servers here, taken). Failing
-    that, the first whose servers are free in another pool runs there, on this pool's turn. A job
-    that would have to move and for which it does not pay waits for its servers
-    (`_surplus_runs` gives it GPUs nobody else takes)."""
+    The first that moves here because its user is owed enough here for the move to pay
+    (`_owed_enough`: from another pool, or from its own servers here, taken). Failing that, the
+    first whose servers are free in another pool runs there, on this pool's turn. A job that
+    would have to move and for which it does not pay waits for its servers (`_surplus_runs`
+    gives it GPUs nobody else takes). `marks[len(pools) + rank]` is where the last look of the
+    kind stopped."""
     pool = pools[rank]
     generation = pool.generation
-    index = start[user]
-    while index < len(jobs) and jobs[index].id in chosen:
-        index += 1
-    start[user] = index
-    end = min(len(jobs), index + _SCAN_LIMIT)
-    # Jobs before the cursor were found not to start here without moving earlier in this
-    # decision, and GPUs are only taken as it goes: they are not looked at again for that.
-    key = (user, rank, False)
-    at = max(index, cursor.get(key, index))
-    while at < end:
-        job = jobs[at]
-        if job.id not in chosen and job.speeds.get(generation, 0.0) > 0:
-            own = _own(job)
-            if not own or pool_of.get(own[0]) is None:
-                if fits[rank](job.gpus):
-                    cursor[key] = at
-                    return job, pool
-            elif pool_of[own[0]] == rank and packing[generation].free_for(own, job.gpus):
-                cursor[key] = at
-                return job, pool
-        at += 1
-    cursor[key] = end
     room = packing[generation]
     owed: dict[tuple[int, float, str, bool], bool] = {}  # the same for most of a user's jobs
-    # Likewise for moving here or running elsewhere: what the user is owed here and the GPUs
-    # free elsewhere only fall as the decision goes on.
-    key = (user, rank, True)
-    for at in range(max(index, cursor.get(key, index)), end):
-        cursor[key] = at
+    # What the user is owed here and the GPUs free elsewhere only fall as the decision goes
+    # on: jobs before the cursor are not looked at again.
+    key = len(pools) + rank
+    for at in range(max(index, marks[key]), end):
+        marks[key] = at
         job = jobs[at]
-        own = _own(job)
-        if job.id in chosen or not own or pool_of.get(own[0]) is None:
+        own = job.running or job.home
+        lives = pool_of.get(own[0]) if own else None
+        if lives is None or job.id in chosen:
             continue
         here = job.speeds.get(generation, 0.0)
-        home = pools[pool_of[own[0]]]
+        home = pools[lives]
         there = job.speeds.get(home.generation, 0.0)
         free = there > 0 and packing[home.generation].free_for(own, job.gpus)
         if here > 0 and room.total >= job.gpus:
@@ -425,10 +635,10 @@ def _next_run(
                     job, state, spent, generation, home.generation, quantum_s, waits=not free
                 )
             if enough and fits[rank](job.gpus):
-                return job, pool
+                return job, generation
         if free and here > 0 and home.generation != generation:
-            return job, home
-    cursor[key] = end
+            return job, home.generation
+    marks[key] = end
     return None
 
 
@@ -500,7 +710,7 @@ def _fits(
     if len(members) > _REPACK_JOBS:
         return False
     members.sort(key=lambda c: (-c.job.gpus, not c.job.running, c.job.seq))
-    fresh = Packing(pool.servers)
+    fresh = _empty(pool)
     placed: list[tuple[_Choice, tuple[str, ...]]] = []
     for choice in members:
         servers = fresh.place(choice.job.gpus, _prefer(choice.job))
@@ -536,7 +746,7 @@ def _clear_a_server(
         key=lambda s: (held[s.id], s.id),
     )
     for target in candidates:
-        fresh = Packing(pool.servers)
+        fresh = _empty(pool)
         fresh.place(target.gpus, ((target.id,),))  # kept empty while the others are packed
         staying = [(c, servers) for c, servers in placed if target.id not in servers]
         moving = [c for c, servers in placed if target.id in servers]
@@ -576,12 +786,18 @@ def _surplus_runs(
     # Only users with a job still waiting, in most-owed order. Jobs that start without moving
     # (that never ran, or whose servers are free) go first; those whose servers are taken
     # then take what is left.
-    pool_of = {server.id: pool for pool in pools for server in pool.servers}
-    waiting = [user for user, jobs in order.items() if any(j.id not in chosen for j in jobs)]
+    pool_of = _server_pools(pools).state
+    # user -> its first job not chosen (C iterators: the chosen ones before it are many)
+    first: dict[str, int] = {}
+    for user, jobs in order.items():
+        unchosen = map(operator.not_, map(chosen.__contains__, map(_ID, jobs)))
+        index = next(itertools.compress(itertools.count(), unchosen), None)
+        if index is not None:
+            first[user] = index
     movers: list[JobState] = []
-    for user in sorted(waiting, key=owed):
+    for user in sorted(first, key=owed):
         scanned = 0
-        for job in order[user]:
+        for job in itertools.islice(order[user], first[user], None):
             if job.id in chosen:
                 continue
             scanned += 1
@@ -629,10 +845,10 @@ def _keep_pools(pools: list[PoolState], chosen: Mapping[str, _Choice]) -> None:
     """Rule 2's cost control: which of a user's chosen jobs fills which of its places is free
     (the stride only fixed how many GPUs the user runs in each pool), so jobs of the same size
     trade places until as many as possible stay in the pool they ran in."""
-    pool_of = {server.id: pool.generation for pool in pools for server in pool.servers}
-    groups: dict[tuple[str, int], list[_Choice]] = {}
+    pool_of = _server_pools(pools).generation
+    groups: defaultdict[tuple[str, int], list[_Choice]] = defaultdict(list)
     for choice in chosen.values():
-        groups.setdefault((choice.job.user, choice.job.gpus), []).append(choice)
+        groups[choice.job.user, choice.job.gpus].append(choice)
     for group in groups.values():
         if len(group) < 2:
             continue
@@ -705,13 +921,14 @@ def _fastest_to_fastest(
     pool only when the gain repays the move."""
     if len(pools) < 2:
         return
-    pool_of = {server.id: pool.generation for pool in pools for server in pool.servers}
-    fresh = {p.generation: Packing(p.servers) for p in pools}
+    pool_of = _server_pools(pools).generation
+    fresh = {p.generation: _empty(p) for p in pools}
     target: dict[str, tuple[str, tuple[str, ...]]] = {}
     left = list(chosen.values())
+    generations = [p.generation for p in pools]
+    work = {c.job.id: _work(c.job, generations, pool_of, quantum_s) for c in left}
     for index, pool in enumerate(pools):
-        slower = [p.generation for p in pools[index + 1 :]]
-        gains = {c.job.id: _gain(c.job, pool.generation, slower, pool_of, quantum_s) for c in left}
+        gains = {c.job.id: _gain(work[c.job.id], index) for c in left}
         ranked = sorted(
             (c for c in left if gains[c.job.id] > 1 + _EPS),
             key=lambda c: (-gains[c.job.id], c.pool != pool.generation, c.job.seq),
@@ -742,25 +959,26 @@ def _fastest_for(job: JobState, pools: Iterable[PoolState]) -> list[PoolState]:
     return sorted(fitting, key=lambda p: -job.speeds[p.generation])
 
 
-def _gain(
-    job: JobState,
-    generation: str,
-    slower: Sequence[str],
-    pool_of: Mapping[str, str],
-    quantum_s: float,
-) -> float:
-    """How much more `job` does on `generation` than on the best of `slower` over the next
-    quanta, moves paid (inf when only here fits it, 0 when it does not fit here)."""
+def _work(
+    job: JobState, generations: Sequence[str], pool_of: Mapping[str, str], quantum_s: float
+) -> list[float]:
+    """What `job` does on each of `generations` over the next quanta, moves paid."""
     own = _own(job)
     lives = pool_of.get(own[0]) if own else None
     horizon = quantum_s * _HORIZON
+    speeds, move_s = job.speeds, job.move_s
+    return [
+        speeds.get(where, 0.0)
+        * max(0.0, horizon - (0.0 if lives is None or lives == where else move_s))
+        for where in generations
+    ]
 
-    def work(where: str) -> float:
-        lost = 0.0 if lives is None or lives == where else job.move_s
-        return job.speeds.get(where, 0.0) * max(0.0, horizon - lost)
 
-    here = work(generation)
-    rest = max((work(g) for g in slower), default=0.0)
+def _gain(work: Sequence[float], index: int) -> float:
+    """How much more a job doing `work` (`_work`) does on pool `index` than on the best of the
+    slower ones (inf when only here fits it, 0 when it does not fit here)."""
+    here = work[index]
+    rest = max(work[index + 1 :], default=0.0)
     if here <= 0:
         return 0.0
     return here / rest if rest > 0 else float("inf")
@@ -774,27 +992,31 @@ def _affinity(
     for choice in chosen.values():
         members[choice.pool].append(choice)
     for pool in pools:
-        choices = members[pool.generation]
-        room = Packing(pool.servers)
+        room = _empty(pool)
         attempt: list[tuple[_Choice, tuple[str, ...]]] = []
         # Jobs that stay come first, then those going back to their checkpoint's servers,
         # then the rest (jobs coming from another pool among them: they have no place here to
         # keep, and placed first they would take the place of a job that stays), largest
-        # gangs first (they are the hardest to fit).
+        # gangs first (they are the hardest to fit), then by arrival.
         here = room.size
-        choices.sort(
-            key=lambda c: (
-                not (c.job.running and c.job.running[0] in here),
-                not (c.job.home and c.job.home[0] in here),
-                -c.job.gpus,
-                c.job.seq,
-            )
-        )
-        for choice in choices:
-            servers = room.place(choice.job.gpus, _prefer(choice.job))
-            if servers is None:
-                break
-            attempt.append((choice, servers))
+        parts: tuple[list[_Choice], ...] = ([], [], [], [])
+        for choice in members[pool.generation]:
+            running, home = choice.job.running, choice.job.home
+            stays = bool(running) and running[0] in here
+            returns = bool(home) and home[0] in here
+            parts[(0 if stays else 2) + (0 if returns else 1)].append(choice)
+        for part in parts:
+            part.sort(key=_ARRIVAL)
+            part.sort(key=_SIZE, reverse=True)  # stable: equal sizes stay in arrival order
+            for choice in part:
+                job = choice.job
+                servers = room.place(job.gpus, (job.running, job.home))
+                if servers is None:
+                    break
+                attempt.append((choice, servers))
+            else:
+                continue
+            break
         else:
             for choice, servers in attempt:
                 choice.servers = servers

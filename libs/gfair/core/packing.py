@@ -76,17 +76,33 @@ class Packing:
     def place(self, gpus: int, prefer: Sequence[tuple[str, ...]]) -> tuple[str, ...] | None:
         """Servers for a job of `gpus`, taken; the first preferred placement that is free wins,
         else best fit (or whole idle servers for a gang larger than a server)."""
+        free = self.free
+        buckets = self.buckets
         for servers in prefer:
-            if servers and self.free_for(servers, gpus):
+            if not servers:
+                continue
+            if len(servers) == 1:  # the common case, taken without the general helpers
+                server_id = servers[0]
+                before = free.get(server_id, 0)
+                if before >= gpus:
+                    del buckets[before][server_id]
+                    free[server_id] = before - gpus
+                    buckets[before - gpus][server_id] = None
+                    self.total -= gpus
+                    return servers
+            elif self.free_for(servers, gpus):
                 for server_id, share in self._shares(servers, gpus):
                     self._take(server_id, share)
                 return servers
         if gpus <= self.largest:
             for f in range(gpus, self.largest + 1):
-                bucket = self.buckets[f]
+                bucket = buckets[f]
                 if bucket:
                     server_id = next(iter(bucket))
-                    self._take(server_id, gpus)
+                    del bucket[server_id]
+                    free[server_id] = f - gpus
+                    buckets[f - gpus][server_id] = None
+                    self.total -= gpus
                     return (server_id,)
             return None
         whole = self._whole(gpus)
@@ -99,8 +115,22 @@ class Packing:
         """Whether `servers` (one, or whole servers for a gang larger than one) hold `gpus` free."""
         if len(servers) == 1:
             return self.free.get(servers[0], 0) >= gpus
-        if any(s not in self.free for s in servers):
-            return False
-        return all(self.free[s] == self.size[s] for s in servers) and (
-            sum(self.size[s] for s in servers) >= gpus
-        )
+        free, size = self.free, self.size
+        held = 0
+        for server_id in servers:
+            idle = free.get(server_id)
+            if idle is None or idle != size[server_id]:
+                return False
+            held += idle
+        return held >= gpus
+
+    def copy(self) -> Packing:
+        """The same free GPUs, to be taken and released independently of these."""
+        twin = Packing.__new__(Packing)
+        twin.servers = self.servers
+        twin.size = self.size  # never written
+        twin.free = dict(self.free)
+        twin.largest = self.largest
+        twin.total = self.total
+        twin.buckets = [dict(bucket) for bucket in self.buckets]
+        return twin

@@ -20,8 +20,9 @@ each quantum into `kernel.decide` on that snapshot, then `kernel.settle`:
 from __future__ import annotations
 
 import bisect
+import operator
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -99,8 +100,8 @@ class SchedulerConfig:
             raise ValueError(f"throughput_alpha must be in (0, 1], got {self.throughput_alpha}")
 
 
-def _queue_key(job: JobState) -> tuple[float, int]:
-    return (job.pass_, job.seq)
+# A job's place in its user's queue: (pass, arrival), unique (arrivals are).
+_queue_key: Callable[[JobState], tuple[float, int]] = operator.attrgetter("pass_", "seq")
 
 
 @dataclass
@@ -258,13 +259,29 @@ class GandivaFair:
         snapshot = self.snapshot()
         decision = decide(snapshot)
         ran = [self._states[job_id] for job_id in decision.placed]
-        if decision.waiting:  # passes change: the jobs that ran take their new places
+        # Passes change: the jobs that ran take their new places. A user's queue is sorted
+        # again when that is cheaper than taking its jobs that ran out and putting them back,
+        # one bisection each (many of a short queue ran); keys are unique, so the order is
+        # the same either way.
+        resort: list[list[JobState]] = []
+        moved: list[JobState] = []
+        if decision.waiting:
+            by_user: dict[str, list[JobState]] = {}
             for job in ran:
-                queue = self._users[job.user].queue
-                del queue[bisect.bisect_left(queue, _queue_key(job), key=_queue_key)]
+                by_user.setdefault(job.user, []).append(job)
+            for name, jobs in by_user.items():
+                queue = self._users[name].queue
+                if 2 * len(jobs) * len(queue).bit_length() > len(queue):
+                    resort.append(queue)
+                    continue
+                for job in jobs:
+                    del queue[bisect.bisect_left(queue, _queue_key(job), key=_queue_key)]
+                moved.extend(jobs)
         ceiling = {name: accounts.ceiling(user.sizes) for name, user in self._users.items()}
         if settle(snapshot.users, ran, decision, ceiling, snapshot.overrun, snapshot.unheld):
-            for job in ran:
+            for queue in resort:
+                queue.sort(key=_queue_key)
+            for job in moved:
                 bisect.insort(self._users[job.user].queue, job, key=_queue_key)
         migrations = self._carry_out(decision)
         self._last = decision

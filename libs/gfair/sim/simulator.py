@@ -492,10 +492,16 @@ class Simulator:
             else:
                 overhead = costs.migration_s
                 self._migrations += 1
-            generations = {self._server_generation[server] for server in servers}
-            job.speed = self.speeds.gang_speed(job.spec.job_type, generations)
-            if any((job.spec.id, g) not in self._observed for g in generations):
-                self._unobserved.append(job)
+            if len(servers) == 1:  # most jobs: their generation's speed, without a set of one
+                generation = self._server_generation[servers[0]]
+                job.speed = self.speeds.speed(job.spec.job_type, generation)
+                if (job.spec.id, generation) not in self._observed:
+                    self._unobserved.append(job)
+            else:
+                generations = {self._server_generation[server] for server in servers}
+                job.speed = self.speeds.gang_speed(job.spec.job_type, generations)
+                if any((job.spec.id, g) not in self._observed for g in generations):
+                    self._unobserved.append(job)
         self._tally(now)
         self._hold(servers, job.spec.gpus, 1)
         kind = (job.spec.gpus, job.spec.job_type)
@@ -535,6 +541,9 @@ class Simulator:
     def _usable_idle(self) -> int:
         """Idle GPUs that the jobs the last decision left waiting could take now."""
         if self._usable is None:
+            if self._held_gpus >= self._capacity:
+                self._usable = 0  # no GPU is idle (the common case on a busy cluster)
+                return 0
             waiting = [
                 WaitingClass(gpus, self._pools_for(job_type), count)
                 for (gpus, job_type), count in (self._unplaced - self._arrived).items()

@@ -1,0 +1,135 @@
+"""The kernel's shortcuts decide as its plain paths do: a long queue's jobs sorted by the pool
+they live in, kept empty packings, and the scheduler's two ways of re-sorting its queues."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gfair.core import kernel
+from gfair.core.cluster import parse_cluster_spec
+from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState, decide
+from gfair.core.packing import Packing
+from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
+
+_GENERATIONS = ("v100", "p100", "k80")
+
+
+def _random_snapshot(seed: int) -> Snapshot:
+    """Users with queues longer than the scan window, jobs that ran, left a checkpoint or never
+    started, in every pool, some types fitting only some pools, gangs up to two servers."""
+    rng = random.Random(seed)
+    cluster = parse_cluster_spec("v100:3x4,p100:3x4,k80:6x4")
+    pools = tuple(
+        PoolState(g, cluster.by_generation(g), rank) for rank, g in enumerate(_GENERATIONS)
+    )
+    servers = [s.id for s in cluster.servers]
+    users: dict[str, UserState] = {}
+    jobs: dict[str, list[JobState]] = {}
+    seq = 0
+    for n in range(rng.randint(2, 6)):
+        name = f"u{n}"
+        users[name] = UserState(
+            name,
+            seq,
+            {g: rng.choice([0.0, 1.0, 2.5, 4.0]) for g in _GENERATIONS},
+            {g: rng.uniform(-4.0, 8.0) for g in _GENERATIONS if rng.random() < 0.8},
+        )
+        seq += 1
+        # One job type per user: the kernel lets a user's jobs of one size trade places
+        # (`_keep_pools`), which assumes they run where each other do.
+        speeds = {g: rng.choice([0.0, 0.3, 1.0, 2.5]) for g in _GENERATIONS}
+        speeds[rng.choice(_GENERATIONS)] = 1.0  # it fits somewhere
+        queue = []
+        # Some queues come in long runs of jobs living in one pool, longer than the window a
+        # visit looks through: the jobs after it must not be taken.
+        blocky = rng.random() < 0.5
+        block: list[str] = servers
+        for index in range(rng.choice([1, 5, 20, 90, 150])):
+            if index % 70 == 0:
+                block = [s.id for s in rng.choice(pools).servers] if blocky else servers
+            gpus = rng.choice([1, 1, 1, 2, 4, 8])
+            where: tuple[str, ...] = ()
+            if gpus <= 4 and rng.random() < (0.95 if blocky else 0.7):
+                where = (rng.choice(block),)
+            running, home = (where, where) if rng.random() < 0.5 else ((), where)
+            queue.append(
+                JobState(
+                    f"{name}-{seq}",
+                    name,
+                    gpus,
+                    seq,
+                    dict(speeds),
+                    pass_=0.0,
+                    running=running,
+                    home=home,
+                    move_s=rng.choice([3.0, 60.0]),
+                )
+            )
+            seq += 1
+        jobs[name] = queue
+    return Snapshot(pools, users, jobs, quantum_s=rng.choice([60.0, 360.0]))
+
+
+def _fields(decision: Decision) -> tuple[object, ...]:
+    return (
+        list(decision.runs.items()),
+        list(decision.placed.items()),
+        decision.charged,
+        decision.waiting,
+        decision.idle,
+        decision.served,
+        decision.entitled,
+    )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_long_queues_decide_as_if_looked_through_job_by_job(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snapshot = _random_snapshot(seed)
+    sorted_by_pool = decide(snapshot)
+    monkeypatch.setattr(kernel, "_SHORT_QUEUE", 10**9)  # every queue looked through in order
+    assert _fields(decide(snapshot)) == _fields(sorted_by_pool)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_kept_empty_packings_are_fresh_ones(seed: int) -> None:
+    snapshot = _random_snapshot(seed)
+    first = decide(snapshot)
+    kernel._EMPTY.clear()
+    kernel._SERVERS.clear()
+    assert _fields(decide(snapshot)) == _fields(first)
+    assert _fields(decide(snapshot)) == _fields(first)  # the kept ones were not written
+
+
+def test_a_packing_copy_is_taken_from_independently() -> None:
+    servers = parse_cluster_spec("v100:3x4").servers
+    original = Packing(servers)
+    original.place(3, ())
+    twin = original.copy()
+    assert twin.place(4, ()) == ("v100-1",)
+    assert twin.place(1, ()) == ("v100-0",)  # best fit: the fullest server with room
+    assert original.total == 9 and original.free == {"v100-0": 1, "v100-1": 4, "v100-2": 4}
+    again = Packing(servers)
+    again.place(3, ())
+    assert [again.place(g, ()) for g in (4, 1, 2)] == [original.place(g, ()) for g in (4, 1, 2)]
+
+
+def test_queues_stay_in_pass_order_whichever_way_they_are_updated() -> None:
+    # "few" has a long queue of which a few run each quantum (its jobs taken out and put
+    # back), "most" a short one that mostly runs (sorted again), on a contended cluster.
+    scheduler = GandivaFair(parse_cluster_spec("v100:1x4,k80:1x4"), {}, {}, SchedulerConfig())
+    for n in range(300):
+        scheduler.submit(JobSpec(f"few-{n}", "few", 1 + n % 2), 0.0)
+    for n in range(6):
+        scheduler.submit(JobSpec(f"most-{n}", "most", 1), 0.0)
+    ran: set[str] = set()
+    for quantum in range(30):
+        ran.update(scheduler.plan(float(quantum)).placements)
+        for user in scheduler._users.values():
+            keys = [(job.pass_, job.seq) for job in user.queue]
+            assert keys == sorted(keys)
+            assert len(user.queue) == len(user.jobs)
+    assert {f"most-{n}" for n in range(6)} <= ran and len(ran) > 20
