@@ -16,7 +16,7 @@ from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
 _GENERATIONS = ("v100", "p100", "k80")
 
 
-def _random_snapshot(seed: int) -> Snapshot:
+def _random_snapshot(seed: int, *, types_per_user: int = 1) -> Snapshot:
     """Users with queues longer than the scan window, jobs that ran, left a checkpoint or never
     started, in every pool, some types fitting only some pools, gangs up to two servers."""
     rng = random.Random(seed)
@@ -37,10 +37,11 @@ def _random_snapshot(seed: int) -> Snapshot:
             {g: rng.uniform(-4.0, 8.0) for g in _GENERATIONS if rng.random() < 0.8},
         )
         seq += 1
-        # One job type per user: the kernel lets a user's jobs of one size trade places
-        # (`_keep_pools`), which assumes they run where each other do.
-        speeds = {g: rng.choice([0.0, 0.3, 1.0, 2.5]) for g in _GENERATIONS}
-        speeds[rng.choice(_GENERATIONS)] = 1.0  # it fits somewhere
+        kinds = []
+        for _ in range(types_per_user):
+            speeds = {g: rng.choice([0.0, 0.3, 1.0, 2.5]) for g in _GENERATIONS}
+            speeds[rng.choice(_GENERATIONS)] = 1.0  # it fits somewhere
+            kinds.append(speeds)
         queue = []
         # Some queues come in long runs of jobs living in one pool, longer than the window a
         # visit looks through: the jobs after it must not be taken.
@@ -60,7 +61,7 @@ def _random_snapshot(seed: int) -> Snapshot:
                     name,
                     gpus,
                     seq,
-                    dict(speeds),
+                    dict(rng.choice(kinds)),
                     pass_=0.0,
                     running=running,
                     home=home,
@@ -133,3 +134,15 @@ def test_queues_stay_in_pass_order_whichever_way_they_are_updated() -> None:
             assert keys == sorted(keys)
             assert len(user.queue) == len(user.jobs)
     assert {f"most-{n}" for n in range(6)} <= ran and len(ran) > 20
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_no_job_is_placed_where_it_cannot_run(seed: int) -> None:
+    # A user's jobs of one size and different types: rule 2's trading of places among them
+    # once put a job in a pool where its speed is 0 (and rule 4 then divided by that speed).
+    snapshot = _random_snapshot(seed, types_per_user=3)
+    speeds = {job.id: job.speeds for queue in snapshot.jobs.values() for job in queue}
+    generation = {s.id: p.generation for p in snapshot.pools for s in p.servers}
+    decision = decide(snapshot)
+    for key, servers in decision.placed.items():
+        assert all(speeds[key].get(generation[s], 0.0) > 0 for s in servers), key

@@ -844,7 +844,8 @@ def _start_fastest(
 def _keep_pools(pools: list[PoolState], chosen: Mapping[str, _Choice]) -> None:
     """Rule 2's cost control: which of a user's chosen jobs fills which of its places is free
     (the stride only fixed how many GPUs the user runs in each pool), so jobs of the same size
-    trade places until as many as possible stay in the pool they ran in."""
+    trade places until as many as possible stay in the pool they ran in. A group whose trade
+    would put a job where it cannot run (a user's jobs of different types) keeps its places."""
     pool_of = _server_pools(pools).generation
     groups: defaultdict[tuple[str, int], list[_Choice]] = defaultdict(list)
     for choice in chosen.values():
@@ -855,6 +856,8 @@ def _keep_pools(pools: list[PoolState], chosen: Mapping[str, _Choice]) -> None:
         places: dict[str, list[tuple[str, ...]]] = {}
         for choice in group:
             places.setdefault(choice.pool, []).append(choice.servers)
+        if any(choice.job.speeds.get(pool, 0.0) <= 0 for choice in group for pool in places):
+            continue
         unplaced: list[_Choice] = []
         for choice in group:
             own = _own(choice.job)
