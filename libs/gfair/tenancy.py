@@ -72,6 +72,7 @@ SERVICE_DURABLES: tuple[str, ...] = (
     "trading-auction-jobs",
     "trading-auction-nodes",
     "trading-auction-profiles",
+    "trading-auction-shares",
 )
 
 
