@@ -44,12 +44,15 @@ def fair_share_weights(tickets: Mapping[K, float], usage: Mapping[K, float]) -> 
 class DecayedUsage:
     """Per-user GPU-seconds, each weighed by ``2^(-age / half_life_s)`` (module doc)."""
 
-    def __init__(self, half_life_s: float, now: float = 0.0) -> None:
+    def __init__(
+        self, half_life_s: float, now: float = 0.0, usage: Mapping[str, float] | None = None
+    ) -> None:
+        """`usage`: user -> decayed GPU-seconds as of `now`, kept from before (none: zero)."""
         if not (math.isfinite(half_life_s) and half_life_s > 0):
             raise ValueError(f"half_life_s must be a finite number > 0, not {half_life_s!r}")
         self.half_life_s = half_life_s
         self.now = now
-        self._usage: dict[str, float] = {}
+        self._usage: dict[str, float] = dict(usage or {})
 
     def advance(self, now: float) -> None:
         """Decay everything to `now` (earlier than the last time: nothing changes)."""
