@@ -122,9 +122,23 @@ def test_tickets_one_to_three_are_tracked_and_a_half_life_change_shows(
     assert slow.share("b", 2 * HOUR, 3 * HOUR) > fast.share("b", 2 * HOUR, 3 * HOUR)
 
 
-def test_without_decay_the_scheduler_keeps_no_usage(throughput: ThroughputTable) -> None:
-    _, scheduler = simulate(throughput, parse_shares("[users.b]\n"))
+def test_without_decay_the_scheduler_keeps_no_usage_and_decides_as_before(
+    throughput: ThroughputTable,
+) -> None:
+    held, scheduler = simulate(throughput, parse_shares("fairness = 'instantaneous'\n"))
+    plain, _ = simulate(throughput, None)
     assert scheduler.usage() == {}
+    assert held.quanta == plain.quanta
+    # A user that finishes early leaves the rest settled: the plain mode skips those quanta,
+    # the decayed mode (its weights move with usage) decides every one.
+    trace = trace_of([Row(0.0, "a", 1, 600.0), Row(0.0, "b", 1, 3 * HOUR)])
+    cluster = parse_cluster_spec(CLUSTER)
+    runs = {
+        name: replay(trace, cluster, throughput, ReplayOptions(until_s=END, shares=tree)).result
+        for name, tree in (("plain", None), ("decayed", DECAYED))
+    }
+    assert runs["plain"].plans < 10
+    assert runs["decayed"].plans == 3 * HOUR / QUANTUM
 
 
 def test_the_report_runs_in_the_decayed_mode(throughput: ThroughputTable) -> None:

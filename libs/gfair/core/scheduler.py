@@ -158,7 +158,7 @@ class GandivaFair:
         self._server_pool = {s.id: s.generation for s in cluster.servers}
         self._gpus = {g: pool.gpus for g, pool in self.pools.items()}
         tree = self.config.shares
-        # The decayed mode's usage, charged up to `_charged_at` (None until the first plan).
+        # The decayed mode's usage, charged up to `_charged_at` (None before the first charge).
         self._usage: DecayedUsage | None = None
         if tree is not None and tree.decayed and tree.half_life_s is not None:
             self._usage = DecayedUsage(tree.half_life_s)
