@@ -16,6 +16,10 @@ that used twice its share a quarter: a user back from idling gets more than its 
 share until its decayed usage has caught up, and with usage even the weights are the tickets'
 proportions again. The weights then divide the account's GPUs by water-filling, capped by
 demand, exactly as tickets do in the instantaneous mode.
+
+The shares file's ``fairness = "decayed"`` turns it on (`ShareTree.decayed`); the drivers keep a
+`DecayedUsage` and pass its usage in: the simulator's `scheduler.GandivaFair` from the GPUs its
+plans placed, the trading auction from what split-stride's record counts.
 """
 
 from __future__ import annotations
