@@ -53,6 +53,40 @@ def test_tickets_default_to_one_and_a_user_without_account_is_at_the_root() -> N
 
 def test_no_file_content_is_a_flat_tree() -> None:
     assert parse_shares("").flat
+    assert parse_shares("").plain and not parse_shares("").decayed
+
+
+@pytest.mark.parametrize(
+    ("half_life", "seconds"),
+    [
+        ("'90s'", 90.0),
+        ("'90m'", 5400.0),
+        ("' 12h '", 43_200.0),
+        ("'7d'", 604_800.0),
+        ("'2w'", 1_209_600.0),
+        ("'1.5h'", 5400.0),
+        ("'600'", 600.0),
+        ("600", 600.0),
+        ("2.5", 2.5),
+    ],
+)
+def test_the_decayed_mode_reads_its_half_life_with_units(half_life: str, seconds: float) -> None:
+    tree = parse_shares(f"fairness = 'decayed'\nhalf_life = {half_life}\n[users.u]\n")
+    assert (tree.fairness, tree.half_life_s) == ("decayed", seconds)
+    assert tree.decayed and tree.flat and not tree.plain
+    assert parse_shares(render_shares(tree)) == tree
+
+
+def test_the_mode_defaults_to_instantaneous_and_the_half_life_to_seven_days() -> None:
+    tree = parse_shares(ISSUE_EXAMPLE)
+    assert (tree.fairness, tree.half_life_s, tree.decayed) == ("instantaneous", None, False)
+    decayed = parse_shares("fairness = 'decayed'\n" + ISSUE_EXAMPLE)
+    assert decayed.half_life_s == 7 * 86_400.0
+    assert (decayed.accounts, decayed.members) == (tree.accounts, tree.members)
+    with pytest.raises(ValueError, match="half_life_s must be"):
+        ShareTree(fairness="decayed")
+    with pytest.raises(ValueError, match="instantaneous has none"):
+        ShareTree(half_life_s=60.0)
 
 
 @pytest.mark.parametrize(
@@ -81,7 +115,19 @@ def test_no_file_content_is_a_flat_tree() -> None:
         ("users = 3\n", r"f\.toml: users: expected tables"),
         ("accounts.a = 3\n", r"f\.toml: accounts\.a: expected a table"),
         ("tickets = 3\n", r"f\.toml: unknown key 'tickets' at the top"),
-        ("fairness = 'decayed'\n", r"f\.toml:1: fairness: .*not built into the schedulers yet"),
+        ("fairness = 'fair'\n", r"f\.toml:1: fairness: .*one of instantaneous, decayed"),
+        ("\nhalf_life = '1h'\n", r"f\.toml:2: half_life: .*add fairness = \"decayed\""),
+        (
+            "fairness = 'instantaneous'\nhalf_life = '1h'\n",
+            r"f\.toml:2: half_life: a half-life is the decayed mode's",
+        ),
+        ("fairness = 'decayed'\nhalf_life = '7y'\n", r"f\.toml:2: half_life: .*units s, m, h"),
+        ("fairness = 'decayed'\nhalf_life = 'h'\n", r"f\.toml:2: half_life: .*not 'h'"),
+        ("fairness = 'decayed'\nhalf_life = '-2h'\n", r"f\.toml:2: half_life: .*> 0, not '-2h'"),
+        ("fairness = 'decayed'\nhalf_life = 0\n", r"f\.toml:2: half_life: .*> 0, not 0"),
+        ("fairness = 'decayed'\nhalf_life = 'inf'\n", r"f\.toml:2: half_life: .*finite"),
+        ("fairness = 'decayed'\nhalf_life = true\n", r"f\.toml:2: half_life: .*not True"),
+        ("fairness = 'decayed'\nhalf_life = [1]\n", r"f\.toml:2: half_life: .*not \[1\]"),
     ],
 )
 def test_bad_input_is_refused_naming_where(text: str, message: str) -> None:
@@ -110,12 +156,17 @@ def test_changes_say_what_differs_line_by_line() -> None:
         "user dave added to the root with 4 tickets",
     ]
     assert changes(after, after) == []
+    decayed = parse_shares("fairness = 'decayed'\nhalf_life = '36h'\n" + ISSUE_EXAMPLE)
+    assert changes(before, decayed) == ["fairness instantaneous -> decayed (half-life 36h)"]
 
 
 def test_with_tickets_names_what_it_cannot_set() -> None:
     tree = parse_shares(ISSUE_EXAMPLE)
     assert with_tickets(tree, "alice", 5).user_tickets["alice"] == 5
     assert with_tickets(tree, "research", 5).accounts["research"] == 5
+    decayed = parse_shares("fairness = 'decayed'\nhalf_life = '1h'\n" + ISSUE_EXAMPLE)
+    for name in ("alice", "research", "newcomer"):
+        assert with_tickets(decayed, name, 2).half_life_s == 3600.0
     with pytest.raises(SharesFileError, match="neither an account of the tree nor a user"):
         with_tickets(tree, "research/nowhere", 1)
     with pytest.raises(SharesFileError, match="alice: tickets must be"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,8 +18,9 @@ from gfair.bus.runner import RunnerSettings
 from gfair.client import GfairClient
 from gfair.client.errors import ClientError
 from gfair.client.state_access import DirectAccess
-from gfair.core.shares_file import with_tickets
+from gfair.core.shares_file import parse_shares, with_tickets
 from gfair.core.shares_tree import ShareTree
+from gfair.core.usage_decay import DecayedUsage
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.job_array import ArrayMembership
 from gfair.events.jobs import JobAccepted, JobCompleted
@@ -29,12 +31,14 @@ from gfair.events.scheduling import (
     SharesChanged,
     TradeCleared,
 )
-from gfair.state.buckets import SHARES
+from gfair.state.buckets import SHARES, STRIDE
 from gfair.state.share_record import SHARES_KEY, SharesRecord
+from gfair.state.stride_record import STATE_KEY, StrideRecord
 from gfair_services.topology import cluster_topology
 from gfair_services.trading_auction import Settings, build_service
 from gfair_services.trading_auction.market import ActiveJob, Market, PoolNode
 from gfair_services.trading_auction.service import Auction
+from gfair_services.trading_auction.usage import USAGE_KEY, UsageMeter, UsageReading
 
 from .scheduling_harness import ServiceHarness, eventually, registered
 
@@ -442,3 +446,143 @@ async def test_a_stale_or_unreadable_shares_change_changes_nothing() -> None:
     await auction.on_shares(*change("[accounts.bad/x]\n", now + timedelta(seconds=1)))
     assert set(market.tree.accounts) == {"a"} and not auction.dirty
     await auction.writes.settle()
+
+
+# -- the decayed mode ------------------------------------------------------------------------
+
+HOUR = timedelta(hours=1)
+T0 = datetime(2026, 11, 26, tzinfo=UTC)
+
+
+def stride(at: datetime, usage: dict[str, float], epoch: str = "e1") -> StrideRecord:
+    """Split-stride's record as of its tick at `at`: GPU-seconds per user since T0."""
+    return StrideRecord(
+        epoch=epoch,
+        usage_since=T0,
+        last_tick_at=at,
+        updated_at=at,
+        usage={user: {"k80": seconds} for user, seconds in usage.items()},
+    )
+
+
+async def split_stride_ticked(bus: InMemoryBus, record: StrideRecord) -> None:
+    await (await bus.key_value(STRIDE.name)).put(STATE_KEY, record.to_bytes())
+
+
+def entitled(record: SharesRecord, user: str) -> float:
+    return record.users[user].pools["k80"].entitled
+
+
+def b_share(usage: dict[str, float]) -> float:
+    """b's GPUs of 8 beside a, both backlogged, one ticket each (docs/design.md §1.1)."""
+    total = sum(usage.values())
+    w_a, w_b = (2 ** (-usage.get(u, 0.0) / total / 0.5) for u in ("a", "b"))
+    return 8 * w_b / (w_a + w_b)
+
+
+async def test_the_decayed_mode_weighs_the_usage_split_stride_counted(
+    seed_file: Path, tmp_path: Path
+) -> None:
+    """a held all 8 GPUs for a half-life, then b comes: b is entitled to 6.4 (weights 1/4
+    and 1), and less as its usage catches up, over a restart of the auction too."""
+    shares = tmp_path / "shares.toml"
+    shares.write_text('fairness = "decayed"\nhalf_life = "1h"\n')
+    bus = InMemoryBus()
+    settings = Settings(
+        throughputs=seed_file,
+        recompute_interval_s=0.03,
+        quantum_s=0.1,
+        shares_file=shares,
+        trading=False,
+    )
+    harness = Harness(bus, settings)
+    await harness.start()
+    try:
+        await harness.publish(registered("k80-0", "k80", gpus=8))
+        await harness.publish(*jobs("a", "six-x", 8), *jobs("b", "six-x", 8))
+        record = await harness.settle(lambda r: len(r.users) == 2)
+        assert entitled(record, "b") == pytest.approx(4.0)  # no usage yet: the tickets
+
+        await split_stride_ticked(bus, stride(T0 + HOUR, {"a": 8 * 3600.0}))
+        record = await harness.settle(lambda r: entitled(r, "b") > 4.1)
+        assert entitled(record, "a") == pytest.approx(1.6)
+        assert entitled(record, "b") == pytest.approx(6.4)
+        assert record.users["b"].pools["k80"].fair == pytest.approx(6.4)  # before trading
+
+        # Half an hour at those entitlements: b's usage catches up, its lead shrinks.
+        expected = DecayedUsage(3600.0, (T0 + HOUR).timestamp())
+        expected.charge("a", 8.0, 3600.0)
+        at = T0 + 1.5 * HOUR
+        totals = {"a": 8 * 3600.0 + 1.6 * 1800, "b": 6.4 * 1800}
+        expected.advance(at.timestamp())
+        expected.charge("a", 1.6, 1800.0)
+        expected.charge("b", 6.4, 1800.0)
+        await split_stride_ticked(bus, stride(at, totals))
+        record = await harness.settle(lambda r: entitled(r, "b") < 6.3)
+        assert entitled(record, "b") == pytest.approx(b_share(expected.usage()))
+        assert 4.0 < entitled(record, "b") < 6.4
+
+        # Restarted, the auction keeps its usage (in gfair_shares) and goes on from it: the
+        # next tick charges only the half hour since, not everything since T0 again.
+        await harness.stop()
+        await harness.start()
+        await asyncio.sleep(0.3)  # several readings of the same tick: nothing changes
+        assert await harness.shares() == record
+        at = T0 + 2 * HOUR
+        held = entitled(record, "b")
+        totals = {"a": totals["a"] + (8 - held) * 1800, "b": totals["b"] + held * 1800}
+        expected.advance(at.timestamp())
+        expected.charge("a", 8 - held, 1800.0)
+        expected.charge("b", held, 1800.0)
+        await split_stride_ticked(bus, stride(at, totals))
+        later = await harness.settle(lambda r: r.revision > record.revision)
+        assert entitled(later, "b") == pytest.approx(b_share(expected.usage()))
+        kept = await (await bus.key_value(SHARES.name)).get(USAGE_KEY)
+        assert kept is not None
+        assert UsageReading.model_validate_json(kept.value).decayed == pytest.approx(
+            expected.usage()
+        )
+    finally:
+        await harness.stop()
+        await bus.close()
+
+
+async def test_the_instantaneous_mode_reads_no_usage(harness: Harness) -> None:
+    await harness.publish(registered("k80-0", "k80", gpus=8))
+    await harness.publish(*jobs("a", "six-x", 8), *jobs("b", "six-x", 8))
+    record = await harness.settle(lambda r: len(r.users) == 2)
+    await split_stride_ticked(harness.bus, stride(T0 + HOUR, {"a": 8 * 3600.0}))
+    await asyncio.sleep(0.2)
+    assert await harness.shares() == record
+    assert await (await harness.bus.key_value(SHARES.name)).get(USAGE_KEY) is None
+
+
+def test_the_meter_charges_each_tick_once_and_starts_over_with_a_new_record() -> None:
+    meter = UsageMeter()
+    assert not meter.read(StrideRecord.fresh("e1", T0), 3600.0)  # no tick yet
+    assert meter.read(stride(T0 + HOUR, {"a": 8 * 3600.0}), 3600.0)
+    alone = 8 * 3600 * 0.5 / math.log(2)  # 8 GPUs for a half-life, weighed by age
+    assert meter.usage() == pytest.approx({"a": alone})
+    assert not meter.read(stride(T0 + HOUR, {"a": 8 * 3600.0}), 3600.0)  # the same tick
+    # A new record (split-stride's bucket made anew) counts from its own start: its totals
+    # are not taken as less than the last ones.
+    assert meter.read(stride(T0 + 2 * HOUR, {"b": 3600.0}, epoch="e2"), 3600.0)
+    assert meter.usage()["a"] == pytest.approx(alone / 2)
+    assert meter.usage()["b"] > 0
+    # A new half-life applies from the next reading on.
+    before = meter.usage()["a"]
+    assert meter.read(stride(T0 + 3 * HOUR, {"b": 3600.0}, epoch="e2"), 7200.0)
+    assert meter.usage()["a"] == pytest.approx(before * 2**-0.5)
+
+
+def test_a_decayed_tree_is_kept_even_without_accounts() -> None:
+    market = Market({}, lambda user: 1.0)
+    auction = Auction(market)
+    auction._take_tree(
+        auction.tree.model_copy(update={"shares": 'fairness = "decayed"\nhalf_life = "2h"\n'})
+    )
+    assert market.tree == parse_shares('fairness = "decayed"\nhalf_life = "2h"\n')
+    auction._take_tree(auction.tree.model_copy(update={"shares": "[users.u]\ntickets = 1\n"}))
+    assert market.tree is not None and not market.tree.decayed
+    auction._take_tree(auction.tree.model_copy(update={"shares": ""}))
+    assert market.tree is None

@@ -6,7 +6,9 @@ user's demand (the GPUs its active jobs ask), and a user's result is then taken 
 fraction of every pool. A user asking less than its share thus holds that little of each pool,
 and what it leaves goes to the others in proportion to their tickets. With a `ShareTree` the
 water-fill is the tree's, down its accounts (`shares_tree`); without one, or with one without
-accounts, it is the flat one. Trading (`trading.py`) later moves share between pools.
+accounts, it is the flat one. In the tree's decayed mode the driver passes each user's decayed
+usage (`usage_decay.DecayedUsage`), and the tree weighs siblings by it (`ShareTree.fill`).
+Trading (`trading.py`) later moves share between pools.
 """
 
 from __future__ import annotations
@@ -42,15 +44,17 @@ def entitlements(
     tickets: Mapping[str, float],
     demand: Mapping[str, float],
     tree: ShareTree | None = None,
+    usage: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """User -> pool -> GPUs of share, for the users with demand (see module doc)."""
+    """User -> pool -> GPUs of share, for the users with demand (see module doc); `usage`
+    (user -> decayed GPU-seconds) counts only with a `tree` in the decayed mode."""
     total = float(sum(pool_gpus.values()))
     if total <= 0:
         return {user: dict.fromkeys(pool_gpus, 0.0) for user in demand}
     if tree is None:
         shares = water_fill(total, tickets, demand)
     else:
-        shares = tree.water_fill(total, tickets, demand)
+        shares = tree.water_fill(total, tickets, demand, usage if tree.decayed else None)
     return {
         user: {pool: share * gpus / total for pool, gpus in pool_gpus.items()}
         for user, share in shares.items()
@@ -71,11 +75,13 @@ def shares(
     *,
     min_seller_gain: float = 0.10,
     tree: ShareTree | None = None,
+    usage: Mapping[str, float] | None = None,
 ) -> Shares:
     """Entitlements (module doc), then, with `speeds` given, the trades among the users
     (`trading.trade`, demand-capped): the one derivation of per-pool shares every driver uses.
-    `pool_gpus` lists the pools slowest first; `tree`, the accounts (`entitlements`)."""
-    held = entitlements(pool_gpus, tickets, demand, tree)
+    `pool_gpus` lists the pools slowest first; `tree`, the accounts, and `usage`, the users'
+    decayed usage for its decayed mode (`entitlements`)."""
+    held = entitlements(pool_gpus, tickets, demand, tree, usage)
     if speeds is None or len(pool_gpus) < 2 or len(held) < 2:
         return Shares(held, ())
     result = trade(held, speeds, tuple(pool_gpus), min_seller_gain=min_seller_gain, demands=demand)

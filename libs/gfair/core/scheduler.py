@@ -10,7 +10,10 @@ each quantum into `kernel.decide` on that snapshot, then `kernel.settle`:
   (down the accounts of `SchedulerConfig.shares`, when given) and
   held as the same fraction of every pool (`pools.entitlements`); with trading on, users then
   trade share between pools (`trading.trade`) using their estimated speeds. Both are recomputed
-  when the set of active jobs or a user's speeds change.
+  when the set of active jobs or a user's speeds change, and, in the shares tree's decayed mode,
+  at every plan: each user's GPUs held by the jobs placed (and backfilled) are charged into a
+  `usage_decay.DecayedUsage` up to every plan, backfill and job end, and the water-fill weighs
+  that usage (`ShareTree.fill`). Plans then never count as settled: usage moves every quantum.
 - Job arrays' limits (`arrays`): the snapshot leaves out an array's members beyond its limit,
   and the user's demand does not count what they ask beyond it.
 - Speeds come from the `ThroughputEstimator` (defaults, the Gavel seed, then observations); a
@@ -45,6 +48,7 @@ from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.tickets import check_tickets
 from gfair.core.trading import Trade
+from gfair.core.usage_decay import DecayedUsage
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,12 @@ class GandivaFair:
         self._members: dict[str, arrays.ArrayMember] = {}  # job id -> its array, if any
         self._server_pool = {s.id: s.generation for s in cluster.servers}
         self._gpus = {g: pool.gpus for g, pool in self.pools.items()}
+        tree = self.config.shares
+        # The decayed mode's usage, charged up to `_charged_at` (None before the first charge).
+        self._usage: DecayedUsage | None = None
+        if tree is not None and tree.decayed and tree.half_life_s is not None:
+            self._usage = DecayedUsage(tree.half_life_s)
+        self._charged_at: float | None = None
 
     # -- the facade ---------------------------------------------------------------------
 
@@ -210,10 +220,10 @@ class GandivaFair:
         return Admission(True, f"can run on {', '.join(sorted(usable))}", fastest)
 
     def finish(self, job_id: str, now: float) -> None:
-        try:
-            spec = self._jobs.pop(job_id)
-        except KeyError:
-            raise KeyError(f"unknown job {job_id!r}") from None
+        if job_id not in self._jobs:
+            raise KeyError(f"unknown job {job_id!r}")
+        self._charge(now)  # what it held up to now, before it lets go
+        spec = self._jobs.pop(job_id)
         state = self._states.pop(job_id)
         self._running.pop(job_id, None)
         self.estimator.forget_job(job_id)
@@ -253,6 +263,9 @@ class GandivaFair:
             self._shares_dirty = True
 
     def plan(self, now: float) -> QuantumPlan:
+        if self._usage is not None:
+            self._charge(now)
+            self._shares_dirty = True  # the usage moved: the weights with it
         if self._shares_dirty:
             self._refresh_shares()
         self._profiled = False
@@ -302,6 +315,8 @@ class GandivaFair:
         # plan refreshes them (trading again at every arrival and end would cost more).
         holding = [self._states[job_id] for job_id in self._running]
         started = backfill(self.snapshot(), holding)
+        if started:
+            self._charge(now)  # the GPUs held so far, before the new jobs hold theirs
         for job_id, servers in started.items():
             state = self._states[job_id]
             state.home = state.running = servers
@@ -329,6 +344,7 @@ class GandivaFair:
             self._last is not None
             and self._last.waiting == 0
             and not (self._shares_dirty or self._profiled)
+            and self._usage is None
         )
 
     def entitlements(self) -> Mapping[str, Mapping[str, float]]:
@@ -353,6 +369,11 @@ class GandivaFair:
 
     def credit(self, user: str) -> Mapping[str, float]:
         return MappingProxyType(dict(self._users[user].state.credit))
+
+    def usage(self) -> Mapping[str, float]:
+        """User -> decayed GPU-seconds as of the last plan, backfill or job end (decayed mode;
+        empty otherwise)."""
+        return MappingProxyType(self._usage.usage() if self._usage is not None else {})
 
     # -- internals ----------------------------------------------------------------------
 
@@ -379,6 +400,22 @@ class GandivaFair:
         self._running = dict.fromkeys(decision.placed)
         return tuple(migrations)
 
+    def _charge(self, now: float) -> None:
+        """Decayed mode: charge each user the GPUs its placed and backfilled jobs held from the
+        last charge to `now`."""
+        if self._usage is None:
+            return
+        since, self._charged_at = self._charged_at, now
+        if since is None or now <= since:
+            return
+        held: dict[str, int] = {}
+        for job_id in self._running:
+            state = self._states[job_id]
+            held[state.user] = held.get(state.user, 0) + state.gpus
+        self._usage.advance(now)
+        for user, gpus in held.items():
+            self._usage.charge(user, gpus, now - since)
+
     def _refresh_shares(self) -> None:
         self._shares_dirty = False
         names = sorted(self._users)
@@ -390,6 +427,7 @@ class GandivaFair:
             {u: self._user_speeds(u, generations) for u in names} if self.config.trading else None,
             min_seller_gain=self.config.min_seller_gain,
             tree=self.config.shares,
+            usage=self._usage.usage() if self._usage is not None else None,
         )
         self._trades = result.trades
         accounts.entitle([self._users[name].state for name in names], result.entitled, self.pools)

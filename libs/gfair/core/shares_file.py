@@ -8,6 +8,11 @@
     account = "research/vision"
     tickets = 1
 
+Two optional keys at the top, before the tables, choose the fairness mode: ``fairness =
+"instantaneous"`` (the default: tickets alone) or ``"decayed"``, with ``half_life`` the decayed
+mode's half-life (docs/design.md §1.1): a string of a number and a unit, ``s``, ``m``, ``h``,
+``d`` or ``w`` (``"90m"``, ``"7d"``), or a bare number of seconds; 7 days when omitted.
+
 An account's parent is its path less the last segment and must be defined too; a user's
 ``account`` must be defined (omitted: the root). ``tickets`` defaults to 1 for both. Paths name
 parents, so a tree read from a file has no cycles; the segments ``.`` and ``..``, which would
@@ -20,15 +25,28 @@ The text is parsed here, never read: the callers read the file (the core does no
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 import tomllib
 from typing import Any, Final
 
-from gfair.core.shares_tree import NAME, ROOT, ShareTree, check_path, parent_of
+from gfair.core.shares_tree import (
+    DECAYED,
+    FAIRNESS,
+    INSTANTANEOUS,
+    NAME,
+    ROOT,
+    ShareTree,
+    check_path,
+    parent_of,
+)
 from gfair.core.tickets import check_tickets
 
-FAIRNESS: Final = ("instantaneous",)
-_TOP: Final = ("accounts", "users", "fairness")
+_TOP: Final = ("fairness", "half_life", "accounts", "users")
+DEFAULT_HALF_LIFE: Final = "7d"  # Slurm's PriorityDecayHalfLife default
+# A half-life's units, largest first (`_duration_text` writes the largest that is exact).
+_UNITS: Final = {"w": 7 * 86_400.0, "d": 86_400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 _ACCOUNT_FIELDS: Final = ("tickets",)
 _USER_FIELDS: Final = ("account", "tickets")
 DEFAULT_TICKETS: Final = 1.0
@@ -50,11 +68,18 @@ def parse_shares(text: str, source: str = "shares file") -> ShareTree:
             raise SharesFileError(
                 f"{source}: unknown key {key!r} at the top; expected one of {', '.join(_TOP)}"
             )
-    fairness = data.get("fairness", FAIRNESS[0])
+    fairness = data.get("fairness", INSTANTANEOUS)
     if fairness not in FAIRNESS:
         raise SharesFileError(
-            f"{where.key('fairness')}: fairness = {fairness!r}: one of {', '.join(FAIRNESS)} "
-            "(the decayed mode is not built into the schedulers yet)"
+            f"{where.key('fairness')}: fairness = {fairness!r}: one of {', '.join(FAIRNESS)}"
+        )
+    half_life_s: float | None = None
+    if fairness == DECAYED:
+        half_life_s = _half_life(data.get("half_life", DEFAULT_HALF_LIFE), where.key("half_life"))
+    elif "half_life" in data:
+        raise SharesFileError(
+            f"{where.key('half_life')}: a half-life is the decayed mode's; "
+            'add fairness = "decayed" or remove it'
         )
     accounts = _table(data, "accounts", source)
     users = _table(data, "users", source)
@@ -88,7 +113,36 @@ def parse_shares(text: str, source: str = "shares file") -> ShareTree:
             raise SharesFileError(f"{at}: account: unknown account {account!r}")
         members[user] = account
         user_tickets[user] = _tickets(fields, at)
-    return ShareTree(tickets, members, user_tickets)
+    return ShareTree(tickets, members, user_tickets, fairness, half_life_s)
+
+
+def _half_life(value: object, at: str) -> float:
+    """Seconds of a ``half_life`` (module doc), or `SharesFileError` naming the value."""
+    expected = 'expected a duration such as "90m", "12h" or "7d" (units s, m, h, d, w), or seconds'
+    if isinstance(value, bool):
+        raise SharesFileError(f"{at}: {expected}, not {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        scale = _UNITS.get(text[-1:])
+        try:
+            seconds = float(text[:-1] if scale is not None else text) * (scale or 1.0)
+        except ValueError:
+            raise SharesFileError(f"{at}: {expected}, not {value!r}") from None
+    else:
+        raise SharesFileError(f"{at}: {expected}, not {value!r}")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise SharesFileError(f"{at}: a half-life must be a finite duration > 0, not {value!r}")
+    return seconds
+
+
+def _duration_text(seconds: float) -> str:
+    """`seconds` in the largest unit that says it exactly (``"7d"``), else in seconds."""
+    for unit, scale in _UNITS.items():
+        if seconds >= scale and seconds % scale == 0:
+            return f"{int(seconds // scale)}{unit}"
+    return f"{seconds!r}s"
 
 
 class _Where:
@@ -147,8 +201,11 @@ def _quoted(name: str) -> str:
 
 def render_shares(tree: ShareTree) -> str:
     """`tree` as a shares file that `parse_shares` reads back into the same tree: accounts by
-    path (a parent before its children), then users, each with its tickets."""
+    path (a parent before its children), then users, each with its tickets; the fairness mode
+    first when it is the decayed one."""
     lines: list[str] = []
+    if tree.decayed and tree.half_life_s is not None:
+        lines += [f'fairness = "{DECAYED}"', f'half_life = "{_duration_text(tree.half_life_s)}"']
     for path in sorted(tree.accounts):
         lines += [f"[accounts.{_quoted(path)}]", f"tickets = {tree.accounts[path]!r}"]
     for user in sorted(tree.members):
@@ -162,6 +219,8 @@ def render_shares(tree: ShareTree) -> str:
 def changes(old: ShareTree, new: ShareTree) -> list[str]:
     """What differs from `old` to `new`, one line per account or user (for the audit trail)."""
     said: list[str] = []
+    if (old.fairness, old.half_life_s) != (new.fairness, new.half_life_s):
+        said.append(f"fairness {_mode(old)} -> {_mode(new)}")
     for path in sorted(old.accounts.keys() | new.accounts.keys()):
         before, after = old.accounts.get(path), new.accounts.get(path)
         if before is None:
@@ -185,6 +244,12 @@ def changes(old: ShareTree, new: ShareTree) -> list[str]:
     return said
 
 
+def _mode(tree: ShareTree) -> str:
+    if tree.half_life_s is None:
+        return tree.fairness
+    return f"{tree.fairness} (half-life {_duration_text(tree.half_life_s)})"
+
+
 def with_tickets(tree: ShareTree, name: str, tickets: float) -> ShareTree:
     """`tree` with the account `name` (a path it defines), else the user `name`, holding
     `tickets`; a user it does not place yet is placed at the root. `SharesFileError` names what
@@ -194,8 +259,10 @@ def with_tickets(tree: ShareTree, name: str, tickets: float) -> ShareTree:
     except ValueError as error:
         raise SharesFileError(str(error)) from None
     if name in tree.accounts:
-        return ShareTree({**tree.accounts, name: tickets}, tree.members, tree.user_tickets)
+        return dataclasses.replace(tree, accounts={**tree.accounts, name: tickets})
     if not NAME.fullmatch(name):
         raise SharesFileError(f"{name!r}: neither an account of the tree nor a user's name")
     members = {**tree.members, name: tree.members.get(name, ROOT)}
-    return ShareTree(tree.accounts, members, {**tree.user_tickets, name: tickets})
+    return dataclasses.replace(
+        tree, members=members, user_tickets={**tree.user_tickets, name: tickets}
+    )

@@ -16,10 +16,15 @@ Users not placed in the tree are children of the root, with the tickets their ca
 (the flat tickets, `GFAIR_USER_TICKETS` or the default). A tree without accounts is thus one
 water-fill among the users, the flat rule: `fill` then performs exactly the arithmetic of
 `tickets.water_fill` on the same inputs, in the same order, so its result is bit-identical.
+
+The tree also carries the fairness mode of its file: ``instantaneous`` (tickets alone), or
+``decayed`` with a half-life, in which the drivers pass each user's decayed usage to `fill` and
+siblings are weighed by `usage_decay.fair_share_weights` (docs/design.md §1.1).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +39,9 @@ ROOT: Final = ""
 NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _ACCOUNT: Final = 0
 _USER: Final = 1
+INSTANTANEOUS: Final = "instantaneous"
+DECAYED: Final = "decayed"
+FAIRNESS: Final = (INSTANTANEOUS, DECAYED)
 
 
 def parent_of(path: str) -> str:
@@ -53,8 +61,19 @@ class ShareTree:
     accounts: Mapping[str, float] = field(default_factory=dict)
     members: Mapping[str, str] = field(default_factory=dict)  # user -> account path
     user_tickets: Mapping[str, float] = field(default_factory=dict)  # users in `members`
+    fairness: str = INSTANTANEOUS  # one of FAIRNESS
+    half_life_s: float | None = None  # the decayed mode's half-life; None otherwise
 
     def __post_init__(self) -> None:
+        if self.fairness not in FAIRNESS:
+            raise ValueError(f"fairness {self.fairness!r}: one of {', '.join(FAIRNESS)}")
+        if self.fairness == DECAYED:
+            if self.half_life_s is None or not (
+                math.isfinite(self.half_life_s) and self.half_life_s > 0
+            ):
+                raise ValueError(f"half_life_s must be a finite number > 0, not {self.half_life_s}")
+        elif self.half_life_s is not None:
+            raise ValueError("half_life_s is the decayed mode's: instantaneous has none")
         for path, tickets in self.accounts.items():
             check_path(path)
             check_tickets(f"account {path}", tickets)
@@ -76,6 +95,16 @@ class ShareTree:
     def flat(self) -> bool:
         """No accounts: every user is a child of the root (the flat rule)."""
         return not self.accounts
+
+    @property
+    def decayed(self) -> bool:
+        """The decayed mode: drivers keep usage (`usage_decay.DecayedUsage`) and pass it in."""
+        return self.fairness == DECAYED
+
+    @property
+    def plain(self) -> bool:
+        """Nothing beyond flat tickets: no accounts, no user placed, the instantaneous mode."""
+        return not self.accounts and not self.members and not self.decayed
 
     def account_of(self, user: str) -> str:
         return self.members.get(user, ROOT)
@@ -156,10 +185,14 @@ class ShareTree:
         return TreeFill({user: users.get(user, 0.0) for user in demand}, accounts)
 
     def water_fill(
-        self, capacity: float, tickets: Mapping[str, float], demand: Mapping[str, float]
+        self,
+        capacity: float,
+        tickets: Mapping[str, float],
+        demand: Mapping[str, float],
+        usage: Mapping[str, float] | None = None,
     ) -> dict[str, float]:
         """User -> GPUs: `fill`'s users."""
-        return self.fill(capacity, tickets, demand).users
+        return self.fill(capacity, tickets, demand, usage).users
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,10 @@ that used twice its share a quarter: a user back from idling gets more than its 
 share until its decayed usage has caught up, and with usage even the weights are the tickets'
 proportions again. The weights then divide the account's GPUs by water-filling, capped by
 demand, exactly as tickets do in the instantaneous mode.
+
+The shares file's ``fairness = "decayed"`` turns it on (`ShareTree.decayed`); the drivers keep a
+`DecayedUsage` and pass its usage in: the simulator's `scheduler.GandivaFair` from the GPUs its
+plans placed, the trading auction from what split-stride's record counts.
 """
 
 from __future__ import annotations
@@ -44,12 +48,15 @@ def fair_share_weights(tickets: Mapping[K, float], usage: Mapping[K, float]) -> 
 class DecayedUsage:
     """Per-user GPU-seconds, each weighed by ``2^(-age / half_life_s)`` (module doc)."""
 
-    def __init__(self, half_life_s: float, now: float = 0.0) -> None:
+    def __init__(
+        self, half_life_s: float, now: float = 0.0, usage: Mapping[str, float] | None = None
+    ) -> None:
+        """`usage`: user -> decayed GPU-seconds as of `now`, kept from before (none: zero)."""
         if not (math.isfinite(half_life_s) and half_life_s > 0):
             raise ValueError(f"half_life_s must be a finite number > 0, not {half_life_s!r}")
         self.half_life_s = half_life_s
         self.now = now
-        self._usage: dict[str, float] = {}
+        self._usage: dict[str, float] = dict(usage or {})
 
     def advance(self, now: float) -> None:
         """Decay everything to `now` (earlier than the last time: nothing changes)."""

@@ -6,7 +6,9 @@ allocation composes the core exactly as the simulator's `GandivaFair` does: each
 ticket share of the cluster, water-filled by demand and held as the same fraction of every pool
 (`pools.shares`: `pools.entitlements`, then second-price trades between pools) bid with the
 users' estimated speeds (`ThroughputEstimator.user_speeds`). With a `ShareTree` (the shares
-file) the ticket share is the tree's water-fill, down its accounts.
+file) the ticket share is the tree's water-fill, down its accounts; in its decayed mode every
+level weighs the users' decayed usage the caller passes (`usage.UsageMeter`), as the
+simulator's does.
 
 No I/O and no clock: the service persists the inputs and passes times in.
 """
@@ -14,7 +16,7 @@ No I/O and no clock: the service persists the inputs and passes times in.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -184,7 +186,9 @@ class Market:
                 gpus.update(node.gpus)
         return {g: gpus[g] for g in sorted(gpus, key=generation_rank) if gpus[g] > 0}
 
-    def allocate(self) -> Allocation:
+    def allocate(self, usage: Mapping[str, float] | None = None) -> Allocation:
+        """The allocation of the inputs; `usage` (user -> decayed GPU-seconds) counts in the
+        tree's decayed mode only."""
         capacity = self.capacity()
         demand = accounts.demand((job.user, job.gpus, job.member) for job in self.jobs.values())
         counts: Counter[str] = Counter()
@@ -198,7 +202,9 @@ class Market:
         generations = tuple(capacity)
         tickets = {u: self.tickets_of(u) for u in users}
         asked = {u: demand[u] for u in users}
-        fair = pools.entitlements(capacity, tickets, asked, self.tree)
+        if self.tree is None or not self.tree.decayed:
+            usage = None
+        fair = pools.entitlements(capacity, tickets, asked, self.tree, usage)
         speeds = {u: self.estimator.user_speeds(u, gangs[u], capacity) for u in users}
         result = pools.shares(
             capacity,
@@ -207,6 +213,7 @@ class Market:
             speeds if self.trading else None,
             min_seller_gain=self.min_seller_gain,
             tree=self.tree,
+            usage=usage,
         )
         held, trades = result.entitled, result.trades
         shares = {
@@ -228,7 +235,7 @@ class Market:
         records = tuple(_trade_record(t) for t in trades if _round(t.quantity) > 0)
         below: dict[str, float] = {}
         if self.tree is not None:
-            below = self.tree.fill(float(sum(capacity.values())), tickets, asked).accounts
+            below = self.tree.fill(float(sum(capacity.values())), tickets, asked, usage).accounts
         return Allocation(capacity, shares, records, self._accounts(below, asked))
 
     def _accounts(

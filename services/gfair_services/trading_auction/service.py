@@ -10,6 +10,11 @@ Consumers:
   taken for the next allocation and kept in `gfair_shares` (key ``tree``), so that it stays in
   force over restarts, over the file the service was started with (`GFAIR_SHARES_FILE`).
 
+In the shares file's decayed mode the auction also reads split-stride's record (`gfair_stride`)
+twice a quantum for the GPU-seconds each user held (`usage`), keeps each user's decayed usage
+in `gfair_shares` (key ``usage``, so that it survives a restart) and recomputes after every
+reading that saw a new tick: the weights move with usage at least once a quantum.
+
 Handlers only record inputs (in memory and in `gfair_shares`, so a restart resumes; written behind,
 awaited once per batch before it is acknowledged) and mark the market changed; each is idempotent
 because inputs are set-like (a job is active or not, a node has one newest state, a profile
@@ -54,8 +59,9 @@ from gfair.events.scheduling import (
     SharesChanged,
     TradeCleared,
 )
-from gfair.state.buckets import SHARES
+from gfair.state.buckets import SHARES, STRIDE
 from gfair.state.share_record import SHARES_KEY, SharesRecord, TradeRecord
+from gfair.state.stride_record import load_stride
 from gfair_services.profiler.seed import seed_table
 from gfair_services.topology import cluster_topology
 from gfair_services.trading_auction.market import (
@@ -67,6 +73,7 @@ from gfair_services.trading_auction.market import (
     SpeedProfile,
 )
 from gfair_services.trading_auction.settings import TradingAuctionSettings
+from gfair_services.trading_auction.usage import USAGE_KEY, UsageMeter, UsageReading
 
 SERVICE_NAME = "trading-auction"
 
@@ -140,9 +147,20 @@ def _same_trade(a: TradeRecord, b: TradeRecord) -> bool:
 
 
 class Auction:
-    def __init__(self, market: Market, clock: Clock = utc_now, shares_text: str = "") -> None:
+    def __init__(
+        self,
+        market: Market,
+        clock: Clock = utc_now,
+        shares_text: str = "",
+        usage_interval_s: float = 30.0,
+    ) -> None:
         self.market = market
         self.clock = clock
+        # The decayed mode's usage, read from split-stride's record every `usage_interval_s`.
+        self.meter = UsageMeter()
+        self.usage_interval_s = usage_interval_s
+        self._usage_read_at: datetime | None = None
+        self._stride_kv: KeyValue | None = None
         # The shares file in force: the service's own (its settings') until an operator's.
         self.tree = TreeInForce(shares=shares_text, operator="", changed_at=_NEVER)
         self.current: SharesRecord | None = None
@@ -163,6 +181,7 @@ class Auction:
     async def start(self, runtime: ServiceRuntime) -> None:
         """Restore inputs and the allocation in force from the bucket (docs/design.md §3.3)."""
         self._kv = await runtime.key_value(SHARES.name)
+        self._stride_kv = await runtime.key_value(STRIDE.name)
         self._publisher = runtime.publisher
         jobs: list[ActiveJob] = []
         nodes: list[PoolNode] = []
@@ -181,6 +200,8 @@ class Auction:
                 profiles.append(SpeedProfile.model_validate_json(entry.value))
             elif key == TREE_KEY:
                 self._take_tree(TreeInForce.model_validate_json(entry.value))
+            elif key == USAGE_KEY:
+                self.meter = UsageMeter(UsageReading.model_validate_json(entry.value))
         self.market.restore(jobs, nodes, profiles)
         # Announce what is in force again (it may not have gone out before a crash), and check
         # whether inputs recorded after the last allocation change it.
@@ -278,7 +299,7 @@ class Auction:
             # The operator's tool checks the file before it publishes: this one did not.
             _log.error("shares change refused", operator=tree.operator, error=str(error))
             return False
-        self.market.set_tree(None if not parsed.accounts and not parsed.members else parsed)
+        self.market.set_tree(None if parsed.plain else parsed)
         self.tree = tree
         return True
 
@@ -287,6 +308,7 @@ class Auction:
     async def tick(self) -> Sequence[Emit]:
         if self.pending is not None:
             await self._announce(self.pending)
+        await self.read_usage()
         if self.dirty:
             self.dirty = False
             try:
@@ -296,10 +318,30 @@ class Auction:
                 raise
         return []
 
+    async def read_usage(self) -> None:
+        """In the decayed mode, every `usage_interval_s`: charge what split-stride's record
+        counts since the last reading, keep it, and recompute when it saw a new tick."""
+        tree = self.market.tree
+        if tree is None or not tree.decayed or tree.half_life_s is None:
+            return
+        now = self.clock()
+        last = self._usage_read_at
+        if last is not None and (now - last).total_seconds() < self.usage_interval_s:
+            return
+        if self._stride_kv is None:
+            raise RuntimeError("the trading auction has not started: no split-stride bucket")
+        self._usage_read_at = now
+        stored = await load_stride(self._stride_kv)
+        if stored is None or not self.meter.read(stored.record, tree.half_life_s):
+            return
+        assert self.meter.last is not None  # read() just took one
+        await self.kv.put(USAGE_KEY, _encode(self.meter.last))
+        self.dirty = True
+
     async def recompute(self, now: datetime) -> SharesRecord | None:
         """Run the auction; write and announce the allocation if it differs from the last."""
         with _tracer.start_as_current_span("trading.allocate") as span:
-            allocation = self.market.allocate()
+            allocation = self.market.allocate(self.meter.usage())
             span.set_attribute("gfair.users", len(allocation.users))
             span.set_attribute("gfair.pools", ",".join(allocation.capacity))
             span.set_attribute("gfair.trades", len(allocation.trades))
@@ -389,7 +431,7 @@ def build_service(
         min_seller_gain=settings.min_seller_gain,
         tree=settings.shares,
     )
-    auction = Auction(market, clock, settings.shares_text)
+    auction = Auction(market, clock, settings.shares_text, settings.quantum_s / 2)
     ack_wait_s = settings.ack_wait_s
     service = Service(SERVICE_NAME, topology=cluster_topology(replicas=settings.replicas))
     service.on_start(auction.start)

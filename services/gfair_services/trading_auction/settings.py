@@ -28,6 +28,12 @@ class TradingAuctionSettings(TenantSettings, TopologySettings):
         ge=0,
         description="Least relative gain a seller must make on a trade (docs/design.md §2.5)",
     )
+    quantum_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Split-stride's quantum (the same setting): in the shares file's decayed "
+        "mode the auction reads split-stride's usage twice a quantum",
+    )
     recompute_interval_s: float = Field(
         default=1.0,
         gt=0,
