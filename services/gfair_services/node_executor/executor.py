@@ -47,6 +47,7 @@ from gfair.node.discovery import open_gpus
 from gfair.node.gpu import GpuBackend, GpuSample, XidError
 from gfair.node.job_account import JobAccount, check_distinct, owners_of
 from gfair.node.job_cgroup import AUTO, CgroupError, CgroupTree, locate, tenant_directory
+from gfair.node.job_host import JobHost, ProcessHost
 from gfair.node.job_limits import LimitTree, v1_hierarchies
 from gfair.node.orphans import ReapedRun
 from gfair.node.run_directory import PASSAGE_MODE
@@ -76,6 +77,7 @@ class NodeExecutor:
         *,
         gpus: GpuBackend | None = None,
         clock: Callable[[], float] = time.time,
+        host: JobHost | None = None,
     ) -> None:
         self.settings = settings or NodeExecutorSettings()
         self.node_id = self.settings.node_id
@@ -96,9 +98,11 @@ class NodeExecutor:
         )
         self._sink = EventSink()
         relay = ReportRelay(self.node_id, self._runs, self._sink, self._gpus, self._xids)
-        self._supervisors = UserSupervisors(self._supervisor_config, relay)
+        # Where its jobs run: OS processes, or virtual ones (`virtual_nodes`).
+        host = host or ProcessHost()
+        self._supervisors = UserSupervisors(self._supervisor_config, relay, host)
         self._control = RunControl(
-            self.settings, self._inventory, self._runs, self._sink, self._supervisors
+            self.settings, self._inventory, self._runs, self._sink, self._supervisors, host
         )
         self._guard = StartGuard(self.node_id)
         self._commands = JobCommands(
