@@ -63,8 +63,8 @@ async def serve_virtual(
 ) -> None:
     """Run the virtual nodes against NATS until SIGTERM/SIGINT, then drain their jobs."""
     bus_settings = bus_settings or BusSettings()
+    observability = configure_observability(SERVICE_NAME)  # before the executors log
     executors = virtual_executors(settings)
-    observability = configure_observability(SERVICE_NAME)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
