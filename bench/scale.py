@@ -12,7 +12,9 @@ time-slices: it suspends some jobs and starts others. After ``--warmup`` quanta,
 
 - per quantum, the time from the tick (`QuantumTicked`) to the last command of that quantum
   applied by its node (the node's `JobStarted`/`JobResumed`/`JobSuspended`/`JobMigrated`
-  caused by the command), and how many commands the quantum sent;
+  caused by the command), of which the time to the last command sent (split-stride sends a
+  start only once the suspends it waits for are reported), and how many commands the quantum
+  sent (the commands between its tick and the next);
 - events per second through the broker (everything on ``gfair.>``, heartbeats included);
 - each process's CPU seconds over the measured quanta, and its memory (RSS) at the end.
 
@@ -92,6 +94,7 @@ class Result:
     gpus: int
     jobs: int
     tick_to_applied_s: list[float]
+    tick_to_sent_s: list[float]
     commands_per_quantum: list[int]
     unapplied: int
     events_per_s: float
@@ -167,6 +170,7 @@ async def measure(
             await connection.close()
     ticks = recorder.ticks
     latencies: list[float] = []
+    sending: list[float] = []
     per_quantum: list[int] = []
     unapplied = 0
     for k in range(first, first + quanta):
@@ -175,6 +179,8 @@ async def measure(
         done = [recorder.applied[c] for c in sent if c in recorder.applied]
         unapplied += len(sent) - len(done)
         per_quantum.append(len(sent))
+        if sent:
+            sending.append((max(recorder.commands[c] for c in sent) - begin).total_seconds())
         if done:
             latencies.append((max(done) - begin).total_seconds())
     return Result(
@@ -182,6 +188,7 @@ async def measure(
         gpus=gpus,
         jobs=count,
         tick_to_applied_s=latencies,
+        tick_to_sent_s=sending,
         commands_per_quantum=per_quantum,
         unapplied=unapplied,
         events_per_s=events / elapsed,
@@ -210,9 +217,12 @@ def report(results: list[Result], quanta: int) -> None:
                [stat(r.tick_to_applied_s, "p50") for r in results]))  # fmt: skip
     print(_row("tick to last command applied, worst quantum",
                [stat(r.tick_to_applied_s, "max") for r in results]))  # fmt: skip
+    print(_row("of which tick to last command sent, median",
+               [stat(r.tick_to_sent_s, "p50") for r in results]))  # fmt: skip
     means = [f"{statistics.mean(r.commands_per_quantum or [0]):.0f}" for r in results]
     print(_row("commands per quantum (mean)", means))
-    print(_row("commands never applied", [str(r.unapplied) for r in results]))
+    print(_row("commands not applied half a quantum after the last",
+               [str(r.unapplied) for r in results]))  # fmt: skip
     print(_row("events per second (broker)", [f"{r.events_per_s:.0f}" for r in results]))
     names: dict[str, None] = {}
     for r in results:
