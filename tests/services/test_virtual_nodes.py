@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
@@ -23,11 +24,13 @@ from gfair.events.jobs import (
     JobStarted,
     JobSuspended,
 )
+from gfair.events.nodes import NodeRegistered
 from gfair.events.reasons import SuspendReason
 from gfair.node.simulated import SimulatedGpus
 from gfair.node.virtual_jobs import VirtualHost
 from gfair.sdk.throughput_table import ThroughputTable
 from gfair_services.node_executor import CANNOT_START_EXIT_CODE, NodeExecutor
+from gfair_services.node_executor.virtual_nodes import virtual_executors
 from node.helpers import reachable_tmp, sdk_on_pythonpath
 
 from .test_node_executor import (
@@ -177,3 +180,51 @@ async def test_virtual_failures_hangs_and_kills_are_reported_as_real_ones(
         await settle(node)
         assert node.executor.running() == []
         assert not [e for e in await node.events(JobExited) if getattr(e, "job_id", "") == "victim"]
+
+
+async def test_virtual_nodes_of_one_process_each_serve_their_own_commands_and_share_checkpoints(
+    memory_bus: InMemoryBus, tmp_path: Path
+) -> None:
+    settings = make_settings(tmp_path, virtual_nodes="v100:2x2")
+    executors = virtual_executors(settings)
+    assert [e.node_id for e in executors] == ["v100-0", "v100-1"]
+    runtimes = [ServiceRuntime(e.service, memory_bus, settings=FAST) for e in executors]
+    for runtime in runtimes:
+        await runtime.start()
+    node = Node(memory_bus, executors[0], SimulatedGpus("v100:2"))
+    try:
+        registered = await node.wait_for(NodeRegistered, count=2)
+        assert sorted(getattr(r, "node_id", "") for r in registered) == ["v100-0", "v100-1"]
+        argv = (*SYNTHETIC, "--iterations", "100000", "--steps-per-s", "50")
+        first = start_command(tmp_path, "mover", argv, (0, 1))
+        await node.send(first.model_copy(update={"node_id": "v100-0"}))
+        await node.wait_for(JobProgress)
+        await node.send(
+            SuspendCommand(
+                node_id="v100-0",
+                user="alice",
+                job_id="mover",
+                attempt=1,
+                reason=SuspendReason.MIGRATION,
+            )
+        )
+        (suspended,) = await node.wait_for(JobSuspended)
+        assert isinstance(suspended, JobSuspended) and suspended.node_id == "v100-0"
+        assert suspended.checkpoint_step is not None and suspended.checkpoint_step > 0
+        # Started on the other node, it resumes from the checkpoint the first one took.
+        await node.send(first.model_copy(update={"node_id": "v100-1", "gpu_indices": (1,)}))
+        (resumed,) = await node.wait_for(JobResumed)
+        assert isinstance(resumed, JobResumed)
+        assert (resumed.node_id, resumed.checkpoint_step) == ("v100-1", suspended.checkpoint_step)
+        assert [r.job.job_id for r in executors[1].running()] == ["mover"]
+        assert executors[0].running() == []
+    finally:
+        for runtime in runtimes:
+            await runtime.stop()
+        for executor in executors:
+            await executor.close()
+
+
+def test_a_bad_virtual_cluster_spec_stops_the_executor_with_the_reason(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="server count must be >= 1"):
+        make_settings(tmp_path, virtual_nodes="v100:0x8")
