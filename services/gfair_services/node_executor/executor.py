@@ -3,7 +3,8 @@
 It registers the server's GPUs, heartbeats, samples telemetry, and carries out the commands
 on `gfair.cmd.<node_id>.*` with one worker, in order, so that a suspend has finished (its
 checkpoint written, its GPUs free) before the next start on the same GPUs (`job_commands`).
-Job processes are run by one `JobSupervisor` per user (`user_supervisors`); what they report
+Job processes are run by one `JobSupervisor` per user (`user_supervisors`), or, on a virtual
+node, virtual jobs without processes (`gfair.node.job_host`, `virtual_nodes`); what they report
 is relayed as job events (`report_relay`).
 
 Ordering of a job's events: a run's `started`/`resumed` is published before any of its reports,
