@@ -12,6 +12,7 @@ BENCHMARKS = (
     "bench.live",
     "bench.hostile",
     "bench.switching",
+    "bench.scale",
 )
 
 

@@ -27,6 +27,10 @@ own, new at every start (`gfair.cluster_logins`): the services as ``gfair-servic
 executor as ``node-<id>`` (the simulated servers are added to the file's ``[[nodes]]``). The
 operator's and the tenants' logins are in `logins` and ``<data-dir>/auth/logins.txt``.
 
+With ``virtual`` (`gfair up --virtual`) one child, ``virtual-nodes``, runs an executor for
+every server, their jobs virtual (`gfair_services.node_executor.virtual_nodes`): no process
+per job, so one machine holds hundreds of servers; jobs must be the synthetic one.
+
 With ``announce`` (`gfair up`) the ready cluster writes its context files
 (``<data-dir>/context.json`` and the per-user one, `gfair.client.cluster_context`), so that tools
 find it without being told its URL, and removes them when it stops.
@@ -92,6 +96,8 @@ SCHEDULER_SERVICES: tuple[str, ...] = (
     "split_stride",
 )
 NODE_EXECUTOR = "node_executor"
+# The one child that runs every virtual node (`ClusterOptions.virtual`).
+VIRTUAL_NODES = "virtual-nodes"
 # Tenants' reads; it decides nothing and consumes no stream.
 QUERY_SERVICE = "query"
 EVENT_ID_KEY_FILE = "event-id.key"
@@ -141,6 +147,9 @@ class ClusterOptions:
     announce: bool = False
     # A tenants file (deploy/nats/tenants.toml): the brokers require logins, rendered from it.
     auth: Path | None = None
+    # Virtual nodes (`gfair up --virtual`): one process runs an executor per server, their
+    # jobs virtual (no process per job; synthetic jobs only).
+    virtual: bool = False
 
     def __post_init__(self) -> None:
         if self.brokers < 1:
@@ -153,6 +162,11 @@ class ClusterOptions:
             raise ValueError(
                 "auth configures the nats-server the cluster starts; an external one "
                 "(nats_url) has its own authorization"
+            )
+        if self.virtual and self.auth is not None:
+            raise ValueError(
+                "virtual nodes share one connection, and auth gives every node a login of "
+                "its own: run virtual nodes without auth"
             )
         if self.nats_url is None and self.stream_replicas > self.brokers:
             raise ValueError(
@@ -501,7 +515,15 @@ class EmbeddedCluster:
             log = self.logs_dir / f"{name.replace('_', '-')}.log"
             env = query_env if name == QUERY_SERVICE else services_env
             self.children[name] = Child(name, name, env, log)
-        for server in self.servers.servers:
+        if self.options.virtual:
+            env = dict(base) | {
+                "GFAIR_VIRTUAL_NODES": self.options.cluster,
+                "GFAIR_WORK_BASE": str(self.data_dir / "nodes"),
+            }
+            self.children[VIRTUAL_NODES] = Child(
+                VIRTUAL_NODES, NODE_EXECUTOR, env, self.logs_dir / "virtual-nodes.log"
+            )
+        for server in () if self.options.virtual else self.servers.servers:
             env = self._login_env(dict(base), logins.node(server.id) if logins else None)
             env.update(
                 {
@@ -625,6 +647,8 @@ class EmbeddedCluster:
         dead server they die with it. Returns how many job processes were killed (Linux:
         found through /proc by the control directory the executor gave them).
         """
+        if self.options.virtual:
+            raise ClusterError("virtual nodes run in one process: none can be killed alone")
         self.kill(node_id, restart=False)
         killed = self._kill_marked((node_id,))
         _log.warning("node killed", node=node_id, jobs_killed=killed)

@@ -12,6 +12,12 @@ any free port. Either way the running cluster is described in <data-dir>/context
 per-user context file, which the other commands read when neither --nats nor $GFAIR_NATS_URL
 is given (`gfair.client.cluster_context`); both are removed when the cluster stops.
 
+    gfair up --virtual --cluster v100:100x8,k80:100x8
+
+With --virtual one process runs every server's executor and jobs run no process of their own
+(virtual nodes: only the synthetic job runs, at its simulated speed), so one machine holds a
+cluster of hundreds of servers for scale tests.
+
     gfair up --auth deploy/nats/tenants.toml
 
 With --auth the nats-server requires a login, with the tenants file's authorization rendered
@@ -106,6 +112,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help=f"CPUs a job may use per GPU it holds (default {DEFAULT_CPUS_PER_GPU}; "
         "GFAIR_JOB_CPUS_PER_GPU or --set wins; empty: no limit)",
     )
+    parser.add_argument(
+        "--virtual",
+        action="store_true",
+        help="virtual nodes: one process runs every server's executor, jobs run no process "
+        "(python -m gfair.sdk.synthetic only), for clusters of hundreds of servers",
+    )
     parser.add_argument("--log-level", default="INFO", help="default INFO")
     parser.set_defaults(func=_run)
 
@@ -189,6 +201,7 @@ def _run(args: argparse.Namespace) -> int:
             preferred_port=_default_port(),
             announce=True,
             auth=args.auth,
+            virtual=args.virtual,
         )
         servers = options.servers()  # the spec is checked before anything starts
         if args.shares is not None:
@@ -262,7 +275,7 @@ def _print_summary(cluster: EmbeddedCluster) -> None:
     lines = [
         "gfair cluster is up",
         f"  NATS         {cluster.nats_url}",
-        f"  GPUs         {gpus} (simulated)",
+        f"  GPUs         {gpus} ({'virtual' if options.virtual else 'simulated'})",
         f"  quantum      {options.quantum_s:g} s",
         f"  data         {cluster.data_dir}",
         f"  logs         {cluster.logs_dir}",

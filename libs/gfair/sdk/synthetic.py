@@ -81,19 +81,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     generation = args.generation or job.gpu_generation or REFERENCE_GENERATION
     gpus = args.num_gpus or visible_gpu_count(os.environ)
     try:
-        table = None if args.steps_per_s else ThroughputTable.load(args.throughputs)
-        rate = args.steps_per_s or _rate(table, args.job_type, generation, gpus)
-        total = args.iterations
-        if total is None:
-            reference = args.steps_per_s or _rate(table, args.job_type, REFERENCE_GENERATION, gpus)
-            duration_s = DEFAULT_DURATION_S if args.duration_s is None else args.duration_s
-            total = max(1, math.ceil(duration_s * reference))
+        rate, total = schedule(args, generation, gpus)
     except ThroughputLookupError as exc:
         print(f"synthetic job: {exc}", file=sys.stderr)
         return 2
     if rate <= 0:
         # Gavel records 0 for a job that did not fit in GPU memory: fail as a real one would.
-        print(_oom_message(args.job_type, generation, gpus), file=sys.stderr)
+        print(oom_message(args.job_type, generation, gpus), file=sys.stderr)
         return 1
 
     state = job.load_checkpoint()
@@ -107,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = time.monotonic()
     for step in range(start, total):
         if step == args.oom_at_step:
-            print(_oom_message(args.job_type, generation, gpus), file=sys.stderr)
+            print(oom_message(args.job_type, generation, gpus), file=sys.stderr)
             return 1
         if step == args.fail_at_step:
             print(f"synthetic job: injected failure at step {step}", file=sys.stderr)
@@ -141,12 +135,32 @@ def _state(job_type: str, step: int) -> dict[str, object]:
     return {"step": step, "job_type": job_type, "loss": round(2.5 / math.sqrt(1 + step), 6)}
 
 
+def schedule(
+    args: argparse.Namespace,
+    generation: str,
+    gpus: int,
+    table: ThroughputTable | None = None,
+) -> tuple[float, int]:
+    """The job's mini-batches per second on `gpus` x `generation` (before --speed-scale; 0: it
+    does not fit) and its mini-batches in total; `ThroughputLookupError` for what the table
+    lacks. `table` defaults to --throughputs' (virtual nodes pass the one they loaded)."""
+    if table is None and not args.steps_per_s:
+        table = ThroughputTable.load(args.throughputs)
+    rate = args.steps_per_s or _rate(table, args.job_type, generation, gpus)
+    total = args.iterations
+    if total is None:
+        reference = args.steps_per_s or _rate(table, args.job_type, REFERENCE_GENERATION, gpus)
+        duration_s = DEFAULT_DURATION_S if args.duration_s is None else args.duration_s
+        total = max(1, math.ceil(duration_s * reference))
+    return float(rate), int(total)
+
+
 def _rate(table: ThroughputTable | None, job_type: str, generation: str, gpus: int) -> float:
     assert table is not None
     return table.steps_per_s(job_type, generation, gpus)
 
 
-def _oom_message(job_type: str, generation: str, gpus: int) -> str:
+def oom_message(job_type: str, generation: str, gpus: int) -> str:
     return (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB "
         f"(synthetic {job_type!r} does not fit on {gpus}x{generation})"

@@ -3,7 +3,8 @@
 It registers the server's GPUs, heartbeats, samples telemetry, and carries out the commands
 on `gfair.cmd.<node_id>.*` with one worker, in order, so that a suspend has finished (its
 checkpoint written, its GPUs free) before the next start on the same GPUs (`job_commands`).
-Job processes are run by one `JobSupervisor` per user (`user_supervisors`); what they report
+Job processes are run by one `JobSupervisor` per user (`user_supervisors`), or, on a virtual
+node, virtual jobs without processes (`gfair.node.job_host`, `virtual_nodes`); what they report
 is relayed as job events (`report_relay`).
 
 Ordering of a job's events: a run's `started`/`resumed` is published before any of its reports,
@@ -47,6 +48,7 @@ from gfair.node.discovery import open_gpus
 from gfair.node.gpu import GpuBackend, GpuSample, XidError
 from gfair.node.job_account import JobAccount, check_distinct, owners_of
 from gfair.node.job_cgroup import AUTO, CgroupError, CgroupTree, locate, tenant_directory
+from gfair.node.job_host import JobHost, ProcessHost
 from gfair.node.job_limits import LimitTree, v1_hierarchies
 from gfair.node.orphans import ReapedRun
 from gfair.node.run_directory import PASSAGE_MODE
@@ -76,6 +78,7 @@ class NodeExecutor:
         *,
         gpus: GpuBackend | None = None,
         clock: Callable[[], float] = time.time,
+        host: JobHost | None = None,
     ) -> None:
         self.settings = settings or NodeExecutorSettings()
         self.node_id = self.settings.node_id
@@ -96,9 +99,11 @@ class NodeExecutor:
         )
         self._sink = EventSink()
         relay = ReportRelay(self.node_id, self._runs, self._sink, self._gpus, self._xids)
-        self._supervisors = UserSupervisors(self._supervisor_config, relay)
+        # Where its jobs run: OS processes, or virtual ones (`virtual_nodes`).
+        host = host or ProcessHost()
+        self._supervisors = UserSupervisors(self._supervisor_config, relay, host)
         self._control = RunControl(
-            self.settings, self._inventory, self._runs, self._sink, self._supervisors
+            self.settings, self._inventory, self._runs, self._sink, self._supervisors, host
         )
         self._guard = StartGuard(self.node_id)
         self._commands = JobCommands(

@@ -24,10 +24,9 @@ from gfair.events.envelope import Envelope
 from gfair.events.fields import MAX_STDERR_TAIL_CHARS
 from gfair.node import lifecycle
 from gfair.node.gpu import GpuInfo
-from gfair.node.launch import CheckpointRef, JobLaunch
+from gfair.node.job_host import JobHost
+from gfair.node.launch import JobLaunch
 from gfair.node.supervisor import JobStartError
-from gfair.sdk.checkpoint import CheckpointStore
-from gfair.sdk.environment import PARKED_MARKER
 from gfair_services.node_executor.event_sink import EventSink
 from gfair_services.node_executor.launch_book import LaunchBook
 from gfair_services.node_executor.local_job import LocalJob, RunStatus, RunTable, StopKind
@@ -50,6 +49,7 @@ class RunControl:
         runs: RunTable,
         sink: EventSink,
         supervisors: UserSupervisors,
+        host: JobHost,
     ) -> None:
         self._settings = settings
         self._node_id = settings.node_id
@@ -57,6 +57,7 @@ class RunControl:
         self._runs = runs
         self._sink = sink
         self._supervisors = supervisors
+        self._host = host
         self.launches = LaunchBook(settings.work_dir / "launches")
 
     async def launch(self, cause: Envelope, command: StartCommand, generation: str) -> None:
@@ -64,8 +65,7 @@ class RunControl:
         commanded_at = time.time()
         checkpoints = self._settings.checkpoint_dir(command.user, command.job_id)
         await self._parked_elsewhere_gone(command, checkpoints)
-        latest = CheckpointStore(checkpoints).latest()
-        resume = CheckpointRef.of(latest) if latest is not None else None
+        resume = self._host.latest_checkpoint(checkpoints)
         launch = JobLaunch(
             job_id=command.job_id,
             argv=tuple(command.command),
@@ -222,13 +222,13 @@ class RunControl:
         """A process of the job parked in place on another node holds state newer than its
         checkpoints until it has checkpointed (the scheduler told that node to let go): wait
         for its marker to go, within bounds (a node that died with it parked leaves it)."""
-        marker = checkpoints / PARKED_MARKER
         run = self._runs.get(command.job)
         if run is not None and run.alive:
             return  # our own process; it was stopped before this start
         limit = time.monotonic() + self._settings.suspend_timeout_s + self._settings.term_grace_s
         # Polled: the marker is in a directory another node's job writes to (a shared volume).
-        while await anyio.to_thread.run_sync(marker.exists) and time.monotonic() < limit:  # noqa: ASYNC110
+        parked = self._host.parked_elsewhere
+        while await anyio.to_thread.run_sync(parked, checkpoints) and time.monotonic() < limit:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
 
     async def kill_run(self, run: LocalJob, reason: str) -> None:

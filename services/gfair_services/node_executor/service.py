@@ -3,6 +3,7 @@
 The executor owns resources beyond its handlers (job processes), so its process runs `serve`:
 on SIGTERM the runtime stops taking commands, then every job is checkpointed and reported
 suspended (reason drain) while the bus is still open, and only then does the connection close.
+With `virtual_nodes` set, the process runs a virtual executor per server of that spec instead.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from gfair.bus.service import Service
 from gfair_services.node_executor.executor import SERVICE_NAME, NodeExecutor
 from gfair_services.node_executor.output_shipper import OutputShipper
 from gfair_services.node_executor.settings import NodeExecutorSettings
+from gfair_services.node_executor.virtual_nodes import serve_virtual
 
 
 def build_service(settings: NodeExecutorSettings | None = None) -> Service:
@@ -26,8 +28,13 @@ def build_service(settings: NodeExecutorSettings | None = None) -> Service:
 async def serve(
     settings: NodeExecutorSettings | None = None, bus_settings: BusSettings | None = None
 ) -> None:
-    """Run one node executor against NATS until SIGTERM/SIGINT, then drain its jobs."""
+    """Run one node executor against NATS until SIGTERM/SIGINT, then drain its jobs; with
+    `virtual_nodes`, a virtual executor per server of that spec (`virtual_nodes`)."""
     bus_settings = bus_settings or BusSettings()
+    settings = settings or NodeExecutorSettings()
+    if settings.virtual_nodes:
+        await serve_virtual(settings, bus_settings)
+        return
     executor = NodeExecutor(settings)
     observability = configure_observability(SERVICE_NAME)
     try:

@@ -11,6 +11,7 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gfair.core.cluster import parse_cluster_spec
 from gfair.events.fields import TOKEN_REGEX
 from gfair.node.job_account import (
     DEFAULT_JOB_UID_BASE,
@@ -135,6 +136,15 @@ class NodeExecutorSettings(BaseSettings):
         "quota; over it the job is throttled); unset: no limit",
     )
 
+    virtual_nodes: str = Field(
+        default="",
+        description="Run, in this one process, a virtual node executor for every server of "
+        "this cluster spec (e.g. v100:50x8,k80:50x8; node ids as gfair up's: v100-0, ...), "
+        "each with its own heartbeats and commands, their jobs virtual: no process per job, "
+        "progress at the synthetic job's speed (only `python -m gfair.sdk.synthetic` jobs "
+        "run), for scale and load tests; empty: this process is the one node --node-id",
+    )
+
     parked_memory: str = Field(
         default="8G",
         description="Host memory all jobs parked in place on this node may hold together (their "
@@ -230,6 +240,14 @@ class NodeExecutorSettings(BaseSettings):
         accounts = self.accounts
         account = accounts.get(user) or accounts.get("*")
         return account or derived_account(user, self.job_uid_base)
+
+    @field_validator("virtual_nodes")
+    @classmethod
+    def _virtual(cls, value: str) -> str:
+        value = value.strip()
+        if value:
+            parse_cluster_spec(value)
+        return value
 
     @field_validator("simulate_gpus")
     @classmethod

@@ -1,4 +1,5 @@
-"""One `JobSupervisor` per user on this node, each in a task of its own.
+"""One job runner per user on this node (a `JobSupervisor`, or virtual: `JobHost`), each in a
+task of its own.
 
 A supervisor keeps a job's checkpoints in `<its checkpoint root>/<job_id>`; job ids are unique
 per user only, so each user gets a supervisor rooted at `<checkpoint_root>/<user>`, which is
@@ -20,9 +21,10 @@ from pathlib import Path
 import structlog
 
 from gfair.events.fields import TOKEN_REGEX
+from gfair.node.job_host import JobHost, JobRunner
 from gfair.node.lifecycle import JobEvent
 from gfair.node.orphans import ReapedRun
-from gfair.node.supervisor import JobSupervisor, SupervisorConfig
+from gfair.node.supervisor import SupervisorConfig
 
 _log = structlog.get_logger("gfair.services.node_executor")
 _TOKEN = re.compile(TOKEN_REGEX)
@@ -33,20 +35,23 @@ Relay = Callable[[str, JobEvent], Awaitable[None]]
 @dataclass
 class _Host:
     task: asyncio.Task[None] | None = None
-    ready: asyncio.Future[JobSupervisor] = field(
+    ready: asyncio.Future[JobRunner] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class UserSupervisors:
-    def __init__(self, config_for: Callable[[str], SupervisorConfig], relay: Relay) -> None:
+    def __init__(
+        self, config_for: Callable[[str], SupervisorConfig], relay: Relay, host: JobHost
+    ) -> None:
         self._config_for = config_for
+        self._job_host = host
         self._relay = relay
         self._hosts: dict[str, _Host] = {}
         self._closed = False
 
-    async def get(self, user: str) -> JobSupervisor:
+    async def get(self, user: str) -> JobRunner:
         """The user's supervisor, started (and its user's orphans reaped) on first use."""
         host = self._hosts.get(user)
         if host is None:
@@ -79,7 +84,7 @@ class UserSupervisors:
 
     async def _host(self, user: str, host: _Host) -> None:
         try:
-            async with JobSupervisor(self._config_for(user)) as supervisor:
+            async with self._job_host.runner(self._config_for(user)) as supervisor:
                 relay = asyncio.create_task(self._pump(user, supervisor), name=f"relay-{user}")
                 host.ready.set_result(supervisor)
                 await host.stop.wait()
@@ -93,7 +98,7 @@ class UserSupervisors:
                     del self._hosts[user]
             raise
 
-    async def _pump(self, user: str, supervisor: JobSupervisor) -> None:
+    async def _pump(self, user: str, supervisor: JobRunner) -> None:
         async with supervisor.events:
             async for report in supervisor.events:
                 try:

@@ -1,0 +1,80 @@
+"""A cluster of virtual nodes (`gfair up --virtual`): the services run it as any other.
+
+Twenty servers in one executor process, no process per job: two users' jobs share it by their
+tickets and complete, as on a cluster of real executors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from gfair.client import GfairClient
+from gfair.embedded_cluster import VIRTUAL_NODES
+from gfair.events.states import JobState
+from gfair.state.stride_record import StrideRecord
+
+from .conftest import RESNET, StartCluster, client_of, synthetic
+
+pytestmark = [pytest.mark.nats, pytest.mark.slow]
+
+TICKETS = {"alice": 2.0, "bob": 1.0}
+JOBS_EACH = 30  # 60 one-GPU jobs on 40 GPUs: saturated until a third of them are done
+WINDOW_S = 6.0
+
+
+async def usage(client: GfairClient) -> dict[str, float]:
+    record: StrideRecord | None = await client.stride()
+    assert record is not None
+    return {user: record.usage_of(user) for user in TICKETS}
+
+
+async def test_two_users_share_twenty_virtual_servers_by_tickets_and_their_jobs_complete(
+    start_cluster: StartCluster,
+) -> None:
+    async with (
+        start_cluster(
+            cluster="v100:20x2", quantum_s=1.0, user_tickets=TICKETS, virtual=True
+        ) as cluster,
+        client_of(cluster) as client,
+    ):
+        # Twenty servers, one process for them all.
+        assert len(cluster.node_ids) == 20
+        executors = [c for c in cluster.children.values() if c.module == "node_executor"]
+        assert [c.name for c in executors] == [VIRTUAL_NODES]
+        assert {n.node_id for n in await client.nodes()} == set(cluster.node_ids)
+        # 12 s of V100 training each (120 s at speed 10).
+        for n in range(JOBS_EACH):
+            for user in TICKETS:
+                await client.submit(
+                    user,
+                    1,
+                    synthetic(duration_s=120, speed_scale=10),
+                    job_type=RESNET,
+                    job_id=f"{user}-{n}",
+                )
+        await asyncio.sleep(3.0)  # every job placed, the first quanta past
+        before = await usage(client)
+        await asyncio.sleep(WINDOW_S)
+        after = await usage(client)
+        received = {user: after[user] - before[user] for user in TICKETS}
+        total = sum(received.values())
+        # Forty GPUs held the whole window, give or take a quantum at either end.
+        assert total == pytest.approx(40 * WINDOW_S, rel=0.25)
+        assert received["alice"] / total == pytest.approx(2 / 3, abs=0.1), received
+
+        deadline = time.monotonic() + 120.0
+        while True:
+            jobs = await client.jobs()
+            done = [j for j in jobs if j.state is JobState.COMPLETED]
+            if len(done) == 2 * JOBS_EACH or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(1.0)
+        states = {f"{j.user}/{j.job_id}": j.state for j in jobs}
+        assert len(done) == 2 * JOBS_EACH, states
+        # Time-sliced on the way: suspended and resumed from their checkpoints, not restarted.
+        details = await client.job("bob", "bob-0")
+        kinds = [type(e.data).__name__ for e in details.events]
+        assert kinds.count("JobExited") == 1 and "JobSuspended" in kinds
