@@ -17,6 +17,7 @@ from gfair.events.fields import (
     Argv,
     Attempt,
     Environment,
+    Generation,
     GpuCount,
     GpuIndices,
     JobId,
@@ -82,6 +83,7 @@ class PrepareCommand(NodeCommand):
     env: Environment = Field(default_factory=dict)
     working_dir: AbsolutePath | None = None
     gpus: GpuCount = Field(description="GPUs its later start will give it (sizes its limits)")
+    generation: Generation = Field(description="The generation of the GPUs it will be given")
     checkpoint_dir: AbsolutePath = Field(
         description="Where the job writes and finds its checkpoints"
     )

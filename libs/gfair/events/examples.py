@@ -241,6 +241,7 @@ _EXAMPLES: tuple[EventData, ...] = (
         env={"WANDB_MODE": "offline"},
         working_dir="/home/alice/sweep",
         gpus=2,
+        generation="v100",
         checkpoint_dir="/var/lib/gfair/checkpoints/alice/resnet50-sweep-3f9c2a",
     ),
     SuspendCommand(node_id=_NODE, user=_USER, job_id=_JOB, attempt=1),

@@ -4,10 +4,11 @@ A parked job holds no GPU and does nothing until the executor answers. The answe
 the control directory (`PARK_FILE`: `{"park": n, "action": "resume" | "exit"}`), written
 atomically, followed by SIGUSR2 to the SDK's process. A resume of a prepared start (a process
 started before it had GPUs) also carries `"env"`: the variables that name the GPUs it was given
-(`CUDA_VISIBLE_DEVICES`), which the SDK sets before the job touches a GPU. The wait blocks in `select` on a pipe
-that Python's signal machinery writes to (`signal.set_wakeup_fd`), so the signal wakes it
-whichever thread the kernel delivered it to; a timeout re-reads the file now and then, in case
-a signal was lost. Off the main thread (no handler can be installed) it polls the file.
+(`CUDA_VISIBLE_DEVICES`), which the SDK sets before the job touches a GPU. The wait blocks in
+`select` on a pipe that Python's signal machinery writes to (`signal.set_wakeup_fd`), so the
+signal wakes it whichever thread the kernel delivered it to; a timeout re-reads the file now and
+then, in case a signal was lost. Off the main thread (no handler can be installed) it polls the
+file.
 """
 
 from __future__ import annotations

@@ -243,7 +243,9 @@ class JobCommands:
             return
         if await self._guard.outdated(command, envelope.time) is not None:
             return
-        generation = self.generation_of(tuple(sorted(self._inventory)))
+        generation = command.generation
+        if not any(gpu.generation == generation for gpu in self._inventory.values()):
+            raise Unprocessable(f"node {self._node_id} has no {generation} GPUs")
         expected = self._settings.checkpoint_dir(command.user, command.job_id)
         if Path(command.checkpoint_dir) != expected:
             raise Unprocessable(
