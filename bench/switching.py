@@ -12,6 +12,8 @@ with ``prepare`` (its process starts before its first slice, without GPUs, impor
 parks in `Job.from_env()`; the first slice resumes it there: "in place, prepared"). Printed
 side by side:
 
+- processes: how many times a process of it started holding a GPU (a start, or a resume from
+  a checkpoint); a prepared start's first slice resumes the process that started without one;
 - yield p50: from the suspend command to the GPUs being free (the node's `JobSuspended`);
 - resume p50: from the start command to the first mini-batch after it; in place (and the
   first slice of a prepared start), the node's `JobResumed.duration_s`; restarted, the run's
@@ -46,7 +48,7 @@ from gfair.bus.logs import configure_logging
 from gfair.client import GfairClient
 from gfair.client.switching import seconds_held
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
-from gfair.events.jobs import JobResumed, JobSuspended
+from gfair.events.jobs import JobResumed, JobStarted, JobSuspended
 from gfair.events.reasons import SuspendReason
 from gfair.sdk.environment import ENV_CHECKPOINT_DIR, ENV_CONTROL_DIR, ENV_JOB_ID, PROGRESS_FILE
 
@@ -64,6 +66,9 @@ class Outcome:
     quantum_s: float
     mode: str
     suspends: int
+    # Processes started while holding a GPU (a start, or a resume from a checkpoint): what a
+    # prepared start saves the first of.
+    processes: int
     yield_p50: float | None
     resume_p50: float | None
     held_s: float
@@ -96,12 +101,15 @@ def training_alone(steps: int) -> float:
             ENV_CONTROL_DIR: str(base / "control"),
             ENV_CHECKPOINT_DIR: str(base / "checkpoints"),
         }
-        subprocess.run(
+        done = subprocess.run(
             [sys.executable, str(EXAMPLE), "--steps", str(steps)],
             env=env,
-            check=True,
+            check=False,
             capture_output=True,
         )
+        if done.returncode != 0:
+            tail = done.stderr.decode(errors="replace")[-2000:]
+            raise RuntimeError(f"the training alone exited {done.returncode}:\n{tail}")
         span = _steps_span(base / "control" / PROGRESS_FILE)
         assert span is not None
         return span[1] - span[0]
@@ -183,6 +191,10 @@ async def run(quantum_s: float, mode: str, steps: int, training_s: float) -> Out
             quantum_s=quantum_s,
             mode=mode,
             suspends=len(suspends),
+            processes=sum(
+                isinstance(e, JobStarted) or (isinstance(e, JobResumed) and not e.in_place)
+                for e in events
+            ),
             yield_p50=statistics.median(yields) if yields else None,
             resume_p50=statistics.median(resumes) if resumes else None,
             held_s=seconds_held(details.events),
@@ -198,13 +210,14 @@ def _seconds(value: float | None) -> str:
 
 def _print(outcomes: list[Outcome]) -> None:
     print(
-        f"\n{'quantum':>7}  {'mode':<18} {'suspends':>8} {'yield p50 s':>11} "
+        f"\n{'quantum':>7}  {'mode':<18} {'suspends':>8} {'processes':>9} {'yield p50 s':>11} "
         f"{'resume p50 s':>12} {'training s':>10} {'GPU-s held':>10} {'efficiency':>10} "
         f"{'in steps':>8} {'wall s':>7}"
     )
     for o in outcomes:
         print(
-            f"{o.quantum_s:>6g}s  {o.mode:<18} {o.suspends:>8} {_seconds(o.yield_p50):>11} "
+            f"{o.quantum_s:>6g}s  {o.mode:<18} {o.suspends:>8} {o.processes:>9} "
+            f"{_seconds(o.yield_p50):>11} "
             f"{_seconds(o.resume_p50):>12} {o.training_s:>10.1f} {o.held_s:>10.1f} "
             f"{o.efficiency:>10.2f} {o.stepping_s / max(o.held_s, 1e-9):>8.2f} {o.wall_s:>7.1f}"
         )
