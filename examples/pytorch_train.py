@@ -16,6 +16,13 @@ is on the same GPUs, without a checkpoint or a new process; a move elsewhere has
 and exit. `--restart-per-slice` always checkpoints and exits instead (every slice a new
 process), for comparison.
 
+It calls `Job.from_env()` before it touches a GPU (torch initialises CUDA lazily, at the first
+`torch.cuda` call, and reads CUDA_VISIBLE_DEVICES then): that is the contract of a job
+submitted with `gfair submit --prepare`. gfair may then start its process before it has GPUs,
+with none visible: it imports torch, and `Job.from_env()` waits, parked, until its first slice
+gives it GPUs (it sets CUDA_VISIBLE_DEVICES to them before returning), so the seconds of the
+import are not spent holding a GPU.
+
 The data is synthetic and derived from the step number, so a resumed run sees exactly the
 batches it would have seen without the interruption. Needs torch (not a gfair dependency).
 """

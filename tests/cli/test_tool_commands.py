@@ -115,6 +115,7 @@ def test_submit_then_list_show_explain_and_cancel(gfair: Gfair) -> None:
     (record,) = gfair.json("jobs", "--user", "alice")
     assert record["submission"]["env"] == {"SEED": "1"}
     assert record["submission"]["command"] == COMMAND[1:]
+    assert record["submission"]["prepare"] is False
     assert "applied_event_ids" not in record
     assert gfair.json("jobs", "--user", "bob") == []
 
@@ -142,6 +143,13 @@ def test_submit_then_list_show_explain_and_cancel(gfair: Gfair) -> None:
     cancelled = gfair.json("cancel", f"alice/{job_id}")
     assert cancelled == {"user": "alice", "job_id": job_id, "state": "cancelled"}
     eventually(lambda: gfair.json("jobs", "--state", "cancelled") != [])
+
+
+def test_submit_prepare_says_so_in_the_submission(gfair: Gfair) -> None:
+    job_id = gfair.submit("alice", "--prepare")["job_id"]
+    eventually(lambda: any(r["job_id"] == job_id for r in gfair.json("jobs", "--user", "alice")))
+    (record,) = gfair.json("jobs", "--user", "alice")
+    assert record["submission"]["prepare"] is True
 
 
 def test_users_and_nodes(gfair: Gfair) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from gfair.events.jobs import JobProgress, JobResumed, JobStarted, JobSuspended
+from gfair.events.reasons import SuspendReason
 from gfair.events.states import JobState
 from gfair.sdk.checkpoint import MANIFEST_NAME
 from node.helpers import JOB_PYTHON, LIBS
@@ -129,3 +130,49 @@ async def test_pytorch_training_parked_in_place_and_moved_ends_bitwise_equal(
     sliced = final_tensors(tmp_path / "gfair")
     assert equal(sliced["model"], reference["model"])
     assert equal(sliced["optimizer"], reference["optimizer"])
+
+
+async def test_a_prepared_start_imports_torch_before_it_holds_a_gpu(
+    start_cluster: StartCluster,
+) -> None:
+    # Bob's job holds the only GPU when alice's training arrives, submitted with `prepare`: its
+    # process starts without a GPU, imports torch and parks in Job.from_env(); its first slice
+    # resumes that process in place, and it trains to the end.
+    async with (
+        start_cluster(
+            cluster="v100:1x1",
+            quantum_s=1.0,
+            user_tickets={"alice": 1.0, "bob": 1.0},
+            env={"GFAIR_YIELD_GRACE_S": "5"},
+        ) as cluster,
+        client_of(cluster) as client,
+    ):
+        await client.submit(
+            "bob",
+            1,
+            synthetic(duration_s=3600, speed_scale=10),
+            job_type=RESNET,
+            job_id="b",
+            wait="running",
+            timeout_s=60,
+        )
+        train = [JOB_PYTHON, str(EXAMPLE), "--steps", "2000"]
+        await client.submit("alice", 1, train, job_id="train", prepare=True)
+        deadline = time.monotonic() + 120
+        while not any(
+            isinstance(e.data, JobResumed) for e in (await client.job("alice", "train")).events
+        ):
+            assert time.monotonic() < deadline, "its first slice never came"
+            await asyncio.sleep(0.5)
+        await client.cancel("bob", "b", wait=False)
+        state = await finished(client, "alice", "train", timeout_s=180)
+        details = await settled(client, "alice", "train")
+    events = [e.data for e in details.events]
+    assert state is JobState.COMPLETED, events[-5:]
+    # Parked before it ever held a GPU, then continued in that process: never started anew.
+    first = next(e for e in events if isinstance(e, JobSuspended | JobResumed | JobStarted))
+    assert isinstance(first, JobSuspended) and first.in_place
+    assert first.reason is SuspendReason.PREPARED
+    assert not any(isinstance(e, JobStarted) for e in events)
+    resumed = next(e for e in events if isinstance(e, JobResumed))
+    assert resumed.in_place and resumed.duration_s is not None

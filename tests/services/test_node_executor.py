@@ -30,6 +30,7 @@ from gfair.bus.transport import Bus
 from gfair.events.commands import (
     KillCommand,
     MigrateCommand,
+    PrepareCommand,
     ResumeCommand,
     StartCommand,
     SuspendCommand,
@@ -826,3 +827,128 @@ async def test_a_parked_job_over_the_nodes_budget_checkpoints_and_exits(
         (resumed,) = await node.wait_for(JobResumed)
         assert isinstance(resumed, JobResumed) and not resumed.in_place
         assert resumed.checkpoint_step is not None and resumed.checkpoint_step > 0
+
+
+# ----- prepared starts -------------------------------------------------------------------------
+
+
+def prepared_job(import_s: float = 0.0) -> tuple[str, ...]:
+    job = str(Path(__file__).parents[1] / "node" / "prepared_job.py")
+    return (JOB_PYTHON, job, str(import_s), "100000", "0.005")
+
+
+def prepare_command(
+    tmp_path: Path, job_id: str, argv: tuple[str, ...], gpus: int = 1
+) -> PrepareCommand:
+    return PrepareCommand(
+        node_id=NODE,
+        user="alice",
+        job_id=job_id,
+        attempt=1,
+        command=argv,
+        gpus=gpus,
+        generation="v100",
+        checkpoint_dir=str(tmp_path / "checkpoints" / "alice" / job_id),
+    )
+
+
+def _ended(node: Node, job_id: str) -> bool:
+    """Whether the job's run here was launched and its process has gone."""
+    run = node.executor.job("alice", job_id)
+    return run is not None and not run.alive
+
+
+def visible_devices(tmp_path: Path, job_id: str) -> list[str]:
+    """What the job printed of its GPUs, in each of its runs here."""
+    runs = sorted((tmp_path / "work" / "runs" / "alice" / job_id).glob("run-*"))
+    return [(run / "stdout.log").read_text().strip() for run in runs]
+
+
+async def test_a_prepared_start_parks_without_gpus_and_a_start_here_gives_it_them(
+    node: Node, tmp_path: Path
+) -> None:
+    await node.send(prepare_command(tmp_path, "w", prepared_job()))
+    (parked,) = await node.wait_for(JobSuspended)
+    assert isinstance(parked, JobSuspended)
+    assert parked.in_place and parked.reason is SuspendReason.PREPARED
+    assert node.executor.running() == []  # it holds no GPU
+    assert await node.events(JobStarted) == []
+    (run,) = node.executor.runs()
+    assert run.parked and run.gpu_indices == ()
+
+    await node.send(start_command(tmp_path, "w", prepared_job(), (1,)))
+    (resumed,) = await node.wait_for(JobResumed)
+    assert isinstance(resumed, JobResumed)
+    assert resumed.in_place and resumed.gpu_indices == (1,)
+    await node.wait_for(JobProgress)
+    (running,) = node.executor.running()
+    assert running.gpu_indices == (1,)
+    # One process: no device visible before Job.from_env(), the start's GPU after it.
+    await eventually(lambda: _now(bool(visible_devices(tmp_path, "w")[0])))
+    assert visible_devices(tmp_path, "w") == ["visible before='' after='1'"]
+    assert await node.events(JobStarted) == []
+
+    # From here on it is bound to that GPU, like any job: it parks and resumes there.
+    await node.send(
+        SuspendCommand(node_id=NODE, user="alice", job_id="w", attempt=1, yield_grace_s=5)
+    )
+    second = (await node.wait_for(JobSuspended, count=2))[-1]
+    assert isinstance(second, JobSuspended) and second.in_place
+    await node.send(start_command(tmp_path, "w", prepared_job(), (1,)))
+    again = (await node.wait_for(JobResumed, count=2))[-1]
+    assert isinstance(again, JobResumed) and again.in_place
+
+
+async def test_a_start_while_a_prepared_job_still_imports_waits_for_its_park(
+    node: Node, tmp_path: Path
+) -> None:
+    await node.send(prepare_command(tmp_path, "w", prepared_job(import_s=1.0)))
+    await node.send(start_command(tmp_path, "w", prepared_job(), (0,)))
+    (resumed,) = await node.wait_for(JobResumed)
+    assert isinstance(resumed, JobResumed) and resumed.in_place and resumed.gpu_indices == (0,)
+    assert await node.events(JobStarted) == []
+    await eventually(lambda: _now(bool(visible_devices(tmp_path, "w")[0])))
+    assert visible_devices(tmp_path, "w") == ["visible before='' after='0'"]
+
+
+async def test_a_prepared_job_let_go_exits_at_once_and_a_cancel_kills_it(
+    node: Node, tmp_path: Path
+) -> None:
+    await node.send(prepare_command(tmp_path, "w", prepared_job()))
+    await node.wait_for(JobSuspended)
+    # Started elsewhere: the scheduler tells this node to let go. Nothing to checkpoint.
+    release = SuspendCommand(
+        node_id=NODE, user="alice", job_id="w", attempt=1, reason=SuspendReason.MIGRATION
+    )
+    await node.send(release)
+    left = (await node.wait_for(JobSuspended, count=2))[-1]
+    assert isinstance(left, JobSuspended)
+    assert not left.in_place and not left.forced and left.checkpoint_step is None
+    (run,) = node.executor.runs()
+    assert not run.alive
+    assert await node.events(JobExited) == [] and await node.events(JobCheckpointed) == []
+    assert not list((tmp_path / "checkpoints" / "alice" / "w").iterdir())
+
+    await node.send(prepare_command(tmp_path, "c", prepared_job()))
+    await node.wait_for(JobSuspended, job_id="c")
+    await node.send(
+        KillCommand(node_id=NODE, user="alice", job_id="c", attempt=1, reason="cancelled")
+    )
+    await eventually(lambda: _now(_ended(node, "c")))
+    await settle(node)
+    assert await node.events(JobExited) == []
+
+
+async def test_a_prepared_job_that_never_parks_is_killed_and_starts_normally_later(
+    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
+) -> None:
+    settings = make_settings(tmp_path, prepare_timeout_s=0.5)
+    async for node in running_node(memory_bus, settings, gpus):
+        # It does not use the SDK as it promised: it never parks.
+        await node.send(prepare_command(tmp_path, "s", SLEEPER))
+        await eventually(lambda n=node: _now(_ended(n, "s")), timeout_s=20.0)  # type: ignore[misc]
+        await settle(node)
+        assert await node.events(JobSuspended) == [] and await node.events(JobExited) == []
+        await node.send(start_command(tmp_path, "s", SYNTHETIC, (0,)))
+        (started,) = await node.wait_for(JobStarted)
+        assert isinstance(started, JobStarted) and started.gpu_indices == (0,)

@@ -17,7 +17,7 @@ import pytest
 
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
-from gfair.events.commands import KillCommand, StartCommand, SuspendCommand
+from gfair.events.commands import KillCommand, PrepareCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.jobs import (
     JobAccepted,
@@ -681,3 +681,88 @@ async def test_a_job_holding_its_gpus_past_its_suspend_is_charged_for_them(
     assert not state.ledger.overrun  # booked at the tick
     # Her credit grew by her entitlement less what she ran and what she held past the suspend.
     assert after == pytest.approx(before + entitled - ran - held / settings.quantum_s)
+
+
+async def test_an_opted_in_job_waiting_for_gpus_starts_prepared_and_then_runs_there(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1), ("v100-1", 1))
+        await admit(probe, state, "alice", "a")
+        await admit(probe, state, "alice", "b")
+        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2)
+        await admit(probe, state, "bob", "w", prepare=True)
+        await admit(probe, state, "bob", "x")  # did not opt in
+        (prepare,) = await probe.wait_for(COMMANDS, PrepareCommand)
+        assert (prepare.node_id, prepare.generation, prepare.gpus) == ("v100-0", "v100", 1)
+        assert prepare.command == ("python", "-c", "pass")
+        assert prepare.checkpoint_dir == str(settings.checkpoint_root / "bob" / "w")
+        await probe.publish(
+            JobSuspended(
+                user="bob",
+                job_id="w",
+                node_id="v100-0",
+                attempt=1,
+                reason=SuspendReason.PREPARED,
+                in_place=True,
+            )
+        )
+        await eventually(lambda: state.ledger.jobs["bob.w"].parked == ("v100-0", ()))
+        for command in starts(probe):
+            await started(probe, command)
+        for _ in range(3):
+            await state.on_tick()
+            if any(s.job_id == "w" for s in starts(probe)):
+                break
+    (start,) = [s for s in starts(probe) if s.job_id == "w"]
+    assert start.node_id == "v100-0"  # where its process waits, parked
+    # Nothing told that node to let it go, and nobody else was prepared.
+    assert not [s for s in suspends(probe) if s.job_id == "w"]
+    assert len(probe.payloads(COMMANDS, PrepareCommand)) == 1
+
+
+async def test_a_prepared_job_started_elsewhere_or_cancelled_is_let_go_where_it_waits(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        await admit(probe, state, "alice", "a")
+        await probe.wait_for(COMMANDS, StartCommand)
+        await admit(probe, state, "bob", "w", prepare=True)
+        await admit(probe, state, "bob", "v", prepare=True)
+        await probe.wait_for(COMMANDS, PrepareCommand, lambda found: len(found) == 2)
+        # w parks; v's park is reported only after it was cancelled.
+        await probe.publish(
+            JobSuspended(
+                user="bob",
+                job_id="w",
+                node_id="v100-0",
+                attempt=1,
+                reason=SuspendReason.PREPARED,
+                in_place=True,
+            )
+        )
+        await eventually(lambda: state.ledger.jobs["bob.w"].parked is not None)
+        await probe.publish(JobCancelled(user="bob", job_id="w", previous_state=JobState.SUSPENDED))
+        await probe.publish(JobCancelled(user="bob", job_id="v", previous_state=JobState.SUSPENDED))
+        await eventually(lambda: "bob.v" not in state.ledger.jobs)
+        await probe.publish(
+            JobSuspended(
+                user="bob",
+                job_id="v",
+                node_id="v100-0",
+                attempt=1,
+                reason=SuspendReason.PREPARED,
+                in_place=True,
+            )
+        )
+        await probe.wait_for(COMMANDS, SuspendCommand)
+        await probe.wait_for(COMMANDS, KillCommand)
+    (kill,) = probe.payloads(COMMANDS, KillCommand)
+    assert (kill.job_id, kill.node_id) == ("w", "v100-0")
+    (release,) = suspends(probe)
+    assert (release.job_id, release.node_id, release.reason) == (
+        "v",
+        "v100-0",
+        SuspendReason.MIGRATION,
+    )

@@ -18,7 +18,9 @@ enforces it), each seeing its index in ``$GFAIR_ARRAY_INDEX`` and the array id i
 `gfair wait`, `gfair cancel` and `gfair jobs --array` take it for the whole array. `--wait` with
 an array waits for every member's admission (default) or end (`--wait=completed`, exiting with
 the worst outcome). `--after-ok JOB[,JOB...]` (repeatable) holds the job until those jobs of the
-same user completed successfully, and cancels it if one fails or is cancelled.
+same user completed successfully, and cancels it if one fails or is cancelled. `--prepare` says
+the job calls `Job.from_env()` before touching any GPU (docs/jobs.md): its process may start,
+without GPUs, before its first slice, so that its imports are not paid for on GPUs.
 """
 
 from __future__ import annotations
@@ -85,6 +87,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=[],
         metavar="JOB[,JOB...]",
         help="hold until these jobs (yours) completed successfully; repeatable",
+    )
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        default=None,
+        help="the job calls Job.from_env() before touching any GPU: its process may start "
+        "before it is given GPUs",
     )
     waiting = parser.add_mutually_exclusive_group()
     waiting.add_argument(
@@ -292,6 +301,7 @@ async def _send(
         max_retries=args.max_retries,
         array=array,
         after_ok=args.after_ok,
+        prepare=bool(args.prepare),
         wait=wait,
         timeout_s=timeout_s,
     )

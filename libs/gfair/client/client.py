@@ -148,6 +148,7 @@ class GfairClient:
         max_retries: int | None = None,
         array: ArrayMembership | None = None,
         after_ok: Sequence[str] = (),
+        prepare: bool = False,
         wait: WaitFor = "accepted",
         timeout_s: float | None = 30.0,
     ) -> Submitted:
@@ -171,6 +172,7 @@ class GfairClient:
                 max_retries=max_retries,
                 array=array,
                 after_ok=tuple(after_ok),
+                prepare=prepare,
             )
         except ValidationError as exc:
             raise InvalidRequest(describe_validation_error(exc, root="")) from None

@@ -98,13 +98,17 @@ def describe_charges(estimate: SwitchEstimate) -> str:
 def seconds_held(
     events: Iterable[HistoricalEvent], began: float | None = None, ended: float | None = None
 ) -> float:
-    """Seconds the job's processes held its GPUs, from each start or resume report to the
-    suspend or exit report that followed, within the window [`began`, `ended`] (Unix times;
-    open where None). With `ended`, a run still holding them then counts up to it."""
+    """Seconds the job's processes held its GPUs, from each start or resume to the suspend or
+    exit report that followed, within the window [`began`, `ended`] (Unix times; open where
+    None). With `ended`, a run still holding them then counts up to it. A resume is reported
+    once it took effect (in place: at its first mini-batch), so its hold began the resume's
+    `duration_s` before its report."""
     held, since = 0.0, None
     for event in events:
         at = event.envelope.time.timestamp()
         if isinstance(event.data, JobStarted | JobResumed):
+            if isinstance(event.data, JobResumed) and event.data.duration_s is not None:
+                at -= event.data.duration_s
             since = at if began is None else max(at, began)
         elif isinstance(event.data, JobSuspended | JobExited) and since is not None:
             held += max(0.0, (at if ended is None else min(at, ended)) - since)

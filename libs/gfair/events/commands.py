@@ -17,6 +17,8 @@ from gfair.events.fields import (
     Argv,
     Attempt,
     Environment,
+    Generation,
+    GpuCount,
     GpuIndices,
     JobId,
     JobRef,
@@ -64,6 +66,24 @@ class StartCommand(NodeCommand):
     env: Environment = Field(default_factory=dict)
     working_dir: AbsolutePath | None = None
     gpu_indices: GpuIndices
+    checkpoint_dir: AbsolutePath = Field(
+        description="Where the job writes and finds its checkpoints"
+    )
+
+
+@register
+class PrepareCommand(NodeCommand):
+    """Start the job's process without GPUs (none visible), prepared: it imports what it needs,
+    then parks in `Job.from_env()` (reported as `JobSuspended` with `in_place`) until a start
+    on this node gives it GPUs. Only for jobs submitted with `prepare`."""
+
+    EVENT_TYPE = "gfair.cmd.prepare.v1"
+
+    command: Argv
+    env: Environment = Field(default_factory=dict)
+    working_dir: AbsolutePath | None = None
+    gpus: GpuCount = Field(description="GPUs its later start will give it (sizes its limits)")
+    generation: Generation = Field(description="The generation of the GPUs it will be given")
     checkpoint_dir: AbsolutePath = Field(
         description="Where the job writes and finds its checkpoints"
     )

@@ -46,6 +46,9 @@ class SuspendReason(StrEnum):
     MIGRATION = "migration"
     # The node is being drained by an operator or the failure detector.
     DRAIN = "drain"
+    # A prepared start (`PrepareCommand`): the process started without GPUs and waits, parked,
+    # for its first slice.
+    PREPARED = "prepared"
 
 
 class MigrationReason(StrEnum):

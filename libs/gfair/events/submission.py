@@ -88,6 +88,12 @@ class JobSubmitted(JobEvent):
         description="Job ids of the same user's jobs that must complete successfully before "
         "this one may run; it is cancelled if one fails or is cancelled",
     )
+    prepare: bool = Field(
+        default=False,
+        description="The job calls `Job.from_env()` before touching any GPU: its process may "
+        "start before it is given GPUs (a prepared start: it imports its framework while it "
+        "waits, parked, and its first slice begins with its first mini-batch)",
+    )
 
     @model_validator(mode="after")
     def _batch(self) -> Self:

@@ -42,6 +42,10 @@ class JobLaunch:
     checkpoint directory, if there is one. `env` is added to the executor's environment.
     `gpu_uuids`, when given, must list the UUIDs of `gpu_indices` in the same order; they are
     used for CUDA_VISIBLE_DEVICES when the supervisor is configured for UUIDs.
+
+    `prepared_gpus` makes it a prepared start: the process runs with no GPU visible
+    (`gpu_indices` empty) and parks in the SDK's `Job.from_env()` until `resume_in_place`
+    gives it that many GPUs; its limits are sized for them.
     """
 
     job_id: str
@@ -53,9 +57,12 @@ class JobLaunch:
     gpu_uuids: tuple[str, ...] = ()
     workdir: Path | None = None
     resume_from: CheckpointRef | None = None
+    prepared_gpus: int | None = None
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id)
+        if self.prepared_gpus is not None and (self.gpu_indices or self.prepared_gpus < 1):
+            raise ValueError(f"job {self.job_id}: a prepared start has no GPUs yet, later some")
         if not self.argv:
             raise ValueError(f"job {self.job_id}: argv is empty")
         if len(set(self.gpu_indices)) != len(self.gpu_indices):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -92,11 +92,13 @@ class RunDirectory:
         with contextlib.suppress(FileNotFoundError):
             self.yield_file.unlink()
 
-    def answer_park(self, park: int, action: str) -> None:
-        """Tell the job parked in place (park number `park`) to resume or to checkpoint and exit."""
-        _write_json_atomically(
-            self.control_dir / PARK_FILE, {"park": park, "action": action}, mode=0o644
-        )
+    def answer_park(self, park: int, action: str, env: Mapping[str, str] | None = None) -> None:
+        """Tell the job parked in place (park number `park`) to resume or to checkpoint and exit;
+        `env`: the variables a prepared start's resume sets (the GPUs it was given)."""
+        answer: dict[str, Any] = {"park": park, "action": action}
+        if env:
+            answer["env"] = dict(env)
+        _write_json_atomically(self.control_dir / PARK_FILE, answer, mode=0o644)
 
     def open_output(self, path: Path) -> BinaryIO:
         """`stdout.log` or `stderr.log` for appending, readable by the executor alone."""

@@ -291,7 +291,7 @@ class JobSupervisor:
         limits: JobLimitGroups | None = None
         try:
             if self.config.limits is not None:
-                gpus = len(launch.gpu_indices)
+                gpus = launch.prepared_gpus or len(launch.gpu_indices)
                 limits = self.config.limits.job(launch.job_id, gpus, cgroup)
             gate = cgroup is not None or limits is not None
             if gate:
@@ -438,8 +438,25 @@ class JobSupervisor:
             exited=job.exit,
         )
 
+    async def until_parked(
+        self, job_id: str, timeout_s: float
+    ) -> Literal["parked", "exited", "timeout"]:
+        """Wait for a prepared start to park in `Job.from_env()` (or to end first)."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return "exited"
+        with anyio.move_on_after(timeout_s):
+            await _until(job, lambda: job.exited.is_set() or job.parked is not None)
+        if job.exited.is_set() or job.terminating:
+            return "exited"
+        return "parked" if job.parked is not None else "timeout"
+
     async def resume_in_place(
-        self, job_id: str, timeout_s: float, gpu_indices: tuple[int, ...] | None = None
+        self,
+        job_id: str,
+        timeout_s: float,
+        gpu_indices: tuple[int, ...] | None = None,
+        gpu_uuids: tuple[str, ...] = (),
     ) -> float | None:
         """Continue a job parked in place, in the same process; the seconds from now to its
         first mini-batch after the resume (or to its saying it resumed, if it took no further
@@ -461,6 +478,15 @@ class JobSupervisor:
             )
             return None
         requested_wall = time.time()
+        granted: dict[str, str] | None = None
+        if job.launch.prepared_gpus is not None and not job.handle.gpu_indices:
+            # A prepared start: it holds no GPU yet; these are the ones it is given.
+            if not gpu_indices:
+                return None
+            uuid = self.config.visible_devices == "uuid"
+            if uuid and len(gpu_uuids) != len(gpu_indices):
+                return None
+            granted = {"CUDA_VISIBLE_DEVICES": _visible(gpu_uuids if uuid else gpu_indices)}
         if gpu_indices is not None:
             # Only where nothing binds the process to its devices (simulated GPUs: the caller
             # decides); a real one keeps the CUDA_VISIBLE_DEVICES it started with.
@@ -468,7 +494,7 @@ class JobSupervisor:
         job.yield_requested = False
         job.resumed_at = job.first_step_at = None
         await anyio.to_thread.run_sync(job.run.withdraw_yield)
-        self._answer(job, job.parked, "resume")
+        self._answer(job, job.parked, "resume", granted)
         job.eager = True
         with anyio.move_on_after(timeout_s):
             await _until(
@@ -554,7 +580,8 @@ class JobSupervisor:
         env.setdefault("PYTHONUNBUFFERED", "1")  # so the stderr tail is current at exit
         env.update(launch.env)
         devices = launch.gpu_uuids if self.config.visible_devices == "uuid" else launch.gpu_indices
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
+        # Empty for a prepared start: no device is visible until it is given some.
+        env["CUDA_VISIBLE_DEVICES"] = _visible(devices)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         # Set last: a job's own env must not redirect gfair's files.
         env.update(
@@ -566,6 +593,7 @@ class JobSupervisor:
                 gpu_generation=launch.generation,
                 resume_checkpoint=launch.resume_from.path if launch.resume_from else None,
                 managed=True,
+                prepared=launch.prepared_gpus is not None,
             ).to_environ()
         )
         return env
@@ -577,9 +605,11 @@ class JobSupervisor:
         job.run.request_yield(park=park)
         self._signal_sdk(job)
 
-    def _answer(self, job: SupervisedJob, park: int, action: str) -> None:
+    def _answer(
+        self, job: SupervisedJob, park: int, action: str, env: Mapping[str, str] | None = None
+    ) -> None:
         """Answer a parked job: the file first, then the signal that wakes it."""
-        job.run.answer_park(park, action)
+        job.run.answer_park(park, action, env)
         pid = job.sdk_pid
         if pid is not None and in_group(pid, job.handle.pgid):
             with contextlib.suppress(ProcessLookupError):
@@ -739,6 +769,11 @@ class JobSupervisor:
         if exited is None:
             raise UnknownJob(job_id)
         return exited
+
+
+def _visible(devices: tuple[int, ...] | tuple[str, ...]) -> str:
+    """CUDA_VISIBLE_DEVICES for these GPUs (indices or UUIDs)."""
+    return ",".join(str(d) for d in devices)
 
 
 def _notify(job: SupervisedJob) -> None:

@@ -18,6 +18,9 @@ ENV_CHECKPOINT_DIR = "GFAIR_CHECKPOINT_DIR"
 ENV_CONTROL_DIR = "GFAIR_CONTROL_DIR"
 ENV_GPU_GENERATION = "GFAIR_GPU_GENERATION"
 ENV_RESUME_CHECKPOINT = "GFAIR_RESUME_CHECKPOINT"
+# Set to "1" for a prepared start: the process runs before it is given GPUs (none is visible)
+# and `Job.from_env()` waits, parked, until the executor gives it some (or tells it to exit).
+ENV_PREPARED = "GFAIR_PREPARED"
 
 # Files inside the control directory.
 PROGRESS_FILE = "progress.jsonl"
@@ -49,6 +52,8 @@ class JobEnvironment:
     # A specific committed checkpoint to resume from; None means "the newest valid one, if any".
     resume_checkpoint: Path | None
     managed: bool
+    # Started prepared (`ENV_PREPARED`): no GPU until `Job.from_env()` has waited for them.
+    prepared: bool = False
 
     @classmethod
     def from_environ(
@@ -88,6 +93,7 @@ class JobEnvironment:
             gpu_generation=env.get(ENV_GPU_GENERATION) or None,
             resume_checkpoint=Path(resume) if resume else None,
             managed=True,
+            prepared=env.get(ENV_PREPARED) == "1",
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -103,4 +109,6 @@ class JobEnvironment:
             env[ENV_GPU_GENERATION] = self.gpu_generation
         if self.resume_checkpoint is not None:
             env[ENV_RESUME_CHECKPOINT] = str(self.resume_checkpoint)
+        if self.prepared:
+            env[ENV_PREPARED] = "1"
         return env

@@ -29,7 +29,7 @@ from gfair.sdk.environment import (
     YIELD_FILE,
     JobEnvironment,
 )
-from gfair.sdk.parking import wait_for_answer
+from gfair.sdk.parking import granted_environment, wait_for_answer
 from gfair.sdk.progress import ProgressLog, ProgressRecord
 from gfair.sdk.yield_request import YieldRequest
 
@@ -77,9 +77,18 @@ class Job:
         local_root: Path | None = None,
         install_signal_handler: bool = True,
     ) -> Job:
-        """The job as gfair started it; outside gfair a local one (checkpoints in ./.gfair)."""
+        """The job as gfair started it; outside gfair a local one (checkpoints in ./.gfair).
+
+        A job submitted with `prepare` may be started before it is given GPUs (none visible):
+        then this waits, parked, holding no GPU, until gfair gives it some, sets
+        `CUDA_VISIBLE_DEVICES` (in `os.environ`) to them and returns; or exits, when gfair
+        lets it go before it ran (there is nothing to save). Call it before touching a GPU.
+        """
         env = JobEnvironment.from_environ(environ, local_root=local_root)
-        return cls(env, install_signal_handler=install_signal_handler)
+        job = cls(env, install_signal_handler=install_signal_handler)
+        if env.prepared and env.control_dir is not None:
+            job._wait_for_gpus(env.control_dir)
+        return job
 
     @property
     def job_id(self) -> str:
@@ -205,6 +214,23 @@ class Job:
         self._yield.withdraw()
         with contextlib.suppress(OSError):
             marker.unlink()
+        self._progress.append(
+            ProgressRecord(kind="resumed", time=self._clock(), step=self._done, park=park)
+        )
+
+    def _wait_for_gpus(self, control: Path) -> None:
+        """A prepared start: parked (the park protocol of `suspend`, with no state to move and
+        no marker, since it has no state newer than its checkpoints) until gfair answers."""
+        self._parks += 1
+        park = self._parks
+        self._progress.append(
+            ProgressRecord(kind="parked", time=self._clock(), step=self._done, park=park)
+        )
+        answer = wait_for_answer(control / PARK_FILE, park)
+        if answer == "exit":
+            self.exit_for_yield()
+        # Before anything of the job can initialise CUDA: a process reads these once.
+        os.environ.update(granted_environment(control / PARK_FILE, park))
         self._progress.append(
             ProgressRecord(kind="resumed", time=self._clock(), step=self._done, park=park)
         )

@@ -2,10 +2,13 @@
 
 A parked job holds no GPU and does nothing until the executor answers. The answer is a file in
 the control directory (`PARK_FILE`: `{"park": n, "action": "resume" | "exit"}`), written
-atomically, followed by SIGUSR2 to the SDK's process. The wait blocks in `select` on a pipe
-that Python's signal machinery writes to (`signal.set_wakeup_fd`), so the signal wakes it
-whichever thread the kernel delivered it to; a timeout re-reads the file now and then, in case
-a signal was lost. Off the main thread (no handler can be installed) it polls the file.
+atomically, followed by SIGUSR2 to the SDK's process. A resume of a prepared start (a process
+started before it had GPUs) also carries `"env"`: the variables that name the GPUs it was given
+(`CUDA_VISIBLE_DEVICES`), which the SDK sets before the job touches a GPU. The wait blocks in
+`select` on a pipe that Python's signal machinery writes to (`signal.set_wakeup_fd`), so the
+signal wakes it whichever thread the kernel delivered it to; a timeout re-reads the file now and
+then, in case a signal was lost. Off the main thread (no handler can be installed) it polls the
+file.
 """
 
 from __future__ import annotations
@@ -39,6 +42,20 @@ def read_answer(path: Path, park: int) -> Action | None:
     if action == "exit":
         return "exit"
     return None
+
+
+def granted_environment(path: Path, park: int) -> dict[str, str]:
+    """The variables the executor's "resume" of park `park` sets (empty when it sets none)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("park") != park:
+        return {}
+    env = data.get("env")
+    if not isinstance(env, dict):
+        return {}
+    return {str(k): str(v) for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def wait_for_answer(path: Path, park: int, *, recheck_s: float = 1.0) -> Action:

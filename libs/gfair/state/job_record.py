@@ -94,6 +94,7 @@ class Submission(_Record):
     max_retries: int | None = None
     array: ArrayMembership | None = None
     after_ok: tuple[JobId, ...] = ()
+    prepare: bool = False
 
     @classmethod
     def of(
@@ -113,6 +114,7 @@ class Submission(_Record):
             max_retries=data.max_retries,
             array=data.array,
             after_ok=data.after_ok,
+            prepare=data.prepare,
         )
 
     @property

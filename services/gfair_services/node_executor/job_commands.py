@@ -10,6 +10,11 @@
   re-placed elsewhere: `start_guard`), are stale: sent before an outage of this executor or
   before the scheduler heard of the exit, they would run it twice.
 - resume: a start with the command line of the job's last start here.
+- prepare: launch the job's process without GPUs (a prepared start); it parks in the SDK and is
+  reported parked in place, and the next start of the same attempt here resumes it in place on
+  whatever GPUs the start names (a start that arrives while it still imports waits for its park,
+  within `prepare_timeout_s`). Ignored when the job already has a live process here. A suspend,
+  migrate or drain lets it go (it exits, or is killed before it parked: nothing to save).
 - suspend / migrate: checkpoint and stop, then report `suspended` / `migrated`.
 - kill: stop without a checkpoint; nothing is reported (whoever asked decided what follows).
 
@@ -33,6 +38,7 @@ from gfair.events.commands import (
     KillCommand,
     MigrateCommand,
     NodeCommand,
+    PrepareCommand,
     ResumeCommand,
     StartCommand,
     SuspendCommand,
@@ -52,7 +58,9 @@ _log = structlog.get_logger("gfair.services.node_executor")
 # Set for the parts of a gang across servers only (gang_peers.py).
 _GANG_ENV = "NNODES"
 
-Command = StartCommand | SuspendCommand | ResumeCommand | MigrateCommand | KillCommand
+Command = (
+    StartCommand | PrepareCommand | SuspendCommand | ResumeCommand | MigrateCommand | KillCommand
+)
 
 
 class _Superseded(Exception):
@@ -83,7 +91,7 @@ class JobCommands:
         self._stopped: dict[JobRef, tuple[int, datetime]] = {}
 
     async def handle(self, envelope: Envelope, command: Command) -> None:
-        if isinstance(command, StartCommand | ResumeCommand):
+        if isinstance(command, StartCommand | ResumeCommand | PrepareCommand):
             if self._stale(envelope) or self._overtaken(envelope, command):
                 return
         else:
@@ -94,6 +102,8 @@ class JobCommands:
                 await self._start(envelope, command)
             elif isinstance(command, ResumeCommand):
                 await self._resume(envelope, command)
+            elif isinstance(command, PrepareCommand):
+                await self._prepare(envelope, command)
             elif isinstance(command, SuspendCommand):
                 await self._suspend(envelope, command)
             elif isinstance(command, MigrateCommand):
@@ -125,7 +135,9 @@ class JobCommands:
         _log.warning("stale start ignored", event_id=envelope.id, age_s=round(age, 1))
         return True
 
-    def _overtaken(self, envelope: Envelope, command: StartCommand | ResumeCommand) -> bool:
+    def _overtaken(
+        self, envelope: Envelope, command: StartCommand | ResumeCommand | PrepareCommand
+    ) -> bool:
         """Whether the scheduler stopped the job here after it sent this start: the start is
         a redelivery (a broker failover, a lost ack) of one that has had its time. A newer
         attempt is never one (and may come from another service's clock)."""
@@ -170,6 +182,8 @@ class JobCommands:
                 attempt=command.attempt,
             )
             return
+        if current is not None and current.preparing is not None:
+            await self._control.until_prepared(current)  # parked, or gone
         if current is not None and current.parked and await self._control.still_running(current):
             indices = tuple(command.gpu_indices)
             if self._may_resume_on(current, indices) and command.attempt == current.attempt:
@@ -219,6 +233,28 @@ class JobCommands:
                 await self._suspend_run(envelope, occupant, SuspendReason.TIME_SLICE)
         await self._control.launch(envelope, command, generation)
 
+    async def _prepare(self, envelope: Envelope, command: PrepareCommand) -> None:
+        current = self._current(command)
+        if current is not None and (
+            current.alive
+            or (current.status is RunStatus.EXITED and current.attempt == command.attempt)
+        ):
+            _log.info("prepare of a job with a process here ignored", job=str(command.job))
+            return
+        if await self._guard.outdated(command, envelope.time) is not None:
+            return
+        generation = command.generation
+        if not any(gpu.generation == generation for gpu in self._inventory.values()):
+            raise Unprocessable(f"node {self._node_id} has no {generation} GPUs")
+        expected = self._settings.checkpoint_dir(command.user, command.job_id)
+        if Path(command.checkpoint_dir) != expected:
+            raise Unprocessable(
+                f"checkpoint dir {command.checkpoint_dir} is not {expected}: the scheduler's "
+                f"checkpoint root differs from node {self._node_id}'s "
+                f"({self._settings.checkpoint_root})"
+            )
+        await self._control.prepare(envelope, command, generation)
+
     async def _resume(self, envelope: Envelope, command: ResumeCommand) -> None:
         last = self._control.launches.load(command.job)
         if last is None:
@@ -237,6 +273,13 @@ class JobCommands:
             # Redelivered after it took effect: announce again, under the same id.
             restated = run.suspended(self._node_id, command.reason, None)
             await self._sink.publish(restated, cause=envelope)
+            return
+        if run is not None and run.status is RunStatus.PREPARING:
+            # Not parked yet: nothing of it is worth keeping.
+            await self._control.kill_run(run, "let go before it was given GPUs")
+            await self._sink.publish(
+                run.suspended(self._node_id, command.reason, None), cause=envelope
+            )
             return
         if run is not None and run.parked:
             # Parked here, and wanted elsewhere (the scheduler moves it): it checkpoints and
@@ -290,10 +333,13 @@ class JobCommands:
 
     def _may_resume_on(self, run: LocalJob, gpu_indices: tuple[int, ...]) -> bool:
         """Whether the parked `run` may continue in its process on `gpu_indices`: its own GPUs;
-        or, where they are simulated (nothing binds a process to a device: its "GPU" is the
-        CPU), any of this node's, as many as it had."""
+        a prepared start, bound to none yet, any of its generation; or, where they are
+        simulated (nothing binds a process to a device: its "GPU" is the CPU), any of this
+        node's, as many as it had."""
         if sorted(run.gpu_indices) == sorted(gpu_indices):
             return True
+        if not run.gpu_indices:
+            return bool(gpu_indices) and self.generation_of(gpu_indices) == run.generation
         simulated = all(
             i in self._inventory and self._inventory[i].simulated
             for i in (*run.gpu_indices, *gpu_indices)

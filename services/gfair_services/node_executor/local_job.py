@@ -24,6 +24,8 @@ class RunStatus(StrEnum):
     EXITED = "exited"
     # Yielded in place: its process waits in host memory, holding no GPU, to resume here.
     PARKED = "parked"
+    # A prepared start: its process runs without GPUs until it parks in `Job.from_env()`.
+    PREPARING = "preparing"
 
 
 class StopKind(StrEnum):
@@ -60,6 +62,8 @@ class LocalJob:
     first_step_reported: bool = False
     # The grace its last yield had, when the scheduler set one (see `suspended`).
     yield_grace_s: float | None = None
+    # A prepared start's wait for its process to park (`RunControl.prepare`), until it ends.
+    preparing: asyncio.Task[None] | None = None
     # Set by the report relay once the run's exit (its last report) has been published, or
     # recognised as the stop that was asked for.
     exit_handled: asyncio.Event = field(default_factory=asyncio.Event)
@@ -74,8 +78,8 @@ class LocalJob:
 
     @property
     def alive(self) -> bool:
-        """Its process lives: running, or parked in place."""
-        return self.status in (RunStatus.RUNNING, RunStatus.PARKED)
+        """Its process lives: running, parked in place, or a prepared start not yet parked."""
+        return self.status in (RunStatus.RUNNING, RunStatus.PARKED, RunStatus.PREPARING)
 
     def end_span(self, ended: JobExited) -> None:
         """Close the run's span with how it ended; later calls do nothing."""

@@ -19,9 +19,10 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from gfair.events import jobs as events
-from gfair.events.commands import StartCommand
+from gfair.events.commands import PrepareCommand, StartCommand
 from gfair.events.envelope import Envelope
 from gfair.events.fields import MAX_STDERR_TAIL_CHARS
+from gfair.events.reasons import SuspendReason
 from gfair.node import lifecycle
 from gfair.node.gpu import GpuInfo
 from gfair.node.job_host import JobHost
@@ -131,6 +132,106 @@ class RunControl:
             resumed_from_step=resume.step if resume else None,
         )
 
+    async def prepare(self, cause: Envelope, command: PrepareCommand, generation: str) -> None:
+        """Start a prepared run: its process without GPUs, which parks in `Job.from_env()`;
+        once it has, it is reported parked in place (`JobSuspended`, reason `prepared`), and a
+        start here resumes it on the GPUs the start names. Returns once the process exists:
+        the wait for its park goes on in a task of its own (`until_prepared`)."""
+        checkpoints = self._settings.checkpoint_dir(command.user, command.job_id)
+        latest = CheckpointStore(checkpoints).latest()
+        resume = CheckpointRef.of(latest) if latest is not None else None
+        launch = JobLaunch(
+            job_id=command.job_id,
+            argv=tuple(command.command),
+            gpu_indices=(),
+            generation=generation,
+            attempt=command.attempt,
+            env=dict(command.env),
+            workdir=Path(command.working_dir) if command.working_dir else None,
+            resume_from=resume,
+            prepared_gpus=command.gpus,
+        )
+        supervisor = await self._supervisors.get(command.user)
+        async with self._sink.lock:
+            try:
+                handle = await supervisor.start(launch)
+            except (JobStartError, OSError) as exc:
+                # Nothing is lost: the job starts normally when its turn comes (and fails
+                # then, reported, if it cannot start at all).
+                _log.warning("prepared start failed", job=str(command.job), error=str(exc))
+                return
+            run = LocalJob(
+                job=command.job,
+                attempt=command.attempt,
+                gpu_indices=(),
+                generation=generation,
+                started_at=handle.started_at,
+                start_event_id=cause.id,
+                correlation_id=cause.correlation_id or cause.id,
+                trace_context=otel_context.get_current(),
+                status=RunStatus.PREPARING,
+                checkpoint_step=resume.step if resume else None,
+                resumed_from=resume.step if resume else None,
+                commanded_at=time.time(),
+            )
+            self._runs.put(run)
+        run.preparing = asyncio.create_task(
+            self._until_parked(cause, run), name=f"prepare-{command.job}"
+        )
+        _log.info("job started prepared", job=str(command.job), attempt=command.attempt)
+
+    async def until_prepared(self, run: LocalJob) -> None:
+        """Wait until a prepared run parked, ended, or was killed for not parking in time."""
+        if run.preparing is not None:
+            await asyncio.shield(run.preparing)
+
+    async def _until_parked(self, cause: Envelope, run: LocalJob) -> None:
+        try:
+            await self._report_park(cause, run)
+        except Exception as exc:  # a task of its own: nobody else would hear of it
+            _log.error(
+                "waiting for a prepared job to park failed", job=str(run.job), error=repr(exc)
+            )
+
+    async def _report_park(self, cause: Envelope, run: LocalJob) -> None:
+        supervisor = await self._supervisors.get(run.job.user)
+        began = time.monotonic()
+        outcome = await supervisor.until_parked(run.job.job_id, self._settings.prepare_timeout_s)
+        async with self._sink.lock:
+            if run.status is not RunStatus.PREPARING or run.stop is not None:
+                return  # stopped meanwhile, or it ended on its own (the relay reports that)
+            if outcome == "parked":
+                run.status = RunStatus.PARKED
+                parked = events.JobSuspended(
+                    user=run.job.user,
+                    job_id=run.job.job_id,
+                    node_id=self._node_id,
+                    attempt=run.attempt,
+                    reason=SuspendReason.PREPARED,
+                    checkpoint_step=run.checkpoint_step,
+                    duration_s=time.monotonic() - began,
+                    in_place=True,
+                )
+                await self._sink.send(parked, cause=cause)
+        if outcome == "parked":
+            _log.info(
+                "prepared job parked", job=str(run.job), took_s=round(time.monotonic() - began, 3)
+            )
+            await self._within_parked_memory()
+        elif outcome == "timeout":
+            # Not an exit of the job's own (nothing is reported): it starts anew when its turn
+            # comes. Its owner reads why in the node's log.
+            _log.warning(
+                "prepared job did not park in Job.from_env() in time: killed; it starts "
+                "normally when it is given GPUs",
+                job=str(run.job),
+                timeout_s=self._settings.prepare_timeout_s,
+            )
+            await self.kill_run(
+                run,
+                f"did not park within {self._settings.prepare_timeout_s:g}s of a prepared start",
+            )
+
     async def yield_run(
         self,
         run: LocalJob,
@@ -146,6 +247,10 @@ class RunControl:
         exit. `grace_s` is the yield the scheduler asked for (its suspend command's): past it
         the run is killed outright, since another job waits for its GPUs. Without it (a drain,
         an old scheduler's command) the run has `suspend_timeout_s` and then SIGTERM's grace."""
+        if run.status is RunStatus.PREPARING:
+            # Not parked yet, so nothing of it is worth keeping: it goes at once.
+            await self.kill_run(run, "let go before it was given GPUs")
+            return None
         run.stop = StopKind.YIELD
         run.stop_event_id = cause_id
         supervisor = await self._supervisors.get(run.job.user)
@@ -174,10 +279,16 @@ class RunControl:
         supervisor = await self._supervisors.get(run.job.user)
         async with self._sink.lock:
             took = await supervisor.resume_in_place(
-                run.job.job_id, self._settings.resume_timeout_s, gpu_indices
+                run.job.job_id,
+                self._settings.resume_timeout_s,
+                gpu_indices,
+                tuple(self._inventory[i].uuid for i in gpu_indices),
             )
             if took is None:
                 return False
+            if not run.gpu_indices:
+                # A prepared start's first slice: its time to a first mini-batch runs from now.
+                run.commanded_at = time.time() - took
             run.gpu_indices = gpu_indices
             run.status = RunStatus.RUNNING
             run.stop = run.stop_event_id = None

@@ -79,6 +79,13 @@ class NodeExecutorSettings(BaseSettings):
         description="How long a job parked in place may take to resume (to its first "
         "mini-batch) before it is stopped and started anew from its checkpoint",
     )
+    prepare_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long a prepared start (a job submitted with prepare, started before "
+        "it has GPUs) may take to park in Job.from_env(); past it the process is killed (it "
+        "does not use the SDK as promised) and the job starts normally when its turn comes",
+    )
     term_grace_s: float = Field(
         default=5.0, gt=0, description="Between SIGTERM and SIGKILL when a job must stop"
     )

@@ -18,7 +18,7 @@ from datetime import datetime
 import structlog
 
 from gfair.bus.key_value import KeyValue
-from gfair.events.commands import StartCommand
+from gfair.events.commands import PrepareCommand, StartCommand
 from gfair.state.job_record import load_job
 
 _log = structlog.get_logger("gfair.services.node_executor")
@@ -32,7 +32,9 @@ class StartGuard:
     def bind(self, jobs: KeyValue) -> None:
         self._jobs = jobs
 
-    async def outdated(self, command: StartCommand, issued_at: datetime) -> str | None:
+    async def outdated(
+        self, command: StartCommand | PrepareCommand, issued_at: datetime
+    ) -> str | None:
         """Why the start (sent at `issued_at`) no longer stands, or None when it does."""
         if self._jobs is None:
             return None

@@ -15,6 +15,14 @@ per server the `SuspendCommand`s of jobs leaving, the `StartCommand`s of jobs en
 `ScheduleDecided` (see `quantum`). A newly admitted job that fits idle GPUs starts at once,
 between ticks. The clock is injected (`clock`), so tests drive quanta by hand.
 
+A job submitted with `prepare` that fits one server and does not start at once is placed on a
+server where it could run (`_prepare_node`: the fastest pool its user is entitled to, the
+server there with the fewest jobs parked on it) and gets a `PrepareCommand` there: its process
+starts without GPUs and parks (`JobSuspended`, reason `prepared`, in place). From then on it is
+held as parked there on no GPUs in particular (`Job.parked` with no indices), so the kernel's
+preference for a job's own server and cheap in-place resume brings its first slice there; a
+start elsewhere tells that node to let it go (`_release`), as for any job parked in place.
+
 State is the `StrideRecord` in `gfair_stride` (its only writer). Every handler and tick changes
 the ledger, publishes its outputs under ids derived from what caused them, and only then writes
 the record: a crash before the write replays the cause from the last record and publishes the
@@ -46,8 +54,15 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
 from gfair.bus.topology import consumer_for
 from gfair.bus.transport import PubAck
+from gfair.core.cluster import generation_rank
 from gfair.core.throughput import ThroughputEstimator
-from gfair.events.commands import KillCommand, NodeCommand, StartCommand, SuspendCommand
+from gfair.events.commands import (
+    KillCommand,
+    NodeCommand,
+    PrepareCommand,
+    StartCommand,
+    SuspendCommand,
+)
 from gfair.events.envelope import Clock, Envelope, EventData, utc_now
 from gfair.events.fields import JobRef
 from gfair.events.gang_peers import gang_environment
@@ -79,7 +94,7 @@ from gfair.state import buckets
 from gfair.state.buckets import job_key
 from gfair.state.job_record import StoredJob, Submission, load_job
 from gfair.state.stride_record import StrideRecord, load_stride, save_stride
-from gfair_services.inventory import INVENTORY_EVENTS
+from gfair_services.inventory import INVENTORY_EVENTS, NodeEntry
 from gfair_services.profiler.seed import seed_table
 from gfair_services.topology import cluster_topology
 
@@ -224,7 +239,10 @@ class SplitStrideService:
             case JobAccepted():
                 if key in ledger.jobs or not await self._admit(data):
                     return None
-                return await self._starts_events(start_at_once(ledger, key, now, arrival=True))
+                starts = await self._starts_events(start_at_once(ledger, key, now, arrival=True))
+                return starts + self._prepare(key)
+            case JobSuspended() if data.reason is SuspendReason.PREPARED:
+                return self._prepared(data)
             case JobRetried():
                 if not ledger.retried(data, envelope.time):
                     return None
@@ -252,9 +270,60 @@ class SplitStrideService:
                     for node_id, stay in sorted(job.stays.items())
                     if stay.holds_gpus
                 ]
+                if job.parked is not None and job.parked[0] not in job.stays:
+                    # Its process parked in place there holds no GPU, but lives.
+                    kills.append(_kill(job, job.parked[0], job.attempt, f"the job is {state}"))
                 # Its GPUs go to waiting jobs now; a node runs the kill before any start.
                 return kills + await self._starts_events(fill(ledger, now))
         return None
+
+    def _prepare(self, key: str) -> list[EventData]:
+        """A prepared start of a newly admitted job that opted in and did not start at once."""
+        ledger = self.ledger
+        job, sub = ledger.jobs.get(key), self._submissions.get(key)
+        if job is None or sub is None or not sub.prepare or job.stays or job.parked is not None:
+            return []
+        entry = _prepare_node(ledger, job)
+        if entry is None:
+            return []  # fits no server: a gang across servers starts as usual
+        job.servers, job.generation = (entry.node_id,), entry.generation
+        prepare = PrepareCommand(
+            node_id=entry.node_id,
+            user=job.user,
+            job_id=job.job_id,
+            attempt=job.attempt,
+            command=sub.command,
+            env={**sub.env, **array_environment(sub.array)},
+            working_dir=sub.working_dir,
+            gpus=job.gpus,
+            generation=entry.generation,
+            checkpoint_dir=self.settings.checkpoint_dir(job.user, job.job_id),
+        )
+        _log.info("prepared start", job=key, node_id=entry.node_id)
+        return [_placed(job), prepare]
+
+    def _prepared(self, event: JobSuspended) -> list[EventData] | None:
+        """A prepared start parked: held as parked there (on any of its GPUs), unless the job
+        started elsewhere meanwhile, was retried or ended: then that node lets it go."""
+        job = self.ledger.jobs.get(job_key(event.user, event.job_id))
+        node_id = event.node_id
+        if job is not None and job.attempt == event.attempt and not job.exited:
+            if not job.stays:
+                job.parked = (node_id, ())
+                return []
+            if node_id in job.stays:
+                return []  # its start there is on its way: the node resumes it in place
+        # Not wanted there (any more): the process exits, it has nothing to save.
+        return [
+            SuspendCommand(
+                node_id=node_id,
+                user=event.user,
+                job_id=event.job_id,
+                attempt=event.attempt,
+                reason=SuspendReason.MIGRATION,
+                yield_grace_s=None,
+            )
+        ]
 
     async def prefetch(self, events: Sequence[tuple[Envelope, EventData]]) -> None:
         """Read at once the records of the jobs the batch admits that split-stride lacks."""
@@ -516,6 +585,20 @@ def _held(ledger: Ledger) -> dict[str, dict[str, float]]:
             pools = held.setdefault(job.user, {})
             pools[job.generation] = pools.get(job.generation, 0.0) + gpus
     return held
+
+
+def _prepare_node(ledger: Ledger, job: Job) -> NodeEntry | None:
+    """Where a prepared start goes: among the servers that take the whole job, those of the
+    fastest pool its user is entitled to (any pool before entitlements are known), the one
+    with the fewest jobs parked on it, then by name; None when no server takes it whole."""
+    fits = [e for e in ledger.schedulable() if e.takes_new_work and e.gpus >= job.gpus]
+    shares = ledger.entitlements.get(job.user, {})
+    entitled = [e for e in fits if shares.get(e.generation, 0.0) > 0] or fits
+    if not entitled:
+        return None
+    fastest = max(generation_rank(e.generation) for e in entitled)
+    pool = [e for e in entitled if generation_rank(e.generation) == fastest]
+    return min(pool, key=lambda e: (len(ledger.parked_on(e.node_id)), e.node_id))
 
 
 def _placed(job: Job) -> JobPlaced:
