@@ -952,3 +952,19 @@ async def test_a_prepared_job_that_never_parks_is_killed_and_starts_normally_lat
         await node.send(start_command(tmp_path, "s", SYNTHETIC, (0,)))
         (started,) = await node.wait_for(JobStarted)
         assert isinstance(started, JobStarted) and started.gpu_indices == (0,)
+
+
+async def test_a_start_waits_for_a_prepared_job_no_longer_than_a_resume_may_take(
+    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
+) -> None:
+    # The node's commands queue behind a start: a tenant whose prepared job never parks must
+    # not hold them up for the whole prepare timeout.
+    settings = make_settings(tmp_path, prepare_timeout_s=600.0, resume_timeout_s=0.5)
+    async for node in running_node(memory_bus, settings, gpus):
+        await node.send(prepare_command(tmp_path, "s", SLEEPER))
+        await node.send(start_command(tmp_path, "s", SYNTHETIC, (0,)))
+        (started,) = await node.wait_for(JobStarted, timeout_s=10.0)
+        assert isinstance(started, JobStarted) and started.gpu_indices == (0,)
+        assert await node.events(JobResumed) == []
+        (run,) = node.executor.running()
+        assert run.job.job_id == "s" and run.gpu_indices == (0,)

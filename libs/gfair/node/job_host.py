@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Literal, Protocol
 
 from anyio.streams.memory import MemoryObjectReceiveStream
 
@@ -51,8 +51,16 @@ class JobRunner(Protocol):
     ) -> SuspendResult: ...
 
     async def resume_in_place(
-        self, job_id: str, timeout_s: float, gpu_indices: tuple[int, ...] | None = None
+        self,
+        job_id: str,
+        timeout_s: float,
+        gpu_indices: tuple[int, ...] | None = None,
+        gpu_uuids: tuple[str, ...] = (),
     ) -> float | None: ...
+
+    async def until_parked(
+        self, job_id: str, timeout_s: float
+    ) -> Literal["parked", "exited", "timeout"]: ...
 
     async def kill(self, job_id: str, reason: str) -> JobExited: ...
 

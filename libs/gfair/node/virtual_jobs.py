@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -249,6 +250,9 @@ class VirtualSupervisor:
             raise SupervisorError("the supervisor is not running (use `async with`)")
         if launch.job_id in self._jobs:
             raise SupervisorError(f"job {launch.job_id} is already running on this node")
+        if launch.prepared_gpus is not None:
+            # A virtual job has nothing to import: it starts when it is given GPUs.
+            raise JobStartError(f"job {launch.job_id}: virtual jobs are not started prepared")
         known = self.config.gpu_indices
         unknown = set() if known is None else set(launch.gpu_indices) - known
         if unknown:
@@ -323,9 +327,18 @@ class VirtualSupervisor:
         )
 
     async def resume_in_place(
-        self, job_id: str, timeout_s: float, gpu_indices: tuple[int, ...] | None = None
+        self,
+        job_id: str,
+        timeout_s: float,
+        gpu_indices: tuple[int, ...] | None = None,
+        gpu_uuids: tuple[str, ...] = (),
     ) -> float | None:
         return None  # never parked
+
+    async def until_parked(
+        self, job_id: str, timeout_s: float
+    ) -> Literal["parked", "exited", "timeout"]:
+        return "exited"  # never started prepared
 
     async def kill(self, job_id: str, reason: str) -> JobExited:
         run = self._jobs.get(job_id)

@@ -138,8 +138,7 @@ class RunControl:
         start here resumes it on the GPUs the start names. Returns once the process exists:
         the wait for its park goes on in a task of its own (`until_prepared`)."""
         checkpoints = self._settings.checkpoint_dir(command.user, command.job_id)
-        latest = CheckpointStore(checkpoints).latest()
-        resume = CheckpointRef.of(latest) if latest is not None else None
+        resume = self._host.latest_checkpoint(checkpoints)
         launch = JobLaunch(
             job_id=command.job_id,
             argv=tuple(command.command),
@@ -181,9 +180,16 @@ class RunControl:
         _log.info("job started prepared", job=str(command.job), attempt=command.attempt)
 
     async def until_prepared(self, run: LocalJob) -> None:
-        """Wait until a prepared run parked, ended, or was killed for not parking in time."""
-        if run.preparing is not None:
-            await asyncio.shield(run.preparing)
+        """Wait until a prepared run parked or ended, as long as a parked one may take to
+        resume (`resume_timeout_s`): a start waits no longer, since this node's other commands
+        queue behind it. Past that the process is killed, and the start launches anew."""
+        if run.preparing is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(run.preparing), self._settings.resume_timeout_s)
+        except TimeoutError:
+            if run.status is RunStatus.PREPARING:
+                await self.kill_run(run, "given GPUs before it was ready")
 
     async def _until_parked(self, cause: Envelope, run: LocalJob) -> None:
         try:
