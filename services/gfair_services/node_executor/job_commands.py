@@ -13,7 +13,8 @@
 - prepare: launch the job's process without GPUs (a prepared start); it parks in the SDK and is
   reported parked in place, and the next start of the same attempt here resumes it in place on
   whatever GPUs the start names (a start that arrives while it still imports waits for its park
-  as long as a resume may take, `resume_timeout_s`, then kills it and starts anew). Ignored when the job already has a live process here. A suspend,
+  as long as a resume may take, `resume_timeout_s`, then kills it and starts anew). Ignored
+  when the job already has a live process here. A suspend,
   migrate or drain lets it go (it exits, or is killed before it parked: nothing to save).
 - suspend / migrate: checkpoint and stop, then report `suspended` / `migrated`.
 - kill: stop without a checkpoint; nothing is reported (whoever asked decided what follows).
