@@ -198,9 +198,9 @@ def test_with_accounts_each_level_is_named_and_the_one_that_holds_the_user_back(
     job = record("wide", 2, JobState.PLACED, servers=("v100-0",), generation="v100")
     found = [r.text for r in why(job, stride=stride(), shares=tree).reasons if r.kind == "account"]
     assert found == [
-        "its account research/vision (1 tickets) holds 2.50 GPUs of ticket share; its users ask 5",
-        "its account research (3 tickets) holds 3.00 GPUs of ticket share; its users ask 9",
-        "held back at account research: it asks 9 GPUs, more than its 3.00 of ticket share",
+        "its account research/vision (1 tickets) holds 2.50 GPUs of fair share; its users ask 5",
+        "its account research (3 tickets) holds 3.00 GPUs of fair share; its users ask 9",
+        "held back at account research: it asks 9 GPUs, more than its 3.00 of fair share",
     ]
     # A user within its share is held back by nothing, whatever its accounts ask.
     content = tree.model_copy(

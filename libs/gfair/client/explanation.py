@@ -269,9 +269,10 @@ def _share(user: str, shares: SharesRecord | None) -> list[Reason]:
 
 
 def _levels(user: str, share: UserShare, shares: SharesRecord) -> list[Reason]:
-    """With a shares file: every account above the user, nearest first, with its ticket share
-    and what its users ask; and, when the user asks more than its own ticket share, the level
-    that holds it back: the one nearest the root whose subtree asks more than its ticket share
+    """With a shares file: every account above the user, nearest first, with its fair share
+    (before trading: its tickets' part, weighed by decayed usage in the decayed mode) and what
+    its users ask; and, when the user asks more than its own fair share, the level that holds
+    it back: the one nearest the root whose subtree asks more than its fair share
     (docs/design.md §1.1: a user held back by the water-fill has every account above it over its
     share too, and the division is top-down, so the highest such level gives way first)."""
     fair = sum(p.fair for p in share.pools.values())
@@ -284,7 +285,7 @@ def _levels(user: str, share: UserShare, shares: SharesRecord) -> list[Reason]:
             Reason(
                 "account",
                 f"its account {path} ({account.tickets:g} tickets) holds {account.fair:.2f} "
-                f"GPUs of ticket share; its users ask {account.demand:g}",
+                f"GPUs of fair share; its users ask {account.demand:g}",
             )
         )
         chain.append((f"account {path}", account.fair, account.demand))
@@ -296,7 +297,7 @@ def _levels(user: str, share: UserShare, shares: SharesRecord) -> list[Reason]:
             Reason(
                 "account",
                 f"held back at {name}: it asks {asked:g} GPUs, more than its {held:.2f} of "
-                "ticket share",
+                "fair share",
             )
         )
     return reasons
