@@ -108,9 +108,12 @@ def test_apply_and_set_refuse_bad_input_before_connecting(
 def test_the_caption_says_where_the_tree_comes_from() -> None:
     assert _source(None) == "no shares file: every user at the root"
     assert _source(RECORD.model_copy(update={"shares": "[accounts.prod]\n"})) == (
-        "the services' shares file"
+        "the services' shares file; fairness instantaneous"
     )
+    decayed = 'fairness = "decayed"\nhalf_life = "36h"\n[accounts.prod]\n'
     changed = RECORD.model_copy(
-        update={"shares": "[accounts.prod]\n", "shares_changed_by": "ops", "shares_changed_at": NOW}
+        update={"shares": decayed, "shares_changed_by": "ops", "shares_changed_at": NOW}
     )
-    assert _source(changed) == "changed by ops at 2026-11-26T00:00:00+00:00"
+    assert _source(changed) == (
+        "changed by ops at 2026-11-26T00:00:00+00:00; fairness decayed (half-life 36h)"
+    )

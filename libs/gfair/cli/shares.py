@@ -33,7 +33,7 @@ from rich.table import Table
 from gfair.cli import output, session
 from gfair.client import GfairClient
 from gfair.client.views import UsersView
-from gfair.core.shares_file import SharesFileError, with_tickets
+from gfair.core.shares_file import SharesFileError, describe_mode, parse_shares, with_tickets
 from gfair.core.tickets import check_tickets
 from gfair.events.scheduling import SharesChanged
 from gfair.shares import read_shares
@@ -169,6 +169,7 @@ async def _show(client: GfairClient, args: argparse.Namespace) -> int:
                 "revision": view.revision,
                 "changed_by": record.shares_changed_by if record is not None else None,
                 "changed_at": record.shares_changed_at if record is not None else None,
+                "fairness": _mode(record),
                 "usage_since": view.usage_since,
                 "as_of": view.as_of,
                 "rows": [asdict(row) for row in rows],
@@ -180,13 +181,21 @@ async def _show(client: GfairClient, args: argparse.Namespace) -> int:
 
 
 def _source(record: SharesRecord | None) -> str:
-    """Where the tree in force comes from."""
+    """Where the tree in force comes from, and its fairness mode."""
     if record is None or not record.shares:
         return "no shares file: every user at the root"
+    mode = f"fairness {_mode(record)}"
     if record.shares_changed_by is None or record.shares_changed_at is None:
-        return "the services' shares file"
+        return f"the services' shares file; {mode}"
     at = record.shares_changed_at.isoformat(timespec="seconds")
-    return f"changed by {record.shares_changed_by} at {at}"
+    return f"changed by {record.shares_changed_by} at {at}; {mode}"
+
+
+def _mode(record: SharesRecord | None) -> str:
+    """The fairness mode of the tree in force (instantaneous without a shares file)."""
+    if record is None or not record.shares:
+        return "instantaneous"
+    return describe_mode(parse_shares(record.shares, "the shares in force"))
 
 
 def tree_table(rows: list[TreeRow], capacity: int, caption: str | None = None) -> Table:

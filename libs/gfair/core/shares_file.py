@@ -220,7 +220,7 @@ def changes(old: ShareTree, new: ShareTree) -> list[str]:
     """What differs from `old` to `new`, one line per account or user (for the audit trail)."""
     said: list[str] = []
     if (old.fairness, old.half_life_s) != (new.fairness, new.half_life_s):
-        said.append(f"fairness {_mode(old)} -> {_mode(new)}")
+        said.append(f"fairness {describe_mode(old)} -> {describe_mode(new)}")
     for path in sorted(old.accounts.keys() | new.accounts.keys()):
         before, after = old.accounts.get(path), new.accounts.get(path)
         if before is None:
@@ -244,7 +244,8 @@ def changes(old: ShareTree, new: ShareTree) -> list[str]:
     return said
 
 
-def _mode(tree: ShareTree) -> str:
+def describe_mode(tree: ShareTree) -> str:
+    """The tree's fairness mode in words, with its half-life in the decayed mode."""
     if tree.half_life_s is None:
         return tree.fairness
     return f"{tree.fairness} (half-life {_duration_text(tree.half_life_s)})"
