@@ -721,13 +721,29 @@ async def test_an_opted_in_job_waiting_for_gpus_starts_prepared_and_then_runs_th
     assert len(probe.payloads(COMMANDS, PrepareCommand)) == 1
 
 
-async def test_a_prepared_job_started_elsewhere_or_cancelled_is_let_go_where_it_waits(
+async def test_a_server_prepares_no_more_waiting_jobs_than_it_has_gpus(
     bus: InMemoryBus, probe: Probe, settings: Settings
 ) -> None:
+    # A burst of opted-in submissions must not start a process per job on one server at once.
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
         await admit(probe, state, "alice", "a")
         await probe.wait_for(COMMANDS, StartCommand)
+        for name in ("w", "v", "u"):
+            await admit(probe, state, "bob", name, prepare=True)
+        await eventually(lambda: {"bob.w", "bob.v", "bob.u"} <= state.ledger.jobs.keys())
+        await probe.wait_for(COMMANDS, PrepareCommand)
+    assert [p.job_id for p in probe.payloads(COMMANDS, PrepareCommand)] == ["w"]
+
+
+async def test_a_prepared_job_started_elsewhere_or_cancelled_is_let_go_where_it_waits(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 2))
+        await admit(probe, state, "alice", "a")
+        await admit(probe, state, "alice", "a2")
+        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2)
         await admit(probe, state, "bob", "w", prepare=True)
         await admit(probe, state, "bob", "v", prepare=True)
         await probe.wait_for(COMMANDS, PrepareCommand, lambda found: len(found) == 2)

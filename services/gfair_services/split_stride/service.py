@@ -140,6 +140,8 @@ class SplitStrideService:
         self._jobs_kv: KeyValue | None = None
         # What each job runs (argv, env, working dir), read once from its JobRecord.
         self._submissions: dict[str, Submission] = {}
+        # The jobs each node was told to prepare (held by `_prepare_node` to its GPUs).
+        self._preparing: dict[str, set[str]] = {}
         # Outputs sent and not yet known to be stored, in the order sent.
         self._sends: list[asyncio.Task[PubAck]] = []
         # The ledger holds changes the record does not.
@@ -283,10 +285,11 @@ class SplitStrideService:
         job, sub = ledger.jobs.get(key), self._submissions.get(key)
         if job is None or sub is None or not sub.prepare or job.stays or job.parked is not None:
             return []
-        entry = _prepare_node(ledger, job)
+        entry = _prepare_node(ledger, job, self._waiting_prepared)
         if entry is None:
-            return []  # fits no server: a gang across servers starts as usual
+            return []  # fits no server whole, or those are full of waiting processes
         job.servers, job.generation = (entry.node_id,), entry.generation
+        self._preparing.setdefault(entry.node_id, set()).add(key)
         prepare = PrepareCommand(
             node_id=entry.node_id,
             user=job.user,
@@ -301,6 +304,16 @@ class SplitStrideService:
         )
         _log.info("prepared start", job=key, node_id=entry.node_id)
         return [_placed(job), prepare]
+
+    def _waiting_prepared(self, node_id: str) -> int:
+        """How many jobs prepared on `node_id` wait there, not yet given GPUs (forgetting the
+        ones that started, moved or ended)."""
+        keys = self._preparing.get(node_id, set())
+        for key in list(keys):
+            job = self.ledger.jobs.get(key)
+            if job is None or job.stays or job.servers != (node_id,):
+                keys.discard(key)
+        return len(keys)
 
     def _prepared(self, event: JobSuspended) -> list[EventData] | None:
         """A prepared start parked: held as parked there (on any of its GPUs), unless the job
@@ -587,11 +600,17 @@ def _held(ledger: Ledger) -> dict[str, dict[str, float]]:
     return held
 
 
-def _prepare_node(ledger: Ledger, job: Job) -> NodeEntry | None:
-    """Where a prepared start goes: among the servers that take the whole job, those of the
-    fastest pool its user is entitled to (any pool before entitlements are known), the one
-    with the fewest jobs parked on it, then by name; None when no server takes it whole."""
-    fits = [e for e in ledger.schedulable() if e.takes_new_work and e.gpus >= job.gpus]
+def _prepare_node(ledger: Ledger, job: Job, waiting: Callable[[str], int]) -> NodeEntry | None:
+    """Where a prepared start goes: among the servers that take the whole job and have fewer
+    prepared jobs `waiting` than GPUs (a burst of submissions must not start a process per job
+    on one server at once), those of the fastest pool its user is entitled to (any pool
+    before entitlements are known), the one with the fewest jobs parked on it, then by name;
+    None when there is none."""
+    fits = [
+        e
+        for e in ledger.schedulable()
+        if e.takes_new_work and e.gpus >= job.gpus and waiting(e.node_id) < e.gpus
+    ]
     shares = ledger.entitlements.get(job.user, {})
     entitled = [e for e in fits if shares.get(e.generation, 0.0) > 0] or fits
     if not entitled:
