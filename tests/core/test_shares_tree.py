@@ -12,33 +12,10 @@ from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
 from gfair.core.shares_file import parse_shares
 from gfair.core.shares_tree import ShareTree
 from gfair.core.tickets import water_fill
+from shares_example import EVERYONE
+from shares_example import THREE_LEVELS as THREE_LEVELS_FILE
 
-# research 3 (vision 1, nlp 2), prod 1, and eve, whom the file does not name, at the root.
-THREE_LEVELS = parse_shares(
-    """
-[accounts.research]
-tickets = 3
-[accounts."research/vision"]
-tickets = 1
-[accounts."research/nlp"]
-tickets = 2
-[accounts.prod]
-tickets = 1
-[users.alice]
-account = "research/vision"
-tickets = 1
-[users.dave]
-account = "research/vision"
-tickets = 3
-[users.bob]
-account = "research/nlp"
-tickets = 1
-[users.carol]
-account = "prod"
-tickets = 1
-"""
-)
-EVERYONE = ("alice", "dave", "bob", "carol", "eve")
+THREE_LEVELS = parse_shares(THREE_LEVELS_FILE)
 
 
 def fill(demand: dict[str, float], capacity: float = 60.0) -> dict[str, float]:

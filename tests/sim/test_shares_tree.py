@@ -14,35 +14,15 @@ from gfair.core.cluster import parse_cluster_spec
 from gfair.core.shares_file import parse_shares
 from gfair.core.throughput import ThroughputTable
 from gfair.sim.replay import ReplayOptions, replay
+from shares_example import EVERYONE, THREE_LEVELS
 
 from .test_fairness import END_S, shares
 from .test_report import SCHEMA_PATH
 from .workloads import Row, backlog, trace_of
 
-SHARES = """\
-[accounts.research]
-tickets = 3
-[accounts."research/vision"]
-tickets = 1
-[accounts."research/nlp"]
-tickets = 2
-[accounts.prod]
-tickets = 1
-[users.alice]
-account = "research/vision"
-tickets = 1
-[users.dave]
-account = "research/vision"
-tickets = 3
-[users.bob]
-account = "research/nlp"
-tickets = 1
-[users.carol]
-account = "prod"
-tickets = 1
-"""
+SHARES = THREE_LEVELS
 TREE = parse_shares(SHARES)
-USERS = ["alice", "dave", "bob", "carol", "eve"]  # eve is not in the file: the root's, 1 ticket
+USERS = list(EVERYONE)  # eve is not in the file: the root's, 1 ticket
 # Root: research 3, prod 1, eve 1 -> 60%, 20%, 20%; research: vision 1/3, nlp 2/3 -> 20%, 40%;
 # vision: alice 1/4, dave 3/4 -> 5%, 15%.
 ENTITLED = {"alice": 0.05, "dave": 0.15, "bob": 0.40, "carol": 0.20, "eve": 0.20}
