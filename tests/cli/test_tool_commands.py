@@ -452,14 +452,14 @@ def test_submit_from_a_spec_file_with_flags_overriding_it(gfair: Gfair, tmp_path
     spec.write_text(
         "user: alice\ngpus: 1\nname: resnet\njob_id: from-file\n"
         "command: python -m gfair.sdk.synthetic --iterations 10\n"
-        "env: {SEED: 1, MODE: fast}\n"
+        "env: {SEED: 1, MODE: fast}\nprepare: true\n"
     )
     submitted = gfair.json("submit", "-f", str(spec), "--env", "MODE=slow")
     assert (submitted["user"], submitted["job_id"]) == ("alice", "from-file")
     record = gfair.json("job", "alice/from-file")["record"]["submission"]
     assert record["command"] == COMMAND[1:]
     assert record["env"] == {"SEED": "1", "MODE": "slow"}  # the flag wins
-    assert record["name"] == "resnet" and record["gpus"] == 1
+    assert record["name"] == "resnet" and record["gpus"] == 1 and record["prepare"] is True
     override = gfair.json("submit", "-f", str(spec), "--job-id", "other", "--user", "bob")
     assert (override["user"], override["job_id"]) == ("bob", "other")
 

@@ -232,6 +232,7 @@ def apply_spec(args: argparse.Namespace, spec: JobSpec) -> None:
         "workdir",
         "max_retries",
         "array",
+        "prepare",
     ):
         if getattr(args, name) is None:
             setattr(args, name, getattr(spec, name))

@@ -76,6 +76,11 @@ class JobSpec(BaseModel):
     max_retries: int | None = Field(
         default=None, ge=0, le=MAX_RETRIES, description="Cap on retries after failures"
     )
+    prepare: bool | None = Field(
+        default=None,
+        description="The job calls Job.from_env() before touching any GPU: its process may "
+        "start before it is given GPUs (a prepared start)",
+    )
     array: str | None = Field(
         default=None,
         description="Submit a job array, one job per index: '0-99', '1,3,5-7', '0-15:4', with "
