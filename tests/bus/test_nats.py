@@ -229,3 +229,25 @@ async def test_a_deleted_consumer_is_declared_again_and_events_keep_coming(
         await tool.publish(Pinged(key="after"))
         await eventually(lambda: "after" in handled)
     await bus.close()
+
+
+async def test_a_connection_ensures_each_stream_and_bucket_once(
+    nats_server: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many services on one connection (virtual nodes, one per server) declare the same
+    # streams and buckets: asking JetStream about them once is enough.
+    bus = await connect(nats_server)
+    asked: list[str] = []
+    stream_info = bus._js.stream_info
+
+    async def counted(name: str, *args: object, **kwargs: object) -> object:
+        asked.append(name)
+        return await stream_info(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bus._js, "stream_info", counted)
+    await bus.ensure_topology(TOPOLOGY)
+    first = len(asked)
+    await bus.ensure_topology(TOPOLOGY)
+    await bus.ensure_topology(Topology(streams=(TEST_STREAM,)))
+    assert first >= 1 and len(asked) == first
+    await bus.close()

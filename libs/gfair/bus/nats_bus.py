@@ -306,6 +306,7 @@ class NatsBus:
         self._nc = nc
         self._events: _ConnectionEvents | None = None
         self._pulls: set[NatsPullConsumer] = set()
+        self._ensured: set[StreamSpec | ConsumerSpec | BucketSpec] = set()
         self._js = nc.jetstream(timeout=options.api_timeout_s)
         self._options = options
 
@@ -407,13 +408,23 @@ class NatsBus:
             await asyncio.sleep(self._options.reconnect_wait_s)
 
     async def ensure_topology(self, topology: Topology) -> None:
+        # Services sharing this connection (virtual nodes: one per server) declare the same
+        # streams and buckets: each spec is ensured once per connection, not once per service.
+        streams = [s for s in topology.streams if s not in self._ensured]
+        consumers = [c for c in topology.consumers if c not in self._ensured]
+        buckets = [b for b in topology.buckets if b not in self._ensured]
+        if not (streams or consumers or buckets):
+            return
         await self.wait_for_jetstream()
-        for stream in topology.streams:
+        for stream in streams:
             await self._ensure_stream(stream)
-        for consumer in topology.consumers:
+            self._ensured.add(stream)
+        for consumer in consumers:
             await self.ensure_consumer(consumer)
-        for bucket in topology.buckets:
+            self._ensured.add(consumer)
+        for bucket in buckets:
             await self._ensure_bucket(bucket)
+            self._ensured.add(bucket)
 
     async def _ensure_stream(self, spec: StreamSpec) -> None:
         config = _stream_config(spec)
