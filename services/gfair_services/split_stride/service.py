@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
@@ -617,7 +618,11 @@ def _prepare_node(ledger: Ledger, job: Job, waiting: Callable[[str], int]) -> No
         return None
     fastest = max(generation_rank(e.generation) for e in entitled)
     pool = [e for e in entitled if generation_rank(e.generation) == fastest]
-    return min(pool, key=lambda e: (len(ledger.parked_on(e.node_id)), e.node_id))
+    # One pass over the jobs for every server's count (one admission is not worth a pass each).
+    parked = Counter(
+        j.parked[0] for j in ledger.jobs.values() if j.parked is not None and not j.stays
+    )
+    return min(pool, key=lambda e: (parked[e.node_id], e.node_id))
 
 
 def _placed(job: Job) -> JobPlaced:
