@@ -968,3 +968,29 @@ async def test_a_start_waits_for_a_prepared_job_no_longer_than_a_resume_may_take
         assert await node.events(JobResumed) == []
         (run,) = node.executor.running()
         assert run.job.job_id == "s" and run.gpu_indices == (0,)
+
+
+async def test_stops_past_the_command_age_are_forgotten_and_recent_ones_still_count(
+    node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A node remembers the newest stop of each job to recognise a redelivered start; over its
+    # lifetime that would pile up, so stops older than any start it still takes are let go.
+    from gfair_services.node_executor import job_commands
+
+    monkeypatch.setattr(job_commands, "_STOPS_KEPT", 3)
+    long_ago = datetime.now(UTC) - timedelta(hours=1)
+    for index in range(4):
+        stop = SuspendCommand(node_id=NODE, user="alice", job_id=f"old{index}", attempt=1)
+        await node.send(stop, time_=long_ago)
+    recent = start_command(tmp_path, "recent", SLEEPER, (0,))
+    sent = datetime.now(UTC)
+    await node.send(SuspendCommand(node_id=NODE, user="alice", job_id="recent", attempt=1))
+    await settle(node)
+    remembered = node.executor._commands._stopped
+    assert {ref.job_id for ref in remembered} == {"recent"}
+    # A start sent before that suspend is still a redelivery.
+    await node.executor.on_command(
+        Envelope.wrap(recent, source="split-stride", time=sent - timedelta(seconds=1)), recent
+    )
+    await settle(node)
+    assert await node.events(JobStarted) == []

@@ -59,6 +59,10 @@ _log = structlog.get_logger("gfair.services.node_executor")
 # Set for the parts of a gang across servers only (gang_peers.py).
 _GANG_ENV = "NNODES"
 
+# Past this many remembered stops, the ones older than `command_max_age_s` are let go (a
+# node's lifetime of jobs would otherwise pile up).
+_STOPS_KEPT = 4096
+
 Command = (
     StartCommand | PrepareCommand | SuspendCommand | ResumeCommand | MigrateCommand | KillCommand
 )
@@ -88,7 +92,8 @@ class JobCommands:
         self._guard = guard
         self._clock = clock
         # The newest stop (suspend, migrate, kill) of each job sent to this node: its attempt
-        # and when it was issued.
+        # and when it was issued. One older than `command_max_age_s` can only overtake starts
+        # older still, which `_stale` drops anyway: `_forget_old_stops` lets those go.
         self._stopped: dict[JobRef, tuple[int, datetime]] = {}
 
     async def handle(self, envelope: Envelope, command: Command) -> None:
@@ -98,6 +103,8 @@ class JobCommands:
         else:
             stop = (command.attempt, envelope.time)
             self._stopped[command.job] = max(self._stopped.get(command.job, stop), stop)
+            if len(self._stopped) > _STOPS_KEPT:
+                self._forget_old_stops()
         try:
             if isinstance(command, StartCommand):
                 await self._start(envelope, command)
@@ -135,6 +142,12 @@ class JobCommands:
             return False
         _log.warning("stale start ignored", event_id=envelope.id, age_s=round(age, 1))
         return True
+
+    def _forget_old_stops(self) -> None:
+        oldest = self._clock() - self._settings.command_max_age_s
+        self._stopped = {
+            job: stop for job, stop in self._stopped.items() if stop[1].timestamp() >= oldest
+        }
 
     def _overtaken(
         self, envelope: Envelope, command: StartCommand | ResumeCommand | PrepareCommand
