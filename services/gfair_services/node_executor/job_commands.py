@@ -136,6 +136,16 @@ class JobCommands:
             )
         return generations.pop()
 
+    def _check_checkpoint_dir(self, command: StartCommand | PrepareCommand) -> None:
+        """`Unprocessable` unless the job's checkpoints are where this node keeps them."""
+        expected = self._settings.checkpoint_dir(command.user, command.job_id)
+        if Path(command.checkpoint_dir) != expected:
+            raise Unprocessable(
+                f"checkpoint dir {command.checkpoint_dir} is not {expected}: the scheduler's "
+                f"checkpoint root differs from node {self._node_id}'s "
+                f"({self._settings.checkpoint_root})"
+            )
+
     def _stale(self, envelope: Envelope) -> bool:
         age = self._clock() - envelope.time.timestamp()
         if age <= self._settings.command_max_age_s:
@@ -228,13 +238,7 @@ class JobCommands:
         if await self._guard.outdated(command, envelope.time) is not None:
             return
         generation = self.generation_of(tuple(command.gpu_indices))
-        expected = self._settings.checkpoint_dir(command.user, command.job_id)
-        if Path(command.checkpoint_dir) != expected:
-            raise Unprocessable(
-                f"checkpoint dir {command.checkpoint_dir} is not {expected}: the scheduler's "
-                f"checkpoint root differs from node {self._node_id}'s "
-                f"({self._settings.checkpoint_root})"
-            )
+        self._check_checkpoint_dir(command)
         wanted = set(command.gpu_indices)
         for occupant in self._runs.running():
             held = wanted & set(occupant.gpu_indices)
@@ -260,13 +264,7 @@ class JobCommands:
         generation = command.generation
         if not any(gpu.generation == generation for gpu in self._inventory.values()):
             raise Unprocessable(f"node {self._node_id} has no {generation} GPUs")
-        expected = self._settings.checkpoint_dir(command.user, command.job_id)
-        if Path(command.checkpoint_dir) != expected:
-            raise Unprocessable(
-                f"checkpoint dir {command.checkpoint_dir} is not {expected}: the scheduler's "
-                f"checkpoint root differs from node {self._node_id}'s "
-                f"({self._settings.checkpoint_root})"
-            )
+        self._check_checkpoint_dir(command)
         await self._control.prepare(envelope, command, generation)
 
     async def _resume(self, envelope: Envelope, command: ResumeCommand) -> None:
