@@ -16,8 +16,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gfair.bus.history import HistoricalEvent
+from gfair.core.switch_costs import MeasuredSwitches
+from gfair.core.switch_costs import SwitchCosts as ChargedCosts
 from gfair.events.jobs import JobExited, JobProgress, JobResumed, JobStarted, JobSuspended
 from gfair.state.profile_record import SwitchEstimate
+
+# Operator costs of nothing: the charges as measured, before the operator's settings count.
+_UNSET = ChargedCosts(resume_s=0.0, migration_s=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,18 +84,22 @@ def describe_estimate(estimate: SwitchEstimate) -> str:
 
 
 def describe_charges(estimate: SwitchEstimate) -> str:
-    """What split-stride charges the job for a resume and a move, from `estimate`: each the
-    operator's setting until its parts are measured, a move never less than the operator's."""
+    """What split-stride charges the job for a resume and a move, from `estimate` (by the
+    kernel's own rule, `MeasuredSwitches.charged`, over operator costs of 0 that the operator's
+    settings then raise): each the operator's setting until its parts are measured, a move
+    never less than the operator's."""
     if estimate.yield_s is None:
         return "the operator's costs until a suspend is measured"
+    measured = MeasuredSwitches(estimate.yield_s, estimate.resume_in_place_s, estimate.cold_start_s)
     resumes = []
     if estimate.resume_in_place_s is not None:
-        resumes.append(f"{estimate.yield_s + estimate.resume_in_place_s:.2f}s in place")
+        in_place = measured.charged(_UNSET, parked=True).resume_s
+        resumes.append(f"{in_place:.2f}s in place")
     move = "the operator's cost until a cold start is measured"
     if estimate.cold_start_s is not None:
-        cold = estimate.yield_s + estimate.cold_start_s
-        resumes.append(f"{cold:.2f}s from its checkpoint")
-        move = f"{cold:.2f}s, or GFAIR_MIGRATION_COST_S if that is more"
+        cold = measured.charged(_UNSET, parked=False)
+        resumes.append(f"{cold.resume_s:.2f}s from its checkpoint")
+        move = f"{cold.migration_s:.2f}s, or GFAIR_MIGRATION_COST_S if that is more"
     resume = ", ".join(resumes) or "the operator's cost until a resume is measured"
     return f"resume {resume}; move {move}"
 
