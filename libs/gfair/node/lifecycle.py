@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gfair.node.launch import CheckpointRef
+from gfair.sdk.environment import YIELD_EXIT_CODE
 
 Escalation = Literal["SIGTERM", "SIGKILL"]
 
@@ -60,6 +61,20 @@ class JobExited:
     reason: str | None
     steps: int
     checkpoint: CheckpointRef | None
+
+
+def exit_was_yield(
+    *,
+    requested: bool,
+    completed: bool,
+    exit_code: int | None,
+    forced: bool,
+    reported: bool = False,
+) -> bool:
+    """Whether a run's exit gave its GPUs back as asked (`JobExited.yielded`): a yield was
+    requested, training did not finish, and the job said it yielded (`reported`), exited
+    cleanly or with the SDK's yield code, or was forced off its GPUs."""
+    return requested and not completed and (reported or exit_code in (0, YIELD_EXIT_CODE) or forced)
 
 
 JobEvent = JobProgress | JobCheckpointed | JobExited

@@ -19,11 +19,17 @@ from gfair.node.job_cgroup import JobCgroup
 from gfair.node.job_files import own_checkpoint
 from gfair.node.job_limits import JobLimitGroups
 from gfair.node.launch import CheckpointRef, JobLaunch, RunningJob
-from gfair.node.lifecycle import Escalation, JobCheckpointed, JobEvent, JobExited, JobProgress
+from gfair.node.lifecycle import (
+    Escalation,
+    JobCheckpointed,
+    JobEvent,
+    JobExited,
+    JobProgress,
+    exit_was_yield,
+)
 from gfair.node.progress import ProgressTail, RateWindow
 from gfair.node.run_directory import RunDirectory
 from gfair.sdk.checkpoint import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint
-from gfair.sdk.environment import YIELD_EXIT_CODE
 from gfair.sdk.progress import ProgressRecord
 
 _log = logging.getLogger("gfair.node")
@@ -147,10 +153,12 @@ class SupervisedJob:
         exit_code = returncode if returncode >= 0 else None
         signum = -returncode if returncode < 0 else None
         completed = self.completed and exit_code == 0
-        yielded = (
-            self.yield_requested
-            and not completed
-            and (self.yield_reported or exit_code in (0, YIELD_EXIT_CODE) or self.forced_yield)
+        yielded = exit_was_yield(
+            requested=self.yield_requested,
+            completed=completed,
+            exit_code=exit_code,
+            forced=self.forced_yield,
+            reported=self.yield_reported,
         )
         self.exit = JobExited(
             job_id=self.handle.job_id,

@@ -47,6 +47,7 @@ from gfair.node.lifecycle import (
     JobProgress,
     ParkedJob,
     SuspendResult,
+    exit_was_yield,
 )
 from gfair.node.orphans import ReapedRun
 from gfair.node.supervisor import JobStartError, SupervisorConfig, SupervisorError, UnknownJob
@@ -467,10 +468,11 @@ class VirtualSupervisor:
         stderr: str = "",
         completed: bool = False,
     ) -> None:
-        yielded = (
-            run.yield_requested
-            and not completed
-            and (exit_code in (0, YIELD_EXIT_CODE) or run.forced_yield)
+        yielded = exit_was_yield(
+            requested=run.yield_requested,
+            completed=completed,
+            exit_code=exit_code,
+            forced=run.forced_yield,
         )
         run.exit = JobExited(
             job_id=run.handle.job_id,
