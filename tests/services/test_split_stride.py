@@ -683,6 +683,18 @@ async def test_a_job_holding_its_gpus_past_its_suspend_is_charged_for_them(
     assert after == pytest.approx(before + entitled - ran - held / settings.quantum_s)
 
 
+def prepared(user: str, job_id: str, node_id: str) -> JobSuspended:
+    """A node's report that the job's prepared process parked there."""
+    return JobSuspended(
+        user=user,
+        job_id=job_id,
+        node_id=node_id,
+        attempt=1,
+        reason=SuspendReason.PREPARED,
+        in_place=True,
+    )
+
+
 async def test_an_opted_in_job_waiting_for_gpus_starts_prepared_and_then_runs_there(
     bus: InMemoryBus, probe: Probe, settings: Settings
 ) -> None:
@@ -697,16 +709,7 @@ async def test_an_opted_in_job_waiting_for_gpus_starts_prepared_and_then_runs_th
         assert (prepare.node_id, prepare.generation, prepare.gpus) == ("v100-0", "v100", 1)
         assert prepare.command == ("python", "-c", "pass")
         assert prepare.checkpoint_dir == str(settings.checkpoint_root / "bob" / "w")
-        await probe.publish(
-            JobSuspended(
-                user="bob",
-                job_id="w",
-                node_id="v100-0",
-                attempt=1,
-                reason=SuspendReason.PREPARED,
-                in_place=True,
-            )
-        )
+        await probe.publish(prepared("bob", "w", "v100-0"))
         await eventually(lambda: state.ledger.jobs["bob.w"].parked == ("v100-0", ()))
         for command in starts(probe):
             await started(probe, command)
@@ -748,30 +751,12 @@ async def test_a_prepared_job_started_elsewhere_or_cancelled_is_let_go_where_it_
         await admit(probe, state, "bob", "v", prepare=True)
         await probe.wait_for(COMMANDS, PrepareCommand, lambda found: len(found) == 2)
         # w parks; v's park is reported only after it was cancelled.
-        await probe.publish(
-            JobSuspended(
-                user="bob",
-                job_id="w",
-                node_id="v100-0",
-                attempt=1,
-                reason=SuspendReason.PREPARED,
-                in_place=True,
-            )
-        )
+        await probe.publish(prepared("bob", "w", "v100-0"))
         await eventually(lambda: state.ledger.jobs["bob.w"].parked is not None)
         await probe.publish(JobCancelled(user="bob", job_id="w", previous_state=JobState.SUSPENDED))
         await probe.publish(JobCancelled(user="bob", job_id="v", previous_state=JobState.SUSPENDED))
         await eventually(lambda: "bob.v" not in state.ledger.jobs)
-        await probe.publish(
-            JobSuspended(
-                user="bob",
-                job_id="v",
-                node_id="v100-0",
-                attempt=1,
-                reason=SuspendReason.PREPARED,
-                in_place=True,
-            )
-        )
+        await probe.publish(prepared("bob", "v", "v100-0"))
         await probe.wait_for(COMMANDS, SuspendCommand)
         await probe.wait_for(COMMANDS, KillCommand)
     (kill,) = probe.payloads(COMMANDS, KillCommand)
