@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,8 @@ def test_a_short_demo_runs_to_its_summary(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     # Not a terminal: periodic plain lines, then the summary.
-    assert "[   0s]" in out
+    # The first line's second depends on how fast the cluster came up on a loaded machine.
+    assert re.search(r"^\[ *\d+s\] ", out, re.MULTILINE), out
     assert "summary per user" in out
     busy = int(out.split("GPUs busy: ")[1].split("%")[0])
     assert 0 < busy <= 100
