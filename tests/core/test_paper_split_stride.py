@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.split_stride import SplitStride
+from gfair.core.paper_split_stride import SplitStride
 
 
 def _check_quantum(
