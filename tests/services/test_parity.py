@@ -28,7 +28,7 @@ from gfair.core.cluster import Cluster, Server
 from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
 from gfair.core.shares_file import parse_shares
 from gfair.core.shares_tree import ShareTree
-from gfair.core.split_stride import Phase
+from gfair.core.split_stride import Journal, Phase
 from gfair.events.commands import NodeCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import JobAccepted, JobCompleted, JobStarted, JobSuspended
@@ -138,17 +138,24 @@ class FakeClock:
         return self.now
 
 
-@asynccontextmanager
-async def service(
-    bus: InMemoryBus, tmp_path: Path, clock: FakeClock, shares_file: Path | None
-) -> AsyncIterator[SplitStrideService]:
-    settings = Settings(
+def settings_of(tmp_path: Path, shares_file: Path | None) -> Settings:
+    return Settings(
         quantum_s=QUANTUM_S,  # its own timer never fires: the test ticks
         checkpoint_root=tmp_path,
         user_tickets=",".join(f"{user}={n:g}" for user, n in TICKETS.items()),
         shares_file=shares_file,
     )
-    state = SplitStrideService(settings, clock)
+
+
+@asynccontextmanager
+async def service(
+    bus: InMemoryBus,
+    tmp_path: Path,
+    clock: FakeClock,
+    shares_file: Path | None,
+    journal: Journal | None = None,
+) -> AsyncIterator[SplitStrideService]:
+    state = SplitStrideService(settings_of(tmp_path, shares_file), clock, journal)
     async with ServiceRuntime(state.service(), bus, settings=FAST):
         yield state
 
@@ -219,16 +226,18 @@ async def admit(probe: Probe, state: SplitStrideService, arrival: Arrival) -> No
     await eventually(lambda: f"{arrival.user}.{arrival.job_id}" in state.machine.jobs)
 
 
-async def live(tmp_path: Path, shares_file: Path | None = None) -> tuple[Runs, Filled]:
+async def live(
+    tmp_path: Path, shares_file: Path | None = None, journal: Journal | None = None
+) -> tuple[Runs, Filled]:
     """The services' driver: the runs split-stride announced for every quantum, and the jobs
-    it started between ticks before each."""
+    it started between ticks before each (`journal`: what its state machine was given)."""
     bus = InMemoryBus()
     probe = Probe(bus)
     clock = FakeClock()
     nodes = Nodes(probe)
     runs: Runs = []
     filled: Filled = []
-    async with service(bus, tmp_path, clock, shares_file) as state:
+    async with service(bus, tmp_path, clock, shares_file, journal) as state:
         # Jobs first, servers after: the first quantum decides from the whole first batch, as
         # the simulator's does (no job starts on idle GPUs before the servers are known).
         for arrival in ARRIVALS:
