@@ -2,13 +2,13 @@
 `gfair_stride`: times in seconds since the epoch in the machine, aware datetimes in the record;
 the node inventory and the ids of the events applied, which the machine does not hold, beside.
 
-A record holds every job: `Records` builds a job's part again only when the job changed since
-the last write, so that a write costs what changed, not the whole cluster.
+A record holds every job: `Records` builds a job's part (and a profile's) again only when it
+changed since the last write, so that a write costs what changed, not the whole cluster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from gfair.core.kernel import UserState
@@ -80,6 +80,9 @@ def saved(record: StrideRecord) -> Saved:
 class Records:
     def __init__(self) -> None:
         self._jobs: dict[str, tuple[tuple[object, ...], StrideJob]] = {}
+        self._profiles: dict[
+            tuple[str, str | None], tuple[Mapping[str, float], tuple[str, TypeProfile]]
+        ] = {}
 
     def record(
         self,
@@ -100,10 +103,9 @@ class Records:
                 for name, user in state.users.items()
             },
             profiles={
-                user: {
-                    type_key(job_type): TypeProfile(job_type=job_type, rates=rates)
-                    for job_type, rates in types.items()
-                }
+                user: dict(
+                    self._profile_record(user, job_type, rates) for job_type, rates in types.items()
+                )
                 for user, types in state.profiles.items()
             },
             servers={
@@ -125,6 +127,18 @@ class Records:
             applied_event_ids=tuple(applied),
             updated_at=now,
         )
+
+    def _profile_record(
+        self, user: str, job_type: str | None, rates: Mapping[str, float]
+    ) -> tuple[str, TypeProfile]:
+        # The machine replaces a profile's rates when they change: the same rates object is
+        # the same record (its key a digest, not worth working out again at every write).
+        cached = self._profiles.get((user, job_type))
+        if cached is not None and cached[0] is rates:
+            return cached[1]
+        made = type_key(job_type), TypeProfile(job_type=job_type, rates=rates)
+        self._profiles[(user, job_type)] = (rates, made)
+        return made
 
     def _job_record(self, key: str, job: Job) -> StrideJob:
         signature = job.signature()

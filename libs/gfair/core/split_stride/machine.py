@@ -10,7 +10,7 @@ from gfair.core import accounts
 from gfair.core.kernel import Snapshot, UserState
 from gfair.core.throughput import ThroughputEstimator
 
-from . import preparing, snapshot, turns
+from . import preparing, reports, snapshot, turns
 from .config import Config
 from .events import (
     Admitted,
@@ -32,7 +32,7 @@ from .events import (
     Unstartable,
 )
 from .plan import CHANGED, UNCHANGED, QuantumPlan, Reply, Stop, StopReason
-from .residency import Job, Phase, Stay, Switches, job_key
+from .residency import Job, Stay, Switches, job_key
 from .usage import Meter
 
 Journal = Callable[[Event | Tick, Reply | QuantumPlan], None]
@@ -135,9 +135,9 @@ class SplitStride:
                     return UNCHANGED
                 return Reply(True, starts=turns.start_at_once(self, event.key, event.now, True))
             case Started():
-                return CHANGED if self._confirmed(event) else UNCHANGED
+                return CHANGED if reports.confirmed(self, event) else UNCHANGED
             case Suspended() | Migrated() | Exited():
-                reply = self._released(event)
+                reply = reports.released(self, event)
                 if not reply.changed:
                     return reply
                 # A job that waited for its old node to let go may start at once where it
@@ -259,79 +259,6 @@ class SplitStride:
         job.exited = False
         job.runnable_at = event.at + event.delay_s if event.delay_s > 0 else None
         return True
-
-    # -- nodes' reports -----------------------------------------------------------------------
-
-    def _confirmed(self, event: Started) -> bool:
-        """The node started the job at `event.at`, bounded by when it was heard of (a node's
-        clock ahead of the driver's would give back seconds never lost)."""
-        job = self.jobs.get(event.key)
-        if job is None:
-            return False
-        node = self.nodes.get(event.node_id)
-        if node is not None and node.health is NodeHealth.FAILED:
-            return False  # reported before the node was declared dead; it died with it
-        stay = job.stays.get(event.node_id)
-        if stay is None:
-            # A start the machine does not remember asking for: track what really runs.
-            self.reside(
-                job,
-                Stay(
-                    event.node_id,
-                    Phase.RUNNING,
-                    event.attempt,
-                    event.gpu_indices,
-                    event.at,
-                    self.quantum,
-                ),
-            )
-            return True
-        if job.parked_on(event.node_id):
-            job.parked = None  # resumed there, in place or not
-        if stay.phase is Phase.STARTING and stay.attempt == event.attempt:
-            stay.phase = Phase.RUNNING
-            self.meter.started_late(job, stay, self.pool(job, stay), min(event.at, event.now))
-            return True
-        if stay.attempt == event.attempt and stay.unconfirmed:
-            stay.unconfirmed = False  # it did start: its stop will be confirmed in turn
-            return True
-        return False
-
-    def _released(self, event: Suspended | Migrated | Exited) -> Reply:
-        """The node stopped the job at `event.at`: a suspend, a migration away, or the process
-        ended. A stop's overrun runs to when it was heard of, by the driver's clock like the
-        stop's own time (a node's clock ahead of it would charge phantom overruns)."""
-        job = self.jobs.get(event.key)
-        if job is None:
-            return UNCHANGED
-        node_id = event.node_id
-        changed = False
-        stay = job.stays.get(node_id)
-        if isinstance(event, Suspended) and event.in_place and stay is not None:
-            job.parked = (node_id, stay.gpu_indices)
-        elif job.parked_on(node_id):
-            job.parked = None  # its process there checkpointed and left, or ended
-        if isinstance(event, Exited) and event.attempt >= job.attempt:
-            if stay is None and any(s.holds_gpus for s in job.stays.values()):
-                # A copy left where the job no longer runs (its node was declared failed, and
-                # the job started elsewhere): the failure detector ignores its end too, so
-                # waiting for a verdict would hold the job forever.
-                return Reply(False, ignored="exit of a copy elsewhere ignored")
-            job.exited = True  # until the failure detector says what becomes of it
-            changed = True
-        if stay is None:
-            return Reply(changed)
-        if isinstance(event, Suspended) and stay.pending_suspends > 0:
-            stay.pending_suspends -= 1
-            if stay.holds_gpus:
-                return CHANGED  # an older suspend; the start sent after it is still in force
-        pool = self.pool(job, stay)
-        if stay.holds_gpus:
-            self.meter.held(job, stay, pool, event.at)  # it ended mid-quantum: its part
-        else:
-            self.meter.overran(job, stay, pool, event.now)  # held until now, told to stop or not
-        del job.stays[node_id]
-        return CHANGED
 
     def _servers(self, nodes: tuple[Node, ...]) -> bool:
         before = self.nodes
