@@ -18,7 +18,8 @@ its `ScheduleDecided`. An event's reply from the machine is carried out the same
 that fits idle GPUs starts at once, between ticks; a job opted in to a prepared start gets a
 `PrepareCommand` where the machine put it. A start's command, environment and working directory
 come from the job's record (written by placement). The clock is injected (`clock`), so tests
-drive quanta by hand; a `journal` records every input the machine is given and its outcome.
+drive quanta by hand; a `journal` records every input the machine is given and its outcome
+(from the state it starts from: a reload after a failed write starts it again from the record).
 
 State is the `StrideRecord` in `gfair_stride` (its only writer; `record` converts). Every
 handler and tick changes the machine, publishes its outputs under ids derived from what caused
