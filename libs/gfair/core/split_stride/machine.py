@@ -133,7 +133,9 @@ class SplitStride:
             case Retried():
                 if not self._retried(event):
                     return UNCHANGED
-                return Reply(True, starts=turns.start_at_once(self, event.key, event.now, True))
+                return Reply(
+                    True, starts=turns.start_at_once(self, event.key, event.now, arrival=True)
+                )
             case Started():
                 return CHANGED if reports.confirmed(self, event) else UNCHANGED
             case Suspended() | Migrated() | Exited():
@@ -142,7 +144,7 @@ class SplitStride:
                     return reply
                 # A job that waited for its old node to let go may start at once where it
                 # moved; GPUs still idle go to waiting jobs.
-                moved = turns.start_at_once(self, event.key, event.now, False)
+                moved = turns.start_at_once(self, event.key, event.now, arrival=False)
                 return Reply(True, starts=moved + turns.fill(self, event.now))
             case Ended():
                 return self._ended(event)
@@ -203,7 +205,7 @@ class SplitStride:
         )
         self.jobs[key] = job
         mine.add(key)
-        starts = turns.start_at_once(self, key, event.now, True)
+        starts = turns.start_at_once(self, key, event.now, arrival=True)
         prepare = preparing.prepare(self, job) if event.prepare else None
         return Reply(True, starts=starts, prepare=prepare)
 

@@ -111,7 +111,7 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
     )
 
 
-def start_at_once(machine: SplitStride, key: str, now: float, arrival: bool) -> Starts:
+def start_at_once(machine: SplitStride, key: str, now: float, *, arrival: bool) -> Starts:
     """Start `key` between ticks if it may (module doc): a moved job the quantum held back, once
     its old nodes let go, on its new servers; a retry on the servers it ran on, when they are
     still there; any other `arrival` (admitted, or retried) through `fill`. Any other job waits
