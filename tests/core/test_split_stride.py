@@ -1,198 +1,266 @@
-"""Split stride: local per-server stride plus a central one for multi-server jobs.
-
-See docs/design.md §2.3.
-"""
+"""The split-stride state machine driven directly: events in, plans out (docs/design.md §2.3,
+§2.7). The service's own tests (tests/services/test_split_stride*.py) drive it through the bus."""
 
 from __future__ import annotations
 
-import json
+import copy
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from gfair.core.cluster import parse_cluster_spec
-from gfair.core.split_stride import SplitStride
-
-
-def _check_quantum(
-    stride: SplitStride, runs: dict[str, tuple[str, ...]], sizes: dict[str, int]
-) -> None:
-    for server_id, jobs in runs.items():
-        server = stride.cluster.server(server_id)
-        multi = [j for j in jobs if len(stride.placement(j)) > 1]
-        if multi:
-            assert jobs == tuple(multi) and len(multi) == 1  # whole server, nobody else
-        else:
-            free = server.gpus - sum(sizes[j] for j in jobs)
-            assert free >= 0
-            waiting = [j for j in stride.local_jobs(server_id) if j not in jobs]
-            assert all(sizes[j] > free for j in waiting)  # no idle GPU a waiting job fits
-        for job in jobs:
-            assert server_id in stride.placement(job)
-    for job, servers in stride.placements().items():
-        if len(servers) > 1:
-            held = [s for s in servers if job in runs.get(s, ())]
-            assert held in ([], list(servers))  # all of its servers or none
-
-
-def test_a_multi_server_job_claims_whole_servers_and_locals_yield() -> None:
-    stride = SplitStride(parse_cluster_spec("v100:3x4"))
-    sizes = {"M": 6, "a": 1, "b": 2, "c": 4}
-    stride.add("a", ["v100-0"], 1, 1)
-    stride.add("b", ["v100-1"], 2, 1)
-    stride.add("c", ["v100-2"], 4, 1)
-    stride.add("M", ["v100-0", "v100-1"], 6, 1)
-    seen_m = seen_local = 0
-    for _ in range(40):
-        runs = stride.schedule()
-        _check_quantum(stride, runs, sizes)
-        assert runs["v100-2"] == ("c",)  # uncontested: always local
-        if runs.get("v100-0") == ("M",):
-            seen_m += 1
-            assert runs["v100-1"] == ("M",)
-        else:
-            seen_local += 1
-    assert seen_m and seen_local
-
-
-@pytest.mark.parametrize("m_tickets", [1.0, 2.0, 4.0])
-def test_multi_server_gpu_time_tracks_tickets(m_tickets: float) -> None:
-    # Two 4-GPU servers with four 1-GPU jobs of one ticket each, and an 8-GPU job M on both.
-    stride = SplitStride(parse_cluster_spec("k80:2x4"))
-    for server in ("k80-0", "k80-1"):
-        for index in range(4):
-            stride.add(f"{server}/{index}", [server], 1, 1.0)
-    stride.add("M", ["k80-0", "k80-1"], 8, m_tickets)
-    gpu_time = {"M": 0.0, "k80-0": 0.0, "k80-1": 0.0}
-    quanta = 2000
-    for _ in range(quanta):
-        runs = stride.schedule()
-        if runs["k80-0"] == ("M",):
-            gpu_time["M"] += 8
-        else:
-            gpu_time["k80-0"] += len(runs["k80-0"])
-            gpu_time["k80-1"] += len(runs["k80-1"])
-    # Central stride equalises GPU-time per ticket between M and each server's aggregate.
-    per_ticket_m = gpu_time["M"] / m_tickets
-    per_ticket_server = gpu_time["k80-0"] / 4.0
-    assert per_ticket_m == pytest.approx(per_ticket_server, abs=2 * 8 / min(m_tickets, 4.0))
-    assert gpu_time["k80-0"] == gpu_time["k80-1"]
-
-
-def test_servers_nobody_spans_cost_nothing_centrally() -> None:
-    stride = SplitStride(parse_cluster_spec("k80:3x4"))
-    stride.add("x", ["k80-0"], 2, 1)
-    stride.add("y", ["k80-1"], 4, 1)
-    assert stride.snapshot()["aggregates"] == []
-    runs = stride.schedule()
-    assert runs == {"k80-0": ("x",), "k80-1": ("y",)}
-
-
-def test_rejects_bad_placements() -> None:
-    stride = SplitStride(parse_cluster_spec("k80:2x4,v100:1x8"))
-    with pytest.raises(ValueError, match="mix GPU generations"):
-        stride.add("m", ["k80-0", "v100-0"], 12, 1)
-    with pytest.raises(ValueError, match="asks 9 GPUs"):
-        stride.add("m", ["k80-0", "k80-1"], 9, 1)
-    with pytest.raises(ValueError, match="unknown server"):
-        stride.add("m", ["k80-9"], 1, 1)
-    with pytest.raises(ValueError, match="the server has 4"):
-        stride.add("m", ["k80-0"], 5, 1)
-    stride.add("m", ["k80-0"], 1, 1)
-    with pytest.raises(ValueError, match="already placed"):
-        stride.add("m", ["k80-1"], 1, 1)
-
-
-def test_move_keeps_the_lag_a_job_had() -> None:
-    stride = SplitStride(parse_cluster_spec("k80:2x1"))
-    stride.add("a", ["k80-0"], 1, 1)
-    stride.add("b", ["k80-0"], 1, 1)
-    stride.add("c", ["k80-1"], 1, 1)
-    for _ in range(5):
-        stride.schedule()
-    lag = stride.pass_of("a") - min(stride.pass_of("a"), stride.pass_of("b"))
-    stride.move("a", ["k80-1"], 1)
-    assert stride.pass_of("a") == pytest.approx(stride.pass_of("c") + lag)
-
-
-placements = st.lists(
-    st.one_of(
-        st.tuples(st.just("local"), st.integers(0, 3), st.sampled_from([1, 2, 4])),
-        st.tuples(st.just("multi"), st.integers(0, 2), st.sampled_from([5, 8])),
-    ),
-    min_size=1,
-    max_size=20,
+from gfair.core.split_stride import (
+    Admitted,
+    Config,
+    Ended,
+    Exited,
+    Node,
+    NodeHealth,
+    Parked,
+    Phase,
+    Recording,
+    Reply,
+    ServersChanged,
+    ServerTurn,
+    SplitStride,
+    Start,
+    Started,
+    Stop,
+    StopReason,
+    Suspended,
+    replay,
 )
+from gfair.core.throughput import ThroughputEstimator
+
+QUANTUM_S = 60.0
 
 
-@settings(max_examples=60, deadline=None)
-@given(spec=placements, tickets=st.lists(st.integers(1, 5), min_size=20, max_size=20))
-def test_invariants_and_snapshot_round_trip(
-    spec: list[tuple[str, int, int]], tickets: list[int]
-) -> None:
-    stride = SplitStride(parse_cluster_spec("a100:4x4"))
-    sizes: dict[str, int] = {}
-    for index, (kind, first, gpus) in enumerate(spec):
-        job = f"j{index}"
-        servers = [f"a100-{first}"] if kind == "local" else [f"a100-{first}", f"a100-{first + 1}"]
-        stride.add(job, servers, gpus, tickets[index])
-        sizes[job] = gpus
-    for _ in range(30):
-        runs = stride.schedule()
-        _check_quantum(stride, runs, sizes)
-        for server in stride.cluster.servers:
-            if server.id not in runs:
-                # An idle server has no local job: it runs locally unless a gang took it.
-                assert not stride.local_jobs(server.id)
-    snapshot = json.loads(json.dumps(stride.snapshot()))
-    copy = SplitStride(stride.cluster)
-    copy.restore(snapshot)
-    assert [stride.schedule() for _ in range(20)] == [copy.schedule() for _ in range(20)]
-
-
-def _twin_strides() -> tuple[SplitStride, SplitStride]:
-    strides = (
-        SplitStride(parse_cluster_spec("v100:3x4")),
-        SplitStride(parse_cluster_spec("v100:3x4")),
+def machine(*nodes: tuple[str, int], journal: Recording | None = None) -> SplitStride:
+    made = SplitStride(Config(quantum_s=QUANTUM_S), ThroughputEstimator(), journal=journal)
+    made.apply(
+        ServersChanged(
+            tuple(Node(name, name.split("-")[0], tuple(range(gpus))) for name, gpus in nodes)
+        )
     )
-    for stride in strides:
-        stride.add("a", ["v100-0"], 1, 1.0)
-        stride.add("b", ["v100-0"], 2, 2.0)
-        stride.add("c", ["v100-0"], 2, 1.0)
-        stride.add("M", ["v100-1", "v100-2"], 6, 1.0)
-        stride.add("N", ["v100-1", "v100-2"], 8, 3.0)
-        for _ in range(5):
-            stride.schedule()
-    return strides
+    return made
 
 
-def test_setting_many_tickets_at_once_is_setting_them_one_by_one() -> None:
-    batch, single = _twin_strides()
-    changes = {"a": 4.0, "b": 0.5, "M": 2.0, "N": 0.25}
-    batch.set_many(changes)
-    for job_id, tickets in changes.items():
-        single.set_tickets(job_id, tickets)
-    assert batch.snapshot() == single.snapshot()
-    assert batch.loads() == single.loads()
-    for _ in range(20):
-        assert batch.schedule() == single.schedule()
+def admit(
+    m: SplitStride, user: str, job_id: str, now: float, gpus: int = 1, *, prepare: bool = False
+) -> Reply:
+    return m.apply(
+        Admitted(
+            user=user,
+            job_id=job_id,
+            now=now,
+            gpus=gpus,
+            weight=1.0,
+            job_type=None,
+            prepare=prepare,
+        )
+    )
 
 
-def test_bad_tickets_in_a_batch_change_nothing() -> None:
-    stride, untouched = _twin_strides()
-    with pytest.raises(ValueError):
-        stride.set_many({"a": 2.0, "M": 0.0})
-    assert stride.snapshot() == untouched.snapshot()
+def started(m: SplitStride, start: Start, at: float) -> None:
+    reply = m.apply(
+        Started(
+            user=start.user,
+            job_id=start.job_id,
+            now=at,
+            node_id=start.node_id,
+            attempt=start.attempt,
+            gpu_indices=start.gpu_indices,
+            at=at,
+        )
+    )
+    assert reply.changed
 
 
-def test_a_quantum_skips_servers_left_empty_and_restored_ones_run() -> None:
-    stride = SplitStride(parse_cluster_spec("v100:3x4"))
-    stride.add("a", ["v100-0"], 1, 1.0)
-    stride.add("b", ["v100-2"], 1, 1.0)
-    assert stride.schedule() == {"v100-0": ("a",), "v100-2": ("b",)}
-    stride.remove("a")
-    assert stride.schedule() == {"v100-2": ("b",)}
-    twin = SplitStride(parse_cluster_spec("v100:3x4"))
-    twin.restore(stride.snapshot())
-    assert twin.schedule() == {"v100-2": ("b",)}
+def suspended(m: SplitStride, stop: Stop, at: float, *, in_place: bool = False) -> None:
+    m.apply(
+        Suspended(
+            user=stop.user,
+            job_id=stop.job_id,
+            now=at,
+            node_id=stop.node_id,
+            attempt=stop.attempt,
+            in_place=in_place,
+            at=at,
+        )
+    )
+
+
+def only_start(turns: tuple[ServerTurn, ...]) -> Start:
+    (start,) = [start for turn in turns for start in turn.starts]
+    return start
+
+
+def test_an_admitted_job_starts_at_once_on_idle_gpus_and_its_reports_are_folded_in() -> None:
+    m = machine(("v100-0", 2))
+    reply = admit(m, "alice", "a", 10.0)
+    start = only_start(reply.starts.turns)
+    assert (start.node_id, start.gpu_indices, start.servers) == ("v100-0", (0,), ("v100-0",))
+    assert reply.starts.placed[0].generation == "v100"
+    stay = m.jobs["alice.a"].stays["v100-0"]
+    assert stay.phase is Phase.STARTING
+    started(m, start, 12.0)
+    assert m.jobs["alice.a"].stays["v100-0"].phase == Phase.RUNNING
+    # The same admission again changes nothing.
+    assert not admit(m, "alice", "a", 13.0).changed
+
+
+def test_two_jobs_on_one_gpu_take_turns_a_suspend_first_then_the_start() -> None:
+    m = machine(("v100-0", 1))
+    first = only_start(admit(m, "alice", "a", 0.0).starts.turns)
+    started(m, first, 0.0)
+    assert not admit(m, "bob", "b", 1.0).starts.turns  # no GPU free
+    holders = []
+    for quantum in range(4):
+        plan = m.tick(QUANTUM_S * (quantum + 1))
+        (turn,) = plan.turns
+        holders.append(turn.running)
+        for stop in turn.stops:
+            assert stop.reason is StopReason.TIME_SLICE
+            suspended(m, stop, QUANTUM_S * (quantum + 1) + 1)
+        for start in turn.starts:
+            assert turn.stops  # the GPU is freed on the node before it is given again
+            started(m, start, QUANTUM_S * (quantum + 1) + 2)
+    assert holders[0] != holders[1] != holders[2] != holders[3]
+
+
+def test_a_suspend_confirmed_late_is_charged_to_who_held_the_gpu() -> None:
+    m = machine(("v100-0", 1))
+    first = only_start(admit(m, "alice", "a", 0.0).starts.turns)
+    started(m, first, 0.0)
+    admit(m, "bob", "b", 0.0)
+    stop = None
+    now = 0.0
+    while stop is None:
+        now += QUANTUM_S
+        (turn,) = m.tick(now).turns
+        stop = next(iter(turn.stops), None)
+    suspended(m, stop, now + 5.0)
+    assert m.overrun["alice"]["v100"] == pytest.approx(5.0)
+
+
+def test_a_stop_of_a_start_never_confirmed_is_forgotten_soon() -> None:
+    m = machine(("v100-0", 1))
+    admit(m, "alice", "a", 0.0)  # its node never answers
+    admit(m, "bob", "b", 0.0)
+    now = 0.0
+    while not m.jobs["alice.a"].stays["v100-0"].unconfirmed:
+        now += 1.0
+        m.tick(now)
+    plan = m.tick(now + m.config.unconfirmed_release_s + 1)
+    assert [(f.job, f.start_confirmed) for f in plan.forgotten] == [("alice.a", False)]
+
+
+def test_the_exit_of_a_copy_left_on_a_failed_node_is_ignored() -> None:
+    m = machine(("v100-0", 1), ("v100-1", 1))
+    first = only_start(admit(m, "alice", "a", 0.0).starts.turns)
+    started(m, first, 0.0)
+    other = "v100-1" if first.node_id == "v100-0" else "v100-0"
+    nodes = tuple(
+        Node(n.node_id, n.generation, n.gpu_indices, NodeHealth.FAILED)
+        if n.node_id == first.node_id
+        else n
+        for n in m.nodes.values()
+    )
+    assert m.apply(ServersChanged(nodes)).changed
+    assert not m.jobs["alice.a"].stays  # its processes died with the node
+    (turn,) = [t for t in m.tick(QUANTUM_S).turns if t.starts]
+    started(m, turn.starts[0], QUANTUM_S + 1)
+    assert turn.node_id == other
+    reply = m.apply(
+        Exited(user="alice", job_id="a", now=70.0, node_id=first.node_id, attempt=1, at=70.0)
+    )
+    assert not reply.changed and reply.ignored is not None
+    assert not m.jobs["alice.a"].exited
+
+
+def carry_out(m: SplitStride, turns: tuple[ServerTurn, ...], now: float) -> None:
+    """The nodes: every stop done in place, then every start."""
+    for turn in turns:
+        for stop in turn.stops:
+            suspended(m, stop, now, in_place=True)
+        for start in turn.starts:
+            started(m, start, now)
+
+
+def test_a_job_suspended_in_place_resumes_on_its_own_gpus() -> None:
+    m = machine(("v100-0", 2))
+    b = only_start(admit(m, "bob", "b", 0.0).starts.turns)
+    a = only_start(admit(m, "alice", "a", 0.0).starts.turns)
+    assert a.gpu_indices == (1,)  # not the lowest: where it resumes is no accident
+    started(m, a, 0.0)
+    started(m, b, 0.0)
+    admit(m, "cat", "c", 0.0, gpus=2)
+    now = 0.0
+    while m.jobs["alice.a"].parked is None:  # until cat's gang takes both GPUs
+        now += QUANTUM_S
+        carry_out(m, m.tick(now).turns, now)
+    assert m.jobs["alice.a"].parked == ("v100-0", a.gpu_indices)
+    resumed: list[Start] = []
+    while not resumed:
+        now += QUANTUM_S
+        turns = m.tick(now).turns
+        resumed = [s for turn in turns for s in turn.starts if s.job_id == "a"]
+        carry_out(m, turns, now)
+    assert resumed[0].gpu_indices == a.gpu_indices
+
+
+def test_an_ended_job_is_killed_where_it_holds_gpus_and_its_gpus_go_to_a_waiting_job() -> None:
+    m = machine(("v100-0", 1))
+    first = only_start(admit(m, "alice", "a", 0.0).starts.turns)
+    started(m, first, 0.0)
+    admit(m, "bob", "b", 0.0)
+    reply = m.apply(Ended(user="alice", job_id="a", now=5.0, state="cancelled"))
+    assert [(s.job_id, s.reason) for s in reply.stops] == [("a", "the job is cancelled")]
+    assert only_start(reply.starts.turns).job_id == "b"
+    assert "alice" not in m.users  # left with its last job
+
+
+def test_a_prepared_start_goes_where_it_could_run_and_an_unwanted_park_is_let_go() -> None:
+    m = machine(("v100-0", 1), ("k80-0", 1))
+    only_start(admit(m, "alice", "a", 0.0).starts.turns)
+    only_start(admit(m, "alice", "b", 0.0).starts.turns)
+    reply = admit(m, "bob", "w", 0.0, prepare=True)
+    assert reply.prepare is not None
+    placement, prepare = reply.prepare
+    assert (prepare.node_id, prepare.generation) == ("v100-0", "v100")  # the fastest pool
+    assert placement.servers == ("v100-0",)
+    assert m.apply(Parked(user="bob", job_id="w", now=1.0, node_id="v100-0", attempt=1)).changed
+    assert m.jobs["bob.w"].parked == ("v100-0", ())
+    # A park reported after the job ended: the process there is let go.
+    m.apply(Ended(user="bob", job_id="w", now=2.0, state="cancelled"))
+    reply = m.apply(Parked(user="bob", job_id="w", now=3.0, node_id="v100-0", attempt=1))
+    assert [(s.node_id, s.reason) for s in reply.stops] == [("v100-0", StopReason.RELEASE)]
+
+
+def test_a_journal_replayed_into_a_machine_restored_alike_gives_the_same_outputs() -> None:
+    recording = Recording()
+    m = machine(("v100-0", 2), ("k80-0", 2), journal=recording)
+    for n, user in enumerate(("alice", "bob", "cat", "alice", "bob")):
+        for turn in admit(m, user, f"j{n}", float(n), gpus=1 + n % 2).starts.turns:
+            for start in turn.starts:
+                started(m, start, float(n))
+    for quantum in range(1, 6):
+        now = QUANTUM_S * quantum
+        for turn in m.tick(now).turns:
+            for stop in turn.stops:
+                suspended(m, stop, now + 1)
+            for start in turn.starts:
+                started(m, start, now + 2)
+    assert len(recording.entries) > 10
+    assert (
+        replay(machine(("v100-0", 2), ("k80-0", 2)), recording.inputs[1:])
+        == (recording.outputs[1:])
+    )
+
+
+def test_a_saved_machine_restored_decides_the_next_quantum_alike() -> None:
+    m = machine(("v100-0", 1))
+    started(m, only_start(admit(m, "alice", "a", 0.0).starts.turns), 0.0)
+    admit(m, "bob", "b", 0.0)
+    m.tick(QUANTUM_S)
+    # What a driver persists is a copy (the machine's own records are shared by `saved`).
+    restored = SplitStride(m.config, ThroughputEstimator(), copy.deepcopy(m.saved()))
+    assert restored.tick(2 * QUANTUM_S) == m.tick(2 * QUANTUM_S)

@@ -95,7 +95,7 @@ async def split(tmp_path: Path) -> AsyncIterator[Split]:
         found = Split(bus, state)
         for node_id in ("v100-0", "k80-0"):
             await found.publish(node(node_id))
-        await found.until(lambda: len(state.ledger.inventory) == 2, 5)
+        await found.until(lambda: len(state.inventory) == 2, 5)
         yield found
 
 

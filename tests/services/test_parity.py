@@ -28,6 +28,7 @@ from gfair.core.cluster import Cluster, Server
 from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
 from gfair.core.shares_file import parse_shares
 from gfair.core.shares_tree import ShareTree
+from gfair.core.split_stride import Journal, Phase
 from gfair.events.commands import NodeCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import JobAccepted, JobCompleted, JobStarted, JobSuspended
@@ -35,7 +36,6 @@ from gfair.events.scheduling import ScheduleDecided
 from gfair.gavel import load_throughputs
 from gfair.state.buckets import JOBS
 from gfair.state.job_record import JobRecord, save_job
-from gfair.state.stride_record import Phase
 from gfair_services.split_stride import Settings, SplitStrideService
 
 from .scheduling_harness import FAST, Probe, eventually, registered, submitted
@@ -138,17 +138,24 @@ class FakeClock:
         return self.now
 
 
-@asynccontextmanager
-async def service(
-    bus: InMemoryBus, tmp_path: Path, clock: FakeClock, shares_file: Path | None
-) -> AsyncIterator[SplitStrideService]:
-    settings = Settings(
+def settings_of(tmp_path: Path, shares_file: Path | None) -> Settings:
+    return Settings(
         quantum_s=QUANTUM_S,  # its own timer never fires: the test ticks
         checkpoint_root=tmp_path,
         user_tickets=",".join(f"{user}={n:g}" for user, n in TICKETS.items()),
         shares_file=shares_file,
     )
-    state = SplitStrideService(settings, clock)
+
+
+@asynccontextmanager
+async def service(
+    bus: InMemoryBus,
+    tmp_path: Path,
+    clock: FakeClock,
+    shares_file: Path | None,
+    journal: Journal | None = None,
+) -> AsyncIterator[SplitStrideService]:
+    state = SplitStrideService(settings_of(tmp_path, shares_file), clock, journal)
     async with ServiceRuntime(state.service(), bus, settings=FAST):
         yield state
 
@@ -202,7 +209,7 @@ def _answer(command: StartCommand | SuspendCommand) -> JobStarted | JobSuspended
 def _settled(state: SplitStrideService) -> bool:
     return all(
         stay.phase is Phase.RUNNING
-        for job in state.ledger.jobs.values()
+        for job in state.machine.jobs.values()
         for stay in job.stays.values()
     )
 
@@ -216,19 +223,21 @@ async def admit(probe: Probe, state: SplitStrideService, arrival: Arrival) -> No
             user=arrival.user, job_id=arrival.job_id, gpus=arrival.gpus, job_type=arrival.job_type
         )
     )
-    await eventually(lambda: f"{arrival.user}.{arrival.job_id}" in state.ledger.jobs)
+    await eventually(lambda: f"{arrival.user}.{arrival.job_id}" in state.machine.jobs)
 
 
-async def live(tmp_path: Path, shares_file: Path | None = None) -> tuple[Runs, Filled]:
+async def live(
+    tmp_path: Path, shares_file: Path | None = None, journal: Journal | None = None
+) -> tuple[Runs, Filled]:
     """The services' driver: the runs split-stride announced for every quantum, and the jobs
-    it started between ticks before each."""
+    it started between ticks before each (`journal`: what its state machine was given)."""
     bus = InMemoryBus()
     probe = Probe(bus)
     clock = FakeClock()
     nodes = Nodes(probe)
     runs: Runs = []
     filled: Filled = []
-    async with service(bus, tmp_path, clock, shares_file) as state:
+    async with service(bus, tmp_path, clock, shares_file, journal) as state:
         # Jobs first, servers after: the first quantum decides from the whole first batch, as
         # the simulator's does (no job starts on idle GPUs before the servers are known).
         for arrival in ARRIVALS:
@@ -236,14 +245,14 @@ async def live(tmp_path: Path, shares_file: Path | None = None) -> tuple[Runs, F
                 await admit(probe, state, arrival)
         for server in SERVERS:
             await probe.publish(registered(server.id, server.generation, server.gpus))
-        await eventually(lambda: len(state.ledger.inventory) == len(SERVERS))
+        await eventually(lambda: len(state.inventory) == len(SERVERS))
         for quantum in range(QUANTA):
             clock.now = START + timedelta(minutes=quantum)
             before = len(probe.payloads("GFAIR_COMMANDS", StartCommand))
             if quantum in ENDS:
                 user, job_id = ENDS[quantum]
                 await probe.publish(JobCompleted(user=user, job_id=job_id, attempt=1))
-                await eventually(lambda key=f"{user}.{job_id}": key not in state.ledger.jobs)
+                await eventually(lambda key=f"{user}.{job_id}": key not in state.machine.jobs)
             for arrival in ARRIVALS:
                 if arrival.quantum == quantum and quantum > 0:
                     await admit(probe, state, arrival)

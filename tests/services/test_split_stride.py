@@ -17,6 +17,7 @@ import pytest
 
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
+from gfair.core.split_stride import Phase
 from gfair.events.commands import KillCommand, PrepareCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.jobs import (
@@ -35,7 +36,7 @@ from gfair.events.scheduling import QuantumTicked, ScheduleDecided
 from gfair.events.states import JobState
 from gfair.state.buckets import JOBS, STRIDE
 from gfair.state.job_record import JobRecord, save_job
-from gfair.state.stride_record import Phase, load_stride
+from gfair.state.stride_record import load_stride
 from gfair_services.split_stride import Settings, SplitStrideService
 
 from .scheduling_harness import FAST, Probe, eventually, registered, submitted
@@ -70,7 +71,7 @@ async def split_stride(bus: InMemoryBus, settings: Settings) -> AsyncIterator[Sp
 async def register(probe: Probe, state: SplitStrideService, *nodes: tuple[str, int]) -> None:
     for node_id, gpus in nodes:
         await probe.publish(registered(node_id, node_id.split("-")[0], gpus))
-    await eventually(lambda: all(n in state.ledger.inventory for n, _ in nodes))
+    await eventually(lambda: all(n in state.inventory for n, _ in nodes))
 
 
 async def admit(
@@ -87,7 +88,7 @@ async def admit(
     await save_job(await probe.bus.key_value(JOBS.name), JobRecord.accepted(envelope, data), None)
     accepted = JobAccepted(user=user, job_id=job_id, gpus=gpus)
     await probe.publish(accepted)
-    await eventually(lambda: f"{user}.{job_id}" in state.ledger.jobs)
+    await eventually(lambda: f"{user}.{job_id}" in state.machine.jobs)
     return accepted
 
 
@@ -254,7 +255,7 @@ async def test_a_moved_job_starts_on_its_new_server_only_after_the_old_one_let_g
         assert (first.node_id, second.node_id) == ("v100-0", "k80-0")  # fastest idle GPU first
         await started(probe, second)
         await probe.publish(JobCancelled(user="alice", job_id="a", previous_state=JobState.RUNNING))
-        await eventually(lambda: "alice.a" not in state.ledger.jobs)
+        await eventually(lambda: "alice.a" not in state.machine.jobs)
         # The V100 is idle and b runs faster there: the kernel moves it.
         await state.on_tick()
         (suspend,) = suspends(probe)
@@ -290,12 +291,12 @@ async def test_a_stop_of_an_unconfirmed_start_is_forgotten_soon_even_after_a_rel
         await admit(probe, state, "bob", "b")
         await probe.wait_for(COMMANDS, StartCommand, lambda f: len(f) == 2)
         await probe.publish(JobCancelled(user="alice", job_id="a", previous_state=JobState.RUNNING))
-        await eventually(lambda: "alice.a" not in state.ledger.jobs)
+        await eventually(lambda: "alice.a" not in state.machine.jobs)
         await state.on_tick()  # b moves to the V100 before k80-0 confirmed its start
         (suspend,) = suspends(probe)
         assert suspend.node_id == "k80-0"
     async with split_stride(bus, settings) as state:
-        assert state.ledger.jobs["bob.b"].stays["k80-0"].unconfirmed
+        assert state.machine.jobs["bob.b"].stays["k80-0"].unconfirmed
         await asyncio.sleep(0.3)
         await state.on_tick()
         await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 3)
@@ -331,7 +332,7 @@ async def test_a_job_still_suspending_is_not_backfilled_onto_another_server(
             )
         )
         await probe.publish(JobCompleted(user=other.user, job_id=other.job_id, attempt=1))
-        await eventually(lambda: f"{other.user}.{other.job_id}" not in state.ledger.jobs)
+        await eventually(lambda: f"{other.user}.{other.job_id}" not in state.machine.jobs)
         assert [s.job_id for s in starts(probe)] == ["a", "b", "c"]
         await probe.publish(
             JobSuspended(
@@ -360,7 +361,7 @@ async def test_an_exited_job_waits_for_its_verdict_and_a_retry_starts_the_next_a
                 user="alice", job_id="j1", node_id="v100-0", attempt=1, exit_code=1, runtime_s=3
             )
         )
-        await eventually(lambda: state.ledger.jobs["alice.j1"].exited)
+        await eventually(lambda: state.machine.jobs["alice.j1"].exited)
         await state.on_tick()
         assert len(starts(probe)) == 1  # no verdict yet: it does not run
         await probe.publish(
@@ -399,7 +400,7 @@ async def test_a_retry_waits_out_its_delay(
                 reason="exit 1",
             )
         )
-        await eventually(lambda: state.ledger.jobs["alice.j1"].attempt == 2)
+        await eventually(lambda: state.machine.jobs["alice.j1"].attempt == 2)
         await state.on_tick()
         assert len(starts(probe)) == 1
         await probe.settle(0.35)
@@ -435,7 +436,7 @@ async def start_then_lose_its_node(
     (first,) = await probe.wait_for(COMMANDS, StartCommand)
     await started(probe, first)
     await probe.publish(NodeFailed(node_id=first.node_id, reason="no heartbeats"))
-    await eventually(lambda: not state.ledger.jobs["alice.j1"].stays)
+    await eventually(lambda: not state.machine.jobs["alice.j1"].stays)
     await state.on_tick()
     second = (await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2))[-1]
     return first, second
@@ -462,12 +463,12 @@ async def test_the_end_of_a_copy_on_a_node_the_job_left_decides_nothing(
         await started(probe, second)
         await probe.publish(completed_on(first.node_id, "j1"))
         await probe.settle(0.1)
-        job = state.ledger.jobs["alice.j1"]
+        job = state.machine.jobs["alice.j1"]
         assert not job.exited
         assert set(job.stays) == {second.node_id}
         # Its own node's exit still waits for the verdict.
         await probe.publish(completed_on(second.node_id, "j1"))
-        await eventually(lambda: state.ledger.jobs["alice.j1"].exited)
+        await eventually(lambda: state.machine.jobs["alice.j1"].exited)
 
 
 async def test_a_quarantined_node_is_drained(
@@ -481,7 +482,7 @@ async def test_a_quarantined_node_is_drained(
         await probe.publish(
             NodeQuarantined(node_id="v100-0", reason="XID 79 three times", recent_failures=3)
         )
-        await eventually(lambda: not state.ledger.inventory.nodes["v100-0"].schedulable)
+        await eventually(lambda: not state.inventory.nodes["v100-0"].schedulable)
         await state.on_tick()
         (suspend,) = await probe.wait_for(COMMANDS, SuspendCommand)
         await state.on_tick()
@@ -500,7 +501,7 @@ async def test_an_old_suspend_confirmed_after_a_new_start_keeps_the_job_running(
         await state.on_tick()  # equal passes: a, which joined first, keeps the GPU
         await state.on_tick()  # a suspended, b started
         await state.on_tick()  # b suspended, a started again: a's first suspend unconfirmed
-        a = state.ledger.jobs["alice.a"].stays["v100-0"]
+        a = state.machine.jobs["alice.a"].stays["v100-0"]
         assert (a.phase, a.pending_suspends) == (Phase.STARTING, 1)
         await probe.publish(
             JobSuspended(
@@ -511,8 +512,10 @@ async def test_an_old_suspend_confirmed_after_a_new_start_keeps_the_job_running(
                 reason=SuspendReason.TIME_SLICE,
             )
         )
-        await eventually(lambda: state.ledger.jobs["alice.a"].stays["v100-0"].pending_suspends == 0)
-        assert state.ledger.jobs["alice.a"].stays["v100-0"].phase is Phase.STARTING
+        await eventually(
+            lambda: state.machine.jobs["alice.a"].stays["v100-0"].pending_suspends == 0
+        )
+        assert state.machine.jobs["alice.a"].stays["v100-0"].phase is Phase.STARTING
 
 
 async def test_a_restarted_split_stride_continues_where_it_stopped(
@@ -525,9 +528,9 @@ async def test_a_restarted_split_stride_continues_where_it_stopped(
         await probe.wait_for(COMMANDS, StartCommand)
         for _ in range(3):
             await state.on_tick()
-        before = state.ledger.to_record(state.ledger.last_tick_at)  # type: ignore[arg-type]
+        before = state.to_record(state.clock())
     async with split_stride(bus, settings) as state:
-        after = state.ledger.to_record(before.updated_at)
+        after = state.to_record(before.updated_at)
         assert after.model_dump(exclude={"updated_at"}) == before.model_dump(exclude={"updated_at"})
         await state.on_tick()
     ticks = probe.payloads(SCHED, QuantumTicked)
@@ -552,17 +555,17 @@ async def test_usage_counts_gpu_seconds_per_user_and_pool(
         await probe.settle(0.2)
         await state.on_tick()
         # Held since they started, before the first tick: counted too.
-        assert state.ledger.usage["bob"]["v100"] >= 0.2
+        assert state.machine.usage["bob"]["v100"] >= 0.2
         await probe.settle(0.3)
         await state.on_tick()
-        usage = state.ledger.usage
+        usage = state.machine.usage
     assert set(usage) == {"alice", "bob"} and set(usage["alice"]) == {"v100"}
     assert usage["alice"]["v100"] == pytest.approx(3 * usage["bob"]["v100"], rel=0.1)
     assert usage["bob"]["v100"] >= 0.5
 
 
 def phases(state: SplitStrideService) -> set[Phase]:
-    return {stay.phase for job in state.ledger.jobs.values() for stay in job.stays.values()}
+    return {stay.phase for job in state.machine.jobs.values() for stay in job.stays.values()}
 
 
 async def test_each_gpu_second_of_a_switch_is_charged_once_to_whoever_held_it(
@@ -593,17 +596,17 @@ async def test_each_gpu_second_of_a_switch_is_charged_once_to_whoever_held_it(
         )
         await started(probe, bobs)
         await eventually(lambda: phases(state) == {Phase.RUNNING})
-        overrun = state.ledger.overrun["alice"]["v100"]
-        unheld = state.ledger.unheld["bob"]["v100"]
-        before = state.ledger.users["bob"].credit["v100"]
-        quantum = state.ledger.quantum
+        overrun = state.machine.overrun["alice"]["v100"]
+        unheld = state.machine.unheld["bob"]["v100"]
+        before = state.machine.users["bob"].credit["v100"]
+        quantum = state.machine.quantum
         await state.on_tick()
-        after = state.ledger.users["bob"].credit["v100"]
-        entitled = state.ledger.users["bob"].entitled["v100"]
+        after = state.machine.users["bob"].credit["v100"]
+        entitled = state.machine.users["bob"].entitled["v100"]
         ran = sum(1.0 for job in decisions(probe, quantum)["v100-0"].running if job.user == "bob")
     assert overrun >= 0.4
     assert unheld == pytest.approx(overrun, abs=0.1)  # the same seconds, given back to bob
-    assert not state.ledger.unheld  # booked at the tick
+    assert not state.machine.unheld  # booked at the tick
     assert after == pytest.approx(before + entitled - ran + unheld / settings.quantum_s)
 
 
@@ -617,13 +620,13 @@ async def test_a_job_ending_mid_quantum_is_charged_until_it_ended(
         await started(probe, start)
         await eventually(lambda: phases(state) == {Phase.RUNNING})
         await state.on_tick()
-        held = state.ledger.usage["alice"]["v100"]
+        held = state.machine.usage["alice"]["v100"]
         await probe.settle(0.3)
         await probe.publish(completed_on("v100-0", "a"))
-        await eventually(lambda: not state.ledger.jobs["alice.a"].stays)
+        await eventually(lambda: not state.machine.jobs["alice.a"].stays)
         await probe.settle(0.3)
         await state.on_tick()
-        charged = state.ledger.usage["alice"]["v100"] - held
+        charged = state.machine.usage["alice"]["v100"] - held
     assert 0.3 <= charged < 0.55  # up to its end, not to the tick after it
 
 
@@ -668,17 +671,17 @@ async def test_a_job_holding_its_gpus_past_its_suspend_is_charged_for_them(
                 forced=True,
             )
         )
-        await eventually(lambda: not state.ledger.jobs["alice.a"].stays)
-        held = state.ledger.overrun["alice"]["v100"]
-        before = state.ledger.users["alice"].credit["v100"]
-        quantum = state.ledger.quantum
+        await eventually(lambda: not state.machine.jobs["alice.a"].stays)
+        held = state.machine.overrun["alice"]["v100"]
+        before = state.machine.users["alice"].credit["v100"]
+        quantum = state.machine.quantum
         await state.on_tick()
-        after = state.ledger.users["alice"].credit["v100"]
-        entitled = state.ledger.users["alice"].entitled["v100"]
+        after = state.machine.users["alice"].credit["v100"]
+        entitled = state.machine.users["alice"].entitled["v100"]
         running = decisions(probe, quantum)["v100-0"].running
     ran = sum(1.0 for job in running if job.user == "alice")
     assert held >= 0.4  # GPU-seconds, from the suspend to the node's report
-    assert not state.ledger.overrun  # booked at the tick
+    assert not state.machine.overrun  # booked at the tick
     # Her credit grew by her entitlement less what she ran and what she held past the suspend.
     assert after == pytest.approx(before + entitled - ran - held / settings.quantum_s)
 
@@ -710,7 +713,7 @@ async def test_an_opted_in_job_waiting_for_gpus_starts_prepared_and_then_runs_th
         assert prepare.command == ("python", "-c", "pass")
         assert prepare.checkpoint_dir == str(settings.checkpoint_root / "bob" / "w")
         await probe.publish(prepared("bob", "w", "v100-0"))
-        await eventually(lambda: state.ledger.jobs["bob.w"].parked == ("v100-0", ()))
+        await eventually(lambda: state.machine.jobs["bob.w"].parked == ("v100-0", ()))
         for command in starts(probe):
             await started(probe, command)
         for _ in range(3):
@@ -734,7 +737,7 @@ async def test_a_server_prepares_no_more_waiting_jobs_than_it_has_gpus(
         await probe.wait_for(COMMANDS, StartCommand)
         for name in ("w", "v", "u"):
             await admit(probe, state, "bob", name, prepare=True)
-        await eventually(lambda: {"bob.w", "bob.v", "bob.u"} <= state.ledger.jobs.keys())
+        await eventually(lambda: {"bob.w", "bob.v", "bob.u"} <= state.machine.jobs.keys())
         await probe.wait_for(COMMANDS, PrepareCommand)
     assert [p.job_id for p in probe.payloads(COMMANDS, PrepareCommand)] == ["w"]
 
@@ -752,10 +755,10 @@ async def test_a_prepared_job_started_elsewhere_or_cancelled_is_let_go_where_it_
         await probe.wait_for(COMMANDS, PrepareCommand, lambda found: len(found) == 2)
         # w parks; v's park is reported only after it was cancelled.
         await probe.publish(prepared("bob", "w", "v100-0"))
-        await eventually(lambda: state.ledger.jobs["bob.w"].parked is not None)
+        await eventually(lambda: state.machine.jobs["bob.w"].parked is not None)
         await probe.publish(JobCancelled(user="bob", job_id="w", previous_state=JobState.SUSPENDED))
         await probe.publish(JobCancelled(user="bob", job_id="v", previous_state=JobState.SUSPENDED))
-        await eventually(lambda: "bob.v" not in state.ledger.jobs)
+        await eventually(lambda: "bob.v" not in state.machine.jobs)
         await probe.publish(prepared("bob", "v", "v100-0"))
         await probe.wait_for(COMMANDS, SuspendCommand)
         await probe.wait_for(COMMANDS, KillCommand)

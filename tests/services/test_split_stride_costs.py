@@ -41,7 +41,7 @@ def settings(tmp_path: Path) -> Settings:
 
 def charged(state: SplitStrideService, user: str = "alice") -> JobState:
     """The job of `user` as the kernel's snapshot shows it."""
-    (job,) = state.ledger.snapshot(state.clock()).jobs[user]
+    (job,) = state.machine.snapshot(state.clock().timestamp()).jobs[user]
     return job
 
 
@@ -83,7 +83,7 @@ async def test_a_jobs_measured_switches_are_what_the_kernel_weighs(
                 in_place=True,
             )
         )
-        await eventually(lambda: state.ledger.jobs["alice.a"].parked is not None)
+        await eventually(lambda: state.machine.jobs["alice.a"].parked is not None)
         job = charged(state)
         assert job.resume_s == pytest.approx(1.75)
         assert job.move_s == pytest.approx(41.5)

@@ -1,10 +1,11 @@
 """Users' accounts with the decision kernel, kept by its drivers between quanta
 (docs/design.md §2.7).
 
-Both drivers, the simulator's `GandivaFair` and split-stride's ledger, keep per active user a
-kernel `UserState` (arrival order, entitlement and credit per pool) and per job its pass and
-arrival order. How those change as shares, users and jobs change is decided here, once, so the
-two drivers keep them alike (the parity test in tests/services proves they do):
+Both drivers, the simulator's `GandivaFair` and split-stride's state machine (`split_stride`),
+keep per active user a kernel `UserState` (arrival order, entitlement and credit per pool) and
+per job its pass and arrival order. How those change as shares, users and jobs change is
+decided here, once, so the two drivers keep them alike (the parity test in tests/services
+proves they do):
 
 - `entitle`: new entitlements; a user new to a pool joins it at the priority of the pool's
   most-owed member (its minimum pass, in stride terms), so it neither jumps ahead of anyone nor

@@ -6,7 +6,7 @@ name a limit; the array's limit is the smallest its runnable members name, so a 
 lower it, and no field a tenant sets can raise anyone's share.
 
 The rule is applied where the kernel's snapshot is built, by both drivers (the `GandivaFair`
-facade and split-stride's ledger), as a filter on each user's runnable jobs:
+facade and split-stride's state machine), as a filter on each user's runnable jobs:
 
 - `limit_arrays`: of each limited array, at most `limit` members stay runnable this quantum:
   first those that ran last quantum (a running member keeps its slot, as in Slurm, where an

@@ -8,7 +8,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from gfair.core.switch_costs import DEFAULT_COSTS
+from gfair.core.split_stride import Config
+from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
 
@@ -84,6 +85,16 @@ class Settings(TenantSettings, TopologySettings):
             return self.yield_grace_s
         return max(MIN_YIELD_GRACE_S, self.quantum_s / 4)
 
-    @property
-    def usage_gap_s(self) -> float:
-        return self.max_usage_gap_s or 2 * self.quantum_s
+    def machine_config(self) -> Config:
+        """What the state machine (`gfair.core.split_stride`) is configured with."""
+        return Config(
+            quantum_s=self.quantum_s,
+            operator_costs=SwitchCosts(
+                resume_s=self.resume_cost_s, migration_s=self.migration_cost_s
+            ),
+            tickets_of=self.tickets_of,
+            shares=self.shares,
+            release_timeout_s=self.release_timeout_s,
+            unconfirmed_release_s=self.unconfirmed_release_s,
+            max_usage_gap_s=self.max_usage_gap_s,
+        )

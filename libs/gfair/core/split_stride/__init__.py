@@ -1,0 +1,96 @@
+"""The split-stride state machine: every scheduling decision of the live cluster
+(docs/design.md §2.3, §2.7).
+
+`SplitStride` holds the servers, the admitted jobs and where they run (`residency`), and the
+users' accounts. A driver feeds it what happened (`events`: a job admitted, retried, started,
+suspended, migrated, exited or ended; the servers changed; entitlements, profiles and switch
+costs published) through `apply`, which answers what changed and what to do about it (`plan`:
+starts between ticks, kills, a prepared start), and calls `tick` at every quantum boundary for
+the quantum's plan: per server, who stops and why, who starts on which GPU indices (`turns`).
+Each quantum decides with the decision kernel (`gfair.core.kernel`) from a `snapshot` of the
+machine. The machine is pure: time is given (seconds since the epoch), nothing is logged (a plan
+says what a driver may log), nothing is stored (`Saved` is what a driver persists and restores
+it from). Every input and its outcome can be recorded (`journal`) and replayed.
+
+The split-stride service drives it; the simulator still drives the kernel through
+`gfair.core.scheduler.GandivaFair`, held alike by tests/services/test_parity.py. The paper's
+reference split stride (per-server and central strides) is `gfair.core.paper_split_stride`.
+"""
+
+from .config import Config
+from .events import (
+    Admitted,
+    Ended,
+    EntitlementsPublished,
+    Event,
+    Exited,
+    JobEvent,
+    Migrated,
+    Node,
+    NodeHealth,
+    Parked,
+    Retried,
+    ServersChanged,
+    Started,
+    Suspended,
+    SwitchesMeasured,
+    Tick,
+    TypeProfiled,
+    Unstartable,
+)
+from .journal import Recording, replay
+from .machine import Journal, Saved, SplitStride
+from .plan import (
+    Forgotten,
+    Placement,
+    Prepare,
+    QuantumPlan,
+    Reply,
+    ServerTurn,
+    Start,
+    Starts,
+    Stop,
+    StopReason,
+)
+from .residency import Job, Phase, Stay, Switches
+
+__all__ = [
+    "Admitted",
+    "Config",
+    "Ended",
+    "EntitlementsPublished",
+    "Event",
+    "Exited",
+    "Forgotten",
+    "Job",
+    "JobEvent",
+    "Journal",
+    "Migrated",
+    "Node",
+    "NodeHealth",
+    "Parked",
+    "Phase",
+    "Placement",
+    "Prepare",
+    "QuantumPlan",
+    "Recording",
+    "Reply",
+    "Retried",
+    "Saved",
+    "ServerTurn",
+    "ServersChanged",
+    "SplitStride",
+    "Start",
+    "Started",
+    "Starts",
+    "Stay",
+    "Stop",
+    "StopReason",
+    "Suspended",
+    "Switches",
+    "SwitchesMeasured",
+    "Tick",
+    "TypeProfiled",
+    "Unstartable",
+    "replay",
+]

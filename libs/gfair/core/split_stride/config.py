@@ -1,0 +1,33 @@
+"""What the operator sets for the state machine: the quantum, the users' tickets, a job's switch
+costs until measured, and how long unconfirmed commands are waited for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gfair.core.shares_tree import ShareTree
+from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
+
+
+def _one_ticket(user: str) -> float:
+    return 1.0
+
+
+@dataclass(frozen=True)
+class Config:
+    quantum_s: float = 60.0
+    # A job's costs until measured, and a move's floor once measured.
+    operator_costs: SwitchCosts = DEFAULT_COSTS
+    tickets_of: Callable[[str], float] = field(default=_one_ticket, compare=False)
+    shares: ShareTree | None = None  # accounts above the users
+    # Forget a start or suspend no node confirmed within this long; sooner the stop of a start
+    # never confirmed (the node refused the start, and answers neither).
+    release_timeout_s: float = 120.0
+    unconfirmed_release_s: float = 15.0
+    # The longest gap between ticks counted as GPU use (default: 2 quanta).
+    max_usage_gap_s: float | None = None
+
+    @property
+    def usage_gap_s(self) -> float:
+        return self.max_usage_gap_s or 2 * self.quantum_s

@@ -1,0 +1,188 @@
+"""The state machine's inputs (`SplitStride.apply`, `SplitStride.tick`): what happened, as
+frozen values. Times are seconds since the epoch; `now` is when the driver handled the event
+(by its own clock), `at` when the event happened (by its reporter's clock)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeAlias
+
+from gfair.core.cluster import Server
+from gfair.core.switch_costs import MeasuredSwitches
+
+from .residency import job_key
+
+
+class NodeHealth(StrEnum):
+    READY = "ready"
+    SUSPECTED = "suspected"  # missed heartbeats: no new work, its jobs keep their time slices
+    FAILED = "failed"  # its processes died with it
+    QUARANTINED = "quarantined"  # kept failing jobs: drained
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    node_id: str
+    generation: str
+    gpu_indices: tuple[int, ...]
+    health: NodeHealth = NodeHealth.READY
+
+    @property
+    def gpus(self) -> int:
+        return len(self.gpu_indices)
+
+    @property
+    def takes_new_work(self) -> bool:
+        return self.health is NodeHealth.READY
+
+    @property
+    def schedulable(self) -> bool:
+        return self.health in (NodeHealth.READY, NodeHealth.SUSPECTED)
+
+    def server(self) -> Server:
+        return Server(self.node_id, self.generation, self.gpus)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobInput:
+    user: str
+    job_id: str
+    now: float
+
+    @property
+    def key(self) -> str:
+        return job_key(self.user, self.job_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Admitted(JobInput):
+    """A job may run (its dependencies are met); `prepare`: it opted in to a prepared start."""
+
+    gpus: int
+    weight: float
+    job_type: str | None
+    attempt: int = 1
+    array: str | None = None
+    array_limit: int | None = None
+    prepare: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retried(JobInput):
+    attempt: int
+    at: float
+    delay_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Started(JobInput):
+    """Its node started (or resumed) the job."""
+
+    node_id: str
+    attempt: int
+    gpu_indices: tuple[int, ...]
+    at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Suspended(JobInput):
+    """Its node suspended the job (`in_place`: its process waits there, off its GPUs)."""
+
+    node_id: str
+    attempt: int
+    in_place: bool
+    at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Migrated(JobInput):
+    """The job's process on `node_id` checkpointed and left for other servers."""
+
+    node_id: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Exited(JobInput):
+    """The job's process on `node_id` ended (the failure detector's verdict follows)."""
+
+    node_id: str
+    attempt: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Parked(JobInput):
+    """A prepared start's process came up without GPUs on `node_id` and waits there."""
+
+    node_id: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ended(JobInput):
+    """The job is over for good (`state`: completed, failed, cancelled)."""
+
+    state: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unstartable(JobInput):
+    """The driver could not send the start on `node_id` (nothing says what the job runs)."""
+
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServersChanged:
+    """The servers known now, each with its health (a whole inventory, not a difference)."""
+
+    nodes: tuple[Node, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EntitlementsPublished:
+    """The trading auction's entitlements: user -> pool -> GPUs."""
+
+    revision: int
+    entitlements: Mapping[str, Mapping[str, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class TypeProfiled:
+    """A user's measured speeds of a job type: pool -> relative speed."""
+
+    user: str
+    job_type: str | None
+    rates: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchesMeasured:
+    """A job's switch costs as estimated from `reports` switch reports."""
+
+    user: str
+    job_id: str
+    reports: int
+    switches: MeasuredSwitches
+
+    @property
+    def key(self) -> str:
+        return job_key(self.user, self.job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A quantum boundary."""
+
+    now: float
+
+
+JobEvent: TypeAlias = (
+    Admitted | Retried | Started | Suspended | Migrated | Exited | Parked | Ended | Unstartable
+)
+Event: TypeAlias = (
+    JobEvent | ServersChanged | EntitlementsPublished | TypeProfiled | SwitchesMeasured
+)

@@ -1,0 +1,418 @@
+"""The split-stride state machine: the jobs admitted and where they run, the servers, the users'
+accounts; events in (`apply`), plans out (`tick`). See the package's docstring."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from gfair.core import accounts
+from gfair.core.kernel import Snapshot, UserState
+from gfair.core.throughput import ThroughputEstimator
+
+from . import preparing, reports, snapshot, turns
+from .config import Config
+from .events import (
+    Admitted,
+    Ended,
+    EntitlementsPublished,
+    Event,
+    Exited,
+    Migrated,
+    Node,
+    NodeHealth,
+    Parked,
+    Retried,
+    ServersChanged,
+    Started,
+    Suspended,
+    SwitchesMeasured,
+    Tick,
+    TypeProfiled,
+    Unstartable,
+)
+from .plan import CHANGED, UNCHANGED, QuantumPlan, Reply, Stop, StopReason
+from .residency import Job, Stay, Switches, job_key
+from .usage import Meter
+
+Journal = Callable[[Event | Tick, Reply | QuantumPlan], None]
+Profiles = dict[str, dict[str | None, Mapping[str, float]]]  # user -> job type -> pool -> speed
+
+
+@dataclass
+class Saved:
+    """What a machine is restored from (and what a driver persists): all but what a restart
+    may forget (overrun and unheld seconds, moved jobs held back, where processes are parked,
+    prepared starts waiting)."""
+
+    usage_since: float
+    quantum: int = 0  # the next quantum to decide
+    last_tick_at: float | None = None
+    seq: int = 0  # the last arrival number given (users and jobs)
+    users: dict[str, UserState] = field(default_factory=dict)
+    profiles: Profiles = field(default_factory=dict)
+    nodes: tuple[Node, ...] = ()
+    jobs: dict[str, Job] = field(default_factory=dict)
+    usage: dict[str, dict[str, float]] = field(default_factory=dict)
+    entitlements: dict[str, dict[str, float]] = field(default_factory=dict)
+    entitlements_revision: int = -1
+
+
+class SplitStride:
+    def __init__(
+        self,
+        config: Config,
+        estimator: ThroughputEstimator,
+        saved: Saved | None = None,
+        *,
+        journal: Journal | None = None,
+    ) -> None:
+        saved = saved or Saved(usage_since=0.0)
+        self.config = config
+        self.estimator = estimator
+        # Called with every input applied and what came of it (a replay feeds the inputs to a
+        # machine restored alike and must get the same outputs).
+        self.journal = journal
+        self.quantum = saved.quantum
+        self.seq = saved.seq
+        self.users = saved.users
+        self.profiles = saved.profiles
+        for user, types in self.profiles.items():
+            for job_type, rates in types.items():
+                estimator.observe_profile(user, job_type, rates)
+        self.entitlements = saved.entitlements
+        self.entitlements_revision = saved.entitlements_revision
+        self.nodes: dict[str, Node] = {}
+        self._schedulable: list[Node] = []
+        self._set_nodes(saved.nodes)
+        self.jobs = saved.jobs
+        self.meter = Meter(
+            config.quantum_s,
+            config.usage_gap_s,
+            saved.usage,
+            saved.usage_since,
+            saved.last_tick_at,
+        )
+        # Jobs the last quantum moved that wait for their old nodes to let go before they start
+        # on their new servers, whose GPUs are promised to them meanwhile. In memory only: after
+        # a restart the next quantum decides anew.
+        self.held_back: set[str] = set()
+        # Node -> jobs prepared there (held to its GPUs in number, `preparing`).
+        self.preparing: dict[str, set[str]] = {}
+        # Jobs that may hold residencies (a superset: pruned as it is read), and each user's
+        # jobs, so that what an admission reads costs what runs and what the user has, not
+        # the whole cluster's backlog.
+        self._residents: set[str] = {key for key, job in self.jobs.items() if job.stays}
+        self._of_user: dict[str, set[str]] = {}
+        self._min_pass: dict[str, float] = {}  # a user's lowest job pass, until passes change
+        for key, job in self.jobs.items():
+            self._of_user.setdefault(job.user, set()).add(key)
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> Reply:
+        """Fold `event` in; what changed and what follows from it."""
+        reply = self._apply(event)
+        if self.journal is not None:
+            self.journal(event, reply)
+        return reply
+
+    def tick(self, now: float) -> QuantumPlan:
+        """Decide the next quantum at `now` and book it."""
+        plan = turns.decide_quantum(self, now)
+        if self.journal is not None:
+            self.journal(Tick(now), plan)
+        return plan
+
+    def _apply(self, event: Event) -> Reply:
+        match event:
+            case Admitted():
+                return self._admitted(event)
+            case Parked():
+                return self._parked(event)
+            case Retried():
+                if not self._retried(event):
+                    return UNCHANGED
+                return Reply(
+                    True, starts=turns.start_at_once(self, event.key, event.now, arrival=True)
+                )
+            case Started():
+                return CHANGED if reports.confirmed(self, event) else UNCHANGED
+            case Suspended() | Migrated() | Exited():
+                reply = reports.released(self, event)
+                if not reply.changed:
+                    return reply
+                # A job that waited for its old node to let go may start at once where it
+                # moved; GPUs still idle go to waiting jobs.
+                moved = turns.start_at_once(self, event.key, event.now, arrival=False)
+                return Reply(True, starts=moved + turns.fill(self, event.now))
+            case Ended():
+                return self._ended(event)
+            case Unstartable():
+                job = self.jobs.get(event.key)
+                gone = job is not None and job.stays.pop(event.node_id, None) is not None
+                return CHANGED if gone else UNCHANGED
+            case ServersChanged():
+                return CHANGED if self._servers(event.nodes) else UNCHANGED
+            case EntitlementsPublished():
+                if event.revision <= self.entitlements_revision:
+                    return UNCHANGED
+                self.entitlements_revision = event.revision
+                self.entitlements = {u: dict(p) for u, p in event.entitlements.items()}
+                return CHANGED
+            case TypeProfiled():
+                types = self.profiles.setdefault(event.user, {})
+                if types.get(event.job_type) == event.rates:
+                    return UNCHANGED
+                types[event.job_type] = dict(event.rates)
+                self.estimator.observe_profile(event.user, event.job_type, event.rates)
+                return CHANGED
+            case SwitchesMeasured():
+                # An older estimate (fewer reports, a redelivery) than the one held: nothing.
+                job = self.jobs.get(event.key)
+                held = job.switches if job is not None else None
+                if job is None or (held is not None and event.reports <= held.reports):
+                    return UNCHANGED
+                job.switches = Switches(event.reports, event.switches)
+                return CHANGED
+        raise TypeError(f"not an input of the state machine: {event!r}")
+
+    # -- jobs coming and going ----------------------------------------------------------------
+
+    def _admitted(self, event: Admitted) -> Reply:
+        """A newly admitted job (and its user's account when it is the user's first): it starts
+        at once where GPUs are idle, else, opted in, its process starts prepared somewhere."""
+        key, user = event.key, event.user
+        if key in self.jobs:
+            return UNCHANGED
+        if user not in self.users:
+            self.users[user] = UserState(user, self.next_seq())
+        mine = self._of_user.setdefault(user, set())
+        if user not in self._min_pass:
+            passes = (self.jobs[k].stride_pass for k in mine)
+            self._min_pass[user] = accounts.joining_pass(passes)
+        job = Job(
+            user=user,
+            job_id=event.job_id,
+            gpus=event.gpus,
+            weight=event.weight,
+            job_type=event.job_type,
+            seq=self.next_seq(),
+            stride_pass=self._min_pass[user],
+            attempt=event.attempt,
+            array=event.array,
+            array_limit=event.array_limit,
+        )
+        self.jobs[key] = job
+        mine.add(key)
+        starts = turns.start_at_once(self, key, event.now, arrival=True)
+        prepare = preparing.prepare(self, job) if event.prepare else None
+        return Reply(True, starts=starts, prepare=prepare)
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def _parked(self, event: Parked) -> Reply:
+        """A prepared start parked: held as parked there (on any of its GPUs), unless the job
+        started elsewhere meanwhile, was retried or ended: then that node lets it go."""
+        job = self.jobs.get(event.key)
+        node_id = event.node_id
+        if job is not None and job.attempt == event.attempt and not job.exited:
+            if not job.stays:
+                job.parked = (node_id, ())
+                return CHANGED
+            if node_id in job.stays:
+                return CHANGED  # its start there is on its way: the node resumes it in place
+        # Not wanted there (any more): the process exits, it has nothing to save.
+        release = Stop(event.user, event.job_id, node_id, event.attempt, StopReason.RELEASE)
+        return Reply(True, stops=(release,))
+
+    def _ended(self, event: Ended) -> Reply:
+        """Forget a job that ended for good and kill what is left of it; its GPUs go to waiting
+        jobs now (a node runs the kill before any start). A user with no jobs left leaves with
+        its account (it comes back as a newcomer)."""
+        key, user = event.key, event.user
+        job = self.jobs.pop(key, None)
+        mine = self._of_user.get(user, set())
+        mine.discard(key)
+        self._min_pass.pop(user, None)
+        if job is None:
+            return UNCHANGED
+        if not mine:
+            self.users.pop(user, None)
+            self._of_user.pop(user, None)
+        reason = f"the job is {event.state}"
+        kills = [
+            Stop(job.user, job.job_id, node_id, stay.attempt, reason)
+            for node_id, stay in sorted(job.stays.items())
+            if stay.holds_gpus
+        ]
+        if job.parked is not None and job.parked[0] not in job.stays:
+            # Its process parked in place there holds no GPU, but lives.
+            kills.append(Stop(job.user, job.job_id, job.parked[0], job.attempt, reason))
+        return Reply(True, stops=tuple(kills), starts=turns.fill(self, event.now))
+
+    def _retried(self, event: Retried) -> bool:
+        job = self.jobs.get(event.key)
+        if job is None or event.attempt < job.attempt:
+            return False
+        job.attempt = event.attempt
+        job.exited = False
+        job.runnable_at = event.at + event.delay_s if event.delay_s > 0 else None
+        return True
+
+    def _servers(self, nodes: tuple[Node, ...]) -> bool:
+        before = self.nodes
+        if nodes == tuple(before.values()):
+            return False
+        self._set_nodes(nodes)
+        for node in nodes:
+            was = before.get(node.node_id)
+            if node.health is NodeHealth.FAILED and was is not None and was.health != node.health:
+                for job in self.jobs.values():
+                    job.stays.pop(node.node_id, None)  # its processes died with it
+        return True
+
+    def _set_nodes(self, nodes: tuple[Node, ...]) -> None:
+        self.nodes = {node.node_id: node for node in nodes}
+        self._schedulable = sorted(
+            (node for node in nodes if node.schedulable), key=lambda n: n.node_id
+        )
+
+    def passes_changed(self) -> None:
+        """A booked quantum changed jobs' passes: users' lowest passes are found again."""
+        self._min_pass.clear()
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def snapshot(self, now: float) -> Snapshot:
+        """What the kernel would decide from at `now` (`snapshot`; it refreshes entitlements)."""
+        return snapshot.snapshot(self, now)
+
+    @property
+    def last_tick_at(self) -> float | None:
+        return self.meter.last_tick_at
+
+    @property
+    def usage(self) -> dict[str, dict[str, float]]:
+        """GPU-seconds per user per pool since `meter.since`."""
+        return self.meter.seconds
+
+    @property
+    def overrun(self) -> dict[str, dict[str, float]]:
+        return self.meter.overrun
+
+    @property
+    def unheld(self) -> dict[str, dict[str, float]]:
+        return self.meter.unheld
+
+    def job(self, user: str, job_id: str) -> Job | None:
+        return self.jobs.get(job_key(user, job_id))
+
+    def schedulable(self) -> list[Node]:
+        """The servers jobs run on, by name."""
+        return self._schedulable
+
+    def sizes(self) -> dict[str, int]:
+        return {node_id: node.gpus for node_id, node in self.nodes.items()}
+
+    def pool(self, job: Job, stay: Stay) -> str:
+        node = self.nodes.get(stay.node_id)
+        return node.generation if node is not None else job.generation or "unknown"
+
+    def runnable(self, job: Job, now: float) -> bool:
+        """A job may run when its process has not exited awaiting the failure detector's
+        verdict, a retry's delay is over, and it holds no residency outside the servers the
+        kernel last placed it on (a moved job starts on its new servers only once its old
+        node let go)."""
+        if job.exited:
+            return False
+        if job.runnable_at is not None and job.runnable_at > now:
+            return False
+        return all(node in job.servers for node in job.stays)
+
+    def reside(self, job: Job, stay: Stay) -> None:
+        """Record a residency of `job` (the only way one is added)."""
+        job.stays[stay.node_id] = stay
+        self._residents.add(job.key)
+
+    def residents(self) -> list[Job]:
+        """The jobs with residencies."""
+        found: list[Job] = []
+        for key in list(self._residents):
+            job = self.jobs.get(key)
+            if job is None or not job.stays:
+                self._residents.discard(key)
+            else:
+                found.append(job)
+        return found
+
+    def holders(self, node_id: str) -> dict[str, Stay]:
+        """Job key -> its residency on `node_id`, for jobs holding GPUs there."""
+        return {
+            job.key: stay
+            for job in self.residents()
+            if (stay := job.stays.get(node_id)) is not None and stay.holds_gpus
+        }
+
+    def free_indices(self, node_id: str) -> list[int]:
+        node = self.nodes.get(node_id)
+        if node is None:
+            return []
+        held = {i for stay in self.holders(node_id).values() for i in stay.gpu_indices}
+        return [i for i in node.gpu_indices if i not in held]
+
+    def parked_on(self, node_id: str) -> dict[str, tuple[int, ...]]:
+        """Job key -> GPU indices, for the jobs parked in place on `node_id` that hold no GPUs
+        now."""
+        return {
+            job.key: job.parked[1]
+            for job in self.jobs.values()
+            if job.parked is not None and job.parked[0] == node_id and not job.stays
+        }
+
+    def promised(self, node_id: str, sizes: dict[str, int]) -> int:
+        """GPUs of `node_id` promised to held-back jobs."""
+        return sum(
+            self.jobs[key].gpus_on(node_id, sizes)
+            for key in self.held_back
+            if key in self.jobs and node_id in self.jobs[key].servers
+        )
+
+    def free_gpus(self) -> int:
+        """GPUs of the schedulable servers that no job holds (one pass over the jobs)."""
+        names = {node.node_id: node.gpus for node in self.schedulable()}
+        held = sum(
+            len(stay.gpu_indices)
+            for job in self.residents()
+            for stay in job.stays.values()
+            if stay.holds_gpus and stay.node_id in names
+        )
+        return sum(names.values()) - held
+
+    def held(self) -> dict[str, dict[str, float]]:
+        """GPUs each user holds per pool now (its received share)."""
+        held: dict[str, dict[str, float]] = {}
+        for job in self.jobs.values():
+            gpus = sum(len(s.gpu_indices) for s in job.stays.values() if s.holds_gpus)
+            if gpus and job.generation is not None:
+                pools = held.setdefault(job.user, {})
+                pools[job.generation] = pools.get(job.generation, 0.0) + gpus
+        return held
+
+    def saved(self) -> Saved:
+        """What a driver persists (module doc); shares the machine's records, read it at once."""
+        return Saved(
+            usage_since=self.meter.since,
+            quantum=self.quantum,
+            last_tick_at=self.meter.last_tick_at,
+            seq=self.seq,
+            users=self.users,
+            profiles=self.profiles,
+            nodes=tuple(self.nodes.values()),
+            jobs=self.jobs,
+            usage=self.meter.seconds,
+            entitlements=self.entitlements,
+            entitlements_revision=self.entitlements_revision,
+        )

@@ -1,0 +1,86 @@
+"""What nodes report about a job's processes, folded into the state machine: a start confirmed
+(the job holds its GPUs from then on), a process let go (suspended, moved away, or ended)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .events import Exited, Migrated, NodeHealth, Started, Suspended
+from .plan import CHANGED, UNCHANGED, Reply
+from .residency import Phase, Stay
+
+if TYPE_CHECKING:
+    from .machine import SplitStride
+
+
+def confirmed(machine: SplitStride, event: Started) -> bool:
+    """The node started the job at `event.at`, bounded by when it was heard of (a node's
+    clock ahead of the driver's would give back seconds never lost)."""
+    job = machine.jobs.get(event.key)
+    if job is None:
+        return False
+    node = machine.nodes.get(event.node_id)
+    if node is not None and node.health is NodeHealth.FAILED:
+        return False  # reported before the node was declared dead; it died with it
+    stay = job.stays.get(event.node_id)
+    if stay is None:
+        # A start the machine does not remember asking for: track what really runs.
+        machine.reside(
+            job,
+            Stay(
+                event.node_id,
+                Phase.RUNNING,
+                event.attempt,
+                event.gpu_indices,
+                event.at,
+                machine.quantum,
+            ),
+        )
+        return True
+    if job.parked_on(event.node_id):
+        job.parked = None  # resumed there, in place or not
+    if stay.phase is Phase.STARTING and stay.attempt == event.attempt:
+        stay.phase = Phase.RUNNING
+        machine.meter.started_late(job, stay, machine.pool(job, stay), min(event.at, event.now))
+        return True
+    if stay.attempt == event.attempt and stay.unconfirmed:
+        stay.unconfirmed = False  # it did start: its stop will be confirmed in turn
+        return True
+    return False
+
+
+def released(machine: SplitStride, event: Suspended | Migrated | Exited) -> Reply:
+    """The node stopped the job at `event.at`: a suspend, a migration away, or the process
+    ended. A stop's overrun runs to when it was heard of, by the driver's clock like the
+    stop's own time (a node's clock ahead of it would charge phantom overruns)."""
+    job = machine.jobs.get(event.key)
+    if job is None:
+        return UNCHANGED
+    node_id = event.node_id
+    changed = False
+    stay = job.stays.get(node_id)
+    if isinstance(event, Suspended) and event.in_place and stay is not None:
+        job.parked = (node_id, stay.gpu_indices)
+    elif job.parked_on(node_id):
+        job.parked = None  # its process there checkpointed and left, or ended
+    if isinstance(event, Exited) and event.attempt >= job.attempt:
+        if stay is None and any(s.holds_gpus for s in job.stays.values()):
+            # A copy left where the job no longer runs (its node was declared failed, and
+            # the job started elsewhere): the failure detector ignores its end too, so
+            # waiting for a verdict would hold the job forever.
+            return Reply(False, ignored="exit of a copy elsewhere ignored")
+        job.exited = True  # until the failure detector says what becomes of it
+        changed = True
+    if stay is None:
+        return Reply(changed)
+    if isinstance(event, Suspended) and stay.pending_suspends > 0:
+        stay.pending_suspends -= 1
+        if stay.holds_gpus:
+            return CHANGED  # an older suspend; the start sent after it is still in force
+    pool = machine.pool(job, stay)
+    if stay.holds_gpus:
+        machine.meter.held(job, stay, pool, event.at)  # it ended mid-quantum: its part
+    else:
+        machine.meter.overran(job, stay, pool, event.now)  # held until now, told to stop or not
+    del job.stays[node_id]
+    return CHANGED

@@ -1,0 +1,142 @@
+"""What the state machine knows of a job: its residencies ("stays", where it was told to run
+and has not yet let go) and the record of the job itself.
+
+A stay that is starting or running holds its GPU indices (a GPU is never in two stays); a
+suspending one holds no GPU on its node (a node executor runs its commands in order, so a start
+sent after the suspend finds the GPUs free) but keeps the job from starting anywhere else until
+the node confirms it let go: a job never runs twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gfair.core import arrays
+from gfair.core.switch_costs import MeasuredSwitches, SwitchCosts
+
+
+def job_key(user: str, job_id: str) -> str:
+    return f"{user}.{job_id}"
+
+
+class Phase(StrEnum):
+    STARTING = "starting"  # a start was sent
+    RUNNING = "running"  # the node said it started (or resumed)
+    SUSPENDING = "suspending"  # a suspend was sent; the node has not confirmed it yet
+
+    @property
+    def holds_gpus(self) -> bool:
+        return self is not Phase.SUSPENDING
+
+
+@dataclass
+class Stay:
+    """Where the job was told to run (times in seconds since the epoch)."""
+
+    node_id: str
+    phase: Phase
+    attempt: int
+    gpu_indices: tuple[int, ...]
+    since: float
+    quantum: int
+    pending_suspends: int = 0
+    # Stopped while its start was still unconfirmed. The node processes commands in order, so
+    # if it ran the start, `started` comes before any answer to the stop; if it refused the
+    # start (its start guard saw the job re-placed meanwhile) nothing comes at all, not even
+    # for the stop. Such a stop is forgotten after `unconfirmed_release_s`, not the long
+    # `release_timeout_s`; persisted, so a reload after a failed write (a broker lost) does
+    # not hold the job back for the long timeout.
+    unconfirmed: bool = False
+
+    @property
+    def holds_gpus(self) -> bool:
+        return self.phase.holds_gpus
+
+    def values(self) -> tuple[object, ...]:
+        return (
+            self.node_id,
+            self.phase,
+            self.attempt,
+            self.gpu_indices,
+            self.since,
+            self.quantum,
+            self.pending_suspends,
+            self.unconfirmed,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Switches:
+    """A job's switches as last measured (`reports`: how many switch reports they fold in; a
+    later estimate has more)."""
+
+    reports: int
+    measured: MeasuredSwitches
+
+
+@dataclass
+class Job:
+    user: str
+    job_id: str
+    gpus: int
+    weight: float
+    job_type: str | None
+    seq: int  # arrival order
+    stride_pass: float = 0.0
+    generation: str | None = None
+    servers: tuple[str, ...] = ()  # where the kernel last placed it
+    attempt: int = 1
+    runnable_at: float | None = None
+    exited: bool = False
+    stays: dict[str, Stay] = field(default_factory=dict)
+    array: str | None = None  # its job array's id (the user's), if any
+    array_limit: int | None = None
+    switches: Switches | None = None
+    # The costs last worked out for these switches, parked or not: a snapshot reads them for
+    # every runnable job every quantum.
+    charged: tuple[Switches, bool, SwitchCosts] | None = field(default=None, compare=False)
+    # Where its process is parked in place (its node said its last suspend was in place): the
+    # node and GPU indices it resumes on without a checkpoint. Not persisted: a restored machine
+    # merely loses the preference (the node then checkpoints it when it starts elsewhere, and
+    # a start elsewhere waits for that).
+    parked: tuple[str, tuple[int, ...]] | None = field(default=None, compare=False)
+
+    @property
+    def key(self) -> str:
+        return job_key(self.user, self.job_id)
+
+    @property
+    def member(self) -> arrays.ArrayMember | None:
+        if self.array is None:
+            return None
+        return arrays.ArrayMember(arrays.array_key(self.user, self.array), self.array_limit)
+
+    def signature(self) -> tuple[object, ...]:
+        """Everything persisted about the job that changes, to tell whether it changed."""
+        return (
+            self.servers,
+            self.generation,
+            self.attempt,
+            self.runnable_at,
+            self.exited,
+            self.stride_pass,
+            tuple(s.values() for s in self.stays.values()),
+            self.switches,
+        )
+
+    def parked_on(self, node_id: str) -> bool:
+        return self.parked is not None and self.parked[0] == node_id
+
+    def gpus_on(self, server_id: str, sizes: dict[str, int]) -> int:
+        """GPUs the gang uses on `server_id`: spread as evenly as the servers allow."""
+        if len(self.servers) == 1:
+            return self.gpus
+        left = self.gpus
+        order = sorted(self.servers, key=lambda s: (sizes.get(s, 0), self.servers.index(s)))
+        for position, server in enumerate(order):
+            share = min(sizes.get(server, 0), -(-left // (len(order) - position)))
+            if server == server_id:
+                return share
+            left -= share
+        return 0

@@ -1,0 +1,313 @@
+"""One quantum's decision, turned into what each server must do (docs/design.md §2.3, §2.7).
+
+The decision kernel (`gfair.core.kernel.decide`) picks, from the machine's snapshot, which jobs
+hold GPUs on which servers this quantum; this module books it (`kernel.settle`) and works out
+the difference with what runs now, assigning concrete GPU indices:
+
+- a job that keeps running on its servers keeps its GPUs;
+- a job leaving a server is suspended there (checkpoint, GPUs freed), or killed when its attempt
+  was superseded by a retry; its node confirms before the job may run anywhere else;
+- a job the kernel placed on other servers than before (a move, within or between pools) is
+  suspended wherever it still runs and starts on its new servers once every old node confirmed
+  it let go (`start_at_once` then): it never runs twice;
+- a job entering takes free indices (those it is parked on in place, when free; else preferably
+  ones no other job is parked on); since a node executor handles its commands one at a time in
+  order, a start listed after the suspends of the same server finds their GPUs free. Two jobs
+  never hold the same index.
+
+`start_at_once` starts jobs between ticks: a moved job once its old nodes let go, and, to be
+work-conserving, `fill` gives GPUs left idle (a job arrived, or one ended) to waiting jobs by
+the kernel's `backfill`, where they are not promised to a moved job; nothing is booked for
+them until the next tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from gfair.core import accounts, kernel
+from gfair.core.kernel import Decision, Snapshot, backfill, decide
+
+from .plan import Forgotten, Placement, QuantumPlan, ServerTurn, Start, Starts, Stop, StopReason
+from .residency import Job, Phase, Stay
+from .snapshot import snapshot
+
+if TYPE_CHECKING:
+    from .machine import SplitStride
+
+
+def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
+    _account(machine, now)
+    forgotten = _expire(machine, now)
+    view = snapshot(machine, now)
+    decision = decide(view)
+    _settle(machine, view, decision)
+    placed = _place(machine, decision)
+    moved = {job.key for job in placed}
+    quantum = machine.quantum
+    machine.quantum += 1
+    scheduled = machine.schedulable()
+    stops: dict[str, list[Stop]] = {}
+    for node in scheduled:
+        node_id = node.node_id
+        chosen = set(decision.runs.get(node_id, ()))
+        leaving = stops[node_id] = []
+        for key, held in machine.holders(node_id).items():
+            job = machine.jobs[key]
+            if key not in chosen or key in moved or held.attempt != job.attempt:
+                leaving.append(_stop(job, held, now, quantum))
+    # Moved jobs still resident anywhere start once their old nodes let go; their GPUs are
+    # promised to them until then (or until the next quantum decides anew).
+    # (One moved in an earlier quantum and still waiting keeps its promise; the GPUs are its own
+    # again only if this quantum left them free.)
+    held_back = {key for key in moved if machine.jobs[key].stays}
+    waiting = {k for k in machine.held_back if k in machine.jobs and machine.jobs[k].stays}
+    machine.held_back = held_back | waiting
+    sizes = machine.sizes()
+    turns: list[ServerTurn] = []
+    short: list[tuple[str, str]] = []
+    for node in scheduled:
+        node_id = node.node_id
+        run = decision.runs.get(node_id, ())
+        free = machine.free_indices(node_id)
+        # Jobs parked in place here pick first, so that their own GPUs are still free for them.
+        entering = sorted(run, key=lambda k: not machine.jobs[k].parked_on(node_id))
+        parked = machine.parked_on(node_id)
+        starts: list[Start] = []
+        for key in entering:
+            job = machine.jobs[key]
+            stay = job.stays.get(node_id)
+            if stay is not None and stay.holds_gpus and stay.attempt == job.attempt:
+                continue  # keeps running on its GPUs
+            if key in held_back:
+                continue
+            need = job.gpus_on(node_id, sizes)
+            if len(free) < need:
+                short.append((key, node_id))
+                continue
+            picked = _pick_indices(job, node_id, free, need, parked)
+            free = [i for i in free if i not in picked]
+            starts.append(_start(machine, job, node_id, tuple(picked), now, quantum))
+        central = any(len(machine.jobs[key].servers) > 1 for key in run)
+        turns.append(
+            ServerTurn(node_id, quantum, central, tuple(stops[node_id]), tuple(starts), run)
+        )
+    names = {node.node_id for node in scheduled}
+    strays = tuple(
+        _stop(job, stay, now, quantum, drain=True)
+        for job in machine.residents()
+        for stay in list(job.stays.values())
+        if stay.node_id not in names and stay.holds_gpus
+    )
+    return QuantumPlan(
+        quantum,
+        tuple(turns),
+        strays,
+        tuple(_placement(job) for job in placed),
+        decision.waiting,
+        forgotten,
+        tuple(short),
+    )
+
+
+def start_at_once(machine: SplitStride, key: str, now: float, *, arrival: bool) -> Starts:
+    """Start `key` between ticks if it may (module doc): a moved job the quantum held back, once
+    its old nodes let go, on its new servers; a retry on the servers it ran on, when they are
+    still there; any other `arrival` (admitted, or retried) through `fill`. Any other job waits
+    for the next quantum: the last one chose not to run it."""
+    job = machine.jobs.get(key)
+    if job is None or not machine.runnable(job, now) or job.stays:
+        return Starts()
+    names = {node.node_id for node in machine.schedulable()}
+    if key in machine.held_back:
+        servers = job.servers
+    elif not arrival:
+        return Starts()
+    elif job.servers and all(s in names for s in job.servers):
+        servers = job.servers  # a retry where it ran
+    else:
+        return fill(machine, now)
+    return Starts(_start_on(machine, job, servers, now) or ())
+
+
+def fill(machine: SplitStride, now: float) -> Starts:
+    """Idle GPUs to waiting jobs between ticks: the kernel's `backfill`, the rule the simulator
+    applies when a job ends or arrives mid-quantum, so no GPU idles until the next tick while a
+    job that fits waits. A job it names starts only where its GPUs are free and not promised to
+    a held-back job, and only on the servers it is still suspending on, if any; nothing is booked
+    for it until the next tick."""
+    if machine.free_gpus() <= 0:
+        return Starts()
+    view = snapshot(machine, now)
+    holding = [state for queue in view.jobs.values() for state in queue if state.running]
+    turns: list[ServerTurn] = []
+    placed: list[Placement] = []
+    for key, servers in backfill(view, holding).items():
+        job = machine.jobs[key]
+        if any(node not in servers for node in job.stays):
+            # Still being suspended elsewhere: it starts there once that node let go (a
+            # released event fills again), never while it may still run.
+            continue
+        moved = servers != job.servers
+        started = _start_on(machine, job, servers, now)
+        if started:
+            turns.extend(started)
+            if moved:
+                placed.append(_placement(job))
+    return Starts(tuple(turns), tuple(placed))
+
+
+def _account(machine: SplitStride, now: float) -> None:
+    """Charge the GPUs held since the last tick (or since they were taken, if later) to their
+    users, per pool."""
+    meter = machine.meter
+    for job in machine.residents():
+        for stay in job.stays.values():
+            pool = machine.pool(job, stay)
+            if stay.holds_gpus:
+                meter.held(job, stay, pool, now)
+            else:
+                meter.overran(job, stay, pool, now)
+    meter.last_tick_at = now
+
+
+def _expire(machine: SplitStride, now: float) -> tuple[Forgotten, ...]:
+    """Drop starts and suspends no node confirmed in time; what was dropped."""
+    config = machine.config
+    dropped: list[Forgotten] = []
+    for job in machine.residents():
+        for node_id, stay in list(job.stays.items()):
+            if stay.phase is Phase.RUNNING:
+                continue
+            wait = config.unconfirmed_release_s if stay.unconfirmed else config.release_timeout_s
+            if now - stay.since > wait:
+                del job.stays[node_id]
+                dropped.append(Forgotten(job.key, node_id, stay.phase, not stay.unconfirmed))
+    return tuple(dropped)
+
+
+def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
+    """Book the quantum into the users' credits and the passes of the jobs that ran."""
+    ran = [state for jobs in view.jobs.values() for state in jobs if state.id in decision.placed]
+    gangs: dict[str, list[int]] = {}
+    for job in machine.jobs.values():
+        gangs.setdefault(job.user, []).append(job.gpus)
+    ceiling = {user: accounts.ceiling(sizes) for user, sizes in gangs.items()}
+    booked = kernel.settle(machine.users, ran, decision, ceiling, view.overrun, view.unheld)
+    machine.meter.booked(decision, booked)
+    if booked:
+        machine.passes_changed()
+        for state in ran:
+            machine.jobs[state.id].stride_pass = state.pass_
+
+
+def _place(machine: SplitStride, decision: Decision) -> list[Job]:
+    """Take the decision's placements; the jobs placed on other servers than before."""
+    pool_of = {node.node_id: node.generation for node in machine.schedulable()}
+    moved: list[Job] = []
+    for key, servers in decision.placed.items():
+        job = machine.jobs[key]
+        if job.servers != servers:
+            job.servers, job.generation = servers, pool_of[servers[0]]
+            moved.append(job)
+    return moved
+
+
+def _pick_indices(
+    job: Job, node_id: str, free: list[int], need: int, parked: Mapping[str, tuple[int, ...]]
+) -> list[int]:
+    """`need` of the `free` indices of `node_id` for `job`: the ones it is parked on there,
+    when free (it then resumes in place, without a checkpoint); else preferably ones no other
+    job is parked on (`parked`: `SplitStride.parked_on(node_id)`, looked up once per node);
+    else the lowest."""
+    if job.parked is not None and job.parked[0] == node_id:
+        own = [i for i in job.parked[1] if i in free]
+        if len(own) == need:
+            return own
+    reserved = {i for key, indices in parked.items() if key != job.key for i in indices}
+    unclaimed = [i for i in free if i not in reserved]
+    claimed = [i for i in free if i in reserved]
+    return (unclaimed + claimed)[:need]
+
+
+def _start_on(
+    machine: SplitStride, job: Job, servers: tuple[str, ...], now: float
+) -> tuple[ServerTurn, ...] | None:
+    """Start `job` on `servers` with free GPU indices there; None when they are not free."""
+    key = job.key
+    sizes = machine.sizes()
+    before = job.servers, job.generation
+    job.servers = servers
+    picks: dict[str, tuple[int, ...]] = {}
+    for node_id in servers:
+        need = job.gpus_on(node_id, sizes)
+        free = machine.free_indices(node_id)
+        if key not in machine.held_back:
+            free = free[: max(0, len(free) - machine.promised(node_id, sizes))]
+        if len(free) < need:
+            job.servers = before[0]
+            return None
+        parked = machine.parked_on(node_id)
+        picks[node_id] = tuple(_pick_indices(job, node_id, free, need, parked))
+    machine.held_back.discard(key)
+    if servers != before[0]:
+        node = machine.nodes.get(servers[0])
+        job.generation = node.generation if node is not None else before[1]
+    quantum = max(machine.quantum - 1, 0)
+    turns = []
+    for node_id, indices in picks.items():
+        start = _start(machine, job, node_id, indices, now, quantum)
+        running = tuple(machine.holders(node_id))
+        turns.append(ServerTurn(node_id, quantum, len(servers) > 1, (), (start,), running))
+    return tuple(turns)
+
+
+def _start(
+    machine: SplitStride,
+    job: Job,
+    node_id: str,
+    indices: tuple[int, ...],
+    now: float,
+    quantum: int,
+) -> Start:
+    stay = job.stays.get(node_id)
+    pending = stay.pending_suspends if stay is not None else 0
+    machine.reside(job, Stay(node_id, Phase.STARTING, job.attempt, indices, now, quantum, pending))
+    release = None
+    if job.parked is not None and job.parked[0] != node_id:
+        # Parked elsewhere: that node checkpoints it, and this one waits for the checkpoint.
+        release, job.parked = job.parked[0], None
+    return Start(
+        job.user, job.job_id, job.attempt, node_id, indices, job.servers, job.generation, release
+    )
+
+
+def _stop(job: Job, stay: Stay, now: float, quantum: int, *, drain: bool = False) -> Stop:
+    if stay.attempt < job.attempt:
+        # That attempt failed and was retried: its leftover processes are of no use.
+        del job.stays[stay.node_id]
+        return Stop(
+            job.user,
+            job.job_id,
+            stay.node_id,
+            stay.attempt,
+            f"attempt {stay.attempt} was superseded",
+        )
+    if drain:
+        reason = StopReason.DRAIN
+    elif stay.node_id not in job.servers:
+        reason = StopReason.MIGRATION
+    else:
+        reason = StopReason.TIME_SLICE
+    stay.unconfirmed = stay.phase is Phase.STARTING
+    stay.phase = Phase.SUSPENDING
+    stay.pending_suspends += 1
+    stay.since = now
+    stay.quantum = quantum
+    return Stop(job.user, job.job_id, stay.node_id, stay.attempt, reason)
+
+
+def _placement(job: Job) -> Placement:
+    assert job.generation is not None
+    return Placement(job.user, job.job_id, job.servers, job.generation)

@@ -1,0 +1,232 @@
+"""Split-stride's state machine (`gfair.core.split_stride`) to and from the `StrideRecord` kept in
+`gfair_stride`: times in seconds since the epoch in the machine, aware datetimes in the record;
+the node inventory and the ids of the events applied, which the machine does not hold, beside.
+
+A record holds every job: `Records` builds a job's part (and a profile's) again only when it
+changed since the last write, so that a write costs what changed, not the whole cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+
+from gfair.core.kernel import UserState
+from gfair.core.split_stride import Job, Node, NodeHealth, Phase, Saved, SplitStride, Stay
+from gfair.core.split_stride.residency import Switches
+from gfair.core.switch_costs import MeasuredSwitches
+from gfair.state.profile_record import type_key
+from gfair.state.stride_record import (
+    Phase as RecordPhase,
+)
+from gfair.state.stride_record import (
+    Residency,
+    ServerRecord,
+    StrideJob,
+    StrideRecord,
+    StrideUser,
+    SwitchMeasurements,
+    TypeProfile,
+)
+from gfair_services.inventory import NodeEntry, NodeInventory
+
+
+def seconds(at: datetime) -> float:
+    return at.timestamp()
+
+
+def moment(at: float) -> datetime:
+    return datetime.fromtimestamp(at, UTC)
+
+
+def node(entry: NodeEntry) -> Node:
+    return Node(entry.node_id, entry.generation, entry.gpu_indices, NodeHealth(entry.state.value))
+
+
+def nodes(inventory: NodeInventory) -> tuple[Node, ...]:
+    return tuple(node(entry) for entry in inventory.nodes.values())
+
+
+def inventory(record: StrideRecord) -> NodeInventory:
+    return NodeInventory(
+        NodeEntry(s.node_id, s.generation, s.gpu_indices, s.state, s.changed_at, s.hostname)
+        for s in record.servers.values()
+    )
+
+
+def saved(record: StrideRecord) -> Saved:
+    """What the machine is restored from."""
+    return Saved(
+        usage_since=seconds(record.usage_since),
+        quantum=record.quantum,
+        last_tick_at=None if record.last_tick_at is None else seconds(record.last_tick_at),
+        seq=record.seq,
+        users={
+            name: UserState(name, user.seq, credit=dict(user.credit))
+            for name, user in record.users.items()
+        },
+        profiles={
+            user: {profile.job_type: dict(profile.rates) for profile in types.values()}
+            for user, types in record.profiles.items()
+        },
+        nodes=nodes(inventory(record)),
+        jobs={key: _job(j) for key, j in record.jobs.items()},
+        usage={u: dict(p) for u, p in record.usage.items()},
+        entitlements={u: dict(p) for u, p in record.entitlements.items()},
+        entitlements_revision=record.entitlements_revision,
+    )
+
+
+class Records:
+    def __init__(self) -> None:
+        self._jobs: dict[str, tuple[tuple[object, ...], StrideJob]] = {}
+        self._profiles: dict[
+            tuple[str, str | None], tuple[Mapping[str, float], tuple[str, TypeProfile]]
+        ] = {}
+
+    def record(
+        self,
+        machine: SplitStride,
+        servers: NodeInventory,
+        epoch: str,
+        applied: Iterable[str],
+        now: datetime,
+    ) -> StrideRecord:
+        state = machine.saved()
+        return StrideRecord(
+            epoch=epoch,
+            quantum=state.quantum,
+            last_tick_at=None if state.last_tick_at is None else moment(state.last_tick_at),
+            seq=state.seq,
+            users={
+                name: StrideUser(seq=user.seq, credit=user.credit)
+                for name, user in state.users.items()
+            },
+            profiles={
+                user: dict(
+                    self._profile_record(user, job_type, rates) for job_type, rates in types.items()
+                )
+                for user, types in state.profiles.items()
+            },
+            servers={
+                e.node_id: ServerRecord(
+                    node_id=e.node_id,
+                    generation=e.generation,
+                    gpu_indices=e.gpu_indices,
+                    state=e.state,
+                    changed_at=e.changed_at,
+                    hostname=e.hostname,
+                )
+                for e in servers.nodes.values()
+            },
+            jobs={key: self._job_record(key, job) for key, job in state.jobs.items()},
+            usage=state.usage,
+            usage_since=moment(state.usage_since),
+            entitlements=state.entitlements,
+            entitlements_revision=state.entitlements_revision,
+            applied_event_ids=tuple(applied),
+            updated_at=now,
+        )
+
+    def _profile_record(
+        self, user: str, job_type: str | None, rates: Mapping[str, float]
+    ) -> tuple[str, TypeProfile]:
+        # The machine replaces a profile's rates when they change: the same rates object is
+        # the same record (its key a digest, not worth working out again at every write).
+        cached = self._profiles.get((user, job_type))
+        if cached is not None and cached[0] is rates:
+            return cached[1]
+        made = type_key(job_type), TypeProfile(job_type=job_type, rates=rates)
+        self._profiles[(user, job_type)] = (rates, made)
+        return made
+
+    def _job_record(self, key: str, job: Job) -> StrideJob:
+        signature = job.signature()
+        cached = self._jobs.get(key)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        record = _record(job)
+        self._jobs[key] = (signature, record)
+        return record
+
+
+def _stay(record: Residency) -> Stay:
+    return Stay(
+        record.node_id,
+        Phase(record.phase.value),
+        record.attempt,
+        record.gpu_indices,
+        seconds(record.since),
+        record.quantum,
+        record.pending_suspends,
+        record.unconfirmed,
+    )
+
+
+def _residency(stay: Stay) -> Residency:
+    return Residency(
+        node_id=stay.node_id,
+        phase=RecordPhase(stay.phase.value),
+        attempt=stay.attempt,
+        gpu_indices=stay.gpu_indices,
+        since=moment(stay.since),
+        quantum=stay.quantum,
+        pending_suspends=stay.pending_suspends,
+        unconfirmed=stay.unconfirmed,
+    )
+
+
+def _job(record: StrideJob) -> Job:
+    switches = record.switches
+    return Job(
+        user=record.user,
+        job_id=record.job_id,
+        gpus=record.gpus,
+        weight=record.weight,
+        job_type=record.job_type,
+        seq=record.seq,
+        stride_pass=record.stride_pass,
+        generation=record.generation,
+        servers=record.servers,
+        attempt=record.attempt,
+        runnable_at=None if record.runnable_at is None else seconds(record.runnable_at),
+        exited=record.exited,
+        stays={r.node_id: _stay(r) for r in record.residency},
+        array=record.array,
+        array_limit=record.array_limit,
+        switches=None
+        if switches is None
+        else Switches(
+            switches.reports,
+            MeasuredSwitches(switches.yield_s, switches.resume_in_place_s, switches.cold_start_s),
+        ),
+    )
+
+
+def _record(job: Job) -> StrideJob:
+    switches = job.switches
+    return StrideJob(
+        user=job.user,
+        job_id=job.job_id,
+        gpus=job.gpus,
+        weight=job.weight,
+        job_type=job.job_type,
+        seq=job.seq,
+        stride_pass=job.stride_pass,
+        generation=job.generation,
+        servers=job.servers,
+        attempt=job.attempt,
+        runnable_at=None if job.runnable_at is None else moment(job.runnable_at),
+        exited=job.exited,
+        residency=tuple(_residency(s) for s in job.stays.values()),
+        array=job.array,
+        array_limit=job.array_limit,
+        switches=None
+        if switches is None
+        else SwitchMeasurements(
+            reports=switches.reports,
+            yield_s=switches.measured.yield_s,
+            resume_in_place_s=switches.measured.resume_in_place_s,
+            cold_start_s=switches.measured.cold_start_s,
+        ),
+    )
