@@ -182,7 +182,9 @@ class SplitStrideService:
             ack_wait_s=ack_wait_s,
             settle=self._settler("shares"),
         )
-        service.add_timer(self.settings.quantum_s, self.on_tick, name="quantum")
+        service.add_timer(
+            self.settings.quantum_s, self.on_tick, name="quantum", first_in=self._first_tick_in
+        )
         service.on_start(self.start)
         return service
 
@@ -219,6 +221,15 @@ class SplitStrideService:
         self._ledger = Ledger(record, self.settings, estimator)
         self._loads += 1
         self._dirty = False
+
+    def _first_tick_in(self) -> float:
+        """Seconds to the next tick of the grid the last tick set, across a restart too: a
+        restarted split-stride decides when the quantum it took over ends (at once when that
+        is past), not a whole quantum after it came back."""
+        last = self.ledger.last_tick_at
+        if last is None:
+            return self.settings.quantum_s
+        return self.settings.quantum_s - (self.clock() - last).total_seconds()
 
     # -- handlers -------------------------------------------------------------------------------
 
