@@ -48,10 +48,11 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
 import nats
 from nats.aio.msg import Msg
@@ -67,7 +68,7 @@ from gfair.client.job_history import (
     job_history,
     most_nodes_at_once,
 )
-from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
+from gfair.embedded_cluster import ClusterError, ClusterOptions, EmbeddedCluster
 from gfair.events.commands import MigrateCommand, ResumeCommand, StartCommand, SuspendCommand
 from gfair.events.jobs import (
     JobAccepted,
@@ -133,17 +134,17 @@ class Recorder:
             self.applied.setdefault(envelope["causation_id"], at)
         self.changed.set()
 
-    async def until(self, done: str, check: object, timeout_s: float) -> None:
-        """Until `check()` holds; `TimeoutError` naming `done` past `timeout_s`."""
-        assert callable(check)
+    async def until(self, check: Callable[[], object], timeout_s: float) -> bool:
+        """Until `check()` holds (True), or `timeout_s` passed (False)."""
         deadline = time.monotonic() + timeout_s
         while not check():
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"not {done} within {timeout_s:g}s")
+                return False
             self.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), min(left, 1.0))
+        return True
 
     def ticks_after(self, since: datetime) -> list[datetime]:
         return [t for t in self.ticks if t > since]
@@ -172,6 +173,7 @@ class Result:
     overlaps: int
     gpu_intervals: int
     timings_s: dict[str, float]
+    notes: list[str]
 
 
 def _memory_mib(pid: int | None, key: str) -> float:
@@ -273,12 +275,15 @@ class Plan:
     heartbeat_s: float
     progress_s: float
     max_payload_mib: int
+    # How long admitting every job, and cancelling every job, may take.
+    stage_timeout_s: float
 
 
 async def measure(servers: int, plan: Plan) -> Result:
     gpus = servers * 8
     jobs = _jobs(int(gpus * plan.jobs_per_gpu))
     timings: dict[str, float] = {}
+    notes: list[str] = []
     began = time.monotonic()
     quantum_s = plan.quantum_s
     with tempfile.TemporaryDirectory(prefix="gfair-scale-") as tmp:
@@ -306,24 +311,25 @@ async def measure(servers: int, plan: Plan) -> Result:
             await _publish_all(publisher, jobs)
             timings["submit"] = time.monotonic() - mark
             mark = time.monotonic()
-            await recorder.until(
-                "every job admitted", lambda: len(recorder.accepted) >= len(jobs), 600.0
-            )
+            if not await recorder.until(
+                lambda: len(recorder.accepted) >= len(jobs), plan.stage_timeout_s
+            ):
+                notes.append(
+                    f"admitted {len(recorder.accepted):,} of {len(jobs):,} jobs within "
+                    f"{plan.stage_timeout_s:g} s; measured as it was"
+                )
             timings["admit"] = time.monotonic() - mark
             first = len(recorder.ticks) + plan.warmup
-            longest = quantum_s * 4 + 120
-            await recorder.until(
-                "warm", lambda: len(recorder.ticks) > first, (plan.warmup + 1) * longest
-            )
+            longest = quantum_s * 2 + 60
+            await recorder.until(lambda: len(recorder.ticks) > first, (plan.warmup + 1) * longest)
             pids = {name: child.pid for name, child in cluster.children.items()}
             pids.update(brokers_of(os.getpid()))
             cpu_before, events_before = cpu_seconds(pids), await _stored_events(bus)
             mark = time.monotonic()
             # One tick past the last measured quantum closes it.
             last = first + plan.quanta
-            await recorder.until(
-                "measured", lambda: len(recorder.ticks) > last, plan.quanta * longest
-            )
+            if not await recorder.until(lambda: len(recorder.ticks) > last, plan.quanta * longest):
+                notes.append(f"ticks: {len(recorder.ticks) - first} of {plan.quanta + 1} came")
             await asyncio.sleep(min(quantum_s / 2, 10.0))  # the last quantum's commands applied
             elapsed = time.monotonic() - mark
             cpu_after = cpu_seconds(pids)
@@ -333,9 +339,13 @@ async def measure(servers: int, plan: Plan) -> Result:
             serving_s, decision_s = await _restart(cluster, recorder, quantum_s)
             mark = time.monotonic()
             await _cancel_all(publisher, jobs)
-            await recorder.until(
-                "every job cancelled", lambda: len(recorder.cancelled) >= len(jobs), 600.0
-            )
+            if not await recorder.until(
+                lambda: len(recorder.cancelled) >= len(jobs), plan.stage_timeout_s
+            ):
+                notes.append(
+                    f"cancelled {len(recorder.cancelled):,} of {len(jobs):,} jobs within "
+                    f"{plan.stage_timeout_s:g} s: the others count as without an end"
+                )
             timings["cancel"] = time.monotonic() - mark
             mark = time.monotonic()
             history = await job_history(bus, only=REPLAYED)
@@ -353,7 +363,7 @@ async def measure(servers: int, plan: Plan) -> Result:
     deciding: list[float] = []
     per_quantum: list[int] = []
     unapplied = 0
-    for k in range(first, last):
+    for k in range(first, min(last, len(ticks) - 1)):
         begin, end = ticks[k], ticks[k + 1]
         sent = [c for c, at in recorder.commands.items() if begin <= at < end]
         done = [recorder.applied[c] for c in sent if c in recorder.applied]
@@ -388,6 +398,7 @@ async def measure(servers: int, plan: Plan) -> Result:
         overlaps=len(overlaps),
         gpu_intervals=intervals,
         timings_s=timings,
+        notes=notes,
     )
 
 
@@ -401,13 +412,9 @@ async def _restart(
     serving: float | None = None
     try:
         serving = await cluster.wait_serving(SPLIT_STRIDE, killed_at, timeout_s=300.0)
-    except Exception as error:  # reported as not served: the run goes on to its checks
+    except ClusterError as error:  # reported as not served: the run goes on to its checks
         print(f"split-stride did not serve again: {error}", file=sys.stderr)
-    try:
-        await recorder.until(
-            "deciding again", lambda: recorder.ticks_after(killed_at), quantum_s * 2 + 300
-        )
-    except TimeoutError:
+    if not await recorder.until(lambda: recorder.ticks_after(killed_at), quantum_s * 2 + 300):
         return serving, None
     return serving, (recorder.ticks_after(killed_at)[0] - killed_at).total_seconds()
 
@@ -427,11 +434,11 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-def report(results: list[Result], plan: Plan) -> None:
+def report(results: list[Result], plan: Plan, out: TextIO = sys.stdout) -> None:
     heads = [f"{r.servers:,} servers ({r.gpus:,} GPUs, {r.jobs:,} jobs)" for r in results]
     quanta = plan.quanta
-    print(_row("", heads))
-    print("|---|" + "---|" * len(results))
+    print(_row("", heads), file=out)
+    print("|---|" + "---|" * len(results), file=out)
     rows: list[tuple[str, list[str]]] = [
         (f"tick to last command applied, median of {quanta} quanta",
          [_ms(r.tick_to_applied_s, "median") for r in results]),
@@ -458,7 +465,7 @@ def report(results: list[Result], plan: Plan) -> None:
          [f"{r.overlaps} (of {r.gpu_intervals:,})" for r in results]),
     ]  # fmt: skip
     for label, values in rows:
-        print(_row(label, values))
+        print(_row(label, values), file=out)
     names: dict[str, None] = {}
     for r in results:
         names.update(dict.fromkeys(r.cpu_s))
@@ -467,16 +474,18 @@ def report(results: list[Result], plan: Plan) -> None:
             f"{r.cpu_s.get(name, 0.0) / quanta:.1f} / {r.rss_mib.get(name, 0.0):,.0f} / "
             f"{r.peak_mib.get(name, 0.0):,.0f}"
             for r in results
-        ]))  # fmt: skip
+        ]), file=out)  # fmt: skip
     print(_row("seconds: start / submit / admit / cancel / replay / whole run", [
         " / ".join(f"{r.timings_s.get(k, 0.0):.0f}"
                    for k in ("start", "submit", "admit", "cancel", "replay", "total"))
         for r in results
-    ]))  # fmt: skip
+    ]), file=out)  # fmt: skip
     for r in results:
+        for note in r.notes:
+            print(f"\n{r.servers} servers: {note}", file=out)
         if r.suspicions:
             shown = ", ".join(r.suspicions[:10])
-            print(f"\n{r.servers} servers, the failure detector's verdicts: {shown}")
+            print(f"\n{r.servers} servers, the failure detector's verdicts: {shown}", file=out)
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -489,11 +498,13 @@ async def main_async(args: argparse.Namespace) -> None:
         heartbeat_s=args.heartbeat,
         progress_s=args.progress,
         max_payload_mib=args.max_payload,
+        stage_timeout_s=args.stage_timeout,
     )
     results = []
     for servers in args.servers:
         print(f"... {servers} virtual servers", file=sys.stderr, flush=True)
         results.append(await measure(servers, plan))
+        report(results[-1:], plan, out=sys.stderr)  # kept, should a later size not finish
     print(
         f"\nquantum {plan.quantum_s:g} s, {plan.quanta} quanta measured after {plan.warmup}; "
         f"heartbeats every {plan.heartbeat_s:g} s, progress every {plan.progress_s:g} s, "
@@ -512,6 +523,9 @@ def main() -> None:
     parser.add_argument("--heartbeat", type=float, default=5.0)
     parser.add_argument("--progress", type=float, default=1.0)
     parser.add_argument("--max-payload", type=int, default=64, help="the broker's, MiB")
+    parser.add_argument(
+        "--stage-timeout", type=float, default=600.0, help="admitting, cancelling: seconds"
+    )
     asyncio.run(main_async(parser.parse_args()))
 
 
