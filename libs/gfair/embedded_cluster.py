@@ -49,7 +49,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -101,6 +101,8 @@ VIRTUAL_NODES = "virtual-nodes"
 # Tenants' reads; it decides nothing and consumes no stream.
 QUERY_SERVICE = "query"
 EVENT_ID_KEY_FILE = "event-id.key"
+# A pull a killed process left waiting expires within its fetch timeout (the runner's 1 s).
+_PULLS_EXPIRE = timedelta(seconds=2)
 # A JetStream cluster needs a quorum of its brokers; three survive the loss of one.
 BROKER_CLUSTER_NAME = "gfair"
 # Other ways to log in that a child could inherit from the environment of `gfair up`; with
@@ -150,6 +152,10 @@ class ClusterOptions:
     # Virtual nodes (`gfair up --virtual`): one process runs an executor per server, their
     # jobs virtual (no process per job; synthetic jobs only).
     virtual: bool = False
+    # The embedded brokers' largest message, in bytes; None: nats-server's 1 MiB. Split-stride
+    # stores its whole state as one message, past 1 MiB from about 1,800 jobs on
+    # (docs/benchmarks.md, "The control plane at scale").
+    max_payload: int | None = None
 
     def __post_init__(self) -> None:
         if self.brokers < 1:
@@ -203,6 +209,7 @@ class Child:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.started_at: datetime | None = None  # when the current process was started
         self.crashes: list[int] = []  # exit codes of unexpected exits
         self.kills = 0  # exits asked for by `EmbeddedCluster.kill`, not yet seen
         # Killed on purpose and left down until `EmbeddedCluster.revive`.
@@ -242,6 +249,7 @@ class Child:
             umask=0o077,
         )
         self.starts += 1
+        self.started_at = datetime.now(UTC)
         self.exit_seen = False
 
     @property
@@ -453,6 +461,7 @@ class EmbeddedCluster:
                     log_file=self.logs_dir / f"nats-server-{index}.log",
                     config_file=config_file,
                     env=server_env,
+                    max_payload=self.options.max_payload,
                 )
                 for index in range(count)
             ]
@@ -482,6 +491,7 @@ class EmbeddedCluster:
                     log_file=self.logs_dir / "nats-server.log",
                     config_file=config_file,
                     env=server_env,
+                    max_payload=self.options.max_payload,
                 )
             )
             self._brokers = [broker]
@@ -587,10 +597,17 @@ class EmbeddedCluster:
             return False
         return True
 
-    async def _consuming(self, bus: NatsBus, services: set[str]) -> set[str]:
-        """Services with a consumer that a live process is pulling from right now."""
+    async def _consuming(
+        self, bus: NatsBus, services: set[str], incarnation: datetime | None = None
+    ) -> set[str]:
+        """Services with a consumer that a live process is pulling from right now.
+
+        With `incarnation` (when the process started), only its own pulls count: a delivery
+        it acknowledged, or a pull waiting once the killed process's pulls have expired.
+        """
         js = bus.client.jetstream()
         pulling: set[str] = set()
+        expired = incarnation is not None and datetime.now(UTC) >= incarnation + _PULLS_EXPIRE
         for stream in STREAMS:
             try:
                 consumers = await js.consumers_info(stream.name)
@@ -598,7 +615,13 @@ class EmbeddedCluster:
                 continue
             for info in consumers:
                 name = info.name or ""
-                if (info.num_waiting or 0) > 0 or (info.num_ack_pending or 0) > 0:
+                waiting = (info.num_waiting or 0) > 0
+                if incarnation is None:
+                    pulled = waiting or (info.num_ack_pending or 0) > 0
+                else:
+                    acked = info.ack_floor.last_active if info.ack_floor else None
+                    pulled = (acked is not None and acked >= incarnation) or (waiting and expired)
+                if pulled:
                     pulling.update(s for s in services if name.startswith(f"{s}-"))
         return pulling
 
@@ -710,22 +733,28 @@ class EmbeddedCluster:
     async def wait_serving(self, name: str, since: datetime, timeout_s: float = 60.0) -> float:
         """Until child `name` serves again after `since`; the seconds it took from `since`.
 
-        A node executor serves once it has registered after `since`; the query service once it
-        answers; any other service once a live process of it pulls from its consumers.
+        A node executor serves once it has registered after `since` (on a virtual cluster,
+        `name` is one of its servers, whose executor runs in the `VIRTUAL_NODES` child); the
+        query service once it answers; any other service once a live process of it pulls from
+        its consumers: where the child was restarted after `since`, its new process, not what
+        the killed one left (unacknowledged deliveries, pulls not yet expired).
         """
+        child = self.children[VIRTUAL_NODES if self._is_virtual_node(name) else name]
         bus = await NatsBus.connect(self.bus_options("gfair-up-probe"))
         deadline = time.monotonic() + timeout_s
         try:
             while True:
-                child = self.children[name]
-                if child.alive:
+                started = child.started_at
+                restarted = started if started is not None and started > since else None
+                # A process killed but not yet seen gone serves no more, whatever it left.
+                if child.alive and not child.kills:
                     if child.module == NODE_EXECUTOR:
                         if name in await self._registered_since(bus, since):
                             break
                     elif child.module == QUERY_SERVICE:
                         if await self._answering(bus):
                             break
-                    elif await self._consuming(bus, {name.replace("_", "-")}):
+                    elif await self._consuming(bus, {name.replace("_", "-")}, restarted):
                         break
                 if time.monotonic() > deadline:
                     raise ClusterError(f"{name} not serving {timeout_s:g}s after {since}")
@@ -733,6 +762,9 @@ class EmbeddedCluster:
         finally:
             await bus.close()
         return (datetime.now(UTC) - since).total_seconds()
+
+    def _is_virtual_node(self, name: str) -> bool:
+        return self.options.virtual and name in self.node_ids and name not in self.children
 
     # -- stop -----------------------------------------------------------------------------------
 

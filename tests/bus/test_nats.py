@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import socket
 import time
 from collections import Counter
@@ -13,6 +15,7 @@ from typing import Any
 import nats.js.errors
 import pytest
 
+from gfair.bus import nats_consumer
 from gfair.bus.key_value import KvConflict
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.publisher import EventPublisher
@@ -203,6 +206,53 @@ async def test_a_consumer_deleted_between_fetches_is_declared_again(
     while not received and time.monotonic() < deadline:
         received = [d.data for d in await consumer.fetch(10, 0.2)]
     assert received == [b"after"]
+    await consumer.close()
+    await bus.close()
+
+
+class _Warnings:
+    """Stands in for a module's logger: keeps what it warns about."""
+
+    def __init__(self, warned: list[str]) -> None:
+        self.warned = warned
+
+    def warning(self, event: str, **_: Any) -> None:
+        self.warned.append(event)
+
+    def info(self, event: str, **_: Any) -> None:
+        pass
+
+
+async def test_an_answer_read_late_is_not_taken_for_silence(
+    nats_server: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Virtual nodes run a thousand consumers on one connection: when the process falls behind,
+    # the answer to an expired request is read late, and the consumer was declared again for
+    # nothing, adding to the load that made it late.
+    bus = await connect(nats_server)
+    await bus.ensure_topology(TOPOLOGY)
+    consumer = await bus.consume(ConsumerSpec(stream=STREAM, durable="late", ack_wait_s=2.0))
+    broker = nats_server.pid
+    assert broker is not None
+    warnings: list[str] = []
+    monkeypatch.setattr(nats_consumer, "_log", _Warnings(warnings))
+    os.kill(broker, signal.SIGSTOP)  # the broker falls behind: it answers nothing for a while
+    try:
+        assert await consumer.fetch(10, 0.2) == []
+        await asyncio.sleep(1.5)  # past the request's expiry and the grace for silence
+    finally:
+        os.kill(broker, signal.SIGCONT)
+    # This process is busy meanwhile (blocking on purpose): the broker's answer waits unread.
+    time.sleep(0.5)  # noqa: ASYNC251
+    assert await consumer.fetch(10, 0.2) == []
+    assert warnings == []
+    await bus.publish("bustest.ping.a", b"later", msg_id="later")
+    received: list[bytes] = []
+    deadline = time.monotonic() + 10.0
+    while not received and time.monotonic() < deadline:
+        received = [d.data for d in await consumer.fetch(10, 0.2)]
+    assert received == [b"later"]
+    assert warnings == []
     await consumer.close()
     await bus.close()
 

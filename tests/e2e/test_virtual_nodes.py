@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 
 import pytest
 
@@ -78,3 +79,26 @@ async def test_two_users_share_twenty_virtual_servers_by_tickets_and_their_jobs_
         details = await client.job("bob", "bob-0")
         kinds = [type(e.data).__name__ for e in details.events]
         assert kinds.count("JobExited") == 1 and "JobSuspended" in kinds
+
+
+async def test_a_virtual_node_and_a_killed_service_are_waited_for_until_they_serve_again(
+    start_cluster: StartCluster,
+) -> None:
+    async with start_cluster(cluster="v100:3x2", quantum_s=1.0, virtual=True) as cluster:
+        nodes = cluster.children[VIRTUAL_NODES]
+        killed_at = datetime.now(UTC)
+        cluster.kill(VIRTUAL_NODES)
+        # A server of the virtual cluster serves once the restarted process registered it.
+        await cluster.wait_serving("v100-1", since=killed_at, timeout_s=60)
+        assert nodes.starts == 2 and nodes.started_at is not None
+        assert nodes.started_at > killed_at
+
+        split_stride = cluster.children["split_stride"]
+        killed_at = datetime.now(UTC)
+        cluster.kill("split_stride")
+        # Not the killed process's unexpired pulls: the new process's own.
+        await cluster.wait_serving("split_stride", since=killed_at, timeout_s=60)
+        assert split_stride.starts == 2 and split_stride.alive
+        assert split_stride.started_at is not None and split_stride.started_at > killed_at
+        with pytest.raises(KeyError):
+            await cluster.wait_serving("v100-9", since=killed_at, timeout_s=1)

@@ -16,13 +16,13 @@ from functools import partial
 import pytest
 
 from gfair.client import GfairClient
+from gfair.client.job_history import Outcomes, gpu_overlaps, job_history, story
 from gfair.embedded_cluster import SCHEDULER_SERVICES
 from gfair.events.states import JobState
 from gfair.events.subjects import JOBS_STREAM
 from gfair.state.buckets import JOBS, STRIDE
 
 from .conftest import StartCluster, client_of, finished, patiently
-from .job_history import Outcomes, gpu_overlaps, job_history, story
 from .workload import RESNET, synthetic
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
@@ -81,7 +81,7 @@ async def test_losing_one_of_three_brokers_loses_no_event_and_no_job(
         stuck = [job for job, end in zip(waits, ends, strict=True) if not isinstance(end, JobState)]
         if stuck:
             # What the stream and the scheduler say of each, for whoever reads a red run.
-            history = await patiently(partial(job_history, client))
+            history = await patiently(partial(job_history, client.bus))
             lines = [line for job in stuck for line in [str(job), *story(history, job)]]
             for user, job_id in stuck:
                 lines.append(f"why {user}/{job_id}: {await client.why(user, job_id)}")
@@ -91,7 +91,7 @@ async def test_losing_one_of_three_brokers_loses_no_event_and_no_job(
             job for job, end in zip(waits, ends, strict=True) if end != JobState.COMPLETED
         ]
         if unfinished:  # with their stories, for whoever reads a red run
-            history = await patiently(partial(job_history, client))
+            history = await patiently(partial(job_history, client.bus))
             lines = [line for job in unfinished for line in [str(job), *story(history, job)]]
             raise AssertionError("did not complete:\n" + "\n".join(lines))
         all_done_s = time.monotonic() - killed_at
@@ -100,7 +100,7 @@ async def test_losing_one_of_three_brokers_loses_no_event_and_no_job(
             await cluster.wait_serving(name, since=killed_when, timeout_s=30)
         await cluster.restart_broker(0)
         after = await stored(client)
-        history = await patiently(partial(job_history, client))
+        history = await patiently(partial(job_history, client.bus))
         restarts = {n: c.restarts for n, c in cluster.children.items() if c.restarts}
 
     assert set(replicas.values()) == {3}, replicas

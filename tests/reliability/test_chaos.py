@@ -23,13 +23,20 @@ from datetime import UTC, datetime
 import pytest
 
 from gfair.client import GfairClient
+from gfair.client.job_history import (
+    Job,
+    Outcomes,
+    gpu_overlaps,
+    job_history,
+    most_nodes_at_once,
+    story,
+)
 from gfair.embedded_cluster import EmbeddedCluster
 from gfair.events.jobs import JobCompleted, JobFailed, JobSuspended
 from gfair.events.reasons import FailureClass, SuspendReason
 from gfair.events.states import JobState
 
 from .conftest import StartCluster, client_of, finished, patiently
-from .job_history import Job, Outcomes, gpu_overlaps, job_history, most_nodes_at_once, story
 from .workload import RESNET, synthetic
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -142,7 +149,7 @@ async def test_a_hundred_jobs_survive_every_service_and_a_node_being_killed(
         await asyncio.gather(submit_all(client, jobs, rng), chaos.run(began))
         states = await asyncio.gather(*(finished(client, j.user, j.job_id, 300) for j in jobs))
         took_s = time.monotonic() - began
-        history = await patiently(lambda: job_history(client))
+        history = await patiently(lambda: job_history(client.bus))
         records = {(r.user, r.job_id): r for r in await patiently(client.jobs)}
         restarts = {name: child.restarts for name, child in cluster.children.items()}
         alive = {name: child.alive for name, child in cluster.children.items()}

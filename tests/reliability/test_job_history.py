@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gfair.client.job_history import Outcomes, gpu_overlaps, most_nodes_at_once
 from gfair.events.codec import DecodedEvent
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.jobs import (
@@ -14,8 +15,6 @@ from gfair.events.jobs import (
 )
 from gfair.events.reasons import FailureClass, MigrationReason, SuspendReason
 from gfair.events.submission import JobSubmitted
-
-from .job_history import Outcomes, gpu_overlaps, most_nodes_at_once
 
 
 def events(*payloads: EventData) -> list[DecodedEvent]:

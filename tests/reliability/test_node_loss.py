@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gfair.client import GfairClient
+from gfair.client.job_history import Outcomes, gpu_overlaps, job_history
 from gfair.events.codec import DecodedEvent, decode
 from gfair.events.jobs import JobCheckpointed, JobCompleted, JobResumed, JobStarted
 from gfair.events.nodes import NodeEvent, NodeFailed, NodeRecovered
@@ -24,7 +25,6 @@ from gfair.events.states import JobState
 from gfair.events.subjects import NODES_STREAM
 
 from .conftest import StartCluster, client_of, finished
-from .job_history import Outcomes, gpu_overlaps, job_history
 from .workload import RESNET, STEPS_PER_S, synthetic
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
@@ -84,7 +84,7 @@ async def test_a_dead_nodes_job_resumes_elsewhere_and_the_node_recovers(
         killed_jobs = cluster.kill_node(victim)
         before_kill = [
             e.data
-            for e in await job_history(client)
+            for e in await job_history(client.bus)
             if isinstance(e.data, JobCheckpointed) and e.data.job_id == "a"
         ]
         last_checkpoint = max(c.step for c in before_kill)
@@ -105,7 +105,7 @@ async def test_a_dead_nodes_job_resumes_elsewhere_and_the_node_recovers(
             client, NODES_STREAM.name, NodeRecovered, lambda d: d.node_id == victim, timeout_s=30
         )
         states = await asyncio.gather(*(finished(client, "alice", j, 120) for j in jobs))
-        history = await job_history(client)
+        history = await job_history(client.bus)
         failures = (await client.job("alice", "a")).failures
         lifecycle = [type(e).__name__ for e in await node_events(client, victim)]
 

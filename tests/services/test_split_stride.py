@@ -11,6 +11,7 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -540,6 +541,25 @@ async def test_a_restarted_split_stride_continues_where_it_stopped(
     assert holders[0] != holders[1] != holders[2] != holders[3]
     stored = await load_stride(await bus.key_value(STRIDE.name))
     assert stored is not None and stored.record.quantum == 4
+
+
+async def test_a_restarted_split_stride_decides_when_the_quantum_it_took_over_ends(
+    bus: InMemoryBus, probe: Probe, tmp_path: Path
+) -> None:
+    # A quantum of 60 s: coming back a whole quantum after a restart would leave the cluster
+    # undecided for up to twice that.
+    settings = Settings(quantum_s=60.0, checkpoint_root=tmp_path / "ck")
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        await state.on_tick()
+        last = state.machine.last_tick_at
+    assert last is not None
+    ticked = datetime.fromtimestamp(last, UTC)
+    # Back 59.5 s into that quantum (by its clock): the next tick is due in half a second.
+    later = SplitStrideService(settings, clock=lambda: ticked + timedelta(seconds=59.5))
+    async with ServiceRuntime(later.service(), bus, settings=FAST):
+        await probe.wait_for(SCHED, QuantumTicked, lambda found: len(found) == 2, timeout_s=5.0)
+    assert [t.quantum for t in probe.payloads(SCHED, QuantumTicked)] == [0, 1]
 
 
 async def test_usage_counts_gpu_seconds_per_user_and_pool(

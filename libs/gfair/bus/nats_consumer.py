@@ -186,6 +186,8 @@ class NatsPullConsumer:
             self._missing = False
             await self._declare_again("consumer missing, recreating", left)
         elif self._silent_after is not None and time.monotonic() > self._silent_after:
+            if await self._answered_unread(left):
+                return True
             # Deleted while no request was open, or declared again while its deletion was still
             # under way: requests to a consumer that does not exist go unanswered, or are
             # answered only by "no responders".
@@ -197,6 +199,20 @@ class NatsPullConsumer:
             await asyncio.sleep(min(left, 0.1))
             return False
         return True
+
+    async def _answered_unread(self, left: float) -> bool:
+        """Whether the server did answer, and this process was too busy to read it in time.
+
+        A process whose loop is held up (hundreds of consumers on one connection, virtual
+        nodes) reads the answer to an expired request late. After a round trip to the server,
+        whatever it sent before is read: an answer found then means the consumer is there, and
+        declaring it again would only add to the load that made the answer late.
+        """
+        try:
+            await self._client.flush(timeout=max(left, 0.5))
+        except (nats.errors.Error, TimeoutError):
+            return False
+        return not self._queue.empty()
 
     async def _declare_again(self, why: str, left: float) -> None:
         _log.warning(why, consumer=self._spec.durable)

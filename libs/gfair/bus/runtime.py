@@ -110,7 +110,8 @@ class ServiceRuntime:
 
     async def _run_timer(self, timer: Timer) -> None:
         # Ticks are scheduled on a fixed grid so a slow callback does not shift later ones.
-        next_at = time.monotonic() + timer.interval_s
+        first_s = timer.interval_s if timer.first_in is None else max(timer.first_in(), 0.0)
+        next_at = time.monotonic() + first_s
         while not self._stopping.is_set():
             try:
                 await asyncio.wait_for(self._stopping.wait(), max(next_at - time.monotonic(), 0))

@@ -56,6 +56,8 @@ class NatsServerConfig:
     routes: tuple[str, ...] = ()
     log_file: Path | None = None
     extra_args: tuple[str, ...] = ()
+    # The largest message the server takes, in bytes; None: nats-server's own (1 MiB).
+    max_payload: int | None = None
     # Variables the server gets on top of this process's own: what `$NAME` in `config_file`
     # refers to (passwords, say), which need not then pass through this process's environment.
     env: Mapping[str, str] = field(default_factory=dict, repr=False, hash=False)
@@ -87,6 +89,10 @@ class EmbeddedNatsServer:
         return f"nats://{self._config.host}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
@@ -98,8 +104,9 @@ class EmbeddedNatsServer:
         cfg = self._config
         self._executable = self._binary or nats_server_binary()
         command = [str(self._executable)]
-        if cfg.config_file is not None:
-            command += ["-c", str(cfg.config_file)]
+        config_file = self._limits_file() if cfg.max_payload is not None else cfg.config_file
+        if config_file is not None:
+            command += ["-c", str(config_file)]
         command += ["-js", "-sd", str(cfg.store_dir), "-a", cfg.host]
         command += ["-p", str(self._port if self._port is not None else -1)]
         command += ["--ports_file_dir", str(ports_dir)]
@@ -115,6 +122,17 @@ class EmbeddedNatsServer:
             command += ["--routes", ",".join(cfg.routes)]
         command += list(cfg.extra_args)
         return command
+
+    def _limits_file(self) -> Path:
+        """A config file setting `max_payload` (there is no flag for it), the given config
+        file included."""
+        cfg = self._config
+        lines = [f"max_payload: {cfg.max_payload}"]
+        if cfg.config_file is not None:
+            lines.append(f'include "{os.path.relpath(cfg.config_file, cfg.store_dir)}"')
+        path = cfg.store_dir / "limits.conf"
+        path.write_text("\n".join(lines) + "\n")
+        return path
 
     def start(self, timeout_s: float = 10.0) -> str:
         """Start the server and wait until it accepts client connections; returns its URL."""

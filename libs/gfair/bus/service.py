@@ -140,6 +140,9 @@ class Timer:
     name: str
     interval_s: float
     callback: TimerCallback
+    # Seconds from the start to the first call (asked once the startup hooks ran); None:
+    # one interval. A timer can so keep a grid its service kept before a restart.
+    first_in: Callable[[], float] | None = None
 
 
 def accepted_models(handler: EventHandler) -> tuple[type[EventData], ...]:
@@ -283,11 +286,21 @@ class Service:
         return register
 
     def add_timer(
-        self, interval_s: float, callback: TimerCallback, *, name: str | None = None
+        self,
+        interval_s: float,
+        callback: TimerCallback,
+        *,
+        name: str | None = None,
+        first_in: Callable[[], float] | None = None,
     ) -> Timer:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
-        timer = Timer(name=name or callback.__name__, interval_s=interval_s, callback=callback)
+        timer = Timer(
+            name=name or callback.__name__,
+            interval_s=interval_s,
+            callback=callback,
+            first_in=first_in,
+        )
         self._timers.append(timer)
         return timer
 

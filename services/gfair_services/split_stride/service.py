@@ -216,7 +216,9 @@ class SplitStrideService:
             ack_wait_s=ack_wait_s,
             settle=self._settler("shares"),
         )
-        service.add_timer(self.settings.quantum_s, self.on_tick, name="quantum")
+        service.add_timer(
+            self.settings.quantum_s, self.on_tick, name="quantum", first_in=self._first_tick_in
+        )
         service.on_start(self.start)
         return service
 
@@ -263,6 +265,15 @@ class SplitStrideService:
     def to_record(self, now: datetime) -> StrideRecord:
         """The record of what split-stride holds now, written at `now`."""
         return self._records.record(self.machine, self.inventory, self._epoch, self._applied, now)
+
+    def _first_tick_in(self) -> float:
+        """Seconds to the next tick of the grid the last tick set, across a restart too: a
+        restarted split-stride decides when the quantum it took over ends (at once when that
+        is past), not a whole quantum after it came back."""
+        last = self.machine.last_tick_at
+        if last is None:
+            return self.settings.quantum_s
+        return self.settings.quantum_s - (record.seconds(self.clock()) - last)
 
     # -- handlers -------------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 Everything here reads the `GFAIR_JOBS` stream history (the source of truth, docs/design.md
 §3.3), not the services' own records, so a service that got its state wrong cannot also hide it.
+The reliability tests judge by it, and `bench.scale` counts with it the jobs lost, duplicated
+and GPUs double-booked at the end of a run.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from gfair.client import GfairClient
+from gfair.bus.transport import Bus
 from gfair.events.codec import DecodedEvent, decode
 from gfair.events.errors import InvalidEvent
 from gfair.events.jobs import (
@@ -32,10 +34,26 @@ TERMINAL = (JobCompleted, JobFailed, JobCancelled, JobRejected)
 Job = tuple[str, str]  # (user, job id)
 
 
-async def job_history(client: GfairClient) -> list[DecodedEvent]:
-    """Every decodable event of `GFAIR_JOBS`, in stream order."""
+# What a replay needs: submissions, where runs started and stopped, and how jobs ended; not
+# the progress, checkpoint and output reports, which outnumber the rest on a large cluster.
+REPLAYED: tuple[type[JobEvent], ...] = (
+    JobSubmitted,
+    JobStarted,
+    JobResumed,
+    JobSuspended,
+    JobMigrated,
+    JobExited,
+    JobRetried,
+    *TERMINAL,
+)
+
+
+async def job_history(bus: Bus, *, only: tuple[type[JobEvent], ...] = ()) -> list[DecodedEvent]:
+    """Every decodable event of `GFAIR_JOBS`, in stream order; with `only`, of those types
+    (filtered by the broker, by subject)."""
     events = []
-    async for message in client.bus.history(JOBS_STREAM.name):
+    subjects = tuple(kind.subject_pattern() for kind in only)
+    async for message in bus.history(JOBS_STREAM.name, filter_subjects=subjects):
         try:
             events.append(decode(message.data, subject=message.subject))
         except InvalidEvent:
