@@ -13,7 +13,7 @@ time-slices: it suspends some jobs and starts others. Executors heartbeat every
 ``--heartbeat`` seconds (the executor's default, 5) and every job reports its progress every
 ``--progress`` seconds (the executor's default, 1). The broker takes messages of up to
 ``--max-payload`` MiB: split-stride stores its whole state as one message, which outgrows
-nats-server's default 1 MiB from about 1,800 jobs on. Once every job is admitted and
+nats-server's default 1 MiB from about 2,000 jobs on. Once every job is admitted and
 ``--warmup`` quanta have passed, for ``--quanta`` quanta it measures:
 
 - per quantum, the time from the tick (`QuantumTicked`) to the last command of that quantum
@@ -507,9 +507,14 @@ async def main_async(args: argparse.Namespace) -> None:
         stage_timeout_s=args.stage_timeout,
     )
     results = []
+    failed: list[str] = []
     for servers in args.servers:
         print(f"... {servers} virtual servers", file=sys.stderr, flush=True)
-        results.append(await measure(servers, plan))
+        try:
+            results.append(await measure(servers, plan))
+        except ClusterError as error:  # the other sizes are still worth their report
+            failed.append(f"{servers} servers: the cluster did not start: {error}".split("\n")[0])
+            continue
         report(results[-1:], plan, out=sys.stderr)  # kept, should a later size not finish
     print(
         f"\nquantum {plan.quantum_s:g} s, {plan.quanta} quanta measured after {plan.warmup}; "
@@ -517,6 +522,8 @@ async def main_async(args: argparse.Namespace) -> None:
         f"broker's max payload {plan.max_payload_mib} MiB"
     )
     report(results, plan)
+    for line in failed:
+        print(f"\n{line}")
 
 
 def main() -> None:
