@@ -13,7 +13,7 @@ time-slices: it suspends some jobs and starts others. Executors heartbeat every
 ``--heartbeat`` seconds (the executor's default, 5) and every job reports its progress every
 ``--progress`` seconds (the executor's default, 1). The broker takes messages of up to
 ``--max-payload`` MiB: split-stride stores its whole state as one message, which outgrows
-nats-server's default 1 MiB from about 1,800 jobs on. Once every job is admitted and
+nats-server's default 1 MiB from about 2,000 jobs on. Once every job is admitted and
 ``--warmup`` quanta have passed, for ``--quanta`` quanta it measures:
 
 - per quantum, the time from the tick (`QuantumTicked`) to the last command of that quantum
@@ -27,7 +27,8 @@ nats-server's default 1 MiB from about 1,800 jobs on. Once every job is admitted
 
 Then it SIGKILLs the split-stride service (the cluster restarts it, as it restarts any child
 that dies) and measures the time to it serving again (its state loaded, its consumers pulled
-from) and to its first decision (the first `QuantumTicked` after the kill). Then it cancels
+from) and to its first decision (the first `QuantumTicked` after the kill), beside when that
+tick was due: a restarted split-stride keeps the grid of the quantum it took over. Then it cancels
 every job and replays the `GFAIR_JOBS` history (`gfair.client.job_history`): jobs lost (no
 end), ended twice, run on two servers at once, and GPUs held by two jobs at once. Throughout,
 it counts the failure detector's suspicions and failures of nodes: none is real, since no
@@ -167,6 +168,7 @@ class Result:
     suspicions: list[str]
     restart_serving_s: float | None
     restart_decision_s: float | None
+    restart_due_s: float | None
     lost: int
     ended_twice: int
     run_twice: int
@@ -336,7 +338,7 @@ async def measure(servers: int, plan: Plan) -> Result:
             events = await _stored_events(bus) - events_before
             rss = {name: _memory_mib(pid, "VmRSS") for name, pid in pids.items()}
             peak = {name: _memory_mib(pid, "VmHWM") for name, pid in pids.items()}
-            serving_s, decision_s = await _restart(cluster, recorder, quantum_s)
+            serving_s, decision_s, due_s = await _restart(cluster, recorder, quantum_s)
             mark = time.monotonic()
             await _cancel_all(publisher, jobs)
             if not await recorder.until(
@@ -392,6 +394,7 @@ async def measure(servers: int, plan: Plan) -> Result:
         suspicions=recorder.suspected,
         restart_serving_s=serving_s,
         restart_decision_s=decision_s,
+        restart_due_s=due_s,
         lost=sum(1 for n in ends if n == 0),
         ended_twice=sum(1 for n in ends if n > 1),
         run_twice=sum(1 for n in most_nodes_at_once(history).values() if n > 1),
@@ -404,10 +407,12 @@ async def measure(servers: int, plan: Plan) -> Result:
 
 async def _restart(
     cluster: EmbeddedCluster, recorder: Recorder, quantum_s: float
-) -> tuple[float | None, float | None]:
-    """SIGKILL split-stride; seconds from the kill to it serving again, and to its first
-    decision (the first tick after the kill); None for what did not come."""
+) -> tuple[float | None, float | None, float | None]:
+    """SIGKILL split-stride: seconds from the kill to it serving again, to its first decision
+    (the first tick after the kill), and to when that tick was due (a quantum after the last
+    one before the kill); None for what did not come."""
     killed_at = datetime.now(UTC)
+    due = ((recorder.ticks[-1] - killed_at).total_seconds() + quantum_s) if recorder.ticks else None
     cluster.kill(SPLIT_STRIDE)
     serving: float | None = None
     try:
@@ -415,8 +420,8 @@ async def _restart(
     except ClusterError as error:  # reported as not served: the run goes on to its checks
         print(f"split-stride did not serve again: {error}", file=sys.stderr)
     if not await recorder.until(lambda: recorder.ticks_after(killed_at), quantum_s * 2 + 300):
-        return serving, None
-    return serving, (recorder.ticks_after(killed_at)[0] - killed_at).total_seconds()
+        return serving, None, due
+    return serving, (recorder.ticks_after(killed_at)[0] - killed_at).total_seconds(), due
 
 
 def _row(label: str, values: list[str]) -> str:
@@ -457,8 +462,9 @@ def report(results: list[Result], plan: Plan, out: TextIO = sys.stdout) -> None:
         ("false suspicions / failures of nodes (whole run)",
          [f"{sum('suspected' in s for s in r.suspicions)} / "
           f"{sum('failed' in s for s in r.suspicions)}" for r in results]),
-        ("split-stride killed: serving again / first decision",
-         [f"{_s(r.restart_serving_s)} / {_s(r.restart_decision_s)}" for r in results]),
+        ("split-stride killed: serving again / first decision (its tick due at)",
+         [f"{_s(r.restart_serving_s)} / {_s(r.restart_decision_s)} ({_s(r.restart_due_s)})"
+          for r in results]),
         ("jobs lost / ended twice / run on two servers at once",
          [f"{r.lost} / {r.ended_twice} / {r.run_twice}" for r in results]),
         ("GPUs held by two jobs at once (of GPU intervals replayed)",
@@ -501,9 +507,14 @@ async def main_async(args: argparse.Namespace) -> None:
         stage_timeout_s=args.stage_timeout,
     )
     results = []
+    failed: list[str] = []
     for servers in args.servers:
         print(f"... {servers} virtual servers", file=sys.stderr, flush=True)
-        results.append(await measure(servers, plan))
+        try:
+            results.append(await measure(servers, plan))
+        except ClusterError as error:  # the other sizes are still worth their report
+            failed.append(f"{servers} servers: the cluster did not start: {error}".split("\n")[0])
+            continue
         report(results[-1:], plan, out=sys.stderr)  # kept, should a later size not finish
     print(
         f"\nquantum {plan.quantum_s:g} s, {plan.quanta} quanta measured after {plan.warmup}; "
@@ -511,6 +522,8 @@ async def main_async(args: argparse.Namespace) -> None:
         f"broker's max payload {plan.max_payload_mib} MiB"
     )
     report(results, plan)
+    for line in failed:
+        print(f"\n{line}")
 
 
 def main() -> None:
@@ -524,7 +537,7 @@ def main() -> None:
     parser.add_argument("--progress", type=float, default=1.0)
     parser.add_argument("--max-payload", type=int, default=64, help="the broker's, MiB")
     parser.add_argument(
-        "--stage-timeout", type=float, default=600.0, help="admitting, cancelling: seconds"
+        "--stage-timeout", type=float, default=300.0, help="admitting, cancelling: seconds"
     )
     asyncio.run(main_async(parser.parse_args()))
 

@@ -153,7 +153,7 @@ class ClusterOptions:
     # jobs virtual (no process per job; synthetic jobs only).
     virtual: bool = False
     # The embedded brokers' largest message, in bytes; None: nats-server's 1 MiB. Split-stride
-    # stores its whole state as one message, past 1 MiB from about 1,800 jobs on
+    # stores its whole state as one message, past 1 MiB from about 2,000 jobs on
     # (docs/benchmarks.md, "The control plane at scale").
     max_payload: int | None = None
 

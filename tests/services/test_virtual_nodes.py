@@ -6,14 +6,17 @@ services must not be able to tell which node they talk to.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
+from gfair.bus.transport import PubAck
 from gfair.events.commands import KillCommand, SuspendCommand
 from gfair.events.envelope import EventData
 from gfair.events.jobs import (
@@ -30,6 +33,7 @@ from gfair.node.simulated import SimulatedGpus
 from gfair.node.virtual_jobs import VirtualHost
 from gfair.sdk.throughput_table import ThroughputTable
 from gfair_services.node_executor import CANNOT_START_EXIT_CODE, NodeExecutor
+from gfair_services.node_executor.report_relay import PROGRESS_LATE_S
 from gfair_services.node_executor.virtual_nodes import virtual_executors
 from node.helpers import reachable_tmp, sdk_on_pythonpath
 
@@ -228,3 +232,46 @@ async def test_virtual_nodes_of_one_process_each_serve_their_own_commands_and_sh
 def test_a_bad_virtual_cluster_spec_stops_the_executor_with_the_reason(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="server count must be >= 1"):
         make_settings(tmp_path, virtual_nodes="v100:0x8")
+
+
+class _SlowBroker(InMemoryBus):
+    """A broker under load: every publish takes `delay_s` to be acknowledged."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    async def publish(self, subject: str, payload: bytes, **options: Any) -> PubAck:
+        await asyncio.sleep(self.delay_s)
+        return await super().publish(subject, payload, **options)
+
+
+async def test_a_busy_node_lets_progress_reports_go_rather_than_hold_up_a_suspend(
+    tmp_path: Path,
+) -> None:
+    # Three users' jobs reporting every 20 ms to a broker that takes 50 ms a publish: more
+    # reports than the node can publish, as at a hundred servers with eight jobs each.
+    bus = _SlowBroker(0.05)
+    argv = (*SYNTHETIC, "--iterations", "100000", "--steps-per-s", "200")
+    users = ("alice", "bob", "carol")
+    try:
+        async for node in started_node(bus, tmp_path, virtual=True, progress_interval_s=0.02):
+            for gpu, user in enumerate(users):
+                await node.send(start_command(tmp_path, user, argv, (gpu,), user=user))
+            await node.wait_for(JobProgress, count=len(users) * 2)
+            await asyncio.sleep(2.0)  # the reports come faster than they go out
+            before = len(await node.envelopes(*JOB_EVENTS))
+            await node.send(SuspendCommand(node_id=NODE, user="alice", job_id="alice", attempt=1))
+            await node.wait_for(JobSuspended)
+            history = await node.envelopes(*JOB_EVENTS)
+    finally:
+        await bus.close()
+    kinds = [envelope.type for envelope in history]
+    suspended = kinds.index(JobSuspended.EVENT_TYPE)
+    # Ahead of the suspend's events went at most what a second of publishing takes (the age
+    # past which a report is let go: 20 publishes), not the backlog (hundreds, and growing).
+    ahead = kinds[before:suspended].count(JobProgress.EVENT_TYPE)
+    assert ahead <= PROGRESS_LATE_S / bus.delay_s + len(users), ahead
+    # Every job was heard of all the same.
+    reporting = {e.data["job_id"] for e in history if e.type == JobProgress.EVENT_TYPE}
+    assert reporting == set(users)

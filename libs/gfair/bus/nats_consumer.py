@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -209,7 +210,7 @@ class NatsPullConsumer:
         declaring it again would only add to the load that made the answer late.
         """
         try:
-            await self._client.flush(timeout=max(left, 0.5))
+            await self._client.flush(timeout=max(math.ceil(left), 1))
         except (nats.errors.Error, TimeoutError):
             return False
         return not self._queue.empty()

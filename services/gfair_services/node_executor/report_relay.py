@@ -8,6 +8,8 @@ kill) is left to the command that asked, which reports it once the relay has see
 
 from __future__ import annotations
 
+import time
+
 import structlog
 
 from gfair.events import jobs as events
@@ -20,6 +22,20 @@ from gfair_services.node_executor.gpu_report import XidLog
 from gfair_services.node_executor.local_job import LocalJob, RunStatus, RunTable, StopKind
 
 _log = structlog.get_logger("gfair.services.node_executor")
+
+
+# The longest a running job goes without a progress report while its node is busy: well
+# within what the failure detector takes for a hang (GFAIR_HANG_AFTER_S, 600 s).
+PROGRESS_HELD_AT_MOST_S = 30.0
+# A progress report this long in coming to the relay found it behind.
+PROGRESS_LATE_S = 1.0
+
+
+def _overdue(run: LocalJob, now: float) -> bool:
+    """Whether `run`'s next progress report must go out, busy or not: its first one (it says
+    how long the job took to its first mini-batch), or one long after the last."""
+    sent = run.progress_sent_at
+    return sent is None or now - sent >= PROGRESS_HELD_AT_MOST_S
 
 
 class ReportRelay:
@@ -46,6 +62,17 @@ class ReportRelay:
     ) -> None:
         if run is None or not run.running or report.rate_per_s is None:
             return  # no rate yet (two reports make one), or a run already over
+        now = time.monotonic()
+        behind = time.time() - report.time > PROGRESS_LATE_S or self._sink.lock.locked()
+        if behind and not _overdue(run, now):
+            # Each publish waits for the broker's acknowledgement and a node's events go out
+            # one at a time: reports queued behind each other (here, or for the lock) would
+            # hold up the checkpoints, exits and commands' events behind them by seconds
+            # (eight jobs a node reporting every second, at a hundred servers). A report only
+            # supersedes the last one: one that comes late, or while the node is busy
+            # publishing, is let go, and a later one carries its steps.
+            return
+        run.progress_sent_at = now
         first_step_s = None
         if not run.first_step_reported and report.first_step_at and run.commanded_at:
             first_step_s = max(0.0, report.first_step_at - run.commanded_at)
