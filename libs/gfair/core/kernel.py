@@ -116,6 +116,9 @@ _WHERE_RUNNING = operator.attrgetter("running", "id")
 _USER = operator.attrgetter("job.user")
 _ARRIVAL = operator.attrgetter("job.seq")
 _SIZE = operator.attrgetter("job.gpus")
+_TOTAL = operator.attrgetter("total")
+_USER_SIZE = operator.attrgetter("job.user", "job.gpus")
+_SPEEDS = operator.attrgetter("job.speeds")
 
 
 @dataclass(slots=True)
@@ -380,6 +383,7 @@ def _start_in_place(
     while second < kept_end and own[second] < at:
         second += 1
     job: JobState | None = None
+    free = room.free
     while True:
         fresh = anywhere[first] if first < fresh_end else end
         kept = own[second] if second < kept_end else end
@@ -396,13 +400,15 @@ def _start_in_place(
             first += 1
         elif kept < end:
             candidate = jobs[kept]
-            if (
-                candidate.id not in chosen
-                and candidate.speeds.get(generation, 0.0) > 0
-                and room.free_for(candidate.running or candidate.home, candidate.gpus)
-            ):
-                job, at = candidate, kept
-                break
+            if candidate.id not in chosen and candidate.speeds.get(generation, 0.0) > 0:
+                servers = candidate.running or candidate.home
+                if (
+                    free.get(servers[0], 0) >= candidate.gpus  # `Packing.free_for`, one server
+                    if len(servers) == 1
+                    else room.free_for(servers, candidate.gpus)
+                ):
+                    job, at = candidate, kept
+                    break
             second += 1
         else:
             at = end
@@ -795,6 +801,10 @@ def _surplus_runs(
         if index is not None:
             first[user] = index
     movers: list[JobState] = []
+    # The most GPUs free in any pool: a job of more starts nowhere, and `_start_fastest` is
+    # spared (it would look at each pool and leave everything as it was).
+    most = max(map(_TOTAL, packing.values()))
+    fastest: dict[int, list[PoolState]] = {}  # `_fastest_for` by speeds (shared by many jobs)
     for user in sorted(first, key=owed):
         scanned = 0
         for job in itertools.islice(order[user], first[user], None):
@@ -806,22 +816,27 @@ def _surplus_runs(
             own = _own(job)
             home = pool_of.get(own[0]) if own else None
             if home is None:
-                _start_fastest(job, pools, packing, chosen, repacks)
+                if job.gpus <= most:
+                    _start_fastest(job, pools, packing, chosen, repacks, fastest)
+                    most = max(map(_TOTAL, packing.values()))
             elif job.speeds.get(home.generation, 0.0) > 0 and packing[home.generation].free_for(
                 own, job.gpus
             ):
                 packing[home.generation].place(job.gpus, (own,))
                 chosen[job.id] = _Choice(job, home.generation, own)
+                most = max(map(_TOTAL, packing.values()))
             else:
                 movers.append(job)
-        if all(packing[p.generation].total == 0 for p in pools):
+        if most == 0:
             return
     # Whatever a move costs, a job that waits gains nothing while GPUs it fits idle: with
     # quanta shorter than a move (a live cluster at 3 s) it would otherwise never start.
     for job in movers:
-        _start_fastest(job, pools, packing, chosen, repacks)
-        if all(packing[p.generation].total == 0 for p in pools):
-            return
+        if job.gpus <= most:
+            _start_fastest(job, pools, packing, chosen, repacks, fastest)
+            most = max(map(_TOTAL, packing.values()))
+            if most == 0:
+                return
 
 
 def _start_fastest(
@@ -830,12 +845,19 @@ def _start_fastest(
     packing: dict[str, Packing],
     chosen: dict[str, _Choice],
     repacks: dict[str, int],
+    fastest: dict[int, list[PoolState]],
 ) -> None:
-    """Start `job` on the fastest pool with room for it, if any."""
-    for pool in _fastest_for(job, pools):
-        if not _fits(pool, job.gpus, packing, chosen, repacks):
+    """Start `job` on the fastest pool with room for it, if any. `fastest`: `_fastest_for`
+    of the speeds seen so far in this decision, by identity (jobs of a type share them)."""
+    order = fastest.get(id(job.speeds))
+    if order is None:
+        order = fastest[id(job.speeds)] = _fastest_for(job, pools)
+    gpus = job.gpus
+    for pool in order:
+        # Fewer GPUs free than it asks: it does not fit, and `_fits` would change nothing.
+        if gpus > packing[pool.generation].total or not _fits(pool, gpus, packing, chosen, repacks):
             continue
-        servers = packing[pool.generation].place(job.gpus, _prefer(job))
+        servers = packing[pool.generation].place(gpus, _prefer(job))
         if servers is not None:
             chosen[job.id] = _Choice(job, pool.generation, servers)
             return
@@ -848,15 +870,18 @@ def _keep_pools(pools: list[PoolState], chosen: Mapping[str, _Choice]) -> None:
     would put a job where it cannot run (a user's jobs of different types) keeps its places."""
     pool_of = _server_pools(pools).generation
     groups: defaultdict[tuple[str, int], list[_Choice]] = defaultdict(list)
-    for choice in chosen.values():
-        groups[choice.job.user, choice.job.gpus].append(choice)
+    values = list(chosen.values())
+    for key, choice in zip(map(_USER_SIZE, values), values, strict=True):
+        groups[key].append(choice)
     for group in groups.values():
         if len(group) < 2:
             continue
         places: dict[str, list[tuple[str, ...]]] = {}
         for choice in group:
             places.setdefault(choice.pool, []).append(choice.servers)
-        if any(choice.job.speeds.get(pool, 0.0) <= 0 for choice in group for pool in places):
+        # Jobs of one type share their speeds' dict: each is looked at once.
+        speeds = {id(table): table for table in map(_SPEEDS, group)}.values()
+        if any(table.get(pool, 0.0) <= 0 for table in speeds for pool in places):
             continue
         unplaced: list[_Choice] = []
         for choice in group:
