@@ -319,6 +319,11 @@ class _Queue:
         "start",
         "state",
     )
+    classified: int
+    anywhere: list[int]
+    own: list[list[int]]
+    at_anywhere: list[int]
+    at_own: list[int]
 
     def __init__(
         self, jobs: Sequence[JobState], pools: int, state: UserState, spent: dict[str, float]
@@ -332,13 +337,11 @@ class _Queue:
         self.marks = [0] * (2 * pools)
         # A long queue's jobs before `classified`: those that never ran nor left a checkpoint
         # in a pool, and those whose servers are in each pool; where the first cursor stands
-        # in `anywhere` and in `own` of each pool. A short queue is looked through job by job.
-        self.classified = 0
-        self.anywhere: list[int] = []
-        self.own: list[list[int]] = []
-        self.at_anywhere: list[int] = []
-        self.at_own: list[int] = []
+        # in `anywhere` and in `own` of each pool. A short queue is looked through job by job
+        # (most users' are: these are left unset).
         if len(jobs) > _SHORT_QUEUE:
+            self.classified = 0
+            self.anywhere = []
             self.own = [[] for _ in range(pools)]
             self.at_anywhere = [0] * pools
             self.at_own = [0] * pools
@@ -444,6 +447,7 @@ def _entitled_runs(
     queues: dict[str, _Queue] = {}
     charged: dict[str, dict[str, float]] = {}
     full = [False] * npools  # by rank: found without a free GPU
+    done: set[str] = set()  # users all of whose jobs run
     open_pools = npools
     repacks = dict.fromkeys(packing, _REPACKS)
     fits = [
@@ -463,7 +467,7 @@ def _entitled_runs(
             _, seq, rank, user = heappop(heap)
         else:
             break
-        if full[rank]:
+        if full[rank] or user in done:
             continue
         generation = generations[rank]
         room = packing[generation]
@@ -487,7 +491,8 @@ def _entitled_runs(
             index += 1
         queue.start = index
         if index == count:
-            continue  # every job of the user runs: the entry leaves
+            done.add(user)  # every job of the user runs: its entries leave
+            continue
         end = index + _SCAN_LIMIT if index + _SCAN_LIMIT < count else count
         # Jobs before the cursor were found not to start here without moving earlier in this
         # decision, and GPUs are only taken as it goes: they are not looked at again for that.
@@ -623,7 +628,6 @@ def _next_move(
     # on: jobs before the cursor are not looked at again.
     key = len(pools) + rank
     for at in range(max(index, marks[key]), end):
-        marks[key] = at
         job = jobs[at]
         own = job.running or job.home
         lives = pool_of.get(own[0]) if own else None
@@ -641,8 +645,10 @@ def _next_move(
                     job, state, spent, generation, home.generation, quantum_s, waits=not free
                 )
             if enough and fits[rank](job.gpus):
+                marks[key] = at
                 return job, generation
         if free and here > 0 and home.generation != generation:
+            marks[key] = at
             return job, home.generation
     marks[key] = end
     return None
