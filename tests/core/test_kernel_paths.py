@@ -3,6 +3,7 @@ they live in, kept empty packings, and the scheduler's two ways of re-sorting it
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -146,3 +147,52 @@ def test_no_job_is_placed_where_it_cannot_run(seed: int) -> None:
     decision = decide(snapshot)
     for key, servers in decision.placed.items():
         assert all(speeds[key].get(generation[s], 0.0) > 0 for s in servers), key
+
+
+def _sharing_speeds(snapshot: Snapshot) -> Snapshot:
+    """The same snapshot with the jobs of equal speeds holding one dict of them, as the
+    scheduler's jobs of one type do."""
+    shared: dict[tuple[tuple[str, float], ...], dict[str, float]] = {}
+    jobs = {
+        user: [
+            dataclasses.replace(
+                job, speeds=shared.setdefault(tuple(sorted(job.speeds.items())), job.speeds)
+            )
+            for job in queue
+        ]
+        for user, queue in snapshot.jobs.items()
+    }
+    return dataclasses.replace(snapshot, jobs=jobs)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_jobs_sharing_their_speeds_decide_as_jobs_holding_their_own(seed: int) -> None:
+    # Surplus sorts each speed profile's pools once, and rule 2 checks each profile once per
+    # group: by the dict's identity, which jobs of one type share.
+    snapshot = _random_snapshot(seed, types_per_user=3)
+    assert _fields(decide(_sharing_speeds(snapshot))) == _fields(decide(snapshot))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_surplus_looks_at_every_job_as_it_would_without_the_free_gpus_bound(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Surplus skips a job larger than every pool's free GPUs, and stops once none are free.
+    snapshot = _random_snapshot(seed)
+    bounded = decide(snapshot)
+    monkeypatch.setattr(kernel, "_TOTAL", lambda packing: 10**9)  # never bounded, never done
+    assert _fields(decide(snapshot)) == _fields(bounded)
+
+
+def test_a_gang_larger_than_a_server_takes_the_first_idle_servers_in_server_order() -> None:
+    # On a pool of equal servers the idle ones are its fullest bucket's, in the order they
+    # became idle there: the servers taken are still the first ones by the pool's order.
+    packing = Packing(parse_cluster_spec("v100:4x4").servers)
+    assert packing.place(1, ()) == ("v100-0",)
+    packing.release(("v100-0",), 1)  # idle again, last in its bucket
+    assert packing.fits(16) and not packing.fits(17)
+    assert packing.place(8, ()) == ("v100-0", "v100-1")
+    assert not packing.fits(9) and packing.fits(8)
+    assert packing.place(12, ()) is None
+    assert packing.place(8, ()) == ("v100-2", "v100-3")
+    assert packing.total == 0

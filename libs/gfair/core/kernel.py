@@ -116,6 +116,9 @@ _WHERE_RUNNING = operator.attrgetter("running", "id")
 _USER = operator.attrgetter("job.user")
 _ARRIVAL = operator.attrgetter("job.seq")
 _SIZE = operator.attrgetter("job.gpus")
+_TOTAL = operator.attrgetter("total")
+_USER_SIZE = operator.attrgetter("job.user", "job.gpus")
+_SPEEDS = operator.attrgetter("job.speeds")
 
 
 @dataclass(slots=True)
@@ -316,6 +319,11 @@ class _Queue:
         "start",
         "state",
     )
+    classified: int
+    anywhere: list[int]
+    own: list[list[int]]
+    at_anywhere: list[int]
+    at_own: list[int]
 
     def __init__(
         self, jobs: Sequence[JobState], pools: int, state: UserState, spent: dict[str, float]
@@ -329,13 +337,11 @@ class _Queue:
         self.marks = [0] * (2 * pools)
         # A long queue's jobs before `classified`: those that never ran nor left a checkpoint
         # in a pool, and those whose servers are in each pool; where the first cursor stands
-        # in `anywhere` and in `own` of each pool. A short queue is looked through job by job.
-        self.classified = 0
-        self.anywhere: list[int] = []
-        self.own: list[list[int]] = []
-        self.at_anywhere: list[int] = []
-        self.at_own: list[int] = []
+        # in `anywhere` and in `own` of each pool. A short queue is looked through job by job
+        # (most users' are: these are left unset).
         if len(jobs) > _SHORT_QUEUE:
+            self.classified = 0
+            self.anywhere = []
             self.own = [[] for _ in range(pools)]
             self.at_anywhere = [0] * pools
             self.at_own = [0] * pools
@@ -380,6 +386,7 @@ def _start_in_place(
     while second < kept_end and own[second] < at:
         second += 1
     job: JobState | None = None
+    free = room.free
     while True:
         fresh = anywhere[first] if first < fresh_end else end
         kept = own[second] if second < kept_end else end
@@ -396,13 +403,15 @@ def _start_in_place(
             first += 1
         elif kept < end:
             candidate = jobs[kept]
-            if (
-                candidate.id not in chosen
-                and candidate.speeds.get(generation, 0.0) > 0
-                and room.free_for(candidate.running or candidate.home, candidate.gpus)
-            ):
-                job, at = candidate, kept
-                break
+            if candidate.id not in chosen and candidate.speeds.get(generation, 0.0) > 0:
+                servers = candidate.running or candidate.home
+                if (
+                    free.get(servers[0], 0) >= candidate.gpus  # `Packing.free_for`, one server
+                    if len(servers) == 1
+                    else room.free_for(servers, candidate.gpus)
+                ):
+                    job, at = candidate, kept
+                    break
             second += 1
         else:
             at = end
@@ -438,6 +447,7 @@ def _entitled_runs(
     queues: dict[str, _Queue] = {}
     charged: dict[str, dict[str, float]] = {}
     full = [False] * npools  # by rank: found without a free GPU
+    done: set[str] = set()  # users all of whose jobs run
     open_pools = npools
     repacks = dict.fromkeys(packing, _REPACKS)
     fits = [
@@ -457,7 +467,7 @@ def _entitled_runs(
             _, seq, rank, user = heappop(heap)
         else:
             break
-        if full[rank]:
+        if full[rank] or user in done:
             continue
         generation = generations[rank]
         room = packing[generation]
@@ -481,7 +491,8 @@ def _entitled_runs(
             index += 1
         queue.start = index
         if index == count:
-            continue  # every job of the user runs: the entry leaves
+            done.add(user)  # every job of the user runs: its entries leave
+            continue
         end = index + _SCAN_LIMIT if index + _SCAN_LIMIT < count else count
         # Jobs before the cursor were found not to start here without moving earlier in this
         # decision, and GPUs are only taken as it goes: they are not looked at again for that.
@@ -617,7 +628,6 @@ def _next_move(
     # on: jobs before the cursor are not looked at again.
     key = len(pools) + rank
     for at in range(max(index, marks[key]), end):
-        marks[key] = at
         job = jobs[at]
         own = job.running or job.home
         lives = pool_of.get(own[0]) if own else None
@@ -635,8 +645,10 @@ def _next_move(
                     job, state, spent, generation, home.generation, quantum_s, waits=not free
                 )
             if enough and fits[rank](job.gpus):
+                marks[key] = at
                 return job, generation
         if free and here > 0 and home.generation != generation:
+            marks[key] = at
             return job, home.generation
     marks[key] = end
     return None
@@ -795,6 +807,10 @@ def _surplus_runs(
         if index is not None:
             first[user] = index
     movers: list[JobState] = []
+    # The most GPUs free in any pool: a job of more starts nowhere, and `_start_fastest` is
+    # spared (it would look at each pool and leave everything as it was).
+    most = max(map(_TOTAL, packing.values()))
+    fastest: dict[int, list[PoolState]] = {}  # `_fastest_for` by speeds (shared by many jobs)
     for user in sorted(first, key=owed):
         scanned = 0
         for job in itertools.islice(order[user], first[user], None):
@@ -806,22 +822,27 @@ def _surplus_runs(
             own = _own(job)
             home = pool_of.get(own[0]) if own else None
             if home is None:
-                _start_fastest(job, pools, packing, chosen, repacks)
+                if job.gpus <= most:
+                    _start_fastest(job, pools, packing, chosen, repacks, fastest)
+                    most = max(map(_TOTAL, packing.values()))
             elif job.speeds.get(home.generation, 0.0) > 0 and packing[home.generation].free_for(
                 own, job.gpus
             ):
                 packing[home.generation].place(job.gpus, (own,))
                 chosen[job.id] = _Choice(job, home.generation, own)
+                most = max(map(_TOTAL, packing.values()))
             else:
                 movers.append(job)
-        if all(packing[p.generation].total == 0 for p in pools):
+        if most == 0:
             return
     # Whatever a move costs, a job that waits gains nothing while GPUs it fits idle: with
     # quanta shorter than a move (a live cluster at 3 s) it would otherwise never start.
     for job in movers:
-        _start_fastest(job, pools, packing, chosen, repacks)
-        if all(packing[p.generation].total == 0 for p in pools):
-            return
+        if job.gpus <= most:
+            _start_fastest(job, pools, packing, chosen, repacks, fastest)
+            most = max(map(_TOTAL, packing.values()))
+            if most == 0:
+                return
 
 
 def _start_fastest(
@@ -830,12 +851,19 @@ def _start_fastest(
     packing: dict[str, Packing],
     chosen: dict[str, _Choice],
     repacks: dict[str, int],
+    fastest: dict[int, list[PoolState]],
 ) -> None:
-    """Start `job` on the fastest pool with room for it, if any."""
-    for pool in _fastest_for(job, pools):
-        if not _fits(pool, job.gpus, packing, chosen, repacks):
+    """Start `job` on the fastest pool with room for it, if any. `fastest`: `_fastest_for`
+    of the speeds seen so far in this decision, by identity (jobs of a type share them)."""
+    order = fastest.get(id(job.speeds))
+    if order is None:
+        order = fastest[id(job.speeds)] = _fastest_for(job, pools)
+    gpus = job.gpus
+    for pool in order:
+        # Fewer GPUs free than it asks: it does not fit, and `_fits` would change nothing.
+        if gpus > packing[pool.generation].total or not _fits(pool, gpus, packing, chosen, repacks):
             continue
-        servers = packing[pool.generation].place(job.gpus, _prefer(job))
+        servers = packing[pool.generation].place(gpus, _prefer(job))
         if servers is not None:
             chosen[job.id] = _Choice(job, pool.generation, servers)
             return
@@ -848,15 +876,18 @@ def _keep_pools(pools: list[PoolState], chosen: Mapping[str, _Choice]) -> None:
     would put a job where it cannot run (a user's jobs of different types) keeps its places."""
     pool_of = _server_pools(pools).generation
     groups: defaultdict[tuple[str, int], list[_Choice]] = defaultdict(list)
-    for choice in chosen.values():
-        groups[choice.job.user, choice.job.gpus].append(choice)
+    values = list(chosen.values())
+    for key, choice in zip(map(_USER_SIZE, values), values, strict=True):
+        groups[key].append(choice)
     for group in groups.values():
         if len(group) < 2:
             continue
         places: dict[str, list[tuple[str, ...]]] = {}
         for choice in group:
             places.setdefault(choice.pool, []).append(choice.servers)
-        if any(choice.job.speeds.get(pool, 0.0) <= 0 for choice in group for pool in places):
+        # Jobs of one type share their speeds' dict: each is looked at once.
+        speeds = {id(table): table for table in map(_SPEEDS, group)}.values()
+        if any(table.get(pool, 0.0) <= 0 for table in speeds for pool in places):
             continue
         unplaced: list[_Choice] = []
         for choice in group:

@@ -16,14 +16,18 @@ from gfair.core.cluster import Server
 class Packing:
     """Free GPUs of one pool's servers during a decision, with best-fit lookups."""
 
-    __slots__ = ("buckets", "free", "largest", "servers", "size", "total")
+    __slots__ = ("buckets", "free", "largest", "order", "servers", "size", "total", "uniform")
 
     def __init__(self, servers: tuple[Server, ...], free: Mapping[str, int] | None = None) -> None:
         """`free`: GPUs free on each server (default: all of them)."""
         self.servers = servers
         self.size = {s.id: s.gpus for s in servers}
+        self.order = {s.id: at for at, s in enumerate(servers)}
         self.free = dict(self.size) if free is None else {s.id: free[s.id] for s in servers}
         self.largest = max((s.gpus for s in servers), default=0)
+        # Every server of the pool the same size (a generation's usually are): its idle
+        # servers are then exactly the fullest bucket's, and no scan of them all is needed.
+        self.uniform = all(s.gpus == self.largest for s in servers)
         self.total = sum(self.free.values())
         # buckets[f]: servers with exactly f free GPUs, as an insertion-ordered set.
         self.buckets: list[dict[str, None]] = [{} for _ in range(self.largest + 1)]
@@ -56,12 +60,20 @@ class Packing:
         if gpus == 1:  # any free GPU will do (the common case, checked without a scan)
             return True
         if gpus <= self.largest:
-            return any(self.buckets[f] for f in range(gpus, self.largest + 1))
-        return sum(self.size[s] for s in self.buckets[self.largest]) >= gpus or (
-            self._whole(gpus) is not None
-        )
+            return any(self.buckets[gpus:])  # a server with that many free, at C speed
+        idle = self.buckets[self.largest]
+        if self.uniform:
+            return len(idle) * self.largest >= gpus
+        return sum(self.size[s] for s in idle) >= gpus or self._whole(gpus) is not None
 
     def _whole(self, gpus: int) -> tuple[str, ...] | None:
+        if self.uniform and self.largest > 0:
+            # The idle servers are the fullest bucket's: the first of them in server order.
+            need = -(-gpus // self.largest)
+            bucket = self.buckets[self.largest]
+            if len(bucket) < need:
+                return None
+            return tuple(sorted(bucket, key=self.order.__getitem__)[:need])
         idle = [s for s in self.servers if self.free[s.id] == s.gpus]
         idle.sort(key=lambda s: -s.gpus)
         chosen: list[str] = []
@@ -77,23 +89,22 @@ class Packing:
         """Servers for a job of `gpus`, taken; the first preferred placement that is free wins,
         else best fit (or whole idle servers for a gang larger than a server)."""
         free = self.free
-        buckets = self.buckets
         for servers in prefer:
-            if not servers:
-                continue
             if len(servers) == 1:  # the common case, taken without the general helpers
                 server_id = servers[0]
                 before = free.get(server_id, 0)
                 if before >= gpus:
+                    buckets = self.buckets
                     del buckets[before][server_id]
                     free[server_id] = before - gpus
                     buckets[before - gpus][server_id] = None
                     self.total -= gpus
                     return servers
-            elif self.free_for(servers, gpus):
+            elif servers and self.free_for(servers, gpus):
                 for server_id, share in self._shares(servers, gpus):
                     self._take(server_id, share)
                 return servers
+        buckets = self.buckets
         if gpus <= self.largest:
             for f in range(gpus, self.largest + 1):
                 bucket = buckets[f]
@@ -129,6 +140,8 @@ class Packing:
         twin = Packing.__new__(Packing)
         twin.servers = self.servers
         twin.size = self.size  # never written
+        twin.order = self.order
+        twin.uniform = self.uniform
         twin.free = dict(self.free)
         twin.largest = self.largest
         twin.total = self.total

@@ -119,15 +119,28 @@ def trade(
     sellers = _sellers(held, speeds, pools)
     trades: list[Trade] = []
     refused: dict[str, dict[tuple[str, str], float]] = {}
+    orders: dict[str, list[str]] = {}  # user -> its pools, fastest for it first (`_Gain`)
     for _ in range(max_sweeps):
         before = len(trades)
         for market in markets:
             market.full.clear()
         for seller in sellers:
+            holding = held[seller]
             for market in markets:
-                _sell(
-                    held, markets, market, seller, speeds, demands, min_seller_gain, trades, refused
-                )
+                # Most sellers hold no share of most markets' fast pool: nothing to sell.
+                if holding[market.fast] > market.least and seller in market.place:
+                    _sell(
+                        held,
+                        markets,
+                        market,
+                        seller,
+                        speeds,
+                        demands,
+                        min_seller_gain,
+                        trades,
+                        refused,
+                        orders,
+                    )
         if len(trades) == before:
             break
     return TradeResult(tuple(trades), held)
@@ -214,6 +227,7 @@ def _sell(
     min_seller_gain: float,
     trades: list[Trade],
     refused: dict[str, dict[tuple[str, str], float]],
+    orders: dict[str, list[str]],
 ) -> None:
     """The seller sells its fast-pool share of the market to the highest bidders, each at its
     second price, until it has none left or no bidder pays it enough (module doc, steps 2-6)."""
@@ -244,7 +258,7 @@ def _sell(
             if price <= refused.get(seller, {}).get((slow, fast), -math.inf):
                 return
             quantity, limited = _acceptable(
-                held, speeds, demands, buyer, seller, slow, fast, price, quantity
+                held, speeds, demands, buyer, seller, slow, fast, price, quantity, orders
             )
             if quantity <= least:
                 if limited == seller:
@@ -320,6 +334,7 @@ def _acceptable(
     fast: str,
     price: float,
     quantity: float,
+    orders: dict[str, list[str]],
 ) -> tuple[float, str | None]:
     """The largest quantity up to `quantity` leaving neither party worse off under its demand
     cap, and the party that limited it (None when neither did).
@@ -332,7 +347,11 @@ def _acceptable(
     """
     limited = None
     for user in (seller, buyer):
-        gain = _Gain(held[user], speeds.get(user, {}), demands.get(user, 0.0), user == buyer)
+        holding, speed = held[user], speeds.get(user, {})
+        order = orders.get(user)
+        if order is None:  # its holding's pools never change, nor its speeds: sorted once
+            order = orders[user] = sorted(holding, key=lambda p: -speed.get(p, 0.0))
+        gain = _Gain(holding, speed, demands.get(user, 0.0), user == buyer, order)
         end = gain.positive_until(slow, fast, price, quantity)
         if end is None:
             continue
@@ -348,10 +367,15 @@ class _Gain:
     __slots__ = ("demand", "holding", "order", "sign", "speed")
 
     def __init__(
-        self, holding: Mapping[str, float], speed: Mapping[str, float], demand: float, buys: bool
+        self,
+        holding: Mapping[str, float],
+        speed: Mapping[str, float],
+        demand: float,
+        buys: bool,
+        order: list[str],
     ) -> None:
         self.holding, self.speed, self.demand = holding, speed, demand
-        self.order = sorted(holding, key=lambda p: -speed.get(p, 0.0))  # fastest first
+        self.order = order  # the holding's pools, fastest first
         self.sign = 1.0 if buys else -1.0
 
     def positive_until(self, slow: str, fast: str, price: float, quantity: float) -> float | None:
