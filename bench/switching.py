@@ -206,7 +206,15 @@ async def run(
                     before = cpu.used() | {BENCH: _own_cpu()}
                     # Bob's jobs hold both GPUs: alice's waits for its first slice (prepared,
                     # it waits with torch imported).
-                    await client.submit("alice", 1, train, job_id="train", prepare=mode == PREPARED)
+                    await client.submit(
+                        "alice",
+                        1,
+                        train,
+                        job_id="train",
+                        prepare=mode == PREPARED,
+                        # The job's own count, where it sets one, over the node's share.
+                        env={} if threads == NODE_SHARE else {THREADS_VARIABLE: str(threads)},
+                    )
                     await client.wait("alice", "train", timeout_s=3600)
                     wall = time.monotonic() - began
                     after = cpu.used() | {BENCH: _own_cpu()}
