@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -65,6 +66,7 @@ RESTART, IN_PLACE, PREPARED = "restart per slice", "in place", "in place, prepar
 # The thread count the node gives alice's job (`gfair.node.job_threads`), or the job's own.
 NODE_SHARE: Literal["node"] = "node"
 Threads = int | Literal["node"]
+ALICE = "alice's job"
 # This process: the client polling for the job's end, and the CPU sampler.
 BENCH = "bench"
 # --modes names them briefly.
@@ -85,6 +87,8 @@ class Outcome:
     resume_p50: float | None
     held_s: float
     training_s: float
+    # CPU seconds of the training alone's process (import to exit).
+    alone_cpu_s: float
     wall_s: float
     # Where the held time went, hold by hold (bench.held_time).
     held: HeldTime
@@ -107,9 +111,18 @@ def _steps_span(progress: Path) -> tuple[float, float] | None:
     return (times[0], times[-1]) if times else None
 
 
-def training_alone(steps: int, threads: int) -> float:
-    """First to last mini-batch of one uninterrupted run (its SDK writes the step records),
-    with the threads its run in the cluster has."""
+@dataclass(frozen=True, slots=True)
+class Alone:
+    """One uninterrupted run of the job: first to last mini-batch, and the CPU time its process
+    used in all (import to exit, as the cluster's processes of it do)."""
+
+    training_s: float
+    cpu_s: float
+
+
+def training_alone(steps: int, threads: int) -> Alone:
+    """One uninterrupted run (its SDK writes the step records), with the threads its run in the
+    cluster has."""
     with tempfile.TemporaryDirectory(prefix="gfair-alone-") as tmp:
         base = Path(tmp)
         env = {
@@ -119,6 +132,7 @@ def training_alone(steps: int, threads: int) -> float:
             ENV_CONTROL_DIR: str(base / "control"),
             ENV_CHECKPOINT_DIR: str(base / "checkpoints"),
         }
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(
             [sys.executable, str(EXAMPLE), "--steps", str(steps)],
             env=env,
@@ -128,9 +142,11 @@ def training_alone(steps: int, threads: int) -> float:
         if done.returncode != 0:
             tail = done.stderr.decode(errors="replace")[-2000:]
             raise RuntimeError(f"the training alone exited {done.returncode}:\n{tail}")
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
         span = _steps_span(base / "control" / PROGRESS_FILE)
         assert span is not None
-        return span[1] - span[0]
+        return Alone(span[1] - span[0], cpu)
 
 
 def _cold_resumes(data_dir: Path) -> list[float]:
@@ -171,7 +187,7 @@ def role_of(argv: list[str]) -> str:
     if argv and argv[0].endswith("nats-server"):
         return "nats-server"
     if any(part.endswith(EXAMPLE.name) for part in argv):
-        return "alice's job"
+        return ALICE
     if "gfair.sdk.synthetic" in argv:
         return "bob's jobs"
     for part in argv:
@@ -180,9 +196,7 @@ def role_of(argv: list[str]) -> str:
     return OTHER
 
 
-async def run(
-    quantum_s: float, mode: str, steps: int, training_s: float, threads: Threads
-) -> Outcome:
+async def run(quantum_s: float, mode: str, steps: int, alone: Alone, threads: Threads) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="gfair-switching-") as tmp:
         base = Path(tmp)
         os.chmod(tmp, 0o711)  # reachable by the tenants' own uids
@@ -247,11 +261,12 @@ async def run(
             yield_p50=statistics.median(yields) if yields else None,
             resume_p50=statistics.median(resumes) if resumes else None,
             held_s=seconds_held(details.events),
-            training_s=training_s,
+            training_s=alone.training_s,
+            alone_cpu_s=alone.cpu_s,
             wall_s=wall,
             held=held_time(
                 holds(details.events, step_records(base / "gfair", "alice", "train")),
-                training_s / max(1, steps - 1),
+                alone.training_s / max(1, steps - 1),
             ),
             cpu={role: after[role] - before.get(role, 0.0) for role in after},
         )
@@ -296,14 +311,19 @@ def _print(outcomes: list[Outcome]) -> None:
     roles = sorted({role for o in outcomes for role in o.cpu}, key=_role_order)
     print(
         "\nCPU seconds used from alice's submission to her job's end, by process (cores: all of"
-        " them over the wall time):"
+        " them over the wall time; alone: the training alone's process; job/held: alice's job's"
+        " CPU over the GPU-seconds it held, the share of a core it got):"
     )
     header = " ".join(f"{r:>13}" for r in roles)
-    print(f"{'quantum':>7}  {'mode':<18} {'threads':>7} {header}  cores")
+    print(f"{'quantum':>7}  {'mode':<18} {'threads':>7} {header}  cores  alone  job/held")
     for o in outcomes:
         used = " ".join(f"{o.cpu.get(r, 0.0):>13.2f}" for r in roles)
         cores = sum(o.cpu.values()) / max(o.wall_s, 1e-9)
-        print(f"{o.quantum_s:>6g}s  {o.mode:<18} {o.threads:>7} {used}  {cores:>5.2f}")
+        share = o.cpu.get(ALICE, 0.0) / max(o.held_s, 1e-9)
+        print(
+            f"{o.quantum_s:>6g}s  {o.mode:<18} {o.threads:>7} {used}  {cores:>5.2f} "
+            f"{o.alone_cpu_s:>6.2f}  {share:>8.2f}"
+        )
 
 
 def _part(total: float, median: float | None) -> str:
@@ -312,7 +332,7 @@ def _part(total: float, median: float | None) -> str:
 
 def _role_order(role: str) -> tuple[int, str]:
     # The jobs first, then the node, then the rest.
-    first = ["alice's job", "bob's jobs", "node-executor", "nats-server"]
+    first = [ALICE, "bob's jobs", "node-executor", "nats-server"]
     return (first.index(role) if role in first else len(first), role)
 
 
@@ -321,12 +341,12 @@ async def _main(args: argparse.Namespace) -> int:
     for quantum in args.quanta:
         for threads in args.threads:
             for mode in args.modes:
-                training_s = training_alone(args.steps, _threads(threads))
-                outcome = await run(quantum, mode, args.steps, training_s, threads)
+                alone = training_alone(args.steps, _threads(threads))
+                outcome = await run(quantum, mode, args.steps, alone, threads)
                 outcomes.append(outcome)
                 print(
                     f"quantum {quantum:g}s {outcome.mode}, {outcome.threads} threads: training "
-                    f"alone {training_s:.1f}s, efficiency {outcome.efficiency:.2f}",
+                    f"alone {alone.training_s:.1f}s, efficiency {outcome.efficiency:.2f}",
                     flush=True,
                 )
     _print(outcomes)
