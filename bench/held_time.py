@@ -6,7 +6,9 @@ span `gfair.client.switching.seconds_held` sums. The job's own records (its prog
 timed by its clock, which on one machine is the node's) split each hold into:
 
 - to first step: the command to the end of the first mini-batch of the hold (a resume in place,
-  a process's start and imports, or the first batch of a prepared start's first slice);
+  a process's start and imports, or the first batch of a prepared start's first slice); an
+  in-place resume's report comes after that mini-batch, a little late, so the hold as
+  `seconds_held` counts it begins after the command: `late_report_s` sums what that leaves out;
 - stepping: the first to the last mini-batch of the hold, against as many of the job's
   mini-batches alone (`alone_step_s`): the difference is how much slower its steps ran;
 - to parked: the last mini-batch to the job's `parked` (or `yield`, `complete`) record: moving
@@ -61,6 +63,10 @@ class HeldTime:
     alone_s: float
     to_parked_s: float
     to_report_s: float
+    # Hold time before the resumes' `began`: their command (the first mini-batch less the
+    # resume's duration, by the job's clock) to their report less that duration, i.e. what
+    # `seconds_held` leaves out because the report came late.
+    late_report_s: float
     command_to_resumed_p50: float | None
     to_first_step_p50: float | None
     to_parked_p50: float | None
@@ -98,47 +104,53 @@ def holds(events: Iterable[HistoricalEvent], records: Sequence[dict[str, object]
     found = []
     previous_end = float("-inf")
     for began, ended, resume_s in spans:
-        inside = [r for r in records if began <= float(str(r["time"])) <= ended]
-        steps = [float(str(r["time"])) for r in inside if r["kind"] == "step"]
-        last = steps[-1] if steps else None
-        let_go = next(
-            (
-                float(str(r["time"]))
-                for r in inside
-                if r["kind"] in _ENDINGS and (last is None or float(str(r["time"])) >= last)
-            ),
-            None,
-        )
-        first = steps[0] if steps else ended
-        # The resume is reported after its first mini-batch, so its record may precede
-        # `began` (the report less the resume's duration) by the report's delay.
+        # An in-place resume is reported after its first mini-batch: its `resumed` record, and
+        # that mini-batch, may precede `began` (the report less the resume's duration) by as
+        # much as the report was late.
         resumed = next(
             (
-                float(str(r["time"]))
-                for r in records
-                if r["kind"] == "resumed" and previous_end < float(str(r["time"])) <= first
+                _time(r)
+                for r in reversed(records)
+                if r["kind"] == "resumed" and previous_end < _time(r) <= ended
             ),
             None,
         )
+        opened = began if resumed is None else min(began, resumed)
         previous_end = ended
+        inside = [r for r in records if opened <= _time(r) <= ended]
+        steps = [r for r in inside if r["kind"] == "step"]
+        last = _time(steps[-1]) if steps else None
+        let_go = next(
+            (
+                _time(r)
+                for r in inside
+                if r["kind"] in _ENDINGS and (last is None or _time(r) >= last)
+            ),
+            None,
+        )
         found.append(
             Hold(
-                began,
-                ended,
-                len(steps),
-                steps[0] if steps else None,
-                last,
-                let_go,
-                resumed,
-                resume_s,
+                began=began,
+                ended=ended,
+                # Records are sampled (gfair.sdk.progress): count by their step numbers.
+                steps=int(str(steps[-1]["step"])) - int(str(steps[0]["step"])) + 1 if steps else 0,
+                first_step=_time(steps[0]) if steps else None,
+                last_step=last,
+                let_go=let_go,
+                resumed=resumed,
+                resume_s=resume_s,
             )
         )
     return found
 
 
+def _time(record: dict[str, object]) -> float:
+    return float(str(record["time"]))
+
+
 def held_time(found: Sequence[Hold], alone_step_s: float) -> HeldTime:
     stepped = [h for h in found if h.first_step is not None and h.last_step is not None]
-    to_first = [h.first_step - h.began for h in stepped if h.first_step is not None]
+    to_first = [max(0.0, h.first_step - h.began) for h in stepped if h.first_step is not None]
     to_parked = [
         h.let_go - h.last_step for h in stepped if h.let_go is not None and h.last_step is not None
     ]
@@ -161,6 +173,11 @@ def held_time(found: Sequence[Hold], alone_step_s: float) -> HeldTime:
         alone_s=sum(max(0, h.steps - 1) for h in stepped) * alone_step_s,
         to_parked_s=sum(to_parked),
         to_report_s=sum(to_report),
+        late_report_s=sum(
+            max(0.0, h.began - (h.first_step - h.resume_s))
+            for h in found
+            if h.first_step is not None and h.resume_s is not None
+        ),
         command_to_resumed_p50=_median(to_resumed),
         to_first_step_p50=_median(to_first),
         to_parked_p50=_median(to_parked),

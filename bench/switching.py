@@ -292,21 +292,24 @@ def _print(outcomes: list[Outcome]) -> None:
             f"{o.wall_s:>7.1f}"
         )
     print(
-        "\nWhere the GPU-seconds held went (sums over the holds, s; p50 per hold in brackets):"
+        "\nWhere the GPU-seconds held went (sums over the holds, s; p50 per hold in brackets;"
+        " late report: hold time before the resumes' reports less their duration):"
         f"\n{'quantum':>7}  {'mode':<18} {'threads':>7} {'holds':>5} {'held':>6} "
         f"{'to first step':>20} "
         f"{'stepping':>8} {'alone':>6} {'ratio':>5} {'to parked':>17} {'to report':>17} "
-        f"{'other':>6} {'to resumed p50':>14}"
+        f"{'other':>6} {'to resumed p50':>14} {'late report':>11}"
     )
     for o in outcomes:
         h = o.held
-        other = h.held_s - h.to_first_step_s - h.stepping_s - h.to_parked_s - h.to_report_s
+        # Stepping may begin before a late-reported resume's hold does: added back.
+        parts = h.to_first_step_s + h.stepping_s + h.to_parked_s + h.to_report_s
+        other = h.held_s + h.late_report_s - parts
         print(
             f"{o.quantum_s:>6g}s  {o.mode:<18} {o.threads:>7} {h.holds:>5} {h.held_s:>6.1f} "
             f"{_part(h.to_first_step_s, h.to_first_step_p50):>20} {h.stepping_s:>8.1f} "
             f"{h.alone_s:>6.1f} {h.step_ratio:>5.2f} {_part(h.to_parked_s, h.to_parked_p50):>17} "
             f"{_part(h.to_report_s, h.to_report_p50):>17} {other:>6.2f} "
-            f"{_seconds(h.command_to_resumed_p50):>14}"
+            f"{_seconds(h.command_to_resumed_p50):>14} {h.late_report_s:>11.2f}"
         )
     roles = sorted({role for o in outcomes for role in o.cpu}, key=_role_order)
     print(
