@@ -1,6 +1,7 @@
 """What a time slice costs real training: restart per slice against suspension in place.
 
-Run: ``.venv/bin/python -m bench.switching [--quanta 3,6] [--steps 16000]``
+Run: ``.venv/bin/python -m bench.switching [--quanta 3,6] [--steps 16000] [--modes ...]
+[--threads node,2]``
 
 Needs torch (the CPU build will do). For each quantum it starts a cluster as `gfair up` does
 (``v100:1x2``, simulated GPUs, tickets alice=1 bob=3) and runs ``examples/pytorch_train.py``
@@ -25,6 +26,12 @@ side by side:
 - in steps: the share of those GPU-seconds the job spent in its mini-batches, as its own step
   records time them: what switching costs, apart from the cluster's processes slowing every
   step on a box of few cores (which lowers the efficiency, not this).
+
+Then where the GPU-seconds held went, hold by hold (`bench.held_time`: to the first mini-batch,
+stepping against the same mini-batches alone, to the park, to the node's report), and the CPU
+time each of the cluster's processes used meanwhile, with the share of a core alice's job got
+while it held its GPU (`bench.process_cpu`). ``--threads`` runs alice's job, and its training
+alone, with the node's thread share (``node``, `gfair.node.job_threads`) or a count of its own.
 
 Everything shares this machine's cores: the numbers are what one box does, not a cluster.
 """
