@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         loss = loss_fn(model(inputs), targets)
         loss.backward()
         optimizer.step()
-        # One report per mini-batch; cheap (buffered), and no GPU sync is needed for it.
+        # One report per mini-batch; cheap (a few are written down), and no GPU sync is needed.
         job.report(step)
         done = step + 1
         if job.should_yield():

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+# The thread count of the job and of its uninterrupted run. A node gives a job its share of
+# its CPUs in threads (`gfair.node.job_threads`), which differs between servers of different
+# sizes, and floating-point sums depend on how they are split among threads: a job that must
+# be bitwise reproducible across moves pins its count, as these do.
+PINNED_THREADS = {"OMP_NUM_THREADS": "1"}
+
 
 def equal(a: Any, b: Any) -> bool:
     """Bitwise equality of nested state dicts (tensors by `torch.equal`)."""

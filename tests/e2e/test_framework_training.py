@@ -20,7 +20,7 @@ from gfair.events.jobs import JobResumed
 from gfair.events.states import JobState
 from gfair.sdk.checkpoint import MANIFEST_NAME
 from node.helpers import JOB_PYTHON, LIBS
-from training_state import equal
+from training_state import PINNED_THREADS, equal
 
 from .conftest import FREE_MOVES, RESNET, StartCluster, client_of, moved_off_its_node, synthetic
 from .test_job_life import finished, settled
@@ -46,7 +46,7 @@ def final_state(checkpoints: Path) -> dict[str, Any]:
 
 def uninterrupted(framework: str, directory: Path) -> dict[str, Any]:
     directory.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(LIBS)}
+    env = {**os.environ, "PYTHONPATH": str(LIBS), **PINNED_THREADS}
     for name in ("GFAIR_JOB_ID", "GFAIR_CONTROL_DIR", "GFAIR_CHECKPOINT_DIR"):
         env.pop(name, None)
     subprocess.run(
@@ -83,7 +83,7 @@ async def test_framework_training_parked_in_place_and_moved_ends_bitwise_equal(
                 "bob", 1, synthetic(duration_s=3600, speed_scale=10), job_type=RESNET, job_id=name
             )
         train = [JOB_PYTHON, str(JOB), framework, "--steps", str(STEPS), "--slow-until", str(go)]
-        await client.submit("alice", 1, train, job_id="train")
+        await client.submit("alice", 1, train, job_id="train", env=PINNED_THREADS)
         deadline = time.monotonic() + 120
         while True:
             details = await client.job("alice", "train")

@@ -157,6 +157,41 @@ async def test_a_job_sees_none_of_the_executors_settings_or_credentials(
     assert environ["PATH"] == os.environ["PATH"]
 
 
+async def test_a_jobs_math_libraries_get_its_share_of_the_nodes_cpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The executor's own setting never reaches a job: the share does.
+    monkeypatch.setenv("OMP_NUM_THREADS", "64")
+    long = ("--iterations", "100000")
+    launches = {
+        "pair": synthetic("pair", (0, 1), "v100", *long),
+        "single": synthetic("single", (2,), "v100", *long),
+        "own": dataclasses.replace(
+            synthetic("own", (3,), "v100", *long), env={"OMP_NUM_THREADS": "4"}
+        ),
+    }
+    seen: dict[str, str | None] = {}
+    for threads_per_gpu in (1.5, None):
+        config = make_config(tmp_path / str(threads_per_gpu), threads_per_gpu=threads_per_gpu)
+        async with JobSupervisor(config) as supervisor:
+            for name, launch in launches.items():
+                job = await supervisor.start(launch)
+                await wait_for_text(job.paths.control_dir / "progress.jsonl", '"kind":"ready"')
+                seen[f"{name} {threads_per_gpu}"] = environ_of(job.pid).get("OMP_NUM_THREADS")
+                await supervisor.kill(name, "seen enough")
+    assert seen == {
+        # 1.5 per GPU, rounded down; at least one.
+        "pair 1.5": "3",
+        "single 1.5": "1",
+        # A job that sets it keeps its own.
+        "own 1.5": "4",
+        # Off: the libraries' defaults.
+        "pair None": None,
+        "single None": None,
+        "own None": "4",
+    }
+
+
 # A job whose child leaves its process group (a new session) and writes its pid down, then
 # trains: killing the group alone would leave the child running.
 ESCAPER = (

@@ -71,8 +71,19 @@ def ask_to_yield() -> None:
     os.kill(os.getpid(), signal.SIGUSR1)
 
 
-def steps(records: list[dict[str, Any]]) -> list[int]:
-    return [r["step"] for r in records if r["kind"] == "step"]
+def steps(records: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """The first and last mini-batch of each run of steps between other records (the SDK
+    samples those between: `gfair.sdk.progress`), checked to go up."""
+    found: list[tuple[int, int]] = []
+    run: list[int] = []
+    for record in [*records, {"kind": "end"}]:
+        if record["kind"] == "step":
+            run.append(record["step"])
+        elif run:
+            assert run == sorted(set(run)), run
+            found.append((run[0], run[-1]))
+            run = []
+    return found
 
 
 def run_twice(tmp_path: Path, train: Callable[[Job, bool], int]) -> None:
@@ -87,14 +98,14 @@ def run_twice(tmp_path: Path, train: Callable[[Job, bool], int]) -> None:
     assert before[-1]["kind"] == "yield"
     (saved,) = [r for r in before if r["kind"] == "checkpoint"]
     assert saved["step"] == YIELD_AT  # saved at the end of the batch it was asked in
-    assert steps(before) == list(range(1, YIELD_AT + 1))
+    assert steps(before) == [(1, YIELD_AT)]
 
     second = job(tmp_path)
     trained = train(second, False)
     second.close()
     after = progress(tmp_path)[len(before) :]
     assert after[-1]["kind"] == "complete"
-    assert steps(after) == list(range(YIELD_AT + 1, STEPS + 1))  # on from where it stopped
+    assert steps(after) == [(YIELD_AT + 1, STEPS)]  # on from where it stopped
     assert trained == STEPS - YIELD_AT  # the trainer resumed: it did not start over
 
 
@@ -308,7 +319,8 @@ def park_resume_and_leave(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, train
     ]  # fmt: skip
     parked = [r["step"] for r in records if r["kind"] == "parked"]
     assert parked == [3, 6, 9]
-    assert steps(records) == list(range(1, 10))  # on after each resume, without a restart
+    # On after each resume, without a restart.
+    assert steps(records) == [(1, 3), (4, 6), (7, 9)]
     (saved,) = [r for r in records if r["kind"] == "checkpoint"]
     assert saved["step"] == 9
     # Each park moved the model and the optimizer that trains it.
@@ -326,14 +338,14 @@ def park_resume_and_leave(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, train
     assert exited.value.code == YIELD_EXIT_CODE
     records = second.records()
     assert kinds(records) == ["ready", "checkpoint", "yield"]
-    assert steps(records) == list(range(10, 13))
+    assert steps(records) == [(10, 12)]
 
     with Executor(tmp_path, 3, []) as third:
         job = third.job(tmp_path)
         trained, final = train(job, third, {})
         job.close()
     assert kinds(third.records()) == ["ready", "complete"]
-    assert steps(third.records()) == list(range(13, PARK_STEPS + 1))
+    assert steps(third.records()) == [(13, PARK_STEPS)]
     assert trained == PARK_STEPS - 12
     assert equal(final, reference)
 

@@ -47,35 +47,38 @@ def test_malformed_records_are_rejected(line: str, message: str) -> None:
         ProgressRecord.from_json(line)
 
 
-def test_fast_step_records_are_buffered_but_slow_ones_flush(tmp_path: Path) -> None:
+def test_mini_batches_are_sampled_and_each_run_of_them_recorded_at_both_ends(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "progress.jsonl"
     clock = FakeClock()
-    log = ProgressLog(path, flush_interval_s=0.2, clock=clock)
+    log = ProgressLog(path, step_interval_s=0.2, clock=clock)
 
-    log.append(ProgressRecord(kind="step", time=0, step=1))  # first record: flushed
+    def written() -> list[tuple[str, int | None, float]]:
+        return [(r.kind, r.step, r.time) for r in map(ProgressRecord.from_json, lines(path))]
+
+    log.append(ProgressRecord(kind="ready", time=0.0))
+    log.step(1, 1.0)  # the first after the start: at once (it times the start)
     clock.now += 0.05
-    log.append(ProgressRecord(kind="step", time=0, step=2))  # 50 ms later: buffered
-    assert len(lines(path)) == 1
+    log.step(2, 2.0)  # 50 ms later: kept
+    log.step(3, 3.0)
+    assert written() == [("ready", None, 0.0), ("step", 1, 1.0)]
 
     clock.now += 0.3
-    log.append(ProgressRecord(kind="step", time=0, step=3))  # slow: flushes everything
-    assert len(lines(path)) == 3
-    log.close()
+    log.step(4, 4.0)  # one is due: the newest goes
+    assert written()[-1] == ("step", 4, 4.0)
+    clock.now += 0.01
+    log.step(5, 5.0)
+    # Any other record writes the newest mini-batch first, with its own time.
+    log.append(ProgressRecord(kind="parked", time=6.0, step=5, park=1))
+    assert written()[-2:] == [("step", 5, 5.0), ("parked", 5, 6.0)]
 
-
-def test_lifecycle_records_flush_immediately(tmp_path: Path) -> None:
-    path = tmp_path / "progress.jsonl"
-    clock = FakeClock()
-    log = ProgressLog(path, clock=clock)
-    log.append(ProgressRecord(kind="step", time=0, step=1))
-    log.append(ProgressRecord(kind="step", time=0, step=2))
-    log.append(ProgressRecord(kind="checkpoint", time=0, step=2, checkpoint_seq=1))
-    assert [ProgressRecord.from_json(x).kind for x in lines(path)] == [
-        "step",
-        "step",
-        "checkpoint",
-    ]
-    log.close()
+    log.append(ProgressRecord(kind="resumed", time=7.0, step=5, park=1))
+    log.step(6, 8.0)  # the first after a resume: at once (it times the resume)
+    assert written()[-1] == ("step", 6, 8.0)
+    log.step(7, 9.0)
+    log.close()  # and the last one at the end
+    assert written()[-1] == ("step", 7, 9.0)
 
 
 def test_without_a_path_nothing_is_written(tmp_path: Path) -> None:

@@ -123,7 +123,8 @@ def test_sigusr1_makes_it_checkpoint_and_yield_then_it_resumes(tmp_path: Path) -
     args = ["--iterations", "400", "--speed-scale", "40"]  # ~311 steps/s: ~1.3 s in all
     process = subprocess.Popen([*SYNTHETIC, *args], cwd=tmp_path, env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    wait_for_lines(tmp_path / "control" / PROGRESS_FILE, 20)  # running, SIGUSR1 handled
+    # Ready (SIGUSR1 handled), its first mini-batch and a sampled one: running.
+    wait_for_lines(tmp_path / "control" / PROGRESS_FILE, 3)
     process.send_signal(signal.SIGUSR1)
     _, err = process.communicate(timeout=20)
     assert process.returncode == YIELD_EXIT_CODE, err

@@ -39,6 +39,7 @@ from gfair.node.job_account import JobAccount
 from gfair.node.job_cgroup import GATE_LINE, CgroupTree, JobCgroup, empty, gated, runnable
 from gfair.node.job_files import own_checkpoint
 from gfair.node.job_limits import JobLimitGroups, LimitError, LimitTree
+from gfair.node.job_threads import THREADS_VARIABLE, job_threads
 from gfair.node.launch import CheckpointRef, JobLaunch, JobPaths, RunningJob, check_job_id
 from gfair.node.lifecycle import (
     Escalation,
@@ -120,6 +121,9 @@ class SupervisorConfig:
     cgroups: CgroupTree | None = None
     # Memory and CPU limits per job (job_limits.py); None: none asked for.
     limits: LimitTree | None = None
+    # One GPU's share of the node's CPUs: a job's math libraries start that many threads per
+    # GPU it holds (job_threads.py), unless it says otherwise; None: the libraries' defaults.
+    threads_per_gpu: float | None = None
 
 
 # What of the host's environment a job may see (see `host_environment`).
@@ -578,6 +582,10 @@ class JobSupervisor:
             host_environment(os.environ) if self.config.inherit_env else {"PATH": os.defpath}
         )
         env.setdefault("PYTHONUNBUFFERED", "1")  # so the stderr tail is current at exit
+        if self.config.threads_per_gpu is not None:
+            # Before the job's own variables: a job that sets it keeps its own.
+            gpus = launch.prepared_gpus or len(launch.gpu_indices)
+            env[THREADS_VARIABLE] = str(job_threads(self.config.threads_per_gpu, gpus))
         env.update(launch.env)
         devices = launch.gpu_uuids if self.config.visible_devices == "uuid" else launch.gpu_indices
         # Empty for a prepared start: no device is visible until it is given some.

@@ -58,7 +58,7 @@ class Job:
         self._parks = 0
         # (offload, restore) pairs: what moves the job's device state to host memory and back.
         self._state: list[tuple[Callable[[], object], Callable[[], object]]] = []
-        # Buffered step records must reach the supervisor even when the script just returns.
+        # The newest mini-batch must reach the supervisor even when the script just returns.
         atexit.register(self._progress.flush)
         self._progress.append(
             ProgressRecord(
@@ -130,7 +130,7 @@ class Job:
     def report(self, step: int) -> None:
         """Mini-batch `step` (0-based) has finished."""
         self._done = step + 1
-        self._progress.append(ProgressRecord(kind="step", time=self._clock(), step=self._done))
+        self._progress.step(self._done, self._clock())
 
     def should_yield(self) -> bool:
         """True once gfair asked this job to give its GPUs back (suspend or migrate)."""

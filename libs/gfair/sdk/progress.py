@@ -1,7 +1,11 @@
 """Progress records: the job appends JSON lines to a file, the node supervisor tails it.
 
-A file rather than a socket: it needs no server in the job, survives the supervisor restarting,
-and costs one buffered write per mini-batch.
+A file rather than a socket: it needs no server in the job and survives the supervisor
+restarting. A job may do thousands of mini-batches a second, and the supervisor shares the
+node's CPUs with it: so not every mini-batch is a record. The first after the job's start or
+an in-place resume is written at once (it times the switch), then at most one every
+`step_interval_s`, the newest; and the newest is written before any other record (a park, a
+yield, a checkpoint, the end), so each run of steps is recorded exactly at both ends.
 """
 
 from __future__ import annotations
@@ -15,10 +19,8 @@ from typing import IO, Any, Literal, get_args
 
 RecordKind = Literal["ready", "step", "checkpoint", "yield", "parked", "resumed", "complete"]
 _KINDS: frozenset[str] = frozenset(get_args(RecordKind))
-# Records the supervisor must see promptly: they change what it reports or decides.
-_URGENT: frozenset[str] = frozenset(
-    {"ready", "checkpoint", "yield", "parked", "resumed", "complete"}
-)
+# After these, the next mini-batch is news at once: how long the start or resume took.
+_BEFORE_FIRST_STEP: frozenset[str] = frozenset({"ready", "resumed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,46 +83,68 @@ class ProgressRecord:
 
 
 class ProgressLog:
-    """Appends records to the progress file (or nowhere, outside gfair).
-
-    Step records are buffered and flushed at most every `flush_interval_s`, so a job doing
-    thousands of mini-batches a second does not make thousands of system calls; a job slower
-    than that flushes every record. Other kinds are flushed at once.
-    """
+    """Appends records to the progress file (or nowhere, outside gfair), each flushed at once;
+    mini-batches through `step`, sampled (module doc)."""
 
     def __init__(
         self,
         path: Path | None,
         *,
-        flush_interval_s: float = 0.2,
+        step_interval_s: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._file: IO[str] | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", encoding="utf-8", buffering=64 * 1024)
-        self._flush_interval_s = flush_interval_s
+            self._file = path.open("a", encoding="utf-8")
+        self._step_interval_s = step_interval_s
         self._clock = clock
-        self._last_flush = float("-inf")
+        # When the next mini-batch is written rather than kept (by `clock`).
+        self._next_step = float("-inf")
+        # The newest mini-batch not written yet: (steps done, its time).
+        self._pending: tuple[int, float] | None = None
+
+    def step(self, step: int, at: float) -> None:
+        """Mini-batches done (`step`) at time `at`: written when one is due, else kept."""
+        if self._file is None:
+            return
+        now = self._clock()
+        if now < self._next_step:
+            self._pending = (step, at)
+            return
+        self._pending = None
+        self._next_step = now + self._step_interval_s
+        self._write(ProgressRecord(kind="step", time=at, step=step))
 
     def append(self, record: ProgressRecord) -> None:
         if self._file is None:
             return
-        self._file.write(record.to_json() + "\n")
-        now = self._clock()
-        if record.kind in _URGENT or now - self._last_flush >= self._flush_interval_s:
-            self._file.flush()
-            self._last_flush = now
+        self._write_pending()
+        self._write(record)
+        if record.kind in _BEFORE_FIRST_STEP:
+            self._next_step = float("-inf")
 
     def flush(self) -> None:
+        """Write the newest mini-batch if it is not yet (at exit: the run's last)."""
         if self._file is not None:
-            self._file.flush()
-            self._last_flush = self._clock()
+            self._write_pending()
 
     def close(self) -> None:
         if self._file is not None:
+            self._write_pending()
             self._file.close()
             self._file = None
+
+    def _write_pending(self) -> None:
+        if self._pending is not None:
+            step, at = self._pending
+            self._pending = None
+            self._write(ProgressRecord(kind="step", time=at, step=step))
+
+    def _write(self, record: ProgressRecord) -> None:
+        assert self._file is not None
+        self._file.write(record.to_json() + "\n")
+        self._file.flush()
 
 
 def _optional_int(data: dict[str, Any], key: str) -> int | None:

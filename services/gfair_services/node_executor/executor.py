@@ -50,6 +50,7 @@ from gfair.node.job_account import JobAccount, check_distinct, owners_of
 from gfair.node.job_cgroup import AUTO, CgroupError, CgroupTree, locate, tenant_directory
 from gfair.node.job_host import JobHost, ProcessHost
 from gfair.node.job_limits import LimitTree, v1_hierarchies
+from gfair.node.job_threads import threads_per_gpu
 from gfair.node.orphans import ReapedRun
 from gfair.node.run_directory import PASSAGE_MODE
 from gfair.node.supervisor import SupervisorConfig
@@ -182,6 +183,11 @@ class NodeExecutor:
             account=self._account(user),
             cgroups=(cgroups := self._cgroup_tree(user)),
             limits=self._limit_tree(user, cgroups),
+            threads_per_gpu=(
+                None
+                if self.settings.job_threads == "off"
+                else threads_per_gpu(self.settings.job_cpus_per_gpu, len(self._inventory))
+            ),
         )
 
     def _limit_tree(self, user: str, cgroups: CgroupTree | None) -> LimitTree | None:

@@ -6,7 +6,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -141,6 +141,14 @@ class NodeExecutorSettings(BaseSettings):
         gt=0,
         description="CPUs a job may use per GPU it holds on this node, e.g. 6 (cgroup CPU "
         "quota; over it the job is throttled); unset: no limit",
+    )
+
+    job_threads: Literal["share", "off"] = Field(
+        default="share",
+        description="'share': a job starts with OMP_NUM_THREADS (PyTorch's, MKL's and "
+        "OpenBLAS's thread pools) set to its share of this node's CPUs, job_cpus_per_gpu (or "
+        "the node's CPUs over its GPUs) times its GPUs, unless it sets it itself; 'off': the "
+        "libraries' defaults, one thread per CPU of the machine for every job",
     )
 
     virtual_nodes: str = Field(
