@@ -34,13 +34,6 @@ class Packing:
         for server in servers:
             self.buckets[self.free[server.id]][server.id] = None
 
-    def _take(self, server_id: str, gpus: int) -> None:
-        before = self.free[server_id]
-        del self.buckets[before][server_id]
-        self.free[server_id] = before - gpus
-        self.buckets[before - gpus][server_id] = None
-        self.total -= gpus
-
     def release(self, servers: tuple[str, ...], gpus: int) -> None:
         for server_id, share in self._shares(servers, gpus):
             before = self.free[server_id]
@@ -101,8 +94,7 @@ class Packing:
                     self.total -= gpus
                     return servers
             elif servers and self.free_for(servers, gpus):
-                for server_id, share in self._shares(servers, gpus):
-                    self._take(server_id, share)
+                self._take_whole(servers)
                 return servers
         buckets = self.buckets
         if gpus <= self.largest:
@@ -118,9 +110,18 @@ class Packing:
             return None
         whole = self._whole(gpus)
         if whole is not None:
-            for server_id in whole:
-                self._take(server_id, self.size[server_id])
+            self._take_whole(whole)
         return whole
+
+    def _take_whole(self, servers: tuple[str, ...]) -> None:
+        """Take every GPU of `servers`, all idle (a gang larger than a server holds them)."""
+        free, buckets, size = self.free, self.buckets, self.size
+        for server_id in servers:
+            gpus = size[server_id]
+            del buckets[gpus][server_id]
+            free[server_id] = 0
+            buckets[0][server_id] = None
+            self.total -= gpus
 
     def free_for(self, servers: tuple[str, ...], gpus: int) -> bool:
         """Whether `servers` (one, or whole servers for a gang larger than one) hold `gpus` free."""
