@@ -829,6 +829,32 @@ async def test_a_parked_job_over_the_nodes_budget_checkpoints_and_exits(
         assert resumed.checkpoint_step is not None and resumed.checkpoint_step > 0
 
 
+@pytest.mark.parametrize("startup_grace_s", [30.0, 0.0])
+async def test_a_slice_ending_while_a_job_still_comes_up_lets_it_park_instead_of_killing_it(
+    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus, startup_grace_s: float
+) -> None:
+    # Its import takes longer than the slice's grace: killed then, it would import again at
+    # its next slice, and again, and never train.
+    settings = make_settings(tmp_path, startup_grace_s=startup_grace_s)
+    async for node in running_node(memory_bus, settings, gpus):
+        await node.send(start_command(tmp_path, "slow", prepared_job(import_s=1.5), (0,)))
+        await node.wait_for(JobStarted)
+        await node.send(
+            SuspendCommand(node_id=NODE, user="alice", job_id="slow", attempt=1, yield_grace_s=0.2)
+        )
+        (suspended,) = await node.wait_for(JobSuspended, timeout_s=30.0)
+        assert isinstance(suspended, JobSuspended)
+        if startup_grace_s == 0.0:  # the slice's grace alone: killed while importing
+            assert suspended.forced and not suspended.in_place
+            return
+        assert suspended.in_place and not suspended.forced
+        assert node.executor.running() == []  # parked: it holds no GPU
+        # Its next slice continues the same process, the import behind it.
+        await node.send(start_command(tmp_path, "slow", prepared_job(import_s=1.5), (0,)))
+        (resumed,) = await node.wait_for(JobResumed)
+        assert isinstance(resumed, JobResumed) and resumed.in_place
+
+
 # ----- prepared starts -------------------------------------------------------------------------
 
 

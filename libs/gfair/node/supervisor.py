@@ -442,6 +442,14 @@ class JobSupervisor:
             exited=job.exit,
         )
 
+    def coming_up(self, job_id: str) -> float | None:
+        """Seconds since the job's process started, while it has not yet ended a mini-batch
+        nor parked (it is still coming up); None otherwise."""
+        job = self._jobs.get(job_id)
+        if job is None or job.run_first_step_at is not None or job.parked is not None:
+            return None
+        return max(0.0, time.time() - job.handle.started_at)
+
     async def until_parked(
         self, job_id: str, timeout_s: float
     ) -> Literal["parked", "exited", "timeout"]:
