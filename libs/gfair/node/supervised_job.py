@@ -120,6 +120,12 @@ class SupervisedJob:
         now = time.monotonic()
         if self.steps == self.progress_emitted_steps or now - self.last_progress_at < interval_s:
             return None
+        rate = self.rates.rate()
+        if rate is None:
+            # One record makes no rate, and a report without one says nothing: wait for the
+            # next record (the SDK writes one every 0.2 s) rather than an interval, or a short
+            # slice would report no progress at all.
+            return None
         self.last_progress_at = now
         self.progress_emitted_steps = self.steps
         return JobProgress(
@@ -127,7 +133,7 @@ class SupervisedJob:
             attempt=self.handle.attempt,
             time=time.time(),
             steps=self.steps,
-            rate_per_s=self.rates.rate(),
+            rate_per_s=rate,
             window_s=self.rates.window_s,
             checkpoint_step=self.checkpoint.step if self.checkpoint else None,
             first_step_at=self.run_first_step_at,

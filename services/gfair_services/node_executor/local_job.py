@@ -60,7 +60,8 @@ class LocalJob:
     # first progress report, which says how long to the first mini-batch, went out.
     commanded_at: float | None = None
     first_step_reported: bool = False
-    # When its last progress report went out (monotonic), or None before the first.
+    # When its last progress report went out (monotonic), or None before the first of the
+    # run or of its slice since an in-place resume.
     progress_sent_at: float | None = None
     # The grace its last yield had, when the scheduler set one (see `suspended`).
     yield_grace_s: float | None = None

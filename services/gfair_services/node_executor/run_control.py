@@ -306,6 +306,9 @@ class RunControl:
             run.gpu_indices = gpu_indices
             run.status = RunStatus.RUNNING
             run.stop = run.stop_event_id = None
+            # Its first report of the slice goes out even while the node is busy (`ReportRelay`):
+            # a short slice would otherwise show none of its progress.
+            run.progress_sent_at = None
             run.start_event_id = cause.id
             run.attempt = attempt
             resumed = events.JobResumed(
