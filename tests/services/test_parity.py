@@ -276,15 +276,22 @@ async def live(
     return runs, filled
 
 
+def written_shares(tmp_path: Path, accounts: bool) -> Path | None:
+    """The run's shares file (`SHARES`) when it has accounts, else None (flat tickets)."""
+    if not accounts:
+        return None
+    shares_file = tmp_path / "shares.toml"
+    shares_file.write_text(SHARES)
+    return shares_file
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("accounts", [False, True], ids=["flat", "accounts"])
 async def test_the_simulator_and_the_services_decide_alike_quantum_by_quantum(
     tmp_path: Path, accounts: bool
 ) -> None:
-    shares_file = None
+    shares_file = written_shares(tmp_path, accounts)
     if accounts:
-        shares_file = tmp_path / "shares.toml"
-        shares_file.write_text(SHARES)
         # The accounts change the decisions: the parity below is not a flat run's again.
         flat = ShareTree(
             members=dict.fromkeys(["ann", "ben"], ""), user_tickets={"ann": 1, "ben": 2}

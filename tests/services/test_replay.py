@@ -26,7 +26,7 @@ from gfair.core.throughput import ThroughputEstimator
 from gfair_services.profiler.seed import seed_table
 from gfair_services.split_stride import Settings
 
-from .test_parity import QUANTA, SHARES, TICKETS, live, settings_of
+from .test_parity import QUANTA, TICKETS, live, settings_of, written_shares
 
 
 def fresh(settings: Settings) -> SplitStride:
@@ -40,10 +40,7 @@ def fresh(settings: Settings) -> SplitStride:
 async def test_a_live_runs_recorded_inputs_give_the_same_plans_again(
     tmp_path: Path, accounts: bool
 ) -> None:
-    shares_file = None
-    if accounts:
-        shares_file = tmp_path / "shares.toml"
-        shares_file.write_text(SHARES)
+    shares_file = written_shares(tmp_path, accounts)
     recording = Recording()
     await live(tmp_path, shares_file, recording)
     settings = settings_of(tmp_path, shares_file)
