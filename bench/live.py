@@ -44,6 +44,7 @@ import nats
 from nats.aio.msg import Msg
 
 from bench.bus import bench_raw_jetstream, bench_runtime
+from bench.process_cpu import process_stat
 from gfair.bus.logs import configure_logging
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.publisher import EventPublisher
@@ -163,14 +164,11 @@ def brokers_of(parent: int) -> dict[str, int | None]:
 
 def cpu_seconds(pids: dict[str, int | None]) -> dict[str, float]:
     """CPU time (user + system) used so far by each process, from /proc (Linux)."""
-    ticks = os.sysconf("SC_CLK_TCK")
     used: dict[str, float] = {}
     for name, pid in pids.items():
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        used[name] = (int(fields[11]) + int(fields[12])) / ticks
+        found = process_stat(pid) if pid is not None else None
+        if found is not None:
+            used[name] = found[1]
     return used
 
 

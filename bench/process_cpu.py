@@ -20,7 +20,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 OTHER = "other"
 
 
-def _stat(pid: int) -> tuple[int, float] | None:
+def process_stat(pid: int) -> tuple[int, float] | None:
     """(parent pid, CPU seconds) of `pid`, or None once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -85,7 +85,7 @@ class ProcessCpu:
             pid = int(entry.name)
             if pid in self._foreign:
                 continue
-            found = _stat(pid)
+            found = process_stat(pid)
             if found is None:
                 continue
             parent, seconds = found
@@ -108,7 +108,7 @@ class ProcessCpu:
             if pid in ours:
                 # Read again now: an exec (the job's gate) changes its command line.
                 self._role[pid] = self._role_of(_cmdline(pid))
-                found = _stat(pid)
+                found = process_stat(pid)
                 self._cpu[pid] = found[1] if found is not None else 0.0
             else:
                 self._foreign.add(pid)

@@ -24,6 +24,7 @@ import structlog
 
 from gfair.core.cluster import Cluster, Server
 from gfair.core.pools import Pool, pools_of
+from gfair.core.split_stride import Node, NodeHealth
 from gfair.events.envelope import Envelope
 from gfair.events.nodes import (
     NodeEvent,
@@ -63,17 +64,24 @@ class NodeEntry:
         return len(self.gpu_indices)
 
     @property
+    def health(self) -> NodeHealth:
+        """Its state as the scheduling core reads it (which states take work is the core's)."""
+        return NodeHealth(self.state.value)
+
+    @property
     def takes_new_work(self) -> bool:
-        """Placement sends jobs only to ready nodes."""
-        return self.state is NodeState.READY
+        return self.health.takes_new_work
 
     @property
     def schedulable(self) -> bool:
-        """Split-stride keeps time-slicing a merely suspected node's jobs."""
-        return self.state in (NodeState.READY, NodeState.SUSPECTED)
+        return self.health.schedulable
 
     def server(self) -> Server:
         return Server(self.node_id, self.generation, self.gpus)
+
+    def node(self) -> Node:
+        """The node as split stride's state machine is told of it."""
+        return Node(self.node_id, self.generation, self.gpu_indices, self.health)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +179,6 @@ class NodeInventory:
 
     def ready(self) -> list[NodeEntry]:
         return [e for e in self._nodes.values() if e.takes_new_work]
-
-    def schedulable(self) -> list[NodeEntry]:
-        return [e for e in self._nodes.values() if e.schedulable]
 
     def pools(self, *, ready_only: bool = True) -> dict[str, Pool]:
         """Generation -> pool of the (ready) nodes, slowest generation first."""

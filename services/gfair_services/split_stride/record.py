@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from gfair.core.kernel import UserState
-from gfair.core.split_stride import Job, Node, NodeHealth, Phase, Saved, SplitStride, Stay
+from gfair.core.split_stride import Job, Node, Phase, Saved, SplitStride, Stay
 from gfair.core.split_stride.residency import Switches
 from gfair.core.switch_costs import MeasuredSwitches
 from gfair.state.profile_record import type_key
@@ -39,12 +39,8 @@ def moment(at: float) -> datetime:
     return datetime.fromtimestamp(at, UTC)
 
 
-def node(entry: NodeEntry) -> Node:
-    return Node(entry.node_id, entry.generation, entry.gpu_indices, NodeHealth(entry.state.value))
-
-
 def nodes(inventory: NodeInventory) -> tuple[Node, ...]:
-    return tuple(node(entry) for entry in inventory.nodes.values())
+    return tuple(entry.node() for entry in inventory.nodes.values())
 
 
 def inventory(record: StrideRecord) -> NodeInventory:

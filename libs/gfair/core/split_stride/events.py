@@ -21,6 +21,16 @@ class NodeHealth(StrEnum):
     FAILED = "failed"  # its processes died with it
     QUARANTINED = "quarantined"  # kept failing jobs: drained
 
+    @property
+    def takes_new_work(self) -> bool:
+        """Placement sends jobs only to ready nodes."""
+        return self is NodeHealth.READY
+
+    @property
+    def schedulable(self) -> bool:
+        """Split stride keeps time-slicing a merely suspected node's jobs."""
+        return self is NodeHealth.READY or self is NodeHealth.SUSPECTED
+
 
 @dataclass(frozen=True, slots=True)
 class Node:
@@ -35,11 +45,11 @@ class Node:
 
     @property
     def takes_new_work(self) -> bool:
-        return self.health is NodeHealth.READY
+        return self.health.takes_new_work
 
     @property
     def schedulable(self) -> bool:
-        return self.health in (NodeHealth.READY, NodeHealth.SUSPECTED)
+        return self.health.schedulable
 
     def server(self) -> Server:
         return Server(self.node_id, self.generation, self.gpus)
