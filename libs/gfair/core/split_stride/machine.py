@@ -105,8 +105,17 @@ class SplitStride:
         self._residents: set[str] = {key for key, job in self.jobs.items() if job.stays}
         self._of_user: dict[str, set[str]] = {}
         self._min_pass: dict[str, float] = {}  # a user's lowest job pass, until passes change
+        # Node -> job key -> its stay there, and node -> jobs parked there: what a server's
+        # questions read (`holders`, `free_indices`, `parked_on`) costs what is on it. Kept by
+        # the only ways stays and parkings change: `reside`, `unreside`, `park`, `_forget`.
+        self._on_node: dict[str, dict[str, Stay]] = {}
+        self._parked_at: dict[str, set[str]] = {}
         for key, job in self.jobs.items():
             self._of_user.setdefault(job.user, set()).add(key)
+            for node_id, stay in job.stays.items():
+                self._on_node.setdefault(node_id, {})[key] = stay
+            if job.parked is not None:
+                self._parked_at.setdefault(job.parked[0], set()).add(key)
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -150,7 +159,7 @@ class SplitStride:
                 return self._ended(event)
             case Unstartable():
                 job = self.jobs.get(event.key)
-                gone = job is not None and job.stays.pop(event.node_id, None) is not None
+                gone = job is not None and self.unreside(job, event.node_id) is not None
                 return CHANGED if gone else UNCHANGED
             case ServersChanged():
                 return CHANGED if self._servers(event.nodes) else UNCHANGED
@@ -220,7 +229,7 @@ class SplitStride:
         node_id = event.node_id
         if job is not None and job.attempt == event.attempt and not job.exited:
             if not job.stays:
-                job.parked = (node_id, ())
+                self.park(job, (node_id, ()))
                 return CHANGED
             if node_id in job.stays:
                 return CHANGED  # its start there is on its way: the node resumes it in place
@@ -239,6 +248,7 @@ class SplitStride:
         self._min_pass.pop(user, None)
         if job is None:
             return UNCHANGED
+        self._forget(job)
         if not mine:
             self.users.pop(user, None)
             self._of_user.pop(user, None)
@@ -270,8 +280,8 @@ class SplitStride:
         for node in nodes:
             was = before.get(node.node_id)
             if node.health is NodeHealth.FAILED and was is not None and was.health != node.health:
-                for job in self.jobs.values():
-                    job.stays.pop(node.node_id, None)  # its processes died with it
+                for key in list(self._on_node.get(node.node_id, {})):
+                    self.unreside(self.jobs[key], node.node_id)  # its processes died with it
         return True
 
     def _set_nodes(self, nodes: tuple[Node, ...]) -> None:
@@ -333,9 +343,39 @@ class SplitStride:
         return all(node in job.servers for node in job.stays)
 
     def reside(self, job: Job, stay: Stay) -> None:
-        """Record a residency of `job` (the only way one is added)."""
+        """Record a residency of `job` (the only way one is added or replaced)."""
         job.stays[stay.node_id] = stay
         self._residents.add(job.key)
+        self._on_node.setdefault(stay.node_id, {})[job.key] = stay
+
+    def unreside(self, job: Job, node_id: str) -> Stay | None:
+        """Drop `job`'s residency on `node_id` (the only way one is removed); what it was."""
+        stay = job.stays.pop(node_id, None)
+        if stay is not None:
+            here = self._on_node[node_id]
+            del here[job.key]
+            if not here:
+                del self._on_node[node_id]
+        return stay
+
+    def park(self, job: Job, where: tuple[str, tuple[int, ...]] | None) -> None:
+        """Hold `job` as parked in place `where` (node, GPU indices), or nowhere (the only way
+        `Job.parked` is set)."""
+        if job.parked is not None:
+            self._parked_at[job.parked[0]].discard(job.key)
+        job.parked = where
+        if where is not None:
+            self._parked_at.setdefault(where[0], set()).add(job.key)
+
+    def _forget(self, job: Job) -> None:
+        """Take an ended job out of the node indexes (its stays stay on it, to be killed)."""
+        for node_id in job.stays:
+            here = self._on_node[node_id]
+            del here[job.key]
+            if not here:
+                del self._on_node[node_id]
+        if job.parked is not None:
+            self._parked_at[job.parked[0]].discard(job.key)
 
     def residents(self) -> list[Job]:
         """The jobs with residencies."""
@@ -350,11 +390,10 @@ class SplitStride:
 
     def holders(self, node_id: str) -> dict[str, Stay]:
         """Job key -> its residency on `node_id`, for jobs holding GPUs there."""
-        return {
-            job.key: stay
-            for job in self.residents()
-            if (stay := job.stays.get(node_id)) is not None and stay.holds_gpus
-        }
+        here = self._on_node.get(node_id)
+        if not here:
+            return {}
+        return {key: stay for key, stay in here.items() if stay.holds_gpus}
 
     def free_indices(self, node_id: str) -> list[int]:
         node = self.nodes.get(node_id)
@@ -366,11 +405,12 @@ class SplitStride:
     def parked_on(self, node_id: str) -> dict[str, tuple[int, ...]]:
         """Job key -> GPU indices, for the jobs parked in place on `node_id` that hold no GPUs
         now."""
-        return {
-            job.key: job.parked[1]
-            for job in self.jobs.values()
-            if job.parked is not None and job.parked[0] == node_id and not job.stays
-        }
+        found: dict[str, tuple[int, ...]] = {}
+        for key in self._parked_at.get(node_id, ()):
+            job = self.jobs[key]
+            if not job.stays and job.parked is not None:
+                found[key] = job.parked[1]
+        return found
 
     def promised(self, node_id: str, sizes: dict[str, int]) -> int:
         """GPUs of `node_id` promised to held-back jobs."""
@@ -381,15 +421,14 @@ class SplitStride:
         )
 
     def free_gpus(self) -> int:
-        """GPUs of the schedulable servers that no job holds (one pass over the jobs)."""
-        names = {node.node_id: node.gpus for node in self.schedulable()}
-        held = sum(
-            len(stay.gpu_indices)
-            for job in self.residents()
-            for stay in job.stays.values()
-            if stay.holds_gpus and stay.node_id in names
-        )
-        return sum(names.values()) - held
+        """GPUs of the schedulable servers that no job holds."""
+        free = 0
+        for node in self._schedulable:
+            free += node.gpus
+            for stay in self._on_node.get(node.node_id, {}).values():
+                if stay.holds_gpus:
+                    free -= len(stay.gpu_indices)
+        return free
 
     def held(self) -> dict[str, dict[str, float]]:
         """GPUs each user holds per pool now (its received share)."""

@@ -56,7 +56,7 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
         for key, held in machine.holders(node_id).items():
             job = machine.jobs[key]
             if key not in chosen or key in moved or held.attempt != job.attempt:
-                leaving.append(_stop(job, held, now, quantum))
+                leaving.append(_stop(machine, job, held, now, quantum))
     # Moved jobs still resident anywhere start once their old nodes let go; their GPUs are
     # promised to them until then (or until the next quantum decides anew).
     # (One moved in an earlier quantum and still waiting keeps its promise; the GPUs are its own
@@ -95,7 +95,7 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
         )
     names = {node.node_id for node in scheduled}
     strays = tuple(
-        _stop(job, stay, now, quantum, drain=True)
+        _stop(machine, job, stay, now, quantum, drain=True)
         for job in machine.residents()
         for stay in list(job.stays.values())
         if stay.node_id not in names and stay.holds_gpus
@@ -182,7 +182,7 @@ def _expire(machine: SplitStride, now: float) -> tuple[Forgotten, ...]:
                 continue
             wait = config.unconfirmed_release_s if stay.unconfirmed else config.release_timeout_s
             if now - stay.since > wait:
-                del job.stays[node_id]
+                machine.unreside(job, node_id)
                 dropped.append(Forgotten(job.key, node_id, stay.phase, not stay.unconfirmed))
     return tuple(dropped)
 
@@ -277,16 +277,19 @@ def _start(
     release = None
     if job.parked is not None and job.parked[0] != node_id:
         # Parked elsewhere: that node checkpoints it, and this one waits for the checkpoint.
-        release, job.parked = job.parked[0], None
+        release = job.parked[0]
+        machine.park(job, None)
     return Start(
         job.user, job.job_id, job.attempt, node_id, indices, job.servers, job.generation, release
     )
 
 
-def _stop(job: Job, stay: Stay, now: float, quantum: int, *, drain: bool = False) -> Stop:
+def _stop(
+    machine: SplitStride, job: Job, stay: Stay, now: float, quantum: int, *, drain: bool = False
+) -> Stop:
     if stay.attempt < job.attempt:
         # That attempt failed and was retried: its leftover processes are of no use.
-        del job.stays[stay.node_id]
+        machine.unreside(job, stay.node_id)
         return Stop(
             job.user,
             job.job_id,
