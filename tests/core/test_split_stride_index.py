@@ -1,6 +1,7 @@
-"""The split-stride machine's node indexes (`SplitStride.holders`, `free_indices`, `parked_on`,
-`free_gpus`) never go stale: along seeded random event sequences they answer what a pass over
-every job's residencies answers, after every event and tick."""
+"""The split-stride machine's indexes never go stale: along seeded random event sequences, after
+every event and tick, its node indexes (`SplitStride.holders`, `free_indices`, `parked_on`,
+`free_gpus`) answer what a pass over every job's residencies answers, and the snapshot built
+from its kept queues (`queues`) is the one built afresh from every job."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import random
 
 import pytest
 
+from gfair.core import accounts, arrays
+from gfair.core.kernel import JobState
 from gfair.core.split_stride import (
     Admitted,
     Config,
@@ -24,8 +27,12 @@ from gfair.core.split_stride import (
     SplitStride,
     Started,
     Suspended,
+    SwitchesMeasured,
+    TypeProfiled,
     Unstartable,
 )
+from gfair.core.split_stride.snapshot import job_state
+from gfair.core.switch_costs import MeasuredSwitches
 from gfair.core.throughput import ThroughputEstimator
 
 QUANTUM_S = 60.0
@@ -52,7 +59,33 @@ def _brute_parked(m: SplitStride, node_id: str) -> dict[str, tuple[int, ...]]:
     }
 
 
-def _check(m: SplitStride) -> None:
+def _rebuilt(m: SplitStride, now: float) -> dict[str, list[JobState]]:
+    """The snapshot's jobs from every job, in the machine's order (users by their earliest
+    runnable job, each user's by pass, then arrival)."""
+    pool_gpus = m.pools[1]
+    queues: dict[str, list[JobState]] = {}
+    members: dict[str, arrays.ArrayMember] = {}
+    for key, job in m.jobs.items():
+        if not m.runnable(job, now):
+            continue
+        if job.member is not None:
+            members[key] = job.member
+        speeds = m.estimator.gang_speeds(key, job.user, job.job_type, job.gpus, pool_gpus)
+        state = job_state(job, speeds, m.config.operator_costs)
+        queues.setdefault(job.user, []).append(state)
+    for queue in queues.values():
+        queue.sort(key=lambda state: (state.pass_, state.seq))
+    limited = arrays.limit_arrays(queues, members) if members else queues
+    return {user: list(queue) for user, queue in limited.items()}
+
+
+def _check(m: SplitStride, now: float) -> None:
+    expected = _rebuilt(m, now)
+    view = m.snapshot(now)
+    assert list(view.jobs) == list(expected)
+    assert {user: list(queue) for user, queue in view.jobs.items()} == expected
+    asked = accounts.demand((job.user, job.gpus, job.member) for job in m.jobs.values())
+    assert list(m.demand().items()) == list(asked.items())
     held_total = 0
     for node in m.nodes.values():
         holders = {key: stay.gpu_indices for key, stay in m.holders(node.node_id).items()}
@@ -72,21 +105,34 @@ def _event(m: SplitStride, rng: random.Random, now: float, serial: int) -> Event
     stays = [(job, stay) for job in m.jobs.values() for stay in job.stays.values()]
     roll = rng.random()
     if roll < 0.2 or not m.jobs:
+        array = rng.random() < 0.3
         return Admitted(
             user=rng.choice("abc"),
             job_id=f"j{serial}",
             now=now,
             gpus=rng.choice((1, 1, 2, 4)),
-            weight=1.0,
-            job_type=None,
+            weight=rng.choice((1.0, 2.0)),
+            job_type=rng.choice((None, "big")),
+            array="x" if array else None,
+            array_limit=rng.choice((None, 1, 2)) if array else None,
             prepare=rng.random() < 0.3,
         )
     job = rng.choice(list(m.jobs.values()))
-    if roll < 0.3:
+    if roll < 0.28:
         return Ended(user=job.user, job_id=job.job_id, now=now, state="completed")
+    if roll < 0.3:
+        return TypeProfiled(job.user, job.job_type, {"v100": 1.0, "k80": rng.uniform(0.1, 1.0)})
+    if roll < 0.32:
+        measured = MeasuredSwitches(rng.uniform(1, 9), rng.uniform(1, 9), rng.uniform(1, 9))
+        return SwitchesMeasured(job.user, job.job_id, serial, measured)
     if roll < 0.37:
         return Retried(
-            user=job.user, job_id=job.job_id, now=now, attempt=job.attempt + 1, at=now, delay_s=0
+            user=job.user,
+            job_id=job.job_id,
+            now=now,
+            attempt=job.attempt + 1,
+            at=now,
+            delay_s=rng.choice((0.0, 0.0, 10.0)),
         )
     if roll < 0.42:
         node = rng.choice(NODES)
@@ -99,6 +145,12 @@ def _event(m: SplitStride, rng: random.Random, now: float, serial: int) -> Event
     if roll < 0.47:
         node_id = job.servers[0] if job.servers else rng.choice(NODES).node_id
         return Parked(user=job.user, job_id=job.job_id, now=now, node_id=node_id, attempt=1)
+    if roll < 0.49:
+        # Its process ended wherever it was (its node's report may come with no stay left).
+        node_id = rng.choice(NODES).node_id
+        return Exited(
+            user=job.user, job_id=job.job_id, now=now, node_id=node_id, attempt=job.attempt, at=now
+        )
     if not stays:
         return None
     job, stay = rng.choice(stays)
@@ -128,4 +180,4 @@ def test_node_indexes_answer_what_every_job_says(seed: int) -> None:
             event = _event(m, rng, now, serial)
             if event is not None:
                 m.apply(event)
-        _check(m)
+        _check(m, now)

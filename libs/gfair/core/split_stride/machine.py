@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gfair.core import accounts
-from gfair.core.kernel import Snapshot, UserState
+from gfair.core.kernel import PoolState, Snapshot, UserState
 from gfair.core.throughput import ThroughputEstimator
 
 from . import preparing, reports, snapshot, turns
@@ -32,7 +32,8 @@ from .events import (
     Unstartable,
 )
 from .plan import CHANGED, UNCHANGED, QuantumPlan, Reply, Stop, StopReason
-from .residency import Job, Stay, Switches, job_key
+from .queues import Queues
+from .residency import Job, Phase, Stay, Switches, job_key
 from .usage import Meter
 
 Journal = Callable[[Event | Tick, Reply | QuantumPlan], None]
@@ -84,8 +85,11 @@ class SplitStride:
         self.entitlements_revision = saved.entitlements_revision
         self.nodes: dict[str, Node] = {}
         self._schedulable: list[Node] = []
+        self.pools: tuple[tuple[PoolState, ...], dict[str, int]] = ((), {})
         self._set_nodes(saved.nodes)
         self.jobs = saved.jobs
+        # The kernel's job input, kept up to date (`queues`): every change to a job touches it.
+        self.queues = Queues()
         self.meter = Meter(
             config.quantum_s,
             config.usage_gap_s,
@@ -103,17 +107,26 @@ class SplitStride:
         # jobs, so that what an admission reads costs what runs and what the user has, not
         # the whole cluster's backlog.
         self._residents: set[str] = {key for key, job in self.jobs.items() if job.stays}
-        self._of_user: dict[str, set[str]] = {}
+        # (Each user's jobs in arrival order: its first is its earliest.)
+        self._of_user: dict[str, dict[str, None]] = {}
         self._min_pass: dict[str, float] = {}  # a user's lowest job pass, until passes change
-        # Node -> job key -> its stay there, and node -> jobs parked there: what a server's
-        # questions read (`holders`, `free_indices`, `parked_on`) costs what is on it. Kept by
-        # the only ways stays and parkings change: `reside`, `unreside`, `park`, `_forget`.
+        # Each job's arrival position among the jobs (the order of `jobs`), and each user's
+        # demand and largest gang, until its jobs change.
+        self.positions: dict[str, int] = {}
+        self._arrivals = 0
+        self._gangs: dict[str, tuple[float, float]] = {}
+        # Node -> job key -> its stay there, node -> jobs parked there, node -> GPUs its stays
+        # hold: what a server's questions read (`holders`, `free_indices`, `parked_on`) costs
+        # what is on it, and `free_gpus` a look per server. Kept by the only ways stays and
+        # parkings change: `reside`, `unreside`, `suspend`, `park`, `_forget`.
         self._on_node: dict[str, dict[str, Stay]] = {}
         self._parked_at: dict[str, set[str]] = {}
+        self._held: dict[str, int] = {}
         for key, job in self.jobs.items():
-            self._of_user.setdefault(job.user, set()).add(key)
-            for node_id, stay in job.stays.items():
-                self._on_node.setdefault(node_id, {})[key] = stay
+            self._of_user.setdefault(job.user, {})[key] = None
+            self._arrive(key)
+            for stay in job.stays.values():
+                self._index(key, stay)
             if job.parked is not None:
                 self._parked_at.setdefault(job.parked[0], set()).add(key)
 
@@ -175,6 +188,7 @@ class SplitStride:
                     return UNCHANGED
                 types[event.job_type] = dict(event.rates)
                 self.estimator.observe_profile(event.user, event.job_type, event.rates)
+                self.queues.reset()
                 return CHANGED
             case SwitchesMeasured():
                 # An older estimate (fewer reports, a redelivery) than the one held: nothing.
@@ -183,6 +197,7 @@ class SplitStride:
                 if job is None or (held is not None and event.reports <= held.reports):
                     return UNCHANGED
                 job.switches = Switches(event.reports, event.switches)
+                self.queues.touch(job.key)
                 return CHANGED
         raise TypeError(f"not an input of the state machine: {event!r}")
 
@@ -196,7 +211,7 @@ class SplitStride:
             return UNCHANGED
         if user not in self.users:
             self.users[user] = UserState(user, self.next_seq())
-        mine = self._of_user.setdefault(user, set())
+        mine = self._of_user.setdefault(user, {})
         if user not in self._min_pass:
             passes = (self.jobs[k].stride_pass for k in mine)
             self._min_pass[user] = accounts.joining_pass(passes)
@@ -213,7 +228,10 @@ class SplitStride:
             array_limit=event.array_limit,
         )
         self.jobs[key] = job
-        mine.add(key)
+        mine[key] = None
+        self._arrive(key)
+        self._gangs.pop(user, None)
+        self.queues.touch(key)
         starts = turns.start_at_once(self, key, event.now, arrival=True)
         prepare = preparing.prepare(self, job) if event.prepare else None
         return Reply(True, starts=starts, prepare=prepare)
@@ -243,12 +261,15 @@ class SplitStride:
         its account (it comes back as a newcomer)."""
         key, user = event.key, event.user
         job = self.jobs.pop(key, None)
-        mine = self._of_user.get(user, set())
-        mine.discard(key)
+        mine = self._of_user.get(user, {})
+        mine.pop(key, None)
         self._min_pass.pop(user, None)
         if job is None:
             return UNCHANGED
         self._forget(job)
+        self.positions.pop(key, None)
+        self._gangs.pop(user, None)
+        self.queues.touch(key)
         if not mine:
             self.users.pop(user, None)
             self._of_user.pop(user, None)
@@ -270,6 +291,7 @@ class SplitStride:
         job.attempt = event.attempt
         job.exited = False
         job.runnable_at = event.at + event.delay_s if event.delay_s > 0 else None
+        self.queues.touch(job.key)
         return True
 
     def _servers(self, nodes: tuple[Node, ...]) -> bool:
@@ -289,10 +311,37 @@ class SplitStride:
         self._schedulable = sorted(
             (node for node in nodes if node.schedulable), key=lambda n: n.node_id
         )
+        self.pools = snapshot.server_pools(self._schedulable)
 
     def passes_changed(self) -> None:
         """A booked quantum changed jobs' passes: users' lowest passes are found again."""
         self._min_pass.clear()
+
+    def _arrive(self, key: str) -> None:
+        self.positions[key] = self._arrivals
+        self._arrivals += 1
+
+    def _gang(self, user: str) -> tuple[float, float]:
+        """`user`'s demand (`accounts.demand`) and largest gang (`accounts.ceiling`)."""
+        found = self._gangs.get(user)
+        if found is None:
+            mine = [self.jobs[key] for key in self._of_user[user]]
+            asked = accounts.demand((job.user, job.gpus, job.member) for job in mine)
+            found = asked[user], accounts.ceiling(job.gpus for job in mine)
+            self._gangs[user] = found
+        return found
+
+    def demand(self) -> dict[str, float]:
+        """User -> GPUs its admitted, unfinished jobs ask (`accounts.demand`), the users in the
+        order of their earliest job's arrival."""
+        first = sorted(
+            (self.positions[next(iter(keys))], user) for user, keys in self._of_user.items() if keys
+        )
+        return {user: self._gang(user)[0] for _, user in first}
+
+    def ceilings(self) -> dict[str, float]:
+        """User -> what its credit may save up for (`accounts.ceiling`: its largest gang)."""
+        return {user: self._gang(user)[1] for user, keys in self._of_user.items() if keys}
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -344,19 +393,42 @@ class SplitStride:
 
     def reside(self, job: Job, stay: Stay) -> None:
         """Record a residency of `job` (the only way one is added or replaced)."""
+        old = job.stays.get(stay.node_id)
+        if old is not None:
+            self._unindex(job.key, old)
         job.stays[stay.node_id] = stay
         self._residents.add(job.key)
-        self._on_node.setdefault(stay.node_id, {})[job.key] = stay
+        self._index(job.key, stay)
+        self.queues.touch(job.key)
 
     def unreside(self, job: Job, node_id: str) -> Stay | None:
         """Drop `job`'s residency on `node_id` (the only way one is removed); what it was."""
         stay = job.stays.pop(node_id, None)
         if stay is not None:
-            here = self._on_node[node_id]
-            del here[job.key]
-            if not here:
-                del self._on_node[node_id]
+            self._unindex(job.key, stay)
+            self.queues.touch(job.key)
         return stay
+
+    def suspend(self, job: Job, stay: Stay) -> None:
+        """`job`'s residency `stay` is told to stop: it holds no GPUs from now on (the only way
+        a residency lets its GPUs go while it lasts)."""
+        if stay.holds_gpus:
+            self._held[stay.node_id] -= len(stay.gpu_indices)
+        stay.phase = Phase.SUSPENDING
+        self.queues.touch(job.key)
+
+    def _index(self, key: str, stay: Stay) -> None:
+        self._on_node.setdefault(stay.node_id, {})[key] = stay
+        if stay.holds_gpus:
+            self._held[stay.node_id] = self._held.get(stay.node_id, 0) + len(stay.gpu_indices)
+
+    def _unindex(self, key: str, stay: Stay) -> None:
+        here = self._on_node[stay.node_id]
+        del here[key]
+        if not here:
+            del self._on_node[stay.node_id]
+        if stay.holds_gpus:
+            self._held[stay.node_id] -= len(stay.gpu_indices)
 
     def park(self, job: Job, where: tuple[str, tuple[int, ...]] | None) -> None:
         """Hold `job` as parked in place `where` (node, GPU indices), or nowhere (the only way
@@ -366,14 +438,12 @@ class SplitStride:
         job.parked = where
         if where is not None:
             self._parked_at.setdefault(where[0], set()).add(job.key)
+        self.queues.touch(job.key)
 
     def _forget(self, job: Job) -> None:
         """Take an ended job out of the node indexes (its stays stay on it, to be killed)."""
-        for node_id in job.stays:
-            here = self._on_node[node_id]
-            del here[job.key]
-            if not here:
-                del self._on_node[node_id]
+        for stay in job.stays.values():
+            self._unindex(job.key, stay)
         if job.parked is not None:
             self._parked_at[job.parked[0]].discard(job.key)
 
@@ -422,13 +492,8 @@ class SplitStride:
 
     def free_gpus(self) -> int:
         """GPUs of the schedulable servers that no job holds."""
-        free = 0
-        for node in self._schedulable:
-            free += node.gpus
-            for stay in self._on_node.get(node.node_id, {}).values():
-                if stay.holds_gpus:
-                    free -= len(stay.gpu_indices)
-        return free
+        held = self._held
+        return sum(node.gpus - held.get(node.node_id, 0) for node in self._schedulable)
 
     def held(self) -> dict[str, dict[str, float]]:
         """GPUs each user holds per pool now (its received share)."""

@@ -27,6 +27,7 @@ def prepare(machine: SplitStride, job: Job) -> tuple[Placement, Prepare] | None:
     if node is None:
         return None  # fits no server whole, or those are full of waiting processes
     job.servers, job.generation = (node.node_id,), node.generation
+    machine.queues.touch(job.key)
     machine.preparing.setdefault(node.node_id, set()).add(job.key)
     return (
         Placement(job.user, job.job_id, job.servers, node.generation),

@@ -40,7 +40,7 @@ def confirmed(machine: SplitStride, event: Started) -> bool:
     if job.parked_on(event.node_id):
         machine.park(job, None)  # resumed there, in place or not
     if stay.phase is Phase.STARTING and stay.attempt == event.attempt:
-        stay.phase = Phase.RUNNING
+        stay.phase = Phase.RUNNING  # (it held its GPUs starting too: the job's state is alike)
         machine.meter.started_late(job, stay, machine.pool(job, stay), min(event.at, event.now))
         return True
     if stay.attempt == event.attempt and stay.unconfirmed:
@@ -70,6 +70,7 @@ def released(machine: SplitStride, event: Suspended | Migrated | Exited) -> Repl
             # waiting for a verdict would hold the job forever.
             return Reply(False, ignored="exit of a copy elsewhere ignored")
         job.exited = True  # until the failure detector says what becomes of it
+        machine.queues.touch(job.key)
         changed = True
     if stay is None:
         return Reply(changed)

@@ -24,9 +24,10 @@ them until the next tick.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from gfair.core import accounts, kernel
+from gfair.core import kernel
 from gfair.core.kernel import Decision, Snapshot, backfill, decide
 
 from .plan import Forgotten, Placement, QuantumPlan, ServerTurn, Start, Starts, Stop, StopReason
@@ -140,7 +141,10 @@ def fill(machine: SplitStride, now: float) -> Starts:
     if machine.free_gpus() <= 0:
         return Starts()
     view = snapshot(machine, now)
-    holding = [state for queue in view.jobs.values() for state in queue if state.running]
+    # The running jobs the snapshot holds: an array's beyond its limit are not in it.
+    in_arrays = machine.queues.in_arrays()
+    holding = [state for state in machine.queues.running() if state.user not in in_arrays]
+    holding += [s for user in in_arrays for s in view.jobs.get(user, ()) if s.running]
     turns: list[ServerTurn] = []
     placed: list[Placement] = []
     for key, servers in backfill(view, holding).items():
@@ -189,17 +193,22 @@ def _expire(machine: SplitStride, now: float) -> tuple[Forgotten, ...]:
 
 def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
     """Book the quantum into the users' credits and the passes of the jobs that ran."""
-    ran = [state for jobs in view.jobs.values() for state in jobs if state.id in decision.placed]
-    gangs: dict[str, list[int]] = {}
-    for job in machine.jobs.values():
-        gangs.setdefault(job.user, []).append(job.gpus)
-    ceiling = {user: accounts.ceiling(sizes) for user, sizes in gangs.items()}
+    # Copies: the kernel advances their passes, and the machine's own states stay as queued
+    # until their jobs' passes change (`queues`).
+    ran = [
+        replace(state)
+        for jobs in view.jobs.values()
+        for state in jobs
+        if state.id in decision.placed
+    ]
+    ceiling = machine.ceilings()
     booked = kernel.settle(machine.users, ran, decision, ceiling, view.overrun, view.unheld)
     machine.meter.booked(decision, booked)
     if booked:
         machine.passes_changed()
         for state in ran:
             machine.jobs[state.id].stride_pass = state.pass_
+            machine.queues.touch(state.id)
 
 
 def _place(machine: SplitStride, decision: Decision) -> list[Job]:
@@ -210,6 +219,7 @@ def _place(machine: SplitStride, decision: Decision) -> list[Job]:
         job = machine.jobs[key]
         if job.servers != servers:
             job.servers, job.generation = servers, pool_of[servers[0]]
+            machine.queues.touch(key)
             moved.append(job)
     return moved
 
@@ -239,6 +249,7 @@ def _start_on(
     sizes = machine.sizes()
     before = job.servers, job.generation
     job.servers = servers
+    machine.queues.touch(key)
     picks: dict[str, tuple[int, ...]] = {}
     for node_id in servers:
         need = job.gpus_on(node_id, sizes)
@@ -304,7 +315,7 @@ def _stop(
     else:
         reason = StopReason.TIME_SLICE
     stay.unconfirmed = stay.phase is Phase.STARTING
-    stay.phase = Phase.SUSPENDING
+    machine.suspend(job, stay)
     stay.pending_suspends += 1
     stay.since = now
     stay.quantum = quantum
