@@ -22,6 +22,7 @@ from gfair.core.split_stride import (
     NodeHealth,
     Parked,
     Phase,
+    Releases,
     Retried,
     ServersChanged,
     SplitStride,
@@ -161,6 +162,21 @@ def _event(m: SplitStride, rng: random.Random, now: float, serial: int) -> Event
         return Exited(**common, attempt=stay.attempt, at=now)
     if roll < 0.62:
         return Migrated(**common, at=now)
+    if roll < 0.7:
+        return Releases(
+            tuple(
+                Suspended(
+                    user=j.user,
+                    job_id=j.job_id,
+                    now=now,
+                    node_id=st.node_id,
+                    attempt=st.attempt,
+                    in_place=False,
+                    at=now,
+                )
+                for j, st in rng.sample(stays, min(3, len(stays)))
+            )
+        )
     if stay.phase is Phase.STARTING:
         return Started(**common, attempt=stay.attempt, gpu_indices=stay.gpu_indices, at=now)
     return Suspended(**common, attempt=stay.attempt, in_place=rng.random() < 0.5, at=now)

@@ -22,6 +22,7 @@ from .events import (
     Node,
     NodeHealth,
     Parked,
+    Releases,
     Retried,
     ServersChanged,
     Started,
@@ -31,7 +32,7 @@ from .events import (
     TypeProfiled,
     Unstartable,
 )
-from .plan import CHANGED, UNCHANGED, QuantumPlan, Reply, Stop, StopReason
+from .plan import CHANGED, UNCHANGED, QuantumPlan, Reply, Starts, Stop, StopReason
 from .queues import Queues
 from .residency import Job, Phase, Stay, Switches, job_key
 from .usage import Meter
@@ -161,13 +162,9 @@ class SplitStride:
             case Started():
                 return CHANGED if reports.confirmed(self, event) else UNCHANGED
             case Suspended() | Migrated() | Exited():
-                reply = reports.released(self, event)
-                if not reply.changed:
-                    return reply
-                # A job that waited for its old node to let go may start at once where it
-                # moved; GPUs still idle go to waiting jobs.
-                moved = turns.start_at_once(self, event.key, event.now, arrival=False)
-                return Reply(True, starts=moved + turns.fill(self, event.now))
+                return self._released((event,))
+            case Releases():
+                return self._released(event.reports)
             case Ended():
                 return self._ended(event)
             case Unstartable():
@@ -235,6 +232,24 @@ class SplitStride:
         starts = turns.start_at_once(self, key, event.now, arrival=True)
         prepare = preparing.prepare(self, job) if event.prepare else None
         return Reply(True, starts=starts, prepare=prepare)
+
+    def _released(self, given: tuple[Suspended | Migrated | Exited, ...]) -> Reply:
+        """Processes let go: a job that waited for its old node to let go may start at once
+        where it moved; after the last report, GPUs still idle go to waiting jobs."""
+        starts = Starts()
+        changed = False
+        ignored: list[str] = []
+        for report in given:
+            reply = reports.released(self, report)
+            if reply.ignored is not None:
+                ignored.append(reply.ignored)
+            if reply.changed:
+                changed = True
+                starts += turns.start_at_once(self, report.key, report.now, arrival=False)
+        why = "; ".join(ignored) or None
+        if not changed:
+            return Reply(False, ignored=why)
+        return Reply(True, starts=starts + turns.fill(self, given[-1].now), ignored=why)
 
     def next_seq(self) -> int:
         self.seq += 1
