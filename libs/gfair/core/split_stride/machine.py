@@ -86,6 +86,11 @@ class SplitStride:
         self.entitlements_revision = saved.entitlements_revision
         self.nodes: dict[str, Node] = {}
         self._schedulable: list[Node] = []
+        self._sizes: dict[str, int] = {}
+        self._names: frozenset[str] = frozenset()  # the schedulable servers'
+        self._held: dict[str, int] = {}  # node -> GPUs its stays hold
+        self._gpus_schedulable = 0
+        self._held_schedulable = 0  # GPUs held on schedulable servers
         self.pools: tuple[tuple[PoolState, ...], dict[str, int]] = ((), {})
         self._set_nodes(saved.nodes)
         self.jobs = saved.jobs
@@ -122,7 +127,6 @@ class SplitStride:
         # parkings change: `reside`, `unreside`, `suspend`, `park`, `_forget`.
         self._on_node: dict[str, dict[str, Stay]] = {}
         self._parked_at: dict[str, set[str]] = {}
-        self._held: dict[str, int] = {}
         for key, job in self.jobs.items():
             self._of_user.setdefault(job.user, {})[key] = None
             self._arrive(key)
@@ -327,6 +331,10 @@ class SplitStride:
             (node for node in nodes if node.schedulable), key=lambda n: n.node_id
         )
         self.pools = snapshot.server_pools(self._schedulable)
+        self._sizes = {node.node_id: node.gpus for node in nodes}
+        self._names = frozenset(node.node_id for node in self._schedulable)
+        self._gpus_schedulable = sum(node.gpus for node in self._schedulable)
+        self._held_schedulable = sum(self._held.get(name, 0) for name in self._names)
 
     def passes_changed(self) -> None:
         """A booked quantum changed jobs' passes: users' lowest passes are found again."""
@@ -389,7 +397,12 @@ class SplitStride:
         return self._schedulable
 
     def sizes(self) -> dict[str, int]:
-        return {node_id: node.gpus for node_id, node in self.nodes.items()}
+        """Server -> its GPUs (the machine's own: read it, never change it)."""
+        return self._sizes
+
+    def names(self) -> frozenset[str]:
+        """The names of the servers jobs run on."""
+        return self._names
 
     def pool(self, job: Job, stay: Stay) -> str:
         node = self.nodes.get(stay.node_id)
@@ -428,14 +441,14 @@ class SplitStride:
         """`job`'s residency `stay` is told to stop: it holds no GPUs from now on (the only way
         a residency lets its GPUs go while it lasts)."""
         if stay.holds_gpus:
-            self._held[stay.node_id] -= len(stay.gpu_indices)
+            self._hold(stay.node_id, -len(stay.gpu_indices))
         stay.phase = Phase.SUSPENDING
         self.queues.touch(job.key)
 
     def _index(self, key: str, stay: Stay) -> None:
         self._on_node.setdefault(stay.node_id, {})[key] = stay
         if stay.holds_gpus:
-            self._held[stay.node_id] = self._held.get(stay.node_id, 0) + len(stay.gpu_indices)
+            self._hold(stay.node_id, len(stay.gpu_indices))
 
     def _unindex(self, key: str, stay: Stay) -> None:
         here = self._on_node[stay.node_id]
@@ -443,7 +456,12 @@ class SplitStride:
         if not here:
             del self._on_node[stay.node_id]
         if stay.holds_gpus:
-            self._held[stay.node_id] -= len(stay.gpu_indices)
+            self._hold(stay.node_id, -len(stay.gpu_indices))
+
+    def _hold(self, node_id: str, gpus: int) -> None:
+        self._held[node_id] = self._held.get(node_id, 0) + gpus
+        if node_id in self._names:
+            self._held_schedulable += gpus
 
     def park(self, job: Job, where: tuple[str, tuple[int, ...]] | None) -> None:
         """Hold `job` as parked in place `where` (node, GPU indices), or nowhere (the only way
@@ -507,8 +525,7 @@ class SplitStride:
 
     def free_gpus(self) -> int:
         """GPUs of the schedulable servers that no job holds."""
-        held = self._held
-        return sum(node.gpus - held.get(node.node_id, 0) for node in self._schedulable)
+        return self._gpus_schedulable - self._held_schedulable
 
     def held(self) -> dict[str, dict[str, float]]:
         """GPUs each user holds per pool now (its received share)."""

@@ -120,7 +120,7 @@ def start_at_once(machine: SplitStride, key: str, now: float, *, arrival: bool) 
     job = machine.jobs.get(key)
     if job is None or not machine.runnable(job, now) or job.stays:
         return Starts()
-    names = {node.node_id for node in machine.schedulable()}
+    names = machine.names()
     if key in machine.held_back:
         servers = job.servers
     elif not arrival:
