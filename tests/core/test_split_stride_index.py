@@ -5,6 +5,7 @@ from its kept queues (`queues`) is the one built afresh from every job."""
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -197,3 +198,7 @@ def test_node_indexes_answer_what_every_job_says(seed: int) -> None:
             if event is not None:
                 m.apply(event)
         _check(m, now)
+        if serial % 50 == 49:
+            # A machine restored from what a driver persists builds its indexes alike.
+            saved = copy.deepcopy(m.saved())
+            _check(SplitStride(m.config, ThroughputEstimator(), saved), now)
