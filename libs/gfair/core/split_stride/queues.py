@@ -18,16 +18,17 @@ the machine changes a state behind its queue's order.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gfair.core.kernel import JobState
+
+from .snapshot import job_state
 
 if TYPE_CHECKING:
     from .machine import SplitStride
 
 Shape = tuple[str, str | None, int]  # user, job type, GPUs: what a job's speeds depend on
-Make = Callable[[str, dict[str, float]], JobState]  # job key, speeds -> its state
 
 
 class _Queue:
@@ -65,6 +66,8 @@ class _Queue:
 
 
 class Queues:
+    """The states of a machine's runnable jobs and its users' queues of them (module doc)."""
+
     def __init__(self) -> None:
         self._states: dict[str, JobState] = {}  # runnable job -> its state
         self._queues: dict[str, _Queue] = {}
@@ -85,7 +88,7 @@ class Queues:
         self._pool_gpus = None
 
     def refresh(
-        self, machine: SplitStride, now: float, pool_gpus: dict[str, int], make: Make
+        self, machine: SplitStride, now: float, pool_gpus: dict[str, int]
     ) -> dict[str, tuple[JobState, ...]]:
         """User -> its runnable jobs' states in its order, the users in the order of their
         earliest runnable job's arrival (`machine.positions`), as of `now`."""
@@ -97,6 +100,7 @@ class Queues:
         touched = self._touched | self._delayed
         self._touched = set()
         positions = machine.positions
+        operator = machine.config.operator_costs
         for key in touched:
             old = self._states.pop(key, None)
             if old is not None:
@@ -116,7 +120,7 @@ class Queues:
                 speeds = self._speeds[shape] = machine.estimator.gang_speeds(
                     key, job.user, job.job_type, job.gpus, pool_gpus
                 )
-            state = self._states[key] = make(key, speeds)
+            state = self._states[key] = job_state(job, speeds, operator)
             self._queues.setdefault(job.user, _Queue()).add(state)
             if job.array is not None:
                 self._in_arrays.setdefault(job.user, set()).add(key)

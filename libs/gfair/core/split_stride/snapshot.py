@@ -3,7 +3,9 @@ servers grouped into pools, each active user's entitlement and credit per pool
 (`gfair.core.accounts`), and the runnable jobs (`SplitStride.runnable`, then as many of each job
 array as its limit lets run, `gfair.core.arrays.limit_arrays`) with their speeds
 (`ThroughputEstimator.gang_speeds`: the seed table refined by the published profiles), passes,
-where they ran, and what a resume and a move cost them (`costs`).
+where they ran, and what a resume and a move cost them (`costs`). The pools are made when the
+servers change, the job states kept by the machine's queues (`queues`) as its jobs change, and
+each user's demand as its jobs come and go, so a snapshot costs what changed since the last.
 
 Entitlements are what the trading auction last published when that covers every user with jobs;
 otherwise the no-trading shares (`pools.shares`) of the users' tickets and demand (the GPUs of
@@ -32,14 +34,7 @@ def snapshot(machine: SplitStride, now: float) -> Snapshot:
     on the way. The job states come from the machine's queues (`queues`), kept up to date."""
     pool_states, pool_gpus = machine.pools
     _entitle(machine, pool_gpus)
-    operator = machine.config.operator_costs
-
-    def make(key: str, speeds: dict[str, float]) -> JobState:
-        return job_state(machine.jobs[key], speeds, operator)
-
-    queues: dict[str, Sequence[JobState]] = dict(
-        machine.queues.refresh(machine, now, pool_gpus, make)
-    )
+    queues: dict[str, Sequence[JobState]] = dict(machine.queues.refresh(machine, now, pool_gpus))
     if in_arrays := machine.queues.in_arrays():
         # Only the queues with array members are cut (`limit_arrays` keeps the others).
         members = {
