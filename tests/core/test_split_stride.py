@@ -235,6 +235,63 @@ def test_a_prepared_start_goes_where_it_could_run_and_an_unwanted_park_is_let_go
     assert [(s.node_id, s.reason) for s in reply.stops] == [("v100-0", StopReason.RELEASE)]
 
 
+def killed_coming_up(m: SplitStride, stop: Stop, at: float) -> Reply:
+    """The node forced the job off before its first mini-batch (its import outlasted the
+    slice)."""
+    return m.apply(
+        Suspended(
+            user=stop.user,
+            job_id=stop.job_id,
+            now=at,
+            node_id=stop.node_id,
+            attempt=stop.attempt,
+            in_place=False,
+            at=at,
+            starting=True,
+        )
+    )
+
+
+def slice_ends_for(m: SplitStride, job_id: str, now: float) -> Stop:
+    """Ticks until `job_id` is told to stop; the others' stops and starts are carried out."""
+    while True:
+        now += QUANTUM_S
+        turns = m.tick(now).turns
+        stops = [stop for turn in turns for stop in turn.stops if stop.job_id == job_id]
+        if stops:
+            return stops[0]
+        carry_out(m, turns, now)
+
+
+@pytest.mark.parametrize("opted_in", [True, False])
+def test_a_job_whose_slice_ends_while_it_comes_up_is_prepared_again_once_until_it_comes_up(
+    opted_in: bool,
+) -> None:
+    m = machine(("v100-0", 1), ("v100-1", 1))
+    only_start(admit(m, "bob", "b", 0.0).starts.turns)
+    first = only_start(admit(m, "alice", "slow", 0.0, prepare=opted_in).starts.turns)
+    admit(m, "cat", "c", 0.0)  # three jobs on two GPUs: they take turns
+    started(m, first, 0.0)
+    stop = slice_ends_for(m, "slow", 0.0)
+    reply = killed_coming_up(m, stop, QUANTUM_S)
+    if not opted_in:
+        # Its process may touch a GPU before Job.from_env(): never started without GPUs.
+        assert reply.prepare is None
+        return
+    # Killed again at its next slice's end it would never train: its process starts without
+    # GPUs where it ran, and comes up there before its next slice.
+    assert reply.prepare is not None
+    assert reply.prepare[1].node_id == stop.node_id
+    # A process that never comes up is not prepared again (it would hold up every slice's
+    # start on its node for as long as a resume may take) ...
+    again = slice_ends_for(m, "slow", 2 * QUANTUM_S)
+    assert killed_coming_up(m, again, 3 * QUANTUM_S).prepare is None
+    # ... until it has come up once.
+    m.apply(Parked(user="alice", job_id="slow", now=4.0, node_id=again.node_id, attempt=1))
+    later = slice_ends_for(m, "slow", 4 * QUANTUM_S)
+    assert killed_coming_up(m, later, 5 * QUANTUM_S).prepare is not None
+
+
 def test_a_journal_replayed_into_a_machine_restored_alike_gives_the_same_outputs() -> None:
     recording = Recording()
     m = machine(("v100-0", 2), ("k80-0", 2), journal=recording)

@@ -622,6 +622,7 @@ def _job_input(envelope: Envelope, data: JobEvent, now: float) -> MachineJobEven
                 attempt=data.attempt,
                 in_place=data.in_place,
                 at=at,
+                starting=data.starting,
             )
         case JobMigrated():
             return Migrated(user=user, job_id=job_id, now=now, node_id=data.from_node, at=at)

@@ -145,7 +145,11 @@ class SplitStride:
                 # A job that waited for its old node to let go may start at once where it
                 # moved; GPUs still idle go to waiting jobs.
                 moved = turns.start_at_once(self, event.key, event.now, arrival=False)
-                return Reply(True, starts=moved + turns.fill(self, event.now))
+                starts = moved + turns.fill(self, event.now)
+                job = self.jobs.get(event.key)
+                if not isinstance(event, Suspended) or job is None:
+                    return Reply(True, starts=starts)
+                return Reply(True, starts=starts, prepare=preparing.after_start_up(self, job, event))
             case Ended():
                 return self._ended(event)
             case Unstartable():
@@ -202,6 +206,7 @@ class SplitStride:
             attempt=event.attempt,
             array=event.array,
             array_limit=event.array_limit,
+            prepare=event.prepare,
         )
         self.jobs[key] = job
         mine.add(key)
@@ -219,6 +224,7 @@ class SplitStride:
         job = self.jobs.get(event.key)
         node_id = event.node_id
         if job is not None and job.attempt == event.attempt and not job.exited:
+            job.prepared_unproven = False
             if not job.stays:
                 job.parked = (node_id, ())
                 return CHANGED
