@@ -224,8 +224,7 @@ def test_a_prepared_start_goes_where_it_could_run_and_an_unwanted_park_is_let_go
     only_start(admit(m, "alice", "a", 0.0).starts.turns)
     only_start(admit(m, "alice", "b", 0.0).starts.turns)
     reply = admit(m, "bob", "w", 0.0, prepare=True)
-    assert reply.prepare is not None
-    placement, prepare = reply.prepare
+    ((placement, prepare),) = reply.prepares
     assert (prepare.node_id, prepare.generation) == ("v100-0", "v100")  # the fastest pool
     assert placement.servers == ("v100-0",)
     assert m.apply(Parked(user="bob", job_id="w", now=1.0, node_id="v100-0", attempt=1)).changed
@@ -254,6 +253,98 @@ def test_releases_handed_in_together_give_their_gpus_to_waiting_jobs_once() -> N
     # Reports the machine has no use for (jobs it does not know) change nothing.
     again = Exited(user="eve", job_id="x", now=6.0, node_id="v100-0", attempt=1, at=6.0)
     assert m.apply(Releases((again, again))) == Reply(False)
+
+
+def killed_coming_up(m: SplitStride, stop: Stop, at: float) -> Reply:
+    """The node forced the job off before its first mini-batch (its import outlasted the
+    slice)."""
+    return m.apply(
+        Suspended(
+            user=stop.user,
+            job_id=stop.job_id,
+            now=at,
+            node_id=stop.node_id,
+            attempt=stop.attempt,
+            in_place=False,
+            at=at,
+            starting=True,
+        )
+    )
+
+
+def slice_ends_for(m: SplitStride, job_id: str, now: float) -> Stop:
+    """Ticks until `job_id` is told to stop; the others' stops and starts are carried out."""
+    while True:
+        now += QUANTUM_S
+        turns = m.tick(now).turns
+        stops = [stop for turn in turns for stop in turn.stops if stop.job_id == job_id]
+        if stops:
+            return stops[0]
+        carry_out(m, turns, now)
+
+
+def slow_starter(*, opted_in: bool = True) -> tuple[SplitStride, Stop]:
+    """Three jobs on two GPUs, taking turns; alice's slice ends while it still comes up."""
+    m = machine(("v100-0", 1), ("v100-1", 1))
+    only_start(admit(m, "bob", "b", 0.0).starts.turns)
+    first = only_start(admit(m, "alice", "slow", 0.0, prepare=opted_in).starts.turns)
+    admit(m, "cat", "c", 0.0)
+    started(m, first, 0.0)
+    return m, slice_ends_for(m, "slow", 0.0)
+
+
+def slice_starts_for(m: SplitStride, job_id: str, now: float) -> Start:
+    """Ticks until `job_id` is started (within a few quanta); the others' switches are carried
+    out."""
+    for _ in range(5):
+        now += QUANTUM_S
+        turns = m.tick(now).turns
+        if found := starts_of(turns, job_id):
+            return found[0]
+        carry_out(m, turns, now)
+    raise AssertionError(f"{job_id} was not started within 5 quanta")
+
+
+def starts_of(turns: tuple[ServerTurn, ...], job_id: str) -> list[Start]:
+    return [start for turn in turns for start in turn.starts if start.job_id == job_id]
+
+
+def test_a_job_whose_slice_ends_while_it_comes_up_comes_up_without_gpus_before_its_next() -> None:
+    m, stop = slow_starter()
+    reply = killed_coming_up(m, stop, QUANTUM_S)
+    # Started anew at its next slice it would be killed at its end again, and never train: its
+    # process starts without GPUs where it ran, and is given none until it is up there.
+    ((_, prepare),) = reply.prepares
+    assert prepare.node_id == stop.node_id
+    now = QUANTUM_S
+    for _ in range(2):  # its turn, twice over, but it is not up yet
+        now += QUANTUM_S / 2
+        turns = m.tick(now).turns
+        assert not starts_of(turns, "slow")
+        carry_out(m, turns, now)
+    m.apply(Parked(user="alice", job_id="slow", now=now, node_id=prepare.node_id, attempt=1))
+    resumed = slice_starts_for(m, "slow", now)
+    assert resumed.node_id == prepare.node_id  # its process waits there: resumed in place
+
+
+def test_a_prepared_process_that_never_comes_up_is_not_prepared_again_until_one_does() -> None:
+    m, stop = slow_starter()
+    assert killed_coming_up(m, stop, QUANTUM_S).prepares != ()
+    # It never parks: past `prepared_wait_s` it runs anyway, and is not prepared again when
+    # killed coming up (it would hold up every slice's start on its node for as long as a
+    # resume may take) ...
+    again = slice_ends_for(m, "slow", QUANTUM_S + m.config.prepared_wait_s)
+    assert killed_coming_up(m, again, 5 * QUANTUM_S).prepares == ()
+    # ... until one of its processes came up.
+    m.apply(Parked(user="alice", job_id="slow", now=0.0, node_id=again.node_id, attempt=1))
+    later = slice_ends_for(m, "slow", 10 * QUANTUM_S)
+    assert killed_coming_up(m, later, 11 * QUANTUM_S).prepares != ()
+
+
+def test_a_job_not_opted_in_to_prepared_starts_is_never_started_without_gpus() -> None:
+    # Its process may touch a GPU before Job.from_env(), where it would see none.
+    m, stop = slow_starter(opted_in=False)
+    assert killed_coming_up(m, stop, QUANTUM_S).prepares == ()
 
 
 def test_a_journal_replayed_into_a_machine_restored_alike_gives_the_same_outputs() -> None:

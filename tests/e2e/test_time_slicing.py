@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
@@ -22,11 +23,15 @@ from gfair.events.jobs import (
 from gfair.events.reasons import SuspendReason
 from gfair.events.scheduling import SwitchCostsUpdated
 from gfair.events.states import JobState
+from node.helpers import JOB_PYTHON
 
 from .conftest import FREE_MOVES, RESNET, StartCluster, client_of, synthetic
 from .test_job_life import finished, settled
 
 pytestmark = pytest.mark.nats
+
+PREPARED_JOB = Path(__file__).parents[1] / "node" / "prepared_job.py"
+PREPARED = SuspendReason.PREPARED
 
 
 def steps_after_each_start(events: tuple[HistoricalEvent, ...]) -> list[tuple[int, int]]:
@@ -152,3 +157,28 @@ async def moved_to(
 
 def _sequence_of(events: tuple[HistoricalEvent, ...], data: object) -> int:
     return next(e.sequence for e in events if e.data is data)
+
+
+async def test_a_job_whose_start_up_outlasts_its_slice_comes_up_without_a_gpu_and_trains(
+    start_cluster: StartCluster,
+) -> None:
+    # Alice's job (opted in to prepared starts) finds the GPU idle and starts at once, but its
+    # "import" (6 s) outlasts the slice and its grace (1 s + 2 s): killed while it comes up, a
+    # cold start would import again at every slice and never train. Its next start comes up
+    # without the GPU while bob's job has it, and parks in Job.from_env() in time for its slice.
+    slow = (JOB_PYTHON, str(PREPARED_JOB), "6", "40", "0.05")
+    async with (
+        start_cluster(cluster="v100:1x1", quantum_s=1.0) as cluster,
+        client_of(cluster) as client,
+    ):
+        await client.submit("alice", 1, slow, job_id="slow", prepare=True, wait="running")
+        await client.submit("bob", 1, synthetic(duration_s=3600), job_id="b")
+        state = await finished(client, "alice", "slow", timeout_s=120)
+        details = await settled(client, "alice", "slow")
+    events = [e.data for e in details.events]
+    assert state is JobState.COMPLETED, events[-5:]
+    killed = [e for e in events if isinstance(e, JobSuspended) and e.starting]
+    assert killed, "its first slice did not end while it came up: nothing was tested"
+    prepared = [e for e in events if isinstance(e, JobSuspended) and e.reason is PREPARED]
+    resumed = [e for e in events if isinstance(e, JobResumed) and e.in_place]
+    assert prepared or resumed, "it never came up in place"

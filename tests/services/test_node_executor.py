@@ -829,14 +829,13 @@ async def test_a_parked_job_over_the_nodes_budget_checkpoints_and_exits(
         assert resumed.checkpoint_step is not None and resumed.checkpoint_step > 0
 
 
-@pytest.mark.parametrize("startup_grace_s", [30.0, 0.0])
-async def test_a_slice_ending_while_a_job_still_comes_up_lets_it_park_instead_of_killing_it(
-    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus, startup_grace_s: float
+async def test_a_job_forced_off_while_it_still_comes_up_is_reported_as_starting(
+    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
 ) -> None:
     # Its import takes longer than the slice's grace: killed then, it would import again at
-    # its next slice, and again, and never train.
-    settings = make_settings(tmp_path, startup_grace_s=startup_grace_s)
-    async for node in running_node(memory_bus, settings, gpus):
+    # its next slice, and again, and never train; the report tells the scheduler so (it
+    # prepares such a job's next start, gfair.core.split_stride.preparing).
+    async for node in running_node(memory_bus, make_settings(tmp_path), gpus):
         await node.send(start_command(tmp_path, "slow", prepared_job(import_s=1.5), (0,)))
         await node.wait_for(JobStarted)
         await node.send(
@@ -844,15 +843,17 @@ async def test_a_slice_ending_while_a_job_still_comes_up_lets_it_park_instead_of
         )
         (suspended,) = await node.wait_for(JobSuspended, timeout_s=30.0)
         assert isinstance(suspended, JobSuspended)
-        if startup_grace_s == 0.0:  # the slice's grace alone: killed while importing
-            assert suspended.forced and not suspended.in_place
-            return
-        assert suspended.in_place and not suspended.forced
-        assert node.executor.running() == []  # parked: it holds no GPU
-        # Its next slice continues the same process, the import behind it.
-        await node.send(start_command(tmp_path, "slow", prepared_job(import_s=1.5), (0,)))
-        (resumed,) = await node.wait_for(JobResumed)
-        assert isinstance(resumed, JobResumed) and resumed.in_place
+        assert suspended.forced and suspended.starting and not suspended.in_place
+        # Forced off in the middle of a mini-batch, past its start-up: not starting.
+        slow_steps = (JOB_PYTHON, prepared_job()[1], "0", "1000", "2.0")
+        await node.send(start_command(tmp_path, "steps", slow_steps, (1,)))
+        await node.wait_for(JobProgress, job_id="steps", timeout_s=30.0)
+        await node.send(
+            SuspendCommand(node_id=NODE, user="alice", job_id="steps", attempt=1, yield_grace_s=0.2)
+        )
+        (later,) = await node.wait_for(JobSuspended, job_id="steps", timeout_s=30.0)
+        assert isinstance(later, JobSuspended)
+        assert later.forced and not later.starting
 
 
 # ----- prepared starts -------------------------------------------------------------------------

@@ -221,6 +221,13 @@ class JobSuspended(NodeReport):
     checkpoint_bytes: Bytes | None = Field(
         default=None, description="Size of the checkpoint this suspend wrote"
     )
+    starting: bool = Field(
+        default=False,
+        description="Forced off before its first mini-batch: its process was still coming up "
+        "(imports, loading its checkpoint) when its slice ended. Its next start may come up "
+        "without GPUs first (a prepared start), so a start-up longer than a slice does not "
+        "begin anew at every slice",
+    )
 
 
 @register

@@ -136,6 +136,7 @@ class StrideJob(_Record):
     switches: SwitchMeasurements | None = Field(
         default=None, description="Its measured switch costs; None: the operator's until measured"
     )
+    prepare: bool = Field(default=False, description="It opted in to prepared starts")
 
     @property
     def key(self) -> str:

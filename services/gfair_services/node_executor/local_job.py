@@ -65,6 +65,8 @@ class LocalJob:
     progress_sent_at: float | None = None
     # The grace its last yield had, when the scheduler set one (see `suspended`).
     yield_grace_s: float | None = None
+    # Whether that yield came before the run's first mini-batch (see `suspended`).
+    stopped_starting: bool = False
     # A prepared start's wait for its process to park (`RunControl.prepare`), until it ends.
     preparing: asyncio.Task[None] | None = None
     # Set by the report relay once the run's exit (its last report) has been published, or
@@ -135,6 +137,7 @@ class LocalJob:
             overrun_s=overrun,
             in_place=in_place,
             checkpoint_bytes=size,
+            starting=forced and self.stopped_starting,
         )
 
 

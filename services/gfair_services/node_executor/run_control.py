@@ -261,20 +261,16 @@ class RunControl:
         run.stop_event_id = cause_id
         supervisor = await self._supervisors.get(run.job.user)
         park = park and self._settings.parked_memory_bytes > 0
+        # Stopped before its first mini-batch, it was still coming up (imports, loading its
+        # checkpoint): the scheduler may start it next without GPUs first (a prepared start),
+        # so that a start-up longer than a slice does not begin anew at every slice.
+        run.stopped_starting = supervisor.coming_up(run.job.job_id) is not None
         if grace_s is None:
             result = await supervisor.suspend(
                 run.job.job_id, self._settings.suspend_timeout_s, park=park
             )
         else:
-            wait_s = grace_s
-            up_s = supervisor.coming_up(run.job.job_id) if park else None
-            if up_s is not None:
-                # Nothing to save yet, but killed now it would start anew next slice, and a
-                # start-up longer than a slice would never train: it may come up and park,
-                # until its process is `startup_grace_s` old (a job that never parks, not
-                # using the SDK, is held up once per process, not at every slice).
-                wait_s = max(grace_s, self._settings.startup_grace_s - up_s)
-            result = await supervisor.suspend(run.job.job_id, wait_s, enforce=True, park=park)
+            result = await supervisor.suspend(run.job.job_id, grace_s, enforce=True, park=park)
         run.yield_grace_s = grace_s
         if result.parked:
             run.status = RunStatus.PARKED

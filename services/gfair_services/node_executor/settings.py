@@ -86,18 +86,6 @@ class NodeExecutorSettings(BaseSettings):
         "it has GPUs) may take to park in Job.from_env(); past it the process is killed (it "
         "does not use the SDK as promised) and the job starts normally when its turn comes",
     )
-    startup_grace_s: float = Field(
-        default=0.0,
-        ge=0,
-        description="Until its process is this old, a job still starting (no mini-batch "
-        "yet, not parked) that a time slice's end suspends may come up and park in place, "
-        "where parking is on, before it is killed; past it the slice's own grace holds. "
-        "Killed at every slice's end, a job whose start-up (imports, loading its checkpoint) "
-        "outlasts a slice would start anew every slice and never train; the GPU-seconds it "
-        "holds meanwhile are its user's. Off (0) by default: a job that never parks (one "
-        "ignoring its yields) would hold its GPUs that long at every process start, beyond "
-        "its slices",
-    )
     term_grace_s: float = Field(
         default=5.0, gt=0, description="Between SIGTERM and SIGKILL when a job must stop"
     )

@@ -190,6 +190,7 @@ def _job(record: StrideJob) -> Job:
         stays={r.node_id: _stay(r) for r in record.residency},
         array=record.array,
         array_limit=record.array_limit,
+        prepare=record.prepare,
         switches=None
         if switches is None
         else Switches(
@@ -217,6 +218,7 @@ def _record(job: Job) -> StrideJob:
         residency=tuple(_residency(s) for s in job.stays.values()),
         array=job.array,
         array_limit=job.array_limit,
+        prepare=job.prepare,
         switches=None
         if switches is None
         else SwitchMeasurements(

@@ -413,8 +413,7 @@ class SplitStrideService:
         grace = self.settings.yield_grace
         outputs: list[EventData] = [_stop(stop, grace) for stop in reply.stops]
         outputs += await self._starts_events(reply.starts)
-        if reply.prepare is not None:
-            placement, prepare = reply.prepare
+        for placement, prepare in reply.prepares:
             outputs += [_placed(placement), self._prepare_command(prepare)]
             _log.info(
                 "prepared start", job=job_key(prepare.user, prepare.job_id), node_id=prepare.node_id
@@ -622,6 +621,7 @@ def _job_input(envelope: Envelope, data: JobEvent, now: float) -> MachineJobEven
                 attempt=data.attempt,
                 in_place=data.in_place,
                 at=at,
+                starting=data.starting,
             )
         case JobMigrated():
             return Migrated(user=user, job_id=job_id, now=now, node_id=data.from_node, at=at)

@@ -98,12 +98,14 @@ class Started(JobInput):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Suspended(JobInput):
-    """Its node suspended the job (`in_place`: its process waits there, off its GPUs)."""
+    """Its node suspended the job (`in_place`: its process waits there, off its GPUs;
+    `starting`: forced off before its first mini-batch, while still coming up)."""
 
     node_id: str
     attempt: int
     in_place: bool
     at: float
+    starting: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

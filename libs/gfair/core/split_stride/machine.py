@@ -227,6 +227,7 @@ class SplitStride:
             attempt=event.attempt,
             array=event.array,
             array_limit=event.array_limit,
+            prepare=event.prepare,
         )
         self.jobs[key] = job
         mine[key] = None
@@ -234,8 +235,8 @@ class SplitStride:
         self._gangs.pop(user, None)
         self.queues.touch(key)
         starts = turns.start_at_once(self, key, event.now, arrival=True)
-        prepare = preparing.prepare(self, job) if event.prepare else None
-        return Reply(True, starts=starts, prepare=prepare)
+        prepared = preparing.prepare(self, job) if event.prepare else None
+        return Reply(True, starts=starts, prepares=() if prepared is None else (prepared,))
 
     def _released(self, given: tuple[Suspended | Migrated | Exited, ...]) -> Reply:
         """Processes let go: a job that waited for its old node to let go may start at once
@@ -243,17 +244,36 @@ class SplitStride:
         starts = Starts()
         changed = False
         ignored: list[str] = []
+        coming_up: list[Suspended] = []  # forced off while they came up
         for report in given:
+            job = self.jobs.get(report.key)
+            stay = job.stays.get(report.node_id) if job is not None else None
+            # A start sent since is still on its way (its stop too): it is the one to go by.
+            superseded = stay is not None and stay.pending_suspends > 1
             reply = reports.released(self, report)
             if reply.ignored is not None:
                 ignored.append(reply.ignored)
             if reply.changed:
                 changed = True
                 starts += turns.start_at_once(self, report.key, report.now, arrival=False)
+            if isinstance(report, Suspended) and job is not None and not superseded:
+                if report.starting:
+                    coming_up.append(report)
+                elif preparing.came_up(self, job):
+                    changed = True
         why = "; ".join(ignored) or None
         if not changed:
             return Reply(False, ignored=why)
-        return Reply(True, starts=starts + turns.fill(self, given[-1].now), ignored=why)
+        starts += turns.fill(self, given[-1].now)
+        # Those the fill did not start again come up without GPUs first.
+        prepares = tuple(
+            prepared
+            for report in coming_up
+            if (job := self.jobs.get(report.key)) is not None
+            and not job.stays
+            and (prepared := preparing.after_start_up(self, job, report)) is not None
+        )
+        return Reply(True, starts=starts, prepares=prepares, ignored=why)
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -265,9 +285,11 @@ class SplitStride:
         job = self.jobs.get(event.key)
         node_id = event.node_id
         if job is not None and job.attempt == event.attempt and not job.exited:
+            waited = preparing.came_up(self, job)
             if not job.stays:
                 self.park(job, (node_id, ()))
-                return CHANGED
+                # It may run now: on GPUs left idle meanwhile, at once.
+                return Reply(True, starts=turns.fill(self, event.now)) if waited else CHANGED
             if node_id in job.stays:
                 return CHANGED  # its start there is on its way: the node resumes it in place
         # Not wanted there (any more): the process exits, it has nothing to save.
@@ -410,12 +432,15 @@ class SplitStride:
 
     def runnable(self, job: Job, now: float) -> bool:
         """A job may run when its process has not exited awaiting the failure detector's
-        verdict, a retry's delay is over, and it holds no residency outside the servers the
+        verdict, a retry's delay is over, a prepared start it waits for parked (or it waited
+        long enough: `preparing.after_start_up`), and it holds no residency outside the servers the
         kernel last placed it on (a moved job starts on its new servers only once its old
         node let go)."""
         if job.exited:
             return False
         if job.runnable_at is not None and job.runnable_at > now:
+            return False
+        if job.coming_up_until is not None and job.coming_up_until > now:
             return False
         return all(node in job.servers for node in job.stays)
 

@@ -119,13 +119,13 @@ class Starts:
 class Reply:
     """What an event changed (`changed`: False, nothing, and nothing is to be done), and what
     follows from it: stops first (kills of a job that ended, a prepared process let go), then
-    starts, then a prepared start. `ignored` says why an event that might have mattered did
+    starts, then prepared starts. `ignored` says why an event that might have mattered did
     not."""
 
     changed: bool
     stops: tuple[Stop, ...] = ()
     starts: Starts = Starts()
-    prepare: tuple[Placement, Prepare] | None = None
+    prepares: tuple[tuple[Placement, Prepare], ...] = ()
     ignored: str | None = None
 
 

@@ -3,7 +3,14 @@ did not start at once gets its process started without GPUs on a server where it
 parks there (`Parked`). From then on it is held as parked there on no GPUs in particular
 (`Job.parked` with no indices), so the kernel's preference for a job's own server and cheap
 in-place resume brings its first slice there; a start elsewhere tells that node to let it go
-(`Start.release`), as for any job parked in place."""
+(`Start.release`), as for any job parked in place.
+
+Such a job whose slice ends while it still comes up (its import or checkpoint load outlasts the
+slice: `Suspended.starting`) would begin anew at every slice and never train; it is prepared
+again instead, on the server it was on, and given no GPUs until its process parks there (or
+`Config.prepared_wait_s` passed), so its next slice finds it up. Only once until it is seen to
+come up (it parks, or a later slice ends past its start-up): a process that never parks
+would otherwise hold up every slice's start on its node for as long as a resume may take."""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from gfair.core.cluster import generation_rank
 
-from .events import Node
+from .events import Node, Suspended
 from .plan import Placement, Prepare
 from .residency import Job
 
@@ -19,11 +26,13 @@ if TYPE_CHECKING:
     from .machine import SplitStride
 
 
-def prepare(machine: SplitStride, job: Job) -> tuple[Placement, Prepare] | None:
-    """Where `job`, just admitted, starts prepared, if anywhere (module doc)."""
+def prepare(
+    machine: SplitStride, job: Job, near: str | None = None
+) -> tuple[Placement, Prepare] | None:
+    """Where `job` starts prepared, if anywhere (module doc): on `near` when it can."""
     if job.stays or job.parked is not None:
         return None
-    node = _node(machine, job)
+    node = _node(machine, job, near)
     if node is None:
         return None  # fits no server whole, or those are full of waiting processes
     job.servers, job.generation = (node.node_id,), node.generation
@@ -33,6 +42,33 @@ def prepare(machine: SplitStride, job: Job) -> tuple[Placement, Prepare] | None:
         Placement(job.user, job.job_id, job.servers, node.generation),
         Prepare(job.user, job.job_id, job.attempt, node.node_id, node.generation, job.gpus),
     )
+
+
+def came_up(machine: SplitStride, job: Job) -> bool:
+    """A process of `job` was let go past its start-up (so it may be prepared again another
+    time), or its prepared process was let go (it waits for none): whether it was waiting for
+    one."""
+    job.prepared_unproven = False
+    if job.coming_up_until is None:
+        return False
+    job.coming_up_until = None
+    machine.queues.touch(job.key)
+    return True
+
+
+def after_start_up(
+    machine: SplitStride, job: Job, event: Suspended
+) -> tuple[Placement, Prepare] | None:
+    """Whether `job`, forced off by `event` while it came up and not started again since,
+    starts prepared on that node (module doc)."""
+    if not job.prepare or job.prepared_unproven or job.exited:
+        return None
+    prepared = prepare(machine, job, near=event.node_id)
+    if prepared is not None:
+        job.prepared_unproven = True
+        job.coming_up_until = event.now + machine.config.prepared_wait_s
+        machine.queues.touch(job.key)
+    return prepared
 
 
 def waiting(machine: SplitStride, node_id: str) -> int:
@@ -46,16 +82,19 @@ def waiting(machine: SplitStride, node_id: str) -> int:
     return len(keys)
 
 
-def _node(machine: SplitStride, job: Job) -> Node | None:
+def _node(machine: SplitStride, job: Job, near: str | None) -> Node | None:
     """Among the servers that take the whole job and have fewer prepared jobs waiting than GPUs
-    (a burst of submissions must not start a process per job on one server at once), those of
-    the fastest pool its user is entitled to (any pool before entitlements are known), the one
-    with the fewest jobs parked on it, then by name; None when there is none."""
+    (a burst of submissions must not start a process per job on one server at once): `near`,
+    else those of the fastest pool its user is entitled to (any pool before entitlements are
+    known), the one with the fewest jobs parked on it, then by name; None when there is none."""
     fits = [
         n
         for n in machine.schedulable()
         if n.takes_new_work and n.gpus >= job.gpus and waiting(machine, n.node_id) < n.gpus
     ]
+    for node in fits:
+        if node.node_id == near:
+            return node
     shares = machine.entitlements.get(job.user, {})
     entitled = [n for n in fits if shares.get(n.generation, 0.0) > 0] or fits
     if not entitled:

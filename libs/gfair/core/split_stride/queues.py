@@ -7,8 +7,8 @@ The machine marks a job (`touch`) wherever anything a `JobState` is made of chan
 admitted or ends; a residency is added, dropped or told to stop; it is placed on other servers;
 its pass, attempt, exit, retry delay, parking or measured switches change. Speeds are kept per
 gang shape and forgotten with every job's state when a profile or the pools change (`reset`).
-A job whose retry delay runs is looked at again at every snapshot, since whether it may run
-depends on the time.
+A job whose retry delay runs, or whose prepared process it waits for, is looked at again at
+every snapshot, since whether it may run depends on the time.
 
 The states handed out are the machine's own: the kernel's `decide` and `backfill` read them,
 and the booking of a quantum (`turns`) gives the kernel's `settle` copies, so nothing outside
@@ -108,7 +108,7 @@ class Queues:
                 self._in_arrays.get(old.user, set()).discard(key)
                 self._running.pop(key, None)
             job = jobs.get(key)
-            if job is None or job.runnable_at is None:
+            if job is None or (job.runnable_at is None and job.coming_up_until is None):
                 self._delayed.discard(key)
             else:
                 self._delayed.add(key)

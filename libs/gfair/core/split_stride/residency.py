@@ -93,6 +93,7 @@ class Job:
     array: str | None = None  # its job array's id (the user's), if any
     array_limit: int | None = None
     switches: Switches | None = None
+    prepare: bool = False  # it opted in to prepared starts (`Admitted.prepare`)
     # The costs last worked out for these switches, parked or not: a snapshot reads them for
     # every runnable job every quantum.
     charged: tuple[Switches, bool, SwitchCosts] | None = field(default=None, compare=False)
@@ -101,6 +102,13 @@ class Job:
     # merely loses the preference (the node then checkpoints it when it starts elsewhere, and
     # a start elsewhere waits for that).
     parked: tuple[str, tuple[int, ...]] | None = field(default=None, compare=False)
+    # A prepared start it was given after a slice ended while it still came up, not yet seen
+    # to come up (`preparing.after_start_up`). Not persisted: a restored machine may give it
+    # one more.
+    prepared_unproven: bool = field(default=False, compare=False)
+    # Until then it waits for that prepared start to park before it is given GPUs (its slice
+    # would otherwise come before its process is up, and begin it anew). Not persisted.
+    coming_up_until: float | None = field(default=None, compare=False)
 
     @property
     def key(self) -> str:
