@@ -32,8 +32,8 @@ Handlers send their outputs without waiting for each to be stored and leave the 
 batch's settling (`settle`), which waits for everything sent, then writes the record once for
 the whole batch, before the runtime acknowledges the inputs: the jobs and servers the batch
 changed, and the cluster-wide key. If sending or writing fails, the machine is reloaded from
-the record and the batch redelivered: it is handled again from what was stored. The job records a batch of placements needs are read together,
-before its handlers run (`prefetch`).
+the record and the batch redelivered: it is handled again from what was stored. The job
+records a batch of placements needs are read together, before its handlers run (`prefetch`).
 """
 
 from __future__ import annotations
