@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, TypeVar
@@ -54,7 +54,7 @@ from gfair.events.fields import (
 )
 from gfair.events.states import NodeState
 from gfair.state.buckets import job_key
-from gfair.state.job_record import RecordBucket
+from gfair.state.job_record import RecordBucket, StoredValue
 
 STATE_KEY = "state"
 JOB_PREFIX = "job."
@@ -242,6 +242,8 @@ class StoredStride(_Record):
 class StrideBucket(RecordBucket, Protocol):
     """The part of a key-value bucket the stride record uses (`gfair.bus.KeyValue` is one)."""
 
+    async def entries(self) -> Sequence[KeyedValue]: ...
+
     async def put(self, key: str, value: bytes) -> int: ...
 
     async def delete(self, key: str, *, revision: int | None = None) -> None: ...
@@ -255,7 +257,12 @@ def server_part(node_id: str) -> str:
     return f"{SERVER_PREFIX}{node_id}"
 
 
-async def load_stride(bucket: RecordBucket, *, parts: bool = True) -> StoredStride | None:
+class KeyedValue(StoredValue, Protocol):
+    @property
+    def key(self) -> str: ...
+
+
+async def load_stride(bucket: StrideBucket, *, parts: bool = True) -> StoredStride | None:
     """The record; without `parts`, its cluster-wide part only (no jobs or servers read)."""
     entry = await bucket.get(STATE_KEY)
     if entry is None or not entry.value:
@@ -263,15 +270,19 @@ async def load_stride(bucket: RecordBucket, *, parts: bool = True) -> StoredStri
     state = StrideRecord.from_bytes(entry.value)
     if state.layout < PARTS_LAYOUT or not parts:
         return StoredStride(record=state, revision=entry.revision)
-    keys = [k for k in await bucket.keys() if k.startswith((JOB_PREFIX, SERVER_PREFIX))]
+    # One read of the bucket, the latest value of every key as of one point of its history: the
+    # state, the parts, and the log of the state's commit, consistent with each other however
+    # far a write under way has got.
+    found = {part.key: part for part in await bucket.entries()}
+    latest = found.get(STATE_KEY, entry)
+    state = StrideRecord.from_bytes(latest.value)
+    stored = {key: part.value for key, part in found.items()}
     values: dict[str, bytes | dict[str, object] | None] = {
-        key: entry.value
-        for key, entry in zip(keys, await _each(keys, bucket.get), strict=True)
-        if entry is not None
+        key: value for key, value in stored.items() if key.startswith((JOB_PREFIX, SERVER_PREFIX))
     }
-    chunks = [f"{LOG_PREFIX}{n}" for n in range(state.log_chunks)]
-    for chunk in await _each(chunks, bucket.get):
-        log = _Log.model_validate_json(chunk.value) if chunk is not None else None
+    for n in range(state.log_chunks):
+        chunk = stored.get(f"{LOG_PREFIX}{n}")
+        log = _Log.model_validate_json(chunk) if chunk is not None else None
         # One of a later commit is of a batch that never committed; its parts were not written.
         if log is not None and log.commit == state.commit:
             values.update(log.parts)
@@ -287,7 +298,7 @@ async def load_stride(bucket: RecordBucket, *, parts: bool = True) -> StoredStri
             server = _parsed(ServerRecord, value)
             servers[server.node_id] = server
     record = state.model_copy(update={"jobs": jobs, "servers": servers})
-    return StoredStride(record=record, revision=entry.revision)
+    return StoredStride(record=record, revision=latest.revision)
 
 
 async def save_stride(
