@@ -12,6 +12,8 @@ BENCHMARKS = (
     "bench.live",
     "bench.hostile",
     "bench.switching",
+    "bench.stride_store",
+    "bench.heartbeat_backlog",
     "bench.scale",
 )
 
