@@ -2,68 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
+from bench.stride_store import T0, job, record
 
 from gfair.bus.memory_kv import InMemoryKeyValue
 from gfair.bus.topology import BucketSpec
 from gfair.state.buckets import STRIDE
-from gfair.state.stride_record import (
-    STATE_KEY,
-    Phase,
-    Residency,
-    ServerRecord,
-    StrideJob,
-    StrideRecord,
-    load_stride,
-    save_stride,
-)
+from gfair.state.stride_record import STATE_KEY, StrideRecord, load_stride, save_stride
 
-T0 = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 NATS_DEFAULT_MAX_PAYLOAD = 1 << 20
-
-
-def job(n: int, stride_pass: float = 0.0) -> StrideJob:
-    node = f"v100-{n % 50}"
-    return StrideJob(
-        user=f"user{n % 100}",
-        job_id=f"job-{n}",
-        gpus=1,
-        weight=1.0,
-        job_type="resnet50",
-        seq=n,
-        stride_pass=stride_pass,
-        generation="v100",
-        servers=(node,),
-        residency=(
-            Residency(
-                node_id=node,
-                phase=Phase.RUNNING,
-                attempt=1,
-                gpu_indices=(n % 8,),
-                since=T0,
-                quantum=3,
-            ),
-        ),
-    )
-
-
-def record(jobs: list[StrideJob], servers: int = 50) -> StrideRecord:
-    return StrideRecord(
-        epoch="e1",
-        quantum=4,
-        usage_since=T0,
-        updated_at=T0,
-        servers={
-            f"v100-{n}": ServerRecord(
-                node_id=f"v100-{n}", generation="v100", gpu_indices=tuple(range(8)), changed_at=T0
-            )
-            for n in range(servers)
-        },
-        jobs={j.key: j for j in jobs},
-        usage={"user1": {"v100": 30.0}},
-    )
 
 
 class CutShort(InMemoryKeyValue):
@@ -98,7 +47,7 @@ def comparable(found: StrideRecord) -> dict[str, object]:
 
 async def test_every_stored_value_stays_small_however_many_jobs() -> None:
     kv = InMemoryKeyValue(BucketSpec(name=STRIDE.name))
-    many = record([job(n) for n in range(4000)])
+    many = record(4000)
     first = await save_stride(kv, many, None, None)
     sizes = [len(entry.value) for key in await kv.keys() if (entry := await kv.get(key))]
     assert max(sizes) < NATS_DEFAULT_MAX_PAYLOAD / 2
@@ -111,19 +60,19 @@ async def test_every_stored_value_stays_small_however_many_jobs() -> None:
 
 async def test_a_batch_writes_only_the_jobs_it_changed() -> None:
     kv = InMemoryKeyValue(BucketSpec(name=STRIDE.name))
-    before = record([job(n) for n in range(20)])
+    before = record(20)
     first = await save_stride(kv, before, None, None)
     revisions = {key: (await kv.get(key)).revision for key in await kv.keys()}  # type: ignore[union-attr]
     jobs = dict(before.jobs)
-    jobs["user3.job-3"] = job(3, stride_pass=2.5)
-    del jobs["user4.job-4"]
-    jobs["user21.job-21"] = job(21)
+    jobs[job(3).key] = job(3, stride_pass=2.5)
+    del jobs[job(4).key]
+    jobs[job(21).key] = job(21)
     after = before.model_copy(update={"jobs": jobs, "quantum": 5})
     await save_stride(kv, after, first.revision, first.record)
     now = {key: (await kv.get(key)).revision for key in await kv.keys()}  # type: ignore[union-attr]
     rewritten = {key for key in now if now[key] != revisions.get(key)}
-    assert rewritten == {"state", "log.0", "job.user3.job-3", "job.user21.job-21"}
-    assert "job.user4.job-4" not in now
+    assert rewritten == {"state", "log.0", f"job.{job(3).key}", f"job.{job(21).key}"}
+    assert f"job.{job(4).key}" not in now
     loaded = await load_stride(kv)
     assert loaded is not None and comparable(loaded.record) == comparable(after)
 
@@ -134,7 +83,7 @@ async def test_a_batch_writes_only_the_jobs_it_changed() -> None:
 )
 async def test_a_write_cut_short_leaves_one_whole_record(dies_at: str, kept: str) -> None:
     kv = CutShort(dies_at="never")
-    before = record([job(n) for n in range(3000)])
+    before = record(3000)
     first = await save_stride(kv, before, None, None)
     # Every job and a server change: the log runs to several chunks.
     servers = {
@@ -157,7 +106,7 @@ async def test_a_write_cut_short_leaves_one_whole_record(dies_at: str, kept: str
 
 async def test_a_one_key_record_is_read_whole_and_stored_in_parts_at_its_next_write() -> None:
     kv = InMemoryKeyValue(BucketSpec(name=STRIDE.name))
-    old = record([job(n) for n in range(10)])
+    old = record(10)
     revision = await kv.create(STATE_KEY, old.to_bytes())  # as split-stride stored it before
     loaded = await load_stride(kv)
     assert loaded is not None and loaded.record.layout == 1
