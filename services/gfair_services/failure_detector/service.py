@@ -115,6 +115,7 @@ class FailureDetector:
         self._ended = EndedJobs()
         # Whether the last check found heartbeats waiting unread (and judged no node).
         self.behind = False
+        self._backlog_unknown = False
         self.service = self._build()
 
     def _build(self) -> Service:
@@ -268,12 +269,16 @@ class FailureDetector:
         if self._runtime is None:
             return None
         try:
-            return await self._runtime.bus.unread(self._heartbeats.consumer)
+            unread = await self._runtime.bus.unread(self._heartbeats.consumer)
         except BusError as exc:
             # The broker unreachable: no heartbeat is heard either, and silence of every node
             # at once is the detector's own deafness (`gfair.core.health.unheard`).
-            _log.info("heartbeat backlog unknown", error=repr(exc))
+            if not self._backlog_unknown:
+                _log.info("heartbeat backlog unknown: judging liveness as heard", error=repr(exc))
+            self._backlog_unknown = True
             return None
+        self._backlog_unknown = False
+        return unread
 
     def _behind(self, unread: int | None) -> bool:
         behind = unread is not None and health.behind(unread, len(self.nodes.records()))
