@@ -104,6 +104,16 @@ async def test_a_write_cut_short_leaves_one_whole_record(dies_at: str, kept: str
     assert comparable(loaded.record) == comparable(before if kept == "before" else after)
 
 
+async def test_a_shorter_log_deletes_the_chunks_left_of_a_longer_one() -> None:
+    kv = InMemoryKeyValue(BucketSpec(name=STRIDE.name))
+    many = record(4000)
+    first = await save_stride(kv, many, None, None)
+    assert first.record.log_chunks > 1
+    after = many.model_copy(update={"quantum": 5})
+    await save_stride(kv, after, first.revision, first.record)
+    assert [key for key in await kv.keys() if key.startswith("log.")] == ["log.0"]
+
+
 async def test_a_one_key_record_is_read_whole_and_stored_in_parts_at_its_next_write() -> None:
     kv = InMemoryKeyValue(BucketSpec(name=STRIDE.name))
     old = record(10)

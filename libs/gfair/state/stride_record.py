@@ -334,7 +334,10 @@ async def save_stride(
         revision = await bucket.create(STATE_KEY, state.to_bytes())
     else:
         revision = await bucket.update(STATE_KEY, state.to_bytes(), revision)
-    await _each(list(changed.items()), lambda item: _write_part(bucket, *item))
+    # The chunks of an earlier, longer log that this one did not overwrite are no longer read.
+    stale = range(len(chunks), written.log_chunks if written is not None else 0)
+    gone: dict[str, bytes | None] = {f"{LOG_PREFIX}{n}": None for n in stale}
+    await _each(list({**changed, **gone}.items()), lambda item: _write_part(bucket, *item))
     stored = record.model_copy(
         update={"layout": PARTS_LAYOUT, "commit": commit, "log_chunks": len(chunks)}
     )
