@@ -401,11 +401,20 @@ async def _write_part(bucket: StrideBucket, key: str, value: bytes | None) -> No
 
 
 async def _each(items: Iterable[T], call: Callable[[T], Awaitable[R]]) -> list[R]:
-    """`call` on every item, `PARALLEL_PARTS` at a time; results in order."""
+    """`call` on every item, `PARALLEL_PARTS` at a time; results in order.
+
+    A failure is raised once every call under way has ended: no write of this batch may land
+    after the next batch's write of the same key.
+    """
     pending = list(items)
     results: list[R] = []
     for start in range(0, len(pending), PARALLEL_PARTS):
-        results += await asyncio.gather(
-            *(call(item) for item in pending[start : start + PARALLEL_PARTS])
+        done = await asyncio.gather(
+            *(call(item) for item in pending[start : start + PARALLEL_PARTS]),
+            return_exceptions=True,
         )
+        for result in done:
+            if isinstance(result, BaseException):
+                raise result
+            results.append(result)
     return results
