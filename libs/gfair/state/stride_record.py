@@ -239,6 +239,11 @@ class StoredStride(_Record):
     revision: int
 
 
+class KeyedValue(StoredValue, Protocol):
+    @property
+    def key(self) -> str: ...
+
+
 class StrideBucket(RecordBucket, Protocol):
     """The part of a key-value bucket the stride record uses (`gfair.bus.KeyValue` is one)."""
 
@@ -249,17 +254,12 @@ class StrideBucket(RecordBucket, Protocol):
     async def delete(self, key: str, *, revision: int | None = None) -> None: ...
 
 
-def job_part(key: str) -> str:
+def _job_part(key: str) -> str:
     return f"{JOB_PREFIX}{key}"
 
 
-def server_part(node_id: str) -> str:
+def _server_part(node_id: str) -> str:
     return f"{SERVER_PREFIX}{node_id}"
-
-
-class KeyedValue(StoredValue, Protocol):
-    @property
-    def key(self) -> str: ...
 
 
 async def load_stride(bucket: StrideBucket, *, parts: bool = True) -> StoredStride | None:
@@ -312,8 +312,8 @@ async def save_stride(
     old_jobs = written.jobs if written is not None and written.layout == PARTS_LAYOUT else {}
     old_servers = written.servers if written is not None and written.layout == PARTS_LAYOUT else {}
     changed: dict[str, bytes | None] = {
-        **_changed(record.jobs, old_jobs, job_part),
-        **_changed(record.servers, old_servers, server_part),
+        **_changed(record.jobs, old_jobs, _job_part),
+        **_changed(record.servers, old_servers, _server_part),
     }
     commit = (written.commit if written is not None else 0) + 1
     chunks = _chunks(commit, changed)
