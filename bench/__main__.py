@@ -13,6 +13,8 @@ BENCHMARKS = (
     "bench.live",
     "bench.hostile",
     "bench.switching",
+    "bench.stride_store",
+    "bench.heartbeat_backlog",
     "bench.scale",
 )
 

@@ -12,8 +12,9 @@ servers of four generations: 8 x V100, P100, K80 and A100 each in turn, jobs vir
 time-slices: it suspends some jobs and starts others. Executors heartbeat every
 ``--heartbeat`` seconds (the executor's default, 5) and every job reports its progress every
 ``--progress`` seconds (the executor's default, 1). The broker takes messages of up to
-``--max-payload`` MiB: split-stride stores its whole state as one message, which outgrows
-nats-server's default 1 MiB from about 2,000 jobs on. Once every job is admitted and
+``--max-payload`` MiB (split-stride stored its whole state as one message, which outgrew
+nats-server's default 1 MiB from about 2,000 jobs on; it now stores a key per job, and the
+default 64 keeps runs comparable with the earlier ones). Once every job is admitted and
 ``--warmup`` quanta have passed, for ``--quanta`` quanta it measures:
 
 - per quantum, the time from the tick (`QuantumTicked`) to the last command of that quantum

@@ -53,6 +53,20 @@ async def test_delete_hides_the_key_and_allows_recreate(bus: Bus) -> None:
     assert entry is not None and entry.value == b"back"
 
 
+async def test_entries_read_the_latest_value_of_every_key_in_one_go(bus: Bus) -> None:
+    kv = await bucket(bus)
+    await kv.put("job.b", b"1")
+    second = await kv.put("job.a", b"2")
+    await kv.put("gone", b"x")
+    await kv.delete("gone")
+    last = await kv.put("job.b", b"3")
+    found = await kv.entries()
+    assert [(e.key, e.value, e.revision) for e in found] == [
+        ("job.a", b"2", second),
+        ("job.b", b"3", last),
+    ]
+
+
 async def test_watch_sends_current_values_then_changes(bus: Bus) -> None:
     kv = await bucket(bus)
     await kv.put("a", b"1")

@@ -72,6 +72,21 @@ async def test_ack_settles_and_nak_redelivers_with_a_count(bus: Bus) -> None:
     await pull.close()
 
 
+async def test_unread_counts_what_the_consumer_has_yet_to_deliver(bus: Bus) -> None:
+    spec = consumer(filter_subjects=("bustest.ping.a",))
+    await bus.ensure_topology(Topology(streams=(TEST_STREAM,), consumers=(spec,)))
+    for index in range(3):
+        await bus.publish("bustest.ping.a", b"x", msg_id=f"a{index}")
+    await bus.publish("bustest.ping.b", b"y", msg_id="b0")  # not the consumer's
+    assert await bus.unread(spec) == 3
+    pull = await bus.consume(spec)
+    taken = await pull.fetch(2, 2.0)
+    assert await bus.unread(spec) == 1  # delivered, even unacknowledged, is read
+    for delivery in taken:
+        await delivery.ack()
+    await pull.close()
+
+
 async def test_unacked_message_returns_after_ack_wait(broker: Broker) -> None:
     bus = await broker.connect()
     await bus.ensure_topology(TOPOLOGY)

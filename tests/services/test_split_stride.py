@@ -37,7 +37,7 @@ from gfair.events.scheduling import QuantumTicked, ScheduleDecided
 from gfair.events.states import JobState
 from gfair.state.buckets import JOBS, STRIDE
 from gfair.state.job_record import JobRecord, save_job
-from gfair.state.stride_record import load_stride
+from gfair.state.stride_record import STATE_KEY, StrideRecord, load_stride
 from gfair_services.split_stride import Settings, SplitStrideService
 
 from .scheduling_harness import FAST, Probe, eventually, registered, submitted
@@ -790,3 +790,77 @@ async def test_a_prepared_job_started_elsewhere_or_cancelled_is_let_go_where_it_
         "v100-0",
         SuspendReason.MIGRATION,
     )
+
+
+# ----- the record in gfair_stride: a key per job ---------------------------------------------
+
+
+async def revisions(bus: InMemoryBus) -> dict[str, int]:
+    kv = await bus.key_value(STRIDE.name)
+    found = {}
+    for key in await kv.keys():
+        entry = await kv.get(key)
+        assert entry is not None
+        found[key] = entry.revision
+    return found
+
+
+def comparable(state: SplitStrideService, record: StrideRecord) -> dict[str, object]:
+    return state.to_record(record.updated_at).model_dump()
+
+
+async def three_jobs(probe: Probe, state: SplitStrideService, gpus: int) -> None:
+    """Alice's, bob's and carol's job "a" admitted on one server of `gpus` GPUs."""
+    await register(probe, state, ("v100-0", gpus))
+    for user in ("alice", "bob", "carol"):
+        await admit(probe, state, user, "a")
+
+
+async def test_each_job_has_its_key_and_a_batch_rewrites_only_the_jobs_it_changed(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await three_jobs(probe, state, 4)
+        commands = await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 3)
+        await state.on_tick()
+        before = await revisions(bus)
+        assert {"job.alice.a", "job.bob.a", "job.carol.a", "server.v100-0"} <= set(before)
+        kv = await bus.key_value(STRIDE.name)
+        entry = await kv.get(STATE_KEY)
+        assert entry is not None and StrideRecord.from_bytes(entry.value).jobs == {}
+        alice = next(c for c in commands if c.user == "alice")
+        await started(probe, alice)  # alice's job runs: only its record changes
+        await eventually(
+            lambda: state.machine.jobs["alice.a"].stays["v100-0"].phase.value == "running"
+        )
+        await probe.settle(0.1)
+        after = await revisions(bus)
+        rewritten = {key for key in after if after[key] != before.get(key)}
+        assert rewritten == {"state", "log.0", "job.alice.a"}
+        held = state.to_record(state.clock())
+    async with split_stride(bus, settings) as state:
+        assert comparable(state, held) == held.model_dump()
+
+
+async def test_a_one_key_record_is_stored_per_job_and_read_back_after_a_restart(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await three_jobs(probe, state, 2)
+        await state.on_tick()
+        old = state.to_record(state.clock())
+    # The bucket as split-stride left it before it stored jobs apart: one key, every job in it.
+    kv = await bus.key_value(STRIDE.name)
+    for key in await kv.keys():
+        await kv.delete(key)
+    await kv.put(STATE_KEY, old.to_bytes())
+    async with split_stride(bus, settings) as state:
+        assert comparable(state, old) == old.model_dump()
+        await probe.settle(0.1)
+        await state.on_tick()  # stored at the latest with the next write
+        jobs = {key for key in await kv.keys() if key.startswith("job.")}
+        assert jobs == {"job.alice.a", "job.bob.a", "job.carol.a"}
+        held = state.to_record(state.clock())
+    async with split_stride(bus, settings) as state:
+        assert comparable(state, held) == held.model_dump()
+        assert set(state.machine.jobs) == set(old.jobs)

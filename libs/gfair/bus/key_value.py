@@ -81,6 +81,11 @@ class KeyValue(Protocol):
         """Keys holding a value, sorted."""
         ...
 
+    async def entries(self) -> list[KvEntry]:
+        """The latest entry of every key holding a value, by key: one read of the bucket,
+        where a `get` per key is a round trip each."""
+        ...
+
     async def watch(self, pattern: str = ">", *, updates_only: bool = False) -> KvWatch:
         """Current values of matching keys first (unless `updates_only`), then each change.
 

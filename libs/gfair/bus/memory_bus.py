@@ -148,8 +148,8 @@ class _ConsumerState:
             out.append(self._delivery(sequence, 1))
         return out
 
-    def backlog(self) -> int:
-        """Messages not yet delivered, plus those delivered and not yet acknowledged."""
+    def unread(self) -> int:
+        """Messages not yet delivered."""
         unread = 0
         for message in self.stream.messages[self.cursor - 1 :]:
             sequence = message.sequence
@@ -157,7 +157,11 @@ class _ConsumerState:
                 continue
             if matches_any(self.spec.filter_subjects, message.subject):
                 unread += 1
-        return len(self.pending) + unread
+        return unread
+
+    def backlog(self) -> int:
+        """Messages not yet delivered, plus those delivered and not yet acknowledged."""
+        return len(self.pending) + self.unread()
 
     def next_due(self) -> float | None:
         return min((p.due for p in self.pending.values()), default=None)
@@ -342,6 +346,10 @@ class InMemoryBus:
     async def consume(self, spec: ConsumerSpec) -> PullConsumer:
         self._check_open()
         return _MemoryPullConsumer(self, self._ensure_consumer(spec))
+
+    async def unread(self, spec: ConsumerSpec) -> int:
+        self._check_open()
+        return self._ensure_consumer(spec).unread()
 
     async def key_value(self, bucket: str) -> KeyValue:
         self._check_open()

@@ -113,7 +113,12 @@ class InMemoryKeyValue:
             self._write(key, b"", KvOperation.DELETE)
 
     async def keys(self) -> list[str]:
-        return sorted(k for k, e in self._latest.items() if e.operation is KvOperation.PUT)
+        return [entry.key for entry in await self.entries()]
+
+    async def entries(self) -> list[KvEntry]:
+        return [
+            entry for _, entry in sorted(self._latest.items()) if entry.operation is KvOperation.PUT
+        ]
 
     async def watch(self, pattern: str = ">", *, updates_only: bool = False) -> KvWatch:
         validate_pattern(pattern)

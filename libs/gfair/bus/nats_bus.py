@@ -552,6 +552,14 @@ class NatsBus:
         self._pulls.add(pull)
         return pull
 
+    async def unread(self, spec: ConsumerSpec) -> int:
+        # Asked often (every liveness check): one try, no waiting out an election.
+        try:
+            info = await self._js.consumer_info(spec.stream, spec.durable, timeout=1.0)
+        except nats.errors.Error as exc:
+            raise BusError(f"consumer {spec.durable}: no backlog: {exc!r}") from exc
+        return info.num_pending or 0
+
     async def key_value(self, bucket: str) -> KeyValue:
         try:
             kv = await self._api(f"bucket {bucket}", lambda: self._js.key_value(bucket))

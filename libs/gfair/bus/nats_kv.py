@@ -123,17 +123,21 @@ class NatsKeyValue:
             raise
 
     async def keys(self) -> list[str]:
+        return [entry.key for entry in await self.entries()]
+
+    async def entries(self) -> list[KvEntry]:
         # nats-py's keys() decides it has seen everything from a consumer-info snapshot that can
         # race the subscription and come back empty; reading the last message of each key up to
         # the bucket's end at call time cannot.
-        prefix = f"$KV.{self._name}."
-        alive: dict[str, bool] = {}
+        subjects = f"$KV.{self._name}."
+        found: dict[str, KvEntry] = {}
         async for message in self._reader.read(
-            f"KV_{self._name}", filter_subjects=(f"{prefix}>",), last_per_subject=True
+            f"KV_{self._name}", filter_subjects=(f"{subjects}>",), last_per_subject=True
         ):
+            key = message.subject[len(subjects) :]
             operation = message.headers.get(_KV_OPERATION)
-            alive[message.subject[len(prefix) :]] = operation not in _DELETED
-        return sorted(key for key, present in alive.items() if present)
+            found[key] = _entry(key, message.data, message.sequence, operation)
+        return [found[key] for key in sorted(found) if found[key].operation is KvOperation.PUT]
 
     async def watch(self, pattern: str = ">", *, updates_only: bool = False) -> KvWatch:
         validate_pattern(pattern)

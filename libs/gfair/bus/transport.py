@@ -122,6 +122,10 @@ class Bus(Protocol):
         """Bind to the durable consumer `spec` (creating it if needed); instances share it."""
         ...
 
+    async def unread(self, spec: ConsumerSpec) -> int:
+        """Messages the durable consumer `spec` has not yet delivered (its backlog)."""
+        ...
+
     async def key_value(self, bucket: str) -> KeyValue:
         """A bucket created by `ensure_topology`."""
         ...

@@ -11,6 +11,10 @@ Both are pure functions of the facts given (last heartbeat, failure history) and
   not that every node died together; no node is then declared failed, and once the detector
   hears any node again the others' silence counts from then (as Kubernetes' node controller
   stops evicting in a "full disruption"). A single node's silence is always its own.
+- Lag: silence is measured from when the detector *read* a node's heartbeat. A detector that
+  has a heartbeat of every node still unread (`behind`) would take its own backlog for the
+  nodes' silence; it judges no node until it has read them, and a node that really stopped
+  is then found from when its last heartbeat was read.
 - Quarantine: a node on which jobs failed with infrastructure errors at least `max_failures`
   times within the last `window_s` seconds is to be quarantined until an operator clears it.
   Other failure classes say nothing about the node and are not counted.
@@ -58,6 +62,12 @@ def unheard(last_heard: Iterable[float], now: float, policy: HeartbeatPolicy | N
     return len(times) >= 2 and all(
         liveness(seen, now, policy) is not Liveness.ALIVE for seen in times
     )
+
+
+def behind(unread: int, nodes: int) -> bool:
+    """Whether `unread` heartbeats waiting for the detector are a round of them or more: a
+    heartbeat interval's lag at least, which silence measured on read times would count."""
+    return nodes > 0 and unread >= nodes
 
 
 @dataclass(frozen=True)

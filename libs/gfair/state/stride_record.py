@@ -1,7 +1,18 @@
-"""What split-stride keeps in `gfair_stride` (its only writer): one `StrideRecord`, key ``state``.
+"""What split-stride keeps in `gfair_stride` (its only writer): a `StrideRecord`, stored in parts.
 
-One key, written after every change, so passes, GPU assignments and usage are always mutually
-consistent when split-stride restarts from it:
+Key ``state`` holds what is cluster-wide (the quantum, the users' accounts, profiles, usage,
+entitlements, the ids of the events applied); each job is under ``job.<user>.<job id>`` and
+each server under ``server.<node id>``, so a write costs what changed, not the cluster (one key
+holding every job, ~520 bytes each, outgrew NATS's 1 MiB message at ~2,000 jobs). A batch of
+changes is made atomic by a redo log: the changed parts go first to ``log.<n>`` (chunks of at
+most `LOG_CHUNK_BYTES`, tagged with the batch's `commit`), then ``state`` names that commit
+(the commit point), then the parts are written to their own keys. A reader that finds the log
+of the state's commit applies it over the parts, so passes, GPU assignments and usage are
+always mutually consistent when split-stride restarts from it, however far the last write got.
+A record of the old layout (every job and server inside ``state``, `layout` 1) is read as it is
+and stored in parts at its next write.
+
+What the record holds:
 
 - ``users``: each active user's account with the decision kernel (arrival order and credit
   per pool, `gfair.core.accounts`), ``seq`` the next arrival number, and each job's pass and
@@ -21,8 +32,12 @@ consistent when split-stride restarts from it:
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
+from typing import Protocol, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -39,10 +54,18 @@ from gfair.events.fields import (
 )
 from gfair.events.states import NodeState
 from gfair.state.buckets import job_key
-from gfair.state.job_record import RecordBucket
+from gfair.state.job_record import RecordBucket, StoredValue
 
 STATE_KEY = "state"
+JOB_PREFIX = "job."
+SERVER_PREFIX = "server."
+LOG_PREFIX = "log."
 MAX_APPLIED_IDS = 256
+# A log chunk stays well inside the broker's message limit (nats-server's default 1 MiB).
+LOG_CHUNK_BYTES = 256 * 1024
+# Parts written or read at once: enough to fill the round trips, few enough to hold memory.
+PARALLEL_PARTS = 256
+PARTS_LAYOUT = 2
 
 
 class _Record(BaseModel):
@@ -179,6 +202,14 @@ class StrideRecord(_Record):
     entitlements_revision: int = -1
     applied_event_ids: tuple[str, ...] = ()
     updated_at: AwareDatetime
+    layout: int = Field(
+        default=1,
+        ge=1,
+        le=PARTS_LAYOUT,
+        description="1: every job and server inside this key; 2: each under its own key",
+    )
+    commit: int = Field(default=0, ge=0, description="The batch of writes this state ends")
+    log_chunks: int = Field(default=0, ge=0, description="Chunks of that batch's redo log")
 
     def running_on(self, node_id: str) -> dict[str, tuple[int, ...]]:
         """Job key -> GPU indices of the jobs holding GPUs of `node_id`."""
@@ -209,15 +240,182 @@ class StoredStride(_Record):
     revision: int
 
 
-async def load_stride(bucket: RecordBucket) -> StoredStride | None:
+class KeyedValue(StoredValue, Protocol):
+    @property
+    def key(self) -> str: ...
+
+
+class StrideBucket(RecordBucket, Protocol):
+    """The part of a key-value bucket the stride record uses (`gfair.bus.KeyValue` is one)."""
+
+    async def entries(self) -> Sequence[KeyedValue]: ...
+
+    async def put(self, key: str, value: bytes) -> int: ...
+
+    async def delete(self, key: str, *, revision: int | None = None) -> None: ...
+
+
+def _job_part(key: str) -> str:
+    return f"{JOB_PREFIX}{key}"
+
+
+def _server_part(node_id: str) -> str:
+    return f"{SERVER_PREFIX}{node_id}"
+
+
+async def load_stride(bucket: StrideBucket, *, parts: bool = True) -> StoredStride | None:
+    """The record; without `parts`, its cluster-wide part only (no jobs or servers read)."""
     entry = await bucket.get(STATE_KEY)
     if entry is None or not entry.value:
         return None
-    return StoredStride(record=StrideRecord.from_bytes(entry.value), revision=entry.revision)
+    state = StrideRecord.from_bytes(entry.value)
+    if state.layout < PARTS_LAYOUT or not parts:
+        return StoredStride(record=state, revision=entry.revision)
+    # One read of the bucket, the latest value of every key as of one point of its history: the
+    # state, the parts, and the log of the state's commit, consistent with each other however
+    # far a write under way has got.
+    found = {part.key: part for part in await bucket.entries()}
+    latest = found.get(STATE_KEY, entry)
+    state = StrideRecord.from_bytes(latest.value)
+    stored = {key: part.value for key, part in found.items()}
+    values: dict[str, bytes | dict[str, object] | None] = {
+        key: value for key, value in stored.items() if key.startswith((JOB_PREFIX, SERVER_PREFIX))
+    }
+    for n in range(state.log_chunks):
+        chunk = stored.get(f"{LOG_PREFIX}{n}")
+        log = _Log.model_validate_json(chunk) if chunk is not None else None
+        # One of a later commit is of a batch that never committed; its parts were not written.
+        if log is not None and log.commit == state.commit:
+            values.update(log.parts)
+    jobs: dict[str, StrideJob] = {}
+    servers: dict[str, ServerRecord] = {}
+    for key, value in sorted(values.items()):
+        if value is None:
+            continue
+        if key.startswith(JOB_PREFIX):
+            job = _parsed(StrideJob, value)
+            jobs[job.key] = job
+        else:
+            server = _parsed(ServerRecord, value)
+            servers[server.node_id] = server
+    record = state.model_copy(update={"jobs": jobs, "servers": servers})
+    return StoredStride(record=record, revision=latest.revision)
 
 
-async def save_stride(bucket: RecordBucket, record: StrideRecord, revision: int | None) -> int:
-    """Create (`revision` None) or update at `revision`; conflicts propagate (one writer)."""
+async def save_stride(
+    bucket: StrideBucket, record: StrideRecord, revision: int | None, written: StrideRecord | None
+) -> StoredStride:
+    """Create (`revision` None) or update at `revision`; conflicts propagate (one writer).
+
+    `written` is the record as last stored (None: nothing is): only the jobs and servers that
+    differ from it are written, and those it has that `record` lacks are deleted.
+    """
+    old_jobs = written.jobs if written is not None and written.layout == PARTS_LAYOUT else {}
+    old_servers = written.servers if written is not None and written.layout == PARTS_LAYOUT else {}
+    changed: dict[str, bytes | None] = {
+        **_changed(record.jobs, old_jobs, _job_part),
+        **_changed(record.servers, old_servers, _server_part),
+    }
+    commit = (written.commit if written is not None else 0) + 1
+    chunks = _chunks(commit, changed)
+    await _each(
+        [(f"{LOG_PREFIX}{n}", chunk) for n, chunk in enumerate(chunks)],
+        lambda item: bucket.put(*item),
+    )
+    state = record.model_copy(
+        update={
+            "jobs": {},
+            "servers": {},
+            "layout": PARTS_LAYOUT,
+            "commit": commit,
+            "log_chunks": len(chunks),
+        }
+    )
     if revision is None:
-        return await bucket.create(STATE_KEY, record.to_bytes())
-    return await bucket.update(STATE_KEY, record.to_bytes(), revision)
+        revision = await bucket.create(STATE_KEY, state.to_bytes())
+    else:
+        revision = await bucket.update(STATE_KEY, state.to_bytes(), revision)
+    # The chunks of an earlier, longer log that this one did not overwrite are no longer read.
+    stale = range(len(chunks), written.log_chunks if written is not None else 0)
+    gone: dict[str, bytes | None] = {f"{LOG_PREFIX}{n}": None for n in stale}
+    await _each(list({**changed, **gone}.items()), lambda item: _write_part(bucket, *item))
+    stored = record.model_copy(
+        update={"layout": PARTS_LAYOUT, "commit": commit, "log_chunks": len(chunks)}
+    )
+    return StoredStride(record=stored, revision=revision)
+
+
+class _Log(_Record):
+    """One chunk of a batch's redo log: each changed part's new value, None if deleted."""
+
+    commit: int
+    parts: dict[str, dict[str, object] | None]
+
+
+P = TypeVar("P", bound=BaseModel)
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _changed(
+    new: Mapping[str, P], old: Mapping[str, P], key_of: Callable[[str], str]
+) -> dict[str, bytes | None]:
+    # The writer reuses the model of a part that did not change: most are the very same object.
+    found: dict[str, bytes | None] = {
+        key_of(k): part.model_dump_json().encode()
+        for k, part in new.items()
+        if (was := old.get(k)) is not part and was != part
+    }
+    found.update({key_of(k): None for k in old.keys() - new.keys()})
+    return found
+
+
+def _chunks(commit: int, changed: Mapping[str, bytes | None]) -> list[bytes]:
+    """The redo log of `changed`, in chunks of at most about `LOG_CHUNK_BYTES`."""
+    head = b'{"commit":%d,"parts":{' % commit
+    chunks: list[bytes] = []
+    items: list[bytes] = []
+    size = 0
+    for key, value in changed.items():
+        item = json.dumps(key).encode() + b":" + (b"null" if value is None else value)
+        if items and size + len(item) > LOG_CHUNK_BYTES:
+            chunks.append(head + b",".join(items) + b"}}")
+            items, size = [], 0
+        items.append(item)
+        size += len(item) + 1
+    if items or not chunks:
+        chunks.append(head + b",".join(items) + b"}}")
+    return chunks
+
+
+def _parsed(model: type[P], value: bytes | dict[str, object]) -> P:
+    if isinstance(value, bytes):
+        return model.model_validate_json(value)
+    return model.model_validate(value)
+
+
+async def _write_part(bucket: StrideBucket, key: str, value: bytes | None) -> None:
+    if value is None:
+        await bucket.delete(key)
+    else:
+        await bucket.put(key, value)
+
+
+async def _each(items: Iterable[T], call: Callable[[T], Awaitable[R]]) -> list[R]:
+    """`call` on every item, `PARALLEL_PARTS` at a time; results in order.
+
+    A failure is raised once every call under way has ended: no write of this batch may land
+    after the next batch's write of the same key.
+    """
+    pending = list(items)
+    results: list[R] = []
+    for start in range(0, len(pending), PARALLEL_PARTS):
+        done = await asyncio.gather(
+            *(call(item) for item in pending[start : start + PARALLEL_PARTS]),
+            return_exceptions=True,
+        )
+        for result in done:
+            if isinstance(result, BaseException):
+                raise result
+            results.append(result)
+    return results

@@ -5,7 +5,9 @@ functions need (when each node was last heard from, the failures held against it
 their verdicts into node events and `NodeRecord`s. It reads no clock: `now` is an argument.
 
 Liveness is measured on the detector's own clock (when a heartbeat was *handled*), not on the
-sender's, so clock skew between machines cannot make a node look dead.
+sender's, so clock skew between machines cannot make a node look dead. A detector that lags
+behind its heartbeats does not call `check` (the service asks the broker how many wait), so its
+own backlog is not taken for the nodes' silence.
 """
 
 from __future__ import annotations

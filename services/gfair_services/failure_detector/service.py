@@ -8,7 +8,10 @@ Consumers:
   (classified and decided: completed, retried or failed) and cancellations.
 
 A timer every ``check_interval_s`` moves silent nodes to suspected, then failed (listing the
-jobs that ran there), and kills and retries jobs that stopped making progress.
+jobs that ran there), and kills and retries jobs that stopped making progress. Silence counts
+from when a heartbeat was read: while a heartbeat of every node still waits on
+``failure-detector-nodes`` (the broker's count), the detector is behind, not the nodes
+silent, and it judges no node until it has read them (`gfair.core.health.behind`).
 
 Exactly-once effect on at-least-once delivery: every decision is published first, under ids
 derived from its cause (the input event, or the silence or hang it concerns), then written to
@@ -36,7 +39,9 @@ from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
+from gfair.bus.transport import BusError
 from gfair.bus.write_behind import WriteBehind
+from gfair.core import health
 from gfair.events.envelope import Clock, Envelope, utc_now
 from gfair.events.jobs import (
     JobCancelled,
@@ -108,6 +113,9 @@ class FailureDetector:
         self._stored_jobs: set[str] = set()
         # Ended jobs' keys, with when each ended: purged a retention after (`purge`).
         self._ended = EndedJobs()
+        # Whether the last check found heartbeats waiting unread (and judged no node).
+        self.behind = False
+        self._backlog_unknown = False
         self.service = self._build()
 
     def _build(self) -> Service:
@@ -115,7 +123,7 @@ class FailureDetector:
         service = Service(SERVICE_NAME, topology=cluster_topology(replicas=self.settings.replicas))
         service.on_start(self.start)
         ack_wait_s = self.settings.ack_wait_s
-        service.add_handler(
+        self._heartbeats = service.add_handler(
             self.on_node_event,
             durable="failure-detector-nodes",
             ack_wait_s=ack_wait_s,
@@ -223,11 +231,13 @@ class FailureDetector:
     # ----- timer -------------------------------------------------------------------------
 
     async def check(self) -> Sequence[Emit]:
-        """Liveness of every node, then progress of every running job."""
+        """Liveness of every node (unless heartbeats wait unread), then progress of every
+        running job."""
+        unread = await self._heartbeats_unread()
         async with self._lock:
             now = self._clock()
             deaf = self.nodes.deaf_since
-            lapses = self.nodes.check(now, self.jobs.running_on)
+            lapses = [] if self._behind(unread) else self.nodes.check(now, self.jobs.running_on)
             if deaf is None and self.nodes.deaf_since is not None:
                 _log.warning(
                     "no node heard: declaring none failed until one is (the broker, or this "
@@ -253,6 +263,35 @@ class FailureDetector:
                     )
             await self._writes.settle()
         return []
+
+    async def _heartbeats_unread(self) -> int | None:
+        """Heartbeats (and other node events) on the broker not yet read; None: unknown."""
+        if self._runtime is None:
+            return None
+        try:
+            unread = await self._runtime.bus.unread(self._heartbeats.consumer)
+        except BusError as exc:
+            # The broker unreachable: no heartbeat is heard either, and silence of every node
+            # at once is the detector's own deafness (`gfair.core.health.unheard`).
+            if not self._backlog_unknown:
+                _log.info("heartbeat backlog unknown: judging liveness as heard", error=repr(exc))
+            self._backlog_unknown = True
+            return None
+        self._backlog_unknown = False
+        return unread
+
+    def _behind(self, unread: int | None) -> bool:
+        behind = unread is not None and health.behind(unread, len(self.nodes.records()))
+        if behind and not self.behind:
+            _log.warning(
+                "heartbeats wait unread: judging no node's liveness until they are read",
+                unread=unread,
+                nodes=len(self.nodes.records()),
+            )
+        elif self.behind and not behind:
+            _log.info("heartbeats read: judging liveness again", unread=unread)
+        self.behind = behind
+        return behind
 
     # ----- commit ------------------------------------------------------------------------
 

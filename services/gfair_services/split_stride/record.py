@@ -3,7 +3,8 @@
 the node inventory and the ids of the events applied, which the machine does not hold, beside.
 
 A record holds every job: `Records` builds a job's part (and a profile's) again only when it
-changed since the last write, so that a write costs what changed, not the whole cluster.
+changed since the last write, and keeps the same object otherwise, so that a write
+(`gfair.state.stride_record.save_stride`) finds and stores what changed, not the whole cluster.
 """
 
 from __future__ import annotations

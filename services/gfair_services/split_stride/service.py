@@ -21,7 +21,8 @@ come from the job's record (written by placement). The clock is injected (`clock
 drive quanta by hand; a `journal` records every input the machine is given and its outcome
 (from the state it starts from: a reload after a failed write starts it again from the record).
 
-State is the `StrideRecord` in `gfair_stride` (its only writer; `record` converts). Every
+State is the `StrideRecord` in `gfair_stride` (its only writer; `record` converts), a key per
+job and per server beside the cluster-wide one (`gfair.state.stride_record`). Every
 handler and tick changes the machine, publishes its outputs under ids derived from what caused
 them, and only then writes the record: a crash before the write replays the cause from the last
 record and publishes the same ids again, which JetStream drops as duplicates. Handlers return
@@ -29,11 +30,10 @@ nothing to the runtime.
 
 Handlers send their outputs without waiting for each to be stored and leave the record to their
 batch's settling (`settle`), which waits for everything sent, then writes the record once for
-the whole batch, before the runtime acknowledges the inputs. A record holds every job, so
-writing it per event would cost in proportion to the cluster for each placement. If sending or
-writing fails, the machine is reloaded from the record and the batch redelivered: it is handled
-again from what was stored. The job records a batch of placements needs are read together,
-before its handlers run (`prefetch`).
+the whole batch, before the runtime acknowledges the inputs: the jobs and servers the batch
+changed, and the cluster-wide key. If sending or writing fails, the machine is reloaded from
+the record and the batch redelivered: it is handled again from what was stored. The job
+records a batch of placements needs are read together, before its handlers run (`prefetch`).
 """
 
 from __future__ import annotations
@@ -122,7 +122,13 @@ from gfair.events.scheduling import (
 from gfair.state import buckets
 from gfair.state.buckets import job_key
 from gfair.state.job_record import StoredJob, Submission, load_job
-from gfair.state.stride_record import MAX_APPLIED_IDS, StrideRecord, load_stride, save_stride
+from gfair.state.stride_record import (
+    MAX_APPLIED_IDS,
+    PARTS_LAYOUT,
+    StrideRecord,
+    load_stride,
+    save_stride,
+)
 from gfair_services.inventory import INVENTORY_EVENTS, NodeInventory
 from gfair_services.profiler.seed import seed_table
 from gfair_services.topology import cluster_topology
@@ -172,6 +178,8 @@ class SplitStrideService:
         self._epoch = ""
         self._applied: deque[str] = deque(maxlen=MAX_APPLIED_IDS)
         self._revision: int | None = None
+        # The record as last stored (None: none is): a write stores what differs from it.
+        self._written: StrideRecord | None = None
         self._runtime: ServiceRuntime | None = None
         self._stride_kv: KeyValue | None = None
         self._jobs_kv: KeyValue | None = None
@@ -247,9 +255,9 @@ class SplitStrideService:
         stored = await load_stride(self._stride_kv)
         if stored is None:
             saved = StrideRecord.fresh(uuid.uuid4().hex, self.clock())
-            self._revision = None
+            self._revision, self._written = None, None
         else:
-            saved, self._revision = stored.record, stored.revision
+            saved, self._revision, self._written = stored.record, stored.revision, stored.record
         # alpha 1: each published profile replaces the last (the profiler already averaged).
         estimator = ThroughputEstimator(seed_table(self.settings.throughputs), alpha=1.0)
         self._machine = SplitStride(
@@ -260,7 +268,12 @@ class SplitStrideService:
         self._epoch = saved.epoch
         self._applied = deque(saved.applied_event_ids, maxlen=MAX_APPLIED_IDS)
         self._loads += 1
-        self._dirty = False
+        # A record of the old layout, every job in one key, is stored in parts at once.
+        self._dirty = stored is not None and saved.layout < PARTS_LAYOUT
+        if self._dirty:
+            _log.info(
+                "gfair_stride holds the one-key record: storing it per job", jobs=len(saved.jobs)
+            )
 
     def to_record(self, now: datetime) -> StrideRecord:
         """The record of what split-stride holds now, written at `now`."""
@@ -552,9 +565,9 @@ class SplitStrideService:
             raise failed
         if not self._dirty:
             return
-        stored = self.to_record(self.clock())
+        record_now = self.to_record(self.clock())
         try:
-            self._revision = await save_stride(self._stride_kv, stored, self._revision)
+            stored = await save_stride(self._stride_kv, record_now, self._revision, self._written)
         except KvConflict:
             # Another writer (a second split-stride?) moved the record: start again from it.
             _log.error("gfair_stride changed under us; reloading")
@@ -563,6 +576,7 @@ class SplitStrideService:
         except Exception:
             await self._load()
             raise
+        self._revision, self._written = stored.revision, stored.record
         self._dirty = False
 
     def _settler(self, route: str) -> Callable[[], Awaitable[None]]:

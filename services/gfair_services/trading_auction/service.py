@@ -331,7 +331,7 @@ class Auction:
         if self._stride_kv is None:
             raise RuntimeError("the trading auction has not started: no split-stride bucket")
         self._usage_read_at = now
-        stored = await load_stride(self._stride_kv)
+        stored = await load_stride(self._stride_kv, parts=False)  # its usage only
         if stored is None or not self.meter.read(stored.record, tree.half_life_s):
             return
         assert self.meter.last is not None  # read() just took one
