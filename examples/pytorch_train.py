@@ -19,9 +19,9 @@ process), for comparison.
 It calls `Job.from_env()` before it touches a GPU (torch initialises CUDA lazily, at the first
 `torch.cuda` call, and reads CUDA_VISIBLE_DEVICES then): that is the contract of a job
 submitted with `gfair submit --prepare`. gfair may then start its process before it has GPUs,
-with none visible: it imports torch, and `Job.from_env()` waits, parked, until its first slice
-gives it GPUs (it sets CUDA_VISIBLE_DEVICES to them before returning), so the seconds of the
-import are not spent holding a GPU.
+with none visible: it imports torch and builds its model and optimizer on the CPU, and
+`Job.from_env()` waits, parked, until its first slice gives it GPUs (it sets
+CUDA_VISIBLE_DEVICES to them before returning), so those seconds are not spent holding a GPU.
 
 The data is synthetic and derived from the step number, so a resumed run sees exactly the
 batches it would have seen without the interruption. Needs torch (not a gfair dependency).
@@ -88,15 +88,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    job = Job.from_env()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # What needs no GPU comes first: a prepared start does it before its first slice. (The
+    # first optimizer imports torch's compiler stack, about a second of CPU.)
     torch.manual_seed(0)
-    model = build_model(args.features, args.classes).to(device)
+    model = build_model(args.features, args.classes)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     projection = torch.randn(
         args.features, args.classes, generator=torch.Generator().manual_seed(12345)
     )
+
+    job = Job.from_env()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # In place: the parameters stay the optimizer's (it holds no state before its first step).
+    model.to(device)
 
     state = job.load_checkpoint()
     start = 0

@@ -347,6 +347,22 @@ def test_a_job_not_opted_in_to_prepared_starts_is_never_started_without_gpus() -
     assert killed_coming_up(m, stop, QUANTUM_S).prepares == ()
 
 
+def test_a_prepared_start_is_given_no_gpus_until_its_process_is_up() -> None:
+    m = machine(("v100-0", 1))
+    started(m, only_start(admit(m, "alice", "a", 0.0).starts.turns), 0.0)
+    ((_, prepare),) = admit(m, "bob", "w", 0.0, prepare=True).prepares
+    # Its turn comes (the second quantum), but its process still imports: the GPU stays
+    # alice's meanwhile.
+    for quantum in (1, 2):
+        turns = m.tick(quantum * QUANTUM_S).turns
+        assert not starts_of(turns, "w")
+        carry_out(m, turns, quantum * QUANTUM_S)
+    now = 2 * QUANTUM_S + 1
+    m.apply(Parked(user="bob", job_id="w", now=now, node_id=prepare.node_id, attempt=1))
+    # Up and parked: its slice resumes it there.
+    assert slice_starts_for(m, "w", now).node_id == prepare.node_id
+
+
 def test_a_journal_replayed_into_a_machine_restored_alike_gives_the_same_outputs() -> None:
     recording = Recording()
     m = machine(("v100-0", 2), ("k80-0", 2), journal=recording)

@@ -317,6 +317,10 @@ class JobCommands:
         if result is not None:
             await self._sink.publish(run.suspended(self._node_id, reason, result), cause=envelope)
             count_suspend(self._node_id, reason)
+            if result.parked:
+                # After the report: reading the parked processes' memory takes a round trip
+                # to each tenant's supervisor, and the scheduler waits for the GPUs.
+                await self._control.within_parked_memory()
 
     async def _migrate(self, envelope: Envelope, command: MigrateCommand) -> None:
         run = self._current(command)

@@ -223,7 +223,7 @@ class RunControl:
             _log.info(
                 "prepared job parked", job=str(run.job), took_s=round(time.monotonic() - began, 3)
             )
-            await self._within_parked_memory()
+            await self.within_parked_memory()
         elif outcome == "timeout":
             # Not an exit of the job's own (nothing is reported): it starts anew when its turn
             # comes. Its owner reads why in the node's log.
@@ -275,7 +275,7 @@ class RunControl:
         if result.parked:
             run.status = RunStatus.PARKED
             _log.info("job parked in place", job=str(run.job), took_s=round(result.switch_s, 3))
-            await self._within_parked_memory()
+            # Its GPUs are free now: the caller reports it first, then `within_parked_memory`.
             return result
         await self._exit_handled(run)
         return result if run.status is RunStatus.STOPPED else None
@@ -321,7 +321,7 @@ class RunControl:
         _log.info("job resumed in place", job=str(run.job), took_s=round(took, 3))
         return True
 
-    async def _within_parked_memory(self) -> None:
+    async def within_parked_memory(self) -> None:
         """Over the node's budget for parked jobs, the longest-parked ones checkpoint and exit."""
         budget = self._settings.parked_memory_bytes
         parked: list[tuple[float, int, LocalJob]] = []

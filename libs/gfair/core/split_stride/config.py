@@ -25,8 +25,8 @@ class Config:
     # never confirmed (the node refused the start, and answers neither).
     release_timeout_s: float = 120.0
     unconfirmed_release_s: float = 15.0
-    # How long a job prepared again because its slice ended while it came up waits for its
-    # process to park before it is given GPUs anyway (the node's prepare timeout is 120 s).
+    # How long a prepared start's job waits for its process to park before it is given GPUs
+    # anyway (the node's prepare timeout is 120 s).
     prepared_wait_s: float = 120.0
     # The longest gap between ticks counted as GPU use (default: 2 quanta).
     max_usage_gap_s: float | None = None

@@ -235,7 +235,7 @@ class SplitStride:
         self._gangs.pop(user, None)
         self.queues.touch(key)
         starts = turns.start_at_once(self, key, event.now, arrival=True)
-        prepared = preparing.prepare(self, job) if event.prepare else None
+        prepared = preparing.prepare(self, job, event.now) if event.prepare else None
         return Reply(True, starts=starts, prepares=() if prepared is None else (prepared,))
 
     def _released(self, given: tuple[Suspended | Migrated | Exited, ...]) -> Reply:

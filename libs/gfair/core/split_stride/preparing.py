@@ -1,16 +1,17 @@
 """Prepared starts: a newly admitted job that opted in (`Admitted.prepare`), fits one server and
 did not start at once gets its process started without GPUs on a server where it could run, and
-parks there (`Parked`). From then on it is held as parked there on no GPUs in particular
-(`Job.parked` with no indices), so the kernel's preference for a job's own server and cheap
-in-place resume brings its first slice there; a start elsewhere tells that node to let it go
-(`Start.release`), as for any job parked in place.
+parks there (`Parked`). It is given no GPUs until then (or until `Config.prepared_wait_s`
+passed: a process that never parks), so its first slice is not spent importing. From then on
+it is held as parked there on no GPUs in particular (`Job.parked` with no indices), so the
+kernel's preference for a job's own server and cheap in-place resume brings its first slice
+there; a start elsewhere tells that node to let it go (`Start.release`), as for any job parked
+in place.
 
 Such a job whose slice ends while it still comes up (its import or checkpoint load outlasts the
 slice: `Suspended.starting`) would begin anew at every slice and never train; it is prepared
-again instead, on the server it was on, and given no GPUs until its process parks there (or
-`Config.prepared_wait_s` passed), so its next slice finds it up. Only once until it is seen to
-come up (it parks, or a later slice ends past its start-up): a process that never parks
-would otherwise hold up every slice's start on its node for as long as a resume may take."""
+again instead, on the server it was on. Only once until it is seen to come up (it parks, or a
+later slice ends past its start-up): a process that never parks would otherwise hold up every
+slice's start on its node for as long as a resume may take."""
 
 from __future__ import annotations
 
@@ -27,15 +28,16 @@ if TYPE_CHECKING:
 
 
 def prepare(
-    machine: SplitStride, job: Job, near: str | None = None
+    machine: SplitStride, job: Job, now: float, near: str | None = None
 ) -> tuple[Placement, Prepare] | None:
-    """Where `job` starts prepared, if anywhere (module doc): on `near` when it can."""
+    """Where `job` starts prepared at `now`, if anywhere (module doc): on `near` when it can."""
     if job.stays or job.parked is not None:
         return None
     node = _node(machine, job, near)
     if node is None:
         return None  # fits no server whole, or those are full of waiting processes
     job.servers, job.generation = (node.node_id,), node.generation
+    job.coming_up_until = now + machine.config.prepared_wait_s
     machine.queues.touch(job.key)
     machine.preparing.setdefault(node.node_id, set()).add(job.key)
     return (
@@ -63,11 +65,8 @@ def after_start_up(
     starts prepared on that node (module doc)."""
     if not job.prepare or job.prepared_unproven or job.exited:
         return None
-    prepared = prepare(machine, job, near=event.node_id)
-    if prepared is not None:
-        job.prepared_unproven = True
-        job.coming_up_until = event.now + machine.config.prepared_wait_s
-        machine.queues.touch(job.key)
+    prepared = prepare(machine, job, event.now, near=event.node_id)
+    job.prepared_unproven = prepared is not None
     return prepared
 
 

@@ -106,8 +106,8 @@ class Job:
     # to come up (`preparing.after_start_up`). Not persisted: a restored machine may give it
     # one more.
     prepared_unproven: bool = field(default=False, compare=False)
-    # Until then it waits for that prepared start to park before it is given GPUs (its slice
-    # would otherwise come before its process is up, and begin it anew). Not persisted.
+    # Until then it waits for its prepared start to park before it is given GPUs (its slice
+    # would otherwise be spent on its start-up). Not persisted.
     coming_up_until: float | None = field(default=None, compare=False)
 
     @property
