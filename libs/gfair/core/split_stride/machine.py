@@ -202,6 +202,7 @@ class SplitStride:
             attempt=event.attempt,
             array=event.array,
             array_limit=event.array_limit,
+            costs=event.costs,
         )
         self.jobs[key] = job
         mine.add(key)

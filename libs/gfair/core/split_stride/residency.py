@@ -93,6 +93,9 @@ class Job:
     array: str | None = None  # its job array's id (the user's), if any
     array_limit: int | None = None
     switches: Switches | None = None
+    # Its own costs until measured (`Admitted.costs`; None: the operator's). Not persisted: only
+    # the simulator's jobs give their own.
+    costs: SwitchCosts | None = field(default=None, compare=False)
     # The costs last worked out for these switches, parked or not: a snapshot reads them for
     # every runnable job every quantum.
     charged: tuple[Switches, bool, SwitchCosts] | None = field(default=None, compare=False)

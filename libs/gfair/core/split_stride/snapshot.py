@@ -83,8 +83,11 @@ def snapshot(machine: SplitStride, now: float) -> Snapshot:
 
 
 def costs(job: Job, operator: SwitchCosts) -> SwitchCosts:
-    """What a resume and a move cost `job` (`MeasuredSwitches.charged`; the `operator`'s until
-    measured): its resume is in place while its process is parked on its node."""
+    """What a resume and a move cost `job` (`MeasuredSwitches.charged`; its own, else the
+    `operator`'s, until measured): its resume is in place while its process is parked on its
+    node."""
+    if job.costs is not None:
+        operator = job.costs
     switches = job.switches
     if switches is None:
         return operator
