@@ -1,0 +1,340 @@
+"""The `gandiva-fair-machine` policy: the live service's state machine
+(`gfair.core.split_stride.SplitStride`), driven with virtual time.
+
+The simulator plays the services around the machine with the core functions they use, and
+decides nothing itself:
+
+- placement: a job is admitted unless the admission filters refuse every pool
+  (`placement.filter_pools`), then `Admitted`, with the job's switch costs;
+- the trading auction: the users' per-pool shares (`pools.shares`: water-fill by tickets and
+  demand, then trades bid with the profiled speeds), published as `EntitlementsPublished` as
+  a job is admitted (before the machine hears of it), after a job ends, and before a quantum
+  when the profiles changed (in the shares tree's decayed mode before every quantum, weighing
+  the users' decayed use of what they held);
+- the profiler: every measured rate folds into its estimator, and the user's speeds of the
+  job type go out as `TypeProfiled`;
+- the nodes: every command is confirmed at once, in command order (a stop as `Suspended`, or
+  `Migrated` when the job moves, then the starts as `Started`); what a confirmation lets start
+  (a moved job, idle GPUs filled) is carried out in turn.
+
+Jobs the machine starts between ticks (an arrival or an end filled idle GPUs) are what `fill`
+hands the simulator; each quantum's `runs` are where jobs hold GPUs once its plan is carried out.
+Switch costs are the simulator's to charge, as for every policy.
+
+An intermediate state (issue 27): `gandiva-fair` still drives the kernel through the older
+`gfair.core.scheduler.GandivaFair`; this policy runs beside it so that `gfair compare` measures
+the two side by side until the machine's decisions are as good and as fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gfair.core import accounts, arrays
+from gfair.core.cluster import Cluster, generation_rank
+from gfair.core.placement import PoolView, filter_pools, rejection_reason
+from gfair.core.pools import pools_of, shares
+from gfair.core.scheduler import Admission, SchedulerConfig
+from gfair.core.split_stride import (
+    Admitted,
+    Config,
+    Ended,
+    EntitlementsPublished,
+    Migrated,
+    Node,
+    Reply,
+    ServersChanged,
+    ServerTurn,
+    SplitStride,
+    Started,
+    Starts,
+    Stop,
+    StopReason,
+    Suspended,
+    TypeProfiled,
+)
+from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
+from gfair.core.throughput import ThroughputEstimator, ThroughputTable
+from gfair.core.tickets import check_tickets
+from gfair.core.trading import Trade
+from gfair.core.usage_decay import DecayedUsage
+from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Decision
+from gfair.sim.trace import TraceJob
+
+
+class GandivaFairMachine:
+    name = "gandiva-fair-machine"
+    limits_arrays = True  # the machine's snapshot does
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        tickets: Mapping[str, float],
+        throughput: ThroughputTable,
+        config: SchedulerConfig | None = None,
+        default_tickets: float = 1.0,
+        costs: SwitchCosts = DEFAULT_COSTS,
+    ) -> None:
+        self._config = config = config or SchedulerConfig()
+        self._costs = costs  # each job's, unless its trace row gives its own
+        self._tickets = dict(tickets)
+        self._default_tickets = default_tickets
+        self._pools = pools_of(cluster)
+        self._capacity = {g: pool.gpus for g, pool in self._pools.items()}  # slowest first
+        self.machine = SplitStride(
+            Config(
+                quantum_s=config.quantum_s,
+                operator_costs=costs,
+                tickets_of=self._user_tickets,
+                shares=config.shares,
+            ),
+            # As the live service's: profiles arrive averaged (alpha 1).
+            ThroughputEstimator(throughput, alpha=1.0),
+        )
+        # The servers are announced at the first quantum, so that it decides from the whole
+        # first batch of jobs (as the live cluster's first tick after its nodes register).
+        self._nodes = tuple(Node(s.id, s.generation, tuple(range(s.gpus))) for s in cluster.servers)
+        self._profiler = ThroughputEstimator(throughput, alpha=config.throughput_alpha)
+        # The auction's inputs: the active jobs (user, job type, GPUs, array membership).
+        self._jobs: dict[str, tuple[str, str | None, int, arrays.ArrayMember | None]] = {}
+        self._keys: dict[str, str] = {}  # trace job id -> the machine's job key
+        self._ids: dict[str, str] = {}  # and back
+        self._revision = 0
+        self._auction_due = True
+        self._trades: frozenset[Trade] = frozenset()
+        self._trades_new = 0  # trades come into force since the last plan
+        tree = config.shares
+        self._usage: DecayedUsage | None = None
+        if tree is not None and tree.decayed and tree.half_life_s is not None:
+            self._usage = DecayedUsage(tree.half_life_s)
+        self._charged_at: float | None = None
+        self._filled: dict[str, tuple[str, ...]] = {}  # started between ticks, not yet told
+        self._changed = True  # since the last tick (the next one may decide otherwise)
+        self._waiting = -1  # runnable jobs the last tick left without GPUs (-1: none yet)
+
+    # -- the policy -----------------------------------------------------------------------
+
+    def submit(self, job: TraceJob, now: float) -> Admission:
+        if job.id in self._keys:
+            return Admission(False, f"job {job.id} is already submitted")
+        if job.gpus < 1:
+            return Admission(False, f"job {job.id}: gpus must be >= 1, got {job.gpus}")
+        try:
+            check_tickets(f"user {job.user}", self._user_tickets(job.user))
+        except ValueError as error:
+            return Admission(False, str(error))
+        estimator = self.machine.estimator
+        speeds = estimator.job_speeds(job.id, job.user, job.job_type, self._pools)
+        views = [
+            PoolView(pool, speeds[g] if estimator.fits(job.job_type, g) else 0.0)
+            for g, pool in self._pools.items()
+        ]
+        admitted = filter_pools(job.gpus, job.job_type, views)
+        if not admitted.accepted:
+            reason = rejection_reason(job.gpus, views, admitted.rejections)
+            return Admission(False, reason, rule=admitted.rule)
+        key = f"{job.user}.{job.id}"
+        self._keys[job.id], self._ids[key] = key, job.id
+        member = None
+        if job.array is not None:
+            member = arrays.ArrayMember(arrays.array_key(job.user, job.array), job.array_limit)
+        self._jobs[job.id] = (job.user, job.job_type, job.gpus, member)
+        self._changed = True
+        # The auction hears of the job first: its shares cover the newcomer when the machine
+        # fills idle GPUs on its admission (it would fall back to no-trading shares else).
+        self._auction_due = True
+        self._trades_new += self._auction(now)
+        reply = self.machine.apply(
+            Admitted(
+                user=job.user,
+                job_id=job.id,
+                now=now,
+                gpus=job.gpus,
+                weight=1.0,
+                job_type=job.job_type,
+                array=job.array,
+                array_limit=job.array_limit,
+                costs=job.costs(self._costs),
+            )
+        )
+        self._carry_out(reply, now)
+        usable = admitted.usable
+        fastest = max(usable, key=lambda g: (speeds[g], generation_rank(g)))
+        return Admission(True, f"can run on {', '.join(sorted(usable))}", fastest)
+
+    def finish(self, job_id: str, now: float) -> None:
+        key = self._keys.pop(job_id, None)
+        if key is None:
+            raise KeyError(f"unknown job {job_id!r}")
+        self._charge(now)  # what it held up to now, before it lets go
+        user = self._jobs.pop(job_id)[0]
+        del self._ids[key]
+        self._filled.pop(job_id, None)
+        self._profiler.forget_job(job_id)
+        self._changed = True
+        reply = self.machine.apply(Ended(user=user, job_id=job_id, now=now, state="completed"))
+        self._carry_out(reply, now)
+        # The auction hears of the end after the machine refilled the GPUs on the shares in
+        # force (its user may be gone from the new ones).
+        self._auction_due = True
+        self._trades_new += self._auction(now)
+
+    def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
+        user, job_type, _, _ = self._jobs[job_id]
+        self._profiler.observe(job_id, user, job_type, generation, rate)
+        rates = self._profiler.type_speeds(user, job_type, self._capacity)
+        if self.machine.apply(TypeProfiled(user, job_type, rates)).changed:
+            self._changed = True
+            self._auction_due = self._auction_due or self._config.trading
+
+    def plan(self, now: float) -> Decision:
+        if not self.machine.nodes:
+            self.machine.apply(ServersChanged(self._nodes))
+        new, self._trades_new = self._trades_new + self._auction(now), 0
+        plan = self.machine.tick(now)
+        if plan.short:
+            raise RuntimeError(f"{self.name}: chosen jobs found too few free GPUs: {plan.short}")
+        self._carry_out_turns(plan.turns, now)
+        for stop in plan.strays:
+            self._release(stop, now)
+        self._filled.clear()  # the runs below tell the simulator of them
+        self._waiting = plan.waiting
+        self._changed = False
+        return Decision(runs=self._runs(), trades=new)
+
+    def fill(self, now: float) -> dict[str, tuple[str, ...]]:
+        filled, self._filled = self._filled, {}
+        return filled
+
+    def quiet_until(self, now: float) -> float:
+        # When every runnable job ran and nothing changed since, the next quantum repeats this
+        # one until something does.
+        if self._waiting == 0 and not self._changed and self._usage is None:
+            return UNTIL_NEXT_EVENT
+        return EVERY_QUANTUM
+
+    # -- the trading auction --------------------------------------------------------------
+
+    def _user_tickets(self, user: str) -> float:
+        flat = self._tickets.get(user, self._default_tickets)
+        tree = self._config.shares
+        return flat if tree is None else tree.tickets_of(user, flat)
+
+    def _auction(self, now: float) -> int:
+        """Publish the shares when they may have changed; how many trades came into force."""
+        if self._usage is not None:
+            self._charge(now)
+            self._auction_due = True  # the usage moved: the weights with it
+        if not self._auction_due or not self._jobs:
+            return 0
+        self._auction_due = False
+        demand = accounts.demand(
+            (user, gpus, member) for user, _, gpus, member in self._jobs.values()
+        )
+        users = sorted(demand)
+        speeds = None
+        if self._config.trading:
+            gangs: dict[str, dict[tuple[str | None, int], int]] = {}
+            for user, job_type, gpus, _ in self._jobs.values():
+                shapes = gangs.setdefault(user, {})
+                shapes[(job_type, gpus)] = shapes.get((job_type, gpus), 0) + gpus
+            estimator = self.machine.estimator
+            speeds = {u: estimator.user_speeds(u, gangs[u], self._capacity) for u in users}
+        result = shares(
+            self._capacity,
+            {u: self._user_tickets(u) for u in users},
+            {u: demand[u] for u in users},
+            speeds,
+            min_seller_gain=self._config.min_seller_gain,
+            tree=self._config.shares,
+            usage=self._usage.usage() if self._usage is not None else None,
+        )
+        self._revision += 1
+        self.machine.apply(EntitlementsPublished(self._revision, result.entitled))
+        in_force = frozenset(result.trades)
+        new = len(in_force - self._trades)
+        self._trades = in_force
+        return new
+
+    def _charge(self, now: float) -> None:
+        """Decayed mode: charge each user the GPUs its jobs held from the last charge to `now`
+        (what the live auction's usage meter is told)."""
+        if self._usage is None:
+            return
+        since, self._charged_at = self._charged_at, now
+        if since is None or now <= since:
+            return
+        held: dict[str, int] = {}
+        for job in self.machine.residents():
+            gpus = sum(len(s.gpu_indices) for s in job.stays.values() if s.holds_gpus)
+            held[job.user] = held.get(job.user, 0) + gpus
+        self._usage.advance(now)
+        for user, gpus in held.items():
+            if gpus:
+                self._usage.charge(user, gpus, now - since)
+
+    # -- the nodes ------------------------------------------------------------------------
+
+    def _carry_out(self, reply: Reply, now: float) -> None:
+        for stop in reply.stops:
+            self._release(stop, now)
+        self._carry_out_starts(reply.starts, now, between_ticks=True)
+
+    def _carry_out_starts(self, starts: Starts, now: float, *, between_ticks: bool) -> None:
+        if between_ticks and starts.turns:
+            self._charge(now)  # the GPUs held so far, before the new jobs hold theirs
+            self._changed = True
+        self._carry_out_turns(starts.turns, now, between_ticks=between_ticks)
+
+    def _carry_out_turns(
+        self, turns: tuple[ServerTurn, ...], now: float, *, between_ticks: bool = False
+    ) -> None:
+        """Each server's stops, then its starts, confirmed in that order."""
+        for turn in turns:
+            for stop in turn.stops:
+                self._release(stop, now)
+            for start in turn.starts:
+                self.machine.apply(
+                    Started(
+                        user=start.user,
+                        job_id=start.job_id,
+                        now=now,
+                        node_id=start.node_id,
+                        attempt=start.attempt,
+                        gpu_indices=start.gpu_indices,
+                        at=now,
+                    )
+                )
+                if between_ticks:
+                    self._filled[self._ids[start.key]] = start.servers
+
+    def _release(self, stop: Stop, now: float) -> None:
+        """A node confirms a stop; what that lets start is carried out in turn. A kill (of a
+        job that ended) or a parked process let go needs no answer."""
+        if stop.kill or stop.reason is StopReason.RELEASE:
+            return
+        if stop.reason is StopReason.MIGRATION:
+            event: Suspended | Migrated = Migrated(
+                user=stop.user, job_id=stop.job_id, now=now, node_id=stop.node_id, at=now
+            )
+        else:
+            event = Suspended(
+                user=stop.user,
+                job_id=stop.job_id,
+                now=now,
+                node_id=stop.node_id,
+                attempt=stop.attempt,
+                in_place=False,
+                at=now,
+            )
+        self._carry_out(self.machine.apply(event), now)
+
+    def _runs(self) -> dict[str, tuple[str, ...]]:
+        """Server -> the jobs holding GPUs there (by trace id, sorted: an unchanged server
+        compares equal to the last decision's)."""
+        runs: dict[str, list[str]] = {}
+        for job in self.machine.residents():
+            for node_id, stay in job.stays.items():
+                if stay.holds_gpus:
+                    runs.setdefault(node_id, []).append(self._ids[job.key])
+        return {node_id: tuple(sorted(jobs)) for node_id, jobs in runs.items()}
