@@ -7,6 +7,7 @@ import sys
 
 BENCHMARKS = (
     "bench.quantum",
+    "bench.machine",
     "bench.policies",
     "bench.bus",
     "bench.live",

@@ -17,6 +17,7 @@ from gfair.core.split_stride import (
     Parked,
     Phase,
     Recording,
+    Releases,
     Reply,
     ServersChanged,
     ServerTurn,
@@ -234,6 +235,26 @@ def test_a_prepared_start_goes_where_it_could_run_and_an_unwanted_park_is_let_go
     m.apply(Ended(user="bob", job_id="w", now=2.0, state="cancelled"))
     reply = m.apply(Parked(user="bob", job_id="w", now=3.0, node_id="v100-0", attempt=1))
     assert [(s.node_id, s.reason) for s in reply.stops] == [("v100-0", StopReason.RELEASE)]
+
+
+def test_releases_handed_in_together_give_their_gpus_to_waiting_jobs_once() -> None:
+    m = machine(("v100-0", 2))
+    for job_id in ("a", "b"):
+        started(m, only_start(admit(m, "alice", job_id, 0.0).starts.turns), 0.0)
+    for job_id in ("c", "d"):
+        assert not admit(m, "bob", job_id, 1.0).starts.turns  # both GPUs held
+    ended = tuple(
+        Exited(user="alice", job_id=job_id, now=5.0, node_id="v100-0", attempt=1, at=4.0)
+        for job_id in ("a", "b")
+    )
+    reply = m.apply(Releases(ended))
+    # One fill after both: both GPUs go to bob's jobs in the one reply.
+    starts = [(s.job_id, s.gpu_indices) for turn in reply.starts.turns for s in turn.starts]
+    assert sorted(starts) == [("c", (0,)), ("d", (1,))]
+    assert all(m.jobs[f"alice.{job_id}"].exited for job_id in ("a", "b"))
+    # Reports the machine has no use for (jobs it does not know) change nothing.
+    again = Exited(user="eve", job_id="x", now=6.0, node_id="v100-0", attempt=1, at=6.0)
+    assert m.apply(Releases((again, again))) == Reply(False)
 
 
 def test_a_journal_replayed_into_a_machine_restored_alike_gives_the_same_outputs() -> None:

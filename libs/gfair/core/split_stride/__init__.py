@@ -3,14 +3,16 @@
 
 `SplitStride` holds the servers, the admitted jobs and where they run (`residency`), and the
 users' accounts. A driver feeds it what happened (`events`: a job admitted, retried, started,
-suspended, migrated, exited or ended; the servers changed; entitlements, profiles and switch
-costs published) through `apply`, which answers what changed and what to do about it (`plan`:
-starts between ticks, kills, a prepared start), and calls `tick` at every quantum boundary for
-the quantum's plan: per server, who stops and why, who starts on which GPU indices (`turns`).
-Each quantum decides with the decision kernel (`gfair.core.kernel`) from a `snapshot` of the
-machine. The machine is pure: time is given (seconds since the epoch), nothing is logged (a plan
-says what a driver may log), nothing is stored (`Saved` is what a driver persists and restores
-it from). Every input and its outcome can be recorded (`journal`) and replayed.
+suspended, migrated, exited or ended, several such releases at once; the servers changed;
+entitlements, profiles and switch costs published) through `apply`, which answers what changed
+and what to do about it (`plan`: starts between ticks, kills, a prepared start), and calls
+`tick` at every quantum boundary for the quantum's plan: per server, who stops and why, who
+starts on which GPU indices (`turns`). Each quantum decides with the decision kernel
+(`gfair.core.kernel`) from a `snapshot` of the machine, whose job input the machine keeps up to
+date as events arrive (`queues`). The machine is pure: time is given (seconds since the epoch),
+nothing is logged (a plan says what a driver may log), nothing is stored (`Saved` is what a
+driver persists and restores it from). Every input and its outcome can be recorded (`journal`)
+and replayed.
 
 The split-stride service drives it; the simulator still drives the kernel through
 `gfair.core.scheduler.GandivaFair`, held alike by tests/services/test_parity.py. The paper's
@@ -29,6 +31,7 @@ from .events import (
     Node,
     NodeHealth,
     Parked,
+    Releases,
     Retried,
     ServersChanged,
     Started,
@@ -74,6 +77,7 @@ __all__ = [
     "Prepare",
     "QuantumPlan",
     "Recording",
+    "Releases",
     "Reply",
     "Retried",
     "Saved",

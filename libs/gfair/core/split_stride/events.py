@@ -149,6 +149,15 @@ class Unstartable(JobInput):
 
 
 @dataclass(frozen=True, slots=True)
+class Releases:
+    """Nodes' reports that processes let go (`Suspended`, `Migrated`, `Exited`), handed in
+    together: each is folded in as alone, and the GPUs they leave idle go to waiting jobs once,
+    after the last (at its `now`), instead of once per report."""
+
+    reports: tuple[Suspended | Migrated | Exited, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ServersChanged:
     """The servers known now, each with its health (a whole inventory, not a difference)."""
 
@@ -197,5 +206,5 @@ JobEvent: TypeAlias = (
     Admitted | Retried | Started | Suspended | Migrated | Exited | Parked | Ended | Unstartable
 )
 Event: TypeAlias = (
-    JobEvent | ServersChanged | EntitlementsPublished | TypeProfiled | SwitchesMeasured
+    JobEvent | Releases | ServersChanged | EntitlementsPublished | TypeProfiled | SwitchesMeasured
 )

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gfair.core import accounts
-from gfair.core.kernel import Snapshot, UserState
+from gfair.core.kernel import PoolState, Snapshot, UserState
 from gfair.core.throughput import ThroughputEstimator
 
 from . import preparing, reports, snapshot, turns
@@ -22,6 +22,7 @@ from .events import (
     Node,
     NodeHealth,
     Parked,
+    Releases,
     Retried,
     ServersChanged,
     Started,
@@ -31,8 +32,9 @@ from .events import (
     TypeProfiled,
     Unstartable,
 )
-from .plan import CHANGED, UNCHANGED, QuantumPlan, Reply, Stop, StopReason
-from .residency import Job, Stay, Switches, job_key
+from .plan import CHANGED, UNCHANGED, QuantumPlan, Reply, Starts, Stop, StopReason
+from .queues import Queues
+from .residency import Job, Phase, Stay, Switches, job_key
 from .usage import Meter
 
 Journal = Callable[[Event | Tick, Reply | QuantumPlan], None]
@@ -84,8 +86,16 @@ class SplitStride:
         self.entitlements_revision = saved.entitlements_revision
         self.nodes: dict[str, Node] = {}
         self._schedulable: list[Node] = []
+        self._sizes: dict[str, int] = {}
+        self._names: frozenset[str] = frozenset()  # the schedulable servers'
+        self._held: dict[str, int] = {}  # node -> GPUs its stays hold
+        self._gpus_schedulable = 0
+        self._held_schedulable = 0  # GPUs held on schedulable servers
+        self.pools: tuple[tuple[PoolState, ...], dict[str, int]] = ((), {})
         self._set_nodes(saved.nodes)
         self.jobs = saved.jobs
+        # The kernel's job input, kept up to date (`queues`): every change to a job touches it.
+        self.queues = Queues()
         self.meter = Meter(
             config.quantum_s,
             config.usage_gap_s,
@@ -103,10 +113,27 @@ class SplitStride:
         # jobs, so that what an admission reads costs what runs and what the user has, not
         # the whole cluster's backlog.
         self._residents: set[str] = {key for key, job in self.jobs.items() if job.stays}
-        self._of_user: dict[str, set[str]] = {}
+        # (Each user's jobs in arrival order: its first is its earliest.)
+        self._of_user: dict[str, dict[str, None]] = {}
         self._min_pass: dict[str, float] = {}  # a user's lowest job pass, until passes change
+        # Each job's arrival position among the jobs (the order of `jobs`), and each user's
+        # demand and largest gang, until its jobs change.
+        self.positions: dict[str, int] = {}
+        self._arrivals = 0
+        self._gangs: dict[str, tuple[float, float]] = {}
+        # Node -> job key -> its stay there, node -> jobs parked there, node -> GPUs its stays
+        # hold: what a server's questions read (`holders`, `free_indices`, `parked_on`) costs
+        # what is on it, and `free_gpus` a look per server. Kept by the only ways stays and
+        # parkings change: `reside`, `unreside`, `suspend`, `park`, `_forget`.
+        self._on_node: dict[str, dict[str, Stay]] = {}
+        self._parked_at: dict[str, set[str]] = {}
         for key, job in self.jobs.items():
-            self._of_user.setdefault(job.user, set()).add(key)
+            self._of_user.setdefault(job.user, {})[key] = None
+            self._arrive(key)
+            for stay in job.stays.values():
+                self._index(key, stay)
+            if job.parked is not None:
+                self._parked_at.setdefault(job.parked[0], set()).add(key)
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -139,18 +166,14 @@ class SplitStride:
             case Started():
                 return CHANGED if reports.confirmed(self, event) else UNCHANGED
             case Suspended() | Migrated() | Exited():
-                reply = reports.released(self, event)
-                if not reply.changed:
-                    return reply
-                # A job that waited for its old node to let go may start at once where it
-                # moved; GPUs still idle go to waiting jobs.
-                moved = turns.start_at_once(self, event.key, event.now, arrival=False)
-                return Reply(True, starts=moved + turns.fill(self, event.now))
+                return self._released((event,))
+            case Releases():
+                return self._released(event.reports)
             case Ended():
                 return self._ended(event)
             case Unstartable():
                 job = self.jobs.get(event.key)
-                gone = job is not None and job.stays.pop(event.node_id, None) is not None
+                gone = job is not None and self.unreside(job, event.node_id) is not None
                 return CHANGED if gone else UNCHANGED
             case ServersChanged():
                 return CHANGED if self._servers(event.nodes) else UNCHANGED
@@ -166,6 +189,7 @@ class SplitStride:
                     return UNCHANGED
                 types[event.job_type] = dict(event.rates)
                 self.estimator.observe_profile(event.user, event.job_type, event.rates)
+                self.queues.reset()
                 return CHANGED
             case SwitchesMeasured():
                 # An older estimate (fewer reports, a redelivery) than the one held: nothing.
@@ -174,6 +198,7 @@ class SplitStride:
                 if job is None or (held is not None and event.reports <= held.reports):
                     return UNCHANGED
                 job.switches = Switches(event.reports, event.switches)
+                self.queues.touch(job.key)
                 return CHANGED
         raise TypeError(f"not an input of the state machine: {event!r}")
 
@@ -187,7 +212,7 @@ class SplitStride:
             return UNCHANGED
         if user not in self.users:
             self.users[user] = UserState(user, self.next_seq())
-        mine = self._of_user.setdefault(user, set())
+        mine = self._of_user.setdefault(user, {})
         if user not in self._min_pass:
             passes = (self.jobs[k].stride_pass for k in mine)
             self._min_pass[user] = accounts.joining_pass(passes)
@@ -205,10 +230,31 @@ class SplitStride:
             costs=event.costs,
         )
         self.jobs[key] = job
-        mine.add(key)
+        mine[key] = None
+        self._arrive(key)
+        self._gangs.pop(user, None)
+        self.queues.touch(key)
         starts = turns.start_at_once(self, key, event.now, arrival=True)
         prepare = preparing.prepare(self, job) if event.prepare else None
         return Reply(True, starts=starts, prepare=prepare)
+
+    def _released(self, given: tuple[Suspended | Migrated | Exited, ...]) -> Reply:
+        """Processes let go: a job that waited for its old node to let go may start at once
+        where it moved; after the last report, GPUs still idle go to waiting jobs."""
+        starts = Starts()
+        changed = False
+        ignored: list[str] = []
+        for report in given:
+            reply = reports.released(self, report)
+            if reply.ignored is not None:
+                ignored.append(reply.ignored)
+            if reply.changed:
+                changed = True
+                starts += turns.start_at_once(self, report.key, report.now, arrival=False)
+        why = "; ".join(ignored) or None
+        if not changed:
+            return Reply(False, ignored=why)
+        return Reply(True, starts=starts + turns.fill(self, given[-1].now), ignored=why)
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -221,7 +267,7 @@ class SplitStride:
         node_id = event.node_id
         if job is not None and job.attempt == event.attempt and not job.exited:
             if not job.stays:
-                job.parked = (node_id, ())
+                self.park(job, (node_id, ()))
                 return CHANGED
             if node_id in job.stays:
                 return CHANGED  # its start there is on its way: the node resumes it in place
@@ -235,11 +281,15 @@ class SplitStride:
         its account (it comes back as a newcomer)."""
         key, user = event.key, event.user
         job = self.jobs.pop(key, None)
-        mine = self._of_user.get(user, set())
-        mine.discard(key)
+        mine = self._of_user.get(user, {})
+        mine.pop(key, None)
         self._min_pass.pop(user, None)
         if job is None:
             return UNCHANGED
+        self._forget(job)
+        self.positions.pop(key, None)
+        self._gangs.pop(user, None)
+        self.queues.touch(key)
         if not mine:
             self.users.pop(user, None)
             self._of_user.pop(user, None)
@@ -261,6 +311,7 @@ class SplitStride:
         job.attempt = event.attempt
         job.exited = False
         job.runnable_at = event.at + event.delay_s if event.delay_s > 0 else None
+        self.queues.touch(job.key)
         return True
 
     def _servers(self, nodes: tuple[Node, ...]) -> bool:
@@ -271,8 +322,8 @@ class SplitStride:
         for node in nodes:
             was = before.get(node.node_id)
             if node.health is NodeHealth.FAILED and was is not None and was.health != node.health:
-                for job in self.jobs.values():
-                    job.stays.pop(node.node_id, None)  # its processes died with it
+                for key in list(self._on_node.get(node.node_id, {})):
+                    self.unreside(self.jobs[key], node.node_id)  # its processes died with it
         return True
 
     def _set_nodes(self, nodes: tuple[Node, ...]) -> None:
@@ -280,10 +331,41 @@ class SplitStride:
         self._schedulable = sorted(
             (node for node in nodes if node.schedulable), key=lambda n: n.node_id
         )
+        self.pools = snapshot.server_pools(self._schedulable)
+        self._sizes = {node.node_id: node.gpus for node in nodes}
+        self._names = frozenset(node.node_id for node in self._schedulable)
+        self._gpus_schedulable = sum(node.gpus for node in self._schedulable)
+        self._held_schedulable = sum(self._held.get(name, 0) for name in self._names)
 
     def passes_changed(self) -> None:
         """A booked quantum changed jobs' passes: users' lowest passes are found again."""
         self._min_pass.clear()
+
+    def _arrive(self, key: str) -> None:
+        self.positions[key] = self._arrivals
+        self._arrivals += 1
+
+    def _gang(self, user: str) -> tuple[float, float]:
+        """`user`'s demand (`accounts.demand`) and largest gang (`accounts.ceiling`)."""
+        found = self._gangs.get(user)
+        if found is None:
+            mine = [self.jobs[key] for key in self._of_user[user]]
+            asked = accounts.demand((job.user, job.gpus, job.member) for job in mine)
+            found = asked[user], accounts.ceiling(job.gpus for job in mine)
+            self._gangs[user] = found
+        return found
+
+    def demand(self) -> dict[str, float]:
+        """User -> GPUs its admitted, unfinished jobs ask (`accounts.demand`), the users in the
+        order of their earliest job's arrival."""
+        first = sorted(
+            (self.positions[next(iter(keys))], user) for user, keys in self._of_user.items() if keys
+        )
+        return {user: self._gang(user)[0] for _, user in first}
+
+    def ceilings(self) -> dict[str, float]:
+        """User -> what its credit may save up for (`accounts.ceiling`: its largest gang)."""
+        return {user: self._gang(user)[1] for user, keys in self._of_user.items() if keys}
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -316,7 +398,12 @@ class SplitStride:
         return self._schedulable
 
     def sizes(self) -> dict[str, int]:
-        return {node_id: node.gpus for node_id, node in self.nodes.items()}
+        """Server -> its GPUs (the machine's own: read it, never change it)."""
+        return self._sizes
+
+    def names(self) -> frozenset[str]:
+        """The names of the servers jobs run on."""
+        return self._names
 
     def pool(self, job: Job, stay: Stay) -> str:
         node = self.nodes.get(stay.node_id)
@@ -334,9 +421,65 @@ class SplitStride:
         return all(node in job.servers for node in job.stays)
 
     def reside(self, job: Job, stay: Stay) -> None:
-        """Record a residency of `job` (the only way one is added)."""
+        """Record a residency of `job` (the only way one is added or replaced)."""
+        old = job.stays.get(stay.node_id)
+        if old is not None:
+            self._unindex(job.key, old)
         job.stays[stay.node_id] = stay
         self._residents.add(job.key)
+        self._index(job.key, stay)
+        self.queues.touch(job.key)
+
+    def unreside(self, job: Job, node_id: str) -> Stay | None:
+        """Drop `job`'s residency on `node_id` (the only way one is removed); what it was."""
+        stay = job.stays.pop(node_id, None)
+        if stay is not None:
+            self._unindex(job.key, stay)
+            self.queues.touch(job.key)
+        return stay
+
+    def suspend(self, job: Job, stay: Stay) -> None:
+        """`job`'s residency `stay` is told to stop: it holds no GPUs from now on (the only way
+        a residency lets its GPUs go while it lasts)."""
+        if stay.holds_gpus:
+            self._hold(stay.node_id, -len(stay.gpu_indices))
+        stay.phase = Phase.SUSPENDING
+        self.queues.touch(job.key)
+
+    def _index(self, key: str, stay: Stay) -> None:
+        self._on_node.setdefault(stay.node_id, {})[key] = stay
+        if stay.holds_gpus:
+            self._hold(stay.node_id, len(stay.gpu_indices))
+
+    def _unindex(self, key: str, stay: Stay) -> None:
+        here = self._on_node[stay.node_id]
+        del here[key]
+        if not here:
+            del self._on_node[stay.node_id]
+        if stay.holds_gpus:
+            self._hold(stay.node_id, -len(stay.gpu_indices))
+
+    def _hold(self, node_id: str, gpus: int) -> None:
+        self._held[node_id] = self._held.get(node_id, 0) + gpus
+        if node_id in self._names:
+            self._held_schedulable += gpus
+
+    def park(self, job: Job, where: tuple[str, tuple[int, ...]] | None) -> None:
+        """Hold `job` as parked in place `where` (node, GPU indices), or nowhere (the only way
+        `Job.parked` is set)."""
+        if job.parked is not None:
+            self._parked_at[job.parked[0]].discard(job.key)
+        job.parked = where
+        if where is not None:
+            self._parked_at.setdefault(where[0], set()).add(job.key)
+        self.queues.touch(job.key)
+
+    def _forget(self, job: Job) -> None:
+        """Take an ended job out of the node indexes (its stays stay on it, to be killed)."""
+        for stay in job.stays.values():
+            self._unindex(job.key, stay)
+        if job.parked is not None:
+            self._parked_at[job.parked[0]].discard(job.key)
 
     def residents(self) -> list[Job]:
         """The jobs with residencies."""
@@ -351,11 +494,10 @@ class SplitStride:
 
     def holders(self, node_id: str) -> dict[str, Stay]:
         """Job key -> its residency on `node_id`, for jobs holding GPUs there."""
-        return {
-            job.key: stay
-            for job in self.residents()
-            if (stay := job.stays.get(node_id)) is not None and stay.holds_gpus
-        }
+        here = self._on_node.get(node_id)
+        if not here:
+            return {}
+        return {key: stay for key, stay in here.items() if stay.holds_gpus}
 
     def free_indices(self, node_id: str) -> list[int]:
         node = self.nodes.get(node_id)
@@ -367,11 +509,12 @@ class SplitStride:
     def parked_on(self, node_id: str) -> dict[str, tuple[int, ...]]:
         """Job key -> GPU indices, for the jobs parked in place on `node_id` that hold no GPUs
         now."""
-        return {
-            job.key: job.parked[1]
-            for job in self.jobs.values()
-            if job.parked is not None and job.parked[0] == node_id and not job.stays
-        }
+        found: dict[str, tuple[int, ...]] = {}
+        for key in self._parked_at.get(node_id, ()):
+            job = self.jobs[key]
+            if not job.stays and job.parked is not None:
+                found[key] = job.parked[1]
+        return found
 
     def promised(self, node_id: str, sizes: dict[str, int]) -> int:
         """GPUs of `node_id` promised to held-back jobs."""
@@ -382,15 +525,8 @@ class SplitStride:
         )
 
     def free_gpus(self) -> int:
-        """GPUs of the schedulable servers that no job holds (one pass over the jobs)."""
-        names = {node.node_id: node.gpus for node in self.schedulable()}
-        held = sum(
-            len(stay.gpu_indices)
-            for job in self.residents()
-            for stay in job.stays.values()
-            if stay.holds_gpus and stay.node_id in names
-        )
-        return sum(names.values()) - held
+        """GPUs of the schedulable servers that no job holds."""
+        return self._gpus_schedulable - self._held_schedulable
 
     def held(self) -> dict[str, dict[str, float]]:
         """GPUs each user holds per pool now (its received share)."""

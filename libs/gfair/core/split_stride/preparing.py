@@ -7,7 +7,6 @@ in-place resume brings its first slice there; a start elsewhere tells that node 
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from gfair.core.cluster import generation_rank
@@ -28,6 +27,7 @@ def prepare(machine: SplitStride, job: Job) -> tuple[Placement, Prepare] | None:
     if node is None:
         return None  # fits no server whole, or those are full of waiting processes
     job.servers, job.generation = (node.node_id,), node.generation
+    machine.queues.touch(job.key)
     machine.preparing.setdefault(node.node_id, set()).add(job.key)
     return (
         Placement(job.user, job.job_id, job.servers, node.generation),
@@ -62,8 +62,4 @@ def _node(machine: SplitStride, job: Job) -> Node | None:
         return None
     fastest = max(generation_rank(n.generation) for n in entitled)
     pool = [n for n in entitled if generation_rank(n.generation) == fastest]
-    # One pass over the jobs for every server's count (one admission is not worth a pass each).
-    parked = Counter(
-        j.parked[0] for j in machine.jobs.values() if j.parked is not None and not j.stays
-    )
-    return min(pool, key=lambda n: (parked[n.node_id], n.node_id))
+    return min(pool, key=lambda n: (len(machine.parked_on(n.node_id)), n.node_id))

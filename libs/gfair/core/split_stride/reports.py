@@ -38,9 +38,9 @@ def confirmed(machine: SplitStride, event: Started) -> bool:
         )
         return True
     if job.parked_on(event.node_id):
-        job.parked = None  # resumed there, in place or not
+        machine.park(job, None)  # resumed there, in place or not
     if stay.phase is Phase.STARTING and stay.attempt == event.attempt:
-        stay.phase = Phase.RUNNING
+        stay.phase = Phase.RUNNING  # (it held its GPUs starting too: the job's state is alike)
         machine.meter.started_late(job, stay, machine.pool(job, stay), min(event.at, event.now))
         return True
     if stay.attempt == event.attempt and stay.unconfirmed:
@@ -60,9 +60,9 @@ def released(machine: SplitStride, event: Suspended | Migrated | Exited) -> Repl
     changed = False
     stay = job.stays.get(node_id)
     if isinstance(event, Suspended) and event.in_place and stay is not None:
-        job.parked = (node_id, stay.gpu_indices)
+        machine.park(job, (node_id, stay.gpu_indices))
     elif job.parked_on(node_id):
-        job.parked = None  # its process there checkpointed and left, or ended
+        machine.park(job, None)  # its process there checkpointed and left, or ended
     if isinstance(event, Exited) and event.attempt >= job.attempt:
         if stay is None and any(s.holds_gpus for s in job.stays.values()):
             # A copy left where the job no longer runs (its node was declared failed, and
@@ -70,6 +70,7 @@ def released(machine: SplitStride, event: Suspended | Migrated | Exited) -> Repl
             # waiting for a verdict would hold the job forever.
             return Reply(False, ignored="exit of a copy elsewhere ignored")
         job.exited = True  # until the failure detector says what becomes of it
+        machine.queues.touch(job.key)
         changed = True
     if stay is None:
         return Reply(changed)
@@ -82,5 +83,5 @@ def released(machine: SplitStride, event: Suspended | Migrated | Exited) -> Repl
         machine.meter.held(job, stay, pool, event.at)  # it ended mid-quantum: its part
     else:
         machine.meter.overran(job, stay, pool, event.now)  # held until now, told to stop or not
-    del job.stays[node_id]
+    machine.unreside(job, node_id)
     return CHANGED

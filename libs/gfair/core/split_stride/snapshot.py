@@ -3,7 +3,9 @@ servers grouped into pools, each active user's entitlement and credit per pool
 (`gfair.core.accounts`), and the runnable jobs (`SplitStride.runnable`, then as many of each job
 array as its limit lets run, `gfair.core.arrays.limit_arrays`) with their speeds
 (`ThroughputEstimator.gang_speeds`: the seed table refined by the published profiles), passes,
-where they ran, and what a resume and a move cost them (`costs`).
+where they ran, and what a resume and a move cost them (`costs`). The pools are made when the
+servers change, the job states kept by the machine's queues (`queues`) as its jobs change, and
+each user's demand as its jobs come and go, so a snapshot costs what changed since the last.
 
 Entitlements are what the trading auction last published when that covers every user with jobs;
 otherwise the no-trading shares (`pools.shares`) of the users' tickets and demand (the GPUs of
@@ -12,6 +14,7 @@ their admitted, unfinished jobs, less what arrays ask beyond their limits).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gfair.core import accounts, arrays, pools
@@ -28,9 +31,28 @@ if TYPE_CHECKING:
 
 def snapshot(machine: SplitStride, now: float) -> Snapshot:
     """What the kernel decides from at `now` (module doc); users' entitlements are refreshed
-    on the way."""
+    on the way. The job states come from the machine's queues (`queues`), kept up to date."""
+    pool_states, pool_gpus = machine.pools
+    _entitle(machine, pool_gpus)
+    queues: dict[str, Sequence[JobState]] = dict(machine.queues.refresh(machine, now, pool_gpus))
+    if in_arrays := machine.queues.in_arrays():
+        # Only the queues with array members are cut (`limit_arrays` keeps the others).
+        members = {
+            key: member
+            for keys in in_arrays.values()
+            for key in keys
+            if (member := machine.jobs[key].member) is not None
+        }
+        cut = arrays.limit_arrays({user: queues[user] for user in in_arrays}, members)
+        queues.update((user, tuple(queue)) for user, queue in cut.items())
+    overrun, unheld = machine.meter.quanta()
+    return Snapshot(pool_states, machine.users, queues, overrun, unheld, machine.config.quantum_s)
+
+
+def server_pools(schedulable: Sequence[Node]) -> tuple[tuple[PoolState, ...], dict[str, int]]:
+    """The pools of the `schedulable` servers, fastest first, and their GPUs, slowest first."""
     servers: dict[str, list[Node]] = {}
-    for node in machine.schedulable():
+    for node in schedulable:
         servers.setdefault(node.generation, []).append(node)
     fastest_first = sorted(servers, key=generation_rank, reverse=True)
     pool_states = tuple(
@@ -38,48 +60,33 @@ def snapshot(machine: SplitStride, now: float) -> Snapshot:
         for rank, g in enumerate(fastest_first)
     )
     pool_gpus = {g: sum(n.gpus for n in servers[g]) for g in reversed(fastest_first)}
-    _entitle(machine, pool_gpus)
-    speeds: dict[tuple[str, str | None, int], dict[str, float]] = {}
-    queues: dict[str, list[JobState]] = {}
-    members: dict[str, arrays.ArrayMember] = {}
-    for key, job in machine.jobs.items():
-        if not machine.runnable(job, now):
-            continue
-        if (member := job.member) is not None:
-            members[key] = member
-        shape = (job.user, job.job_type, job.gpus)
-        if shape not in speeds:
-            speeds[shape] = machine.estimator.gang_speeds(
-                key, job.user, job.job_type, job.gpus, pool_gpus
-            )
-        running = tuple(
-            node
-            for node in job.servers
-            if (stay := job.stays.get(node)) is not None
-            and stay.holds_gpus
-            and stay.attempt == job.attempt
-        )
-        charged = costs(job, machine.config.operator_costs)
-        queues.setdefault(job.user, []).append(
-            JobState(
-                key,
-                job.user,
-                job.gpus,
-                job.seq,
-                speeds[shape],
-                job.stride_pass,
-                job.weight,
-                running=running if len(running) == len(job.servers) else (),
-                home=job.servers,
-                move_s=charged.migration_s,
-                resume_s=charged.resume_s,
-            )
-        )
-    for queue in queues.values():
-        queue.sort(key=lambda state: (state.pass_, state.seq))
-    overrun, unheld = machine.meter.quanta()
-    jobs = arrays.limit_arrays(queues, members) if members else queues
-    return Snapshot(pool_states, machine.users, jobs, overrun, unheld, machine.config.quantum_s)
+    return pool_states, pool_gpus
+
+
+def job_state(job: Job, speeds: dict[str, float], operator: SwitchCosts) -> JobState:
+    """A runnable `job` as the kernel sees it, running only where its whole gang holds GPUs in
+    its current attempt."""
+    running = tuple(
+        node
+        for node in job.servers
+        if (stay := job.stays.get(node)) is not None
+        and stay.holds_gpus
+        and stay.attempt == job.attempt
+    )
+    charged = costs(job, operator)
+    return JobState(
+        job.key,
+        job.user,
+        job.gpus,
+        job.seq,
+        speeds,
+        job.stride_pass,
+        job.weight,
+        running=running if len(running) == len(job.servers) else (),
+        home=job.servers,
+        move_s=charged.migration_s,
+        resume_s=charged.resume_s,
+    )
 
 
 def costs(job: Job, operator: SwitchCosts) -> SwitchCosts:
@@ -101,7 +108,7 @@ def costs(job: Job, operator: SwitchCosts) -> SwitchCosts:
 
 
 def _entitle(machine: SplitStride, pool_gpus: dict[str, int]) -> None:
-    demand = accounts.demand((job.user, job.gpus, job.member) for job in machine.jobs.values())
+    demand = machine.demand()
     users = machine.users
     for user in sorted(demand.keys() - users.keys()):
         # Saved before accounts were kept: its users arrive now.

@@ -24,9 +24,10 @@ them until the next tick.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from gfair.core import accounts, kernel
+from gfair.core import kernel
 from gfair.core.kernel import Decision, Snapshot, backfill, decide
 
 from .plan import Forgotten, Placement, QuantumPlan, ServerTurn, Start, Starts, Stop, StopReason
@@ -56,7 +57,7 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
         for key, held in machine.holders(node_id).items():
             job = machine.jobs[key]
             if key not in chosen or key in moved or held.attempt != job.attempt:
-                leaving.append(_stop(job, held, now, quantum))
+                leaving.append(_stop(machine, job, held, now, quantum))
     # Moved jobs still resident anywhere start once their old nodes let go; their GPUs are
     # promised to them until then (or until the next quantum decides anew).
     # (One moved in an earlier quantum and still waiting keeps its promise; the GPUs are its own
@@ -95,7 +96,7 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
         )
     names = {node.node_id for node in scheduled}
     strays = tuple(
-        _stop(job, stay, now, quantum, drain=True)
+        _stop(machine, job, stay, now, quantum, drain=True)
         for job in machine.residents()
         for stay in list(job.stays.values())
         if stay.node_id not in names and stay.holds_gpus
@@ -119,7 +120,7 @@ def start_at_once(machine: SplitStride, key: str, now: float, *, arrival: bool) 
     job = machine.jobs.get(key)
     if job is None or not machine.runnable(job, now) or job.stays:
         return Starts()
-    names = {node.node_id for node in machine.schedulable()}
+    names = machine.names()
     if key in machine.held_back:
         servers = job.servers
     elif not arrival:
@@ -140,7 +141,10 @@ def fill(machine: SplitStride, now: float) -> Starts:
     if machine.free_gpus() <= 0:
         return Starts()
     view = snapshot(machine, now)
-    holding = [state for queue in view.jobs.values() for state in queue if state.running]
+    # The running jobs the snapshot holds: an array's beyond its limit are not in it.
+    in_arrays = machine.queues.in_arrays()
+    holding = [state for state in machine.queues.running() if state.user not in in_arrays]
+    holding += [s for user in in_arrays for s in view.jobs.get(user, ()) if s.running]
     turns: list[ServerTurn] = []
     placed: list[Placement] = []
     for key, servers in backfill(view, holding).items():
@@ -182,24 +186,29 @@ def _expire(machine: SplitStride, now: float) -> tuple[Forgotten, ...]:
                 continue
             wait = config.unconfirmed_release_s if stay.unconfirmed else config.release_timeout_s
             if now - stay.since > wait:
-                del job.stays[node_id]
+                machine.unreside(job, node_id)
                 dropped.append(Forgotten(job.key, node_id, stay.phase, not stay.unconfirmed))
     return tuple(dropped)
 
 
 def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
     """Book the quantum into the users' credits and the passes of the jobs that ran."""
-    ran = [state for jobs in view.jobs.values() for state in jobs if state.id in decision.placed]
-    gangs: dict[str, list[int]] = {}
-    for job in machine.jobs.values():
-        gangs.setdefault(job.user, []).append(job.gpus)
-    ceiling = {user: accounts.ceiling(sizes) for user, sizes in gangs.items()}
+    # Copies: the kernel advances their passes, and the machine's own states stay as queued
+    # until their jobs' passes change (`queues`).
+    ran = [
+        replace(state)
+        for jobs in view.jobs.values()
+        for state in jobs
+        if state.id in decision.placed
+    ]
+    ceiling = machine.ceilings()
     booked = kernel.settle(machine.users, ran, decision, ceiling, view.overrun, view.unheld)
     machine.meter.booked(decision, booked)
     if booked:
         machine.passes_changed()
         for state in ran:
             machine.jobs[state.id].stride_pass = state.pass_
+            machine.queues.touch(state.id)
 
 
 def _place(machine: SplitStride, decision: Decision) -> list[Job]:
@@ -210,6 +219,7 @@ def _place(machine: SplitStride, decision: Decision) -> list[Job]:
         job = machine.jobs[key]
         if job.servers != servers:
             job.servers, job.generation = servers, pool_of[servers[0]]
+            machine.queues.touch(key)
             moved.append(job)
     return moved
 
@@ -239,6 +249,7 @@ def _start_on(
     sizes = machine.sizes()
     before = job.servers, job.generation
     job.servers = servers
+    machine.queues.touch(key)
     picks: dict[str, tuple[int, ...]] = {}
     for node_id in servers:
         need = job.gpus_on(node_id, sizes)
@@ -277,16 +288,19 @@ def _start(
     release = None
     if job.parked is not None and job.parked[0] != node_id:
         # Parked elsewhere: that node checkpoints it, and this one waits for the checkpoint.
-        release, job.parked = job.parked[0], None
+        release = job.parked[0]
+        machine.park(job, None)
     return Start(
         job.user, job.job_id, job.attempt, node_id, indices, job.servers, job.generation, release
     )
 
 
-def _stop(job: Job, stay: Stay, now: float, quantum: int, *, drain: bool = False) -> Stop:
+def _stop(
+    machine: SplitStride, job: Job, stay: Stay, now: float, quantum: int, *, drain: bool = False
+) -> Stop:
     if stay.attempt < job.attempt:
         # That attempt failed and was retried: its leftover processes are of no use.
-        del job.stays[stay.node_id]
+        machine.unreside(job, stay.node_id)
         return Stop(
             job.user,
             job.job_id,
@@ -301,7 +315,7 @@ def _stop(job: Job, stay: Stay, now: float, quantum: int, *, drain: bool = False
     else:
         reason = StopReason.TIME_SLICE
     stay.unconfirmed = stay.phase is Phase.STARTING
-    stay.phase = Phase.SUSPENDING
+    machine.suspend(job, stay)
     stay.pending_suspends += 1
     stay.since = now
     stay.quantum = quantum

@@ -1,0 +1,146 @@
+"""`python -m bench.machine`: what the split-stride state machine (`gfair.core.split_stride`)
+costs per event at scale, without the bus: one admission, one release report and one tick on
+1,000 servers of 8 GPUs with 2,000 and 20,000 jobs admitted (docs/benchmarks.md).
+
+The machine is restored with its jobs (as after a restart), ticked once and every start
+confirmed, so that the measured events meet a running cluster. Each cost is the median of
+`--repeat` events (a tick's: of three). Run it on two trees in one shell command to compare
+them (the numbers of one run only compare with each other).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+from gfair.core.split_stride import (
+    Admitted,
+    Config,
+    Exited,
+    Job,
+    Node,
+    Phase,
+    Saved,
+    SplitStride,
+    Started,
+)
+from gfair.core.throughput import ThroughputEstimator
+
+QUANTUM_S = 60.0
+GANGS = (1, 1, 2, 4, 8)  # GPUs of the jobs in turn
+USERS = 50
+
+
+def build(servers: int, jobs: int) -> SplitStride:
+    """A machine on `servers` 8-GPU servers with `jobs` admitted, ticked once and confirmed."""
+    nodes = tuple(Node(f"v100-{i}", "v100", tuple(range(8))) for i in range(servers))
+    saved = Saved(usage_since=0.0, nodes=nodes)
+    for n in range(jobs):
+        user = f"u{n % USERS}"
+        job = Job(user, f"j{n}", GANGS[n % len(GANGS)], 1.0, None, seq=n + 1)
+        saved.jobs[job.key] = job
+    saved.seq = jobs
+    machine = SplitStride(Config(quantum_s=QUANTUM_S), ThroughputEstimator(), saved)
+    machine.tick(QUANTUM_S)
+    _confirm(machine, QUANTUM_S + 1)
+    return machine
+
+
+def _confirm(machine: SplitStride, now: float) -> None:
+    for job in list(machine.jobs.values()):
+        for stay in list(job.stays.values()):
+            if stay.phase is Phase.STARTING:
+                machine.apply(
+                    Started(
+                        user=job.user,
+                        job_id=job.job_id,
+                        now=now,
+                        node_id=stay.node_id,
+                        attempt=stay.attempt,
+                        gpu_indices=stay.gpu_indices,
+                        at=now,
+                    )
+                )
+
+
+def _timed(action: Callable[[], object]) -> float:
+    began = time.perf_counter()
+    action()
+    return time.perf_counter() - began
+
+
+def measure(servers: int, jobs: int, repeat: int) -> dict[str, float]:
+    """Median seconds of an admission, a release report and a tick."""
+    machine = build(servers, jobs)
+    now = 2 * QUANTUM_S
+    admissions = [
+        _timed(
+            lambda i=i: machine.apply(
+                Admitted(
+                    user=f"u{i % USERS}",
+                    job_id=f"new{i}",
+                    now=now,
+                    gpus=1,
+                    weight=1.0,
+                    job_type=None,
+                )
+            )
+        )
+        for i in range(repeat)
+    ]
+    # A node reports a running job's process ended: its GPUs go to waiting jobs (a fill).
+    running = [
+        (job, stay)
+        for job in machine.jobs.values()
+        for stay in job.stays.values()
+        if stay.phase is Phase.RUNNING
+    ][:repeat]
+    releases = [
+        _timed(
+            lambda job=job, stay=stay: machine.apply(
+                Exited(
+                    user=job.user,
+                    job_id=job.job_id,
+                    now=now,
+                    node_id=stay.node_id,
+                    attempt=stay.attempt,
+                    at=now,
+                )
+            )
+        )
+        for job, stay in running
+    ]
+    ticks = []
+    for k in range(3):
+        at = now + QUANTUM_S * (k + 1)
+        ticks.append(_timed(lambda at=at: machine.tick(at)))
+        _confirm(machine, at + 1)
+    return {
+        "admission": statistics.median(admissions),
+        "release": statistics.median(releases),
+        "tick": statistics.median(ticks),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=int, default=1000)
+    parser.add_argument(
+        "--jobs", type=lambda t: [int(n) for n in t.split(",")], default=[2000, 20000]
+    )
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    print(f"{'servers':>8} {'jobs':>7} {'admission ms':>13} {'release ms':>11} {'tick ms':>9}")
+    for jobs in args.jobs:
+        got = measure(args.servers, jobs, args.repeat)
+        print(
+            f"{args.servers:>8} {jobs:>7} {got['admission'] * 1e3:>13.1f}"
+            f" {got['release'] * 1e3:>11.1f} {got['tick'] * 1e3:>9.1f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

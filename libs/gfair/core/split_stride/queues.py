@@ -1,0 +1,142 @@
+"""The kernel's job input kept up to date: each runnable job's `JobState` and each user's queue
+of them by (pass, arrival), changed only where jobs changed, so that a snapshot (`snapshot`)
+costs what changed since the last one, not a pass over every job (as `GandivaFair` keeps its
+own).
+
+The machine marks a job (`touch`) wherever anything a `JobState` is made of changes: it is
+admitted or ends; a residency is added, dropped or told to stop; it is placed on other servers;
+its pass, attempt, exit, retry delay, parking or measured switches change. Speeds are kept per
+gang shape and forgotten with every job's state when a profile or the pools change (`reset`).
+A job whose retry delay runs is looked at again at every snapshot, since whether it may run
+depends on the time.
+
+The states handed out are the machine's own: the kernel's `decide` and `backfill` read them,
+and the booking of a quantum (`turns`) gives the kernel's `settle` copies, so nothing outside
+the machine changes a state behind its queue's order.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from gfair.core.kernel import JobState
+
+from .snapshot import job_state
+
+if TYPE_CHECKING:
+    from .machine import SplitStride
+
+Shape = tuple[str, str | None, int]  # user, job type, GPUs: what a job's speeds depend on
+
+
+class _Queue:
+    """One user's runnable jobs by (pass, arrival number), and its position among the users
+    (the arrival position of its earliest runnable job)."""
+
+    __slots__ = ("_order", "_states", "_view", "first")
+
+    def __init__(self) -> None:
+        self._order: list[tuple[float, int]] = []
+        self._states: list[JobState] = []
+        self._view: tuple[JobState, ...] | None = ()
+        self.first = 0
+
+    def add(self, state: JobState) -> None:
+        at = bisect_left(self._order, (state.pass_, state.seq))
+        self._order.insert(at, (state.pass_, state.seq))
+        self._states.insert(at, state)
+        self._view = None
+
+    def remove(self, state: JobState) -> None:
+        at = bisect_left(self._order, (state.pass_, state.seq))
+        del self._order[at]
+        del self._states[at]
+        self._view = None
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def view(self, positions: Mapping[str, int]) -> tuple[JobState, ...]:
+        if self._view is None:
+            self._view = tuple(self._states)
+            self.first = min((positions[s.id] for s in self._states), default=0)
+        return self._view
+
+
+class Queues:
+    """The states of a machine's runnable jobs and its users' queues of them (module doc)."""
+
+    def __init__(self) -> None:
+        self._states: dict[str, JobState] = {}  # runnable job -> its state
+        self._queues: dict[str, _Queue] = {}
+        self._touched: set[str] = set()
+        self._delayed: set[str] = set()  # jobs with a retry delay: runnable from a time on
+        self._speeds: dict[Shape, dict[str, float]] = {}
+        self._pool_gpus: dict[str, int] | None = None
+        self._in_arrays: dict[str, set[str]] = {}  # user -> its runnable jobs in job arrays
+        self._running: dict[str, JobState] = {}  # the runnable jobs running (whole gangs)
+
+    def touch(self, key: str) -> None:
+        """Something `key`'s state is made of changed (or the job came or went)."""
+        self._touched.add(key)
+
+    def reset(self) -> None:
+        """Speeds changed (a profile): every state is made again."""
+        self._speeds.clear()
+        self._pool_gpus = None
+
+    def refresh(
+        self, machine: SplitStride, now: float, pool_gpus: dict[str, int]
+    ) -> dict[str, tuple[JobState, ...]]:
+        """User -> its runnable jobs' states in its order, the users in the order of their
+        earliest runnable job's arrival (`machine.positions`), as of `now`."""
+        jobs = machine.jobs
+        if pool_gpus != self._pool_gpus:
+            self._speeds.clear()
+            self._pool_gpus = dict(pool_gpus)
+            self._touched.update(jobs)
+        touched = self._touched | self._delayed
+        self._touched = set()
+        positions = machine.positions
+        operator = machine.config.operator_costs
+        for key in touched:
+            old = self._states.pop(key, None)
+            if old is not None:
+                self._queues[old.user].remove(old)
+                self._in_arrays.get(old.user, set()).discard(key)
+                self._running.pop(key, None)
+            job = jobs.get(key)
+            if job is None or job.runnable_at is None:
+                self._delayed.discard(key)
+            else:
+                self._delayed.add(key)
+            if job is None or not machine.runnable(job, now):
+                continue
+            shape = (job.user, job.job_type, job.gpus)
+            speeds = self._speeds.get(shape)
+            if speeds is None:
+                speeds = self._speeds[shape] = machine.estimator.gang_speeds(
+                    key, job.user, job.job_type, job.gpus, pool_gpus
+                )
+            state = self._states[key] = job_state(job, speeds, operator)
+            self._queues.setdefault(job.user, _Queue()).add(state)
+            if job.array is not None:
+                self._in_arrays.setdefault(job.user, set()).add(key)
+            if state.running:
+                self._running[key] = state
+        for user in [user for user, queue in self._queues.items() if not queue]:
+            del self._queues[user]
+        views = {user: queue.view(positions) for user, queue in self._queues.items()}
+        ordered = sorted((self._queues[user].first, user) for user in views)
+        return {user: views[user] for _, user in ordered}
+
+    def running(self) -> list[JobState]:
+        """The states of the runnable jobs whose whole gang runs, as of the last `refresh`."""
+        return list(self._running.values())
+
+    def in_arrays(self) -> dict[str, set[str]]:
+        """User -> its runnable jobs in job arrays (those users' queues are cut to the
+        arrays' limits)."""
+        return {user: keys for user, keys in self._in_arrays.items() if keys}

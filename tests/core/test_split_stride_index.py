@@ -1,0 +1,204 @@
+"""The split-stride machine's indexes never go stale: along seeded random event sequences, after
+every event and tick, its node indexes (`SplitStride.holders`, `free_indices`, `parked_on`,
+`free_gpus`) answer what a pass over every job's residencies answers, and the snapshot built
+from its kept queues (`queues`) is the one built afresh from every job."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+from gfair.core import accounts, arrays
+from gfair.core.kernel import JobState
+from gfair.core.split_stride import (
+    Admitted,
+    Config,
+    Ended,
+    Event,
+    Exited,
+    Migrated,
+    Node,
+    NodeHealth,
+    Parked,
+    Phase,
+    Releases,
+    Retried,
+    ServersChanged,
+    SplitStride,
+    Started,
+    Suspended,
+    SwitchesMeasured,
+    TypeProfiled,
+    Unstartable,
+)
+from gfair.core.split_stride.snapshot import job_state
+from gfair.core.switch_costs import MeasuredSwitches
+from gfair.core.throughput import ThroughputEstimator
+
+QUANTUM_S = 60.0
+NODES = tuple(
+    Node(f"{pool}-{i}", pool, tuple(range(gpus)))
+    for pool, count, gpus in (("v100", 3, 4), ("k80", 2, 2))
+    for i in range(count)
+)
+
+
+def _brute_holders(m: SplitStride, node_id: str) -> dict[str, tuple[int, ...]]:
+    return {
+        job.key: stay.gpu_indices
+        for job in m.jobs.values()
+        if (stay := job.stays.get(node_id)) is not None and stay.holds_gpus
+    }
+
+
+def _brute_parked(m: SplitStride, node_id: str) -> dict[str, tuple[int, ...]]:
+    return {
+        job.key: job.parked[1]
+        for job in m.jobs.values()
+        if job.parked is not None and job.parked[0] == node_id and not job.stays
+    }
+
+
+def _rebuilt(m: SplitStride, now: float) -> dict[str, list[JobState]]:
+    """The snapshot's jobs from every job, in the machine's order (users by their earliest
+    runnable job, each user's by pass, then arrival)."""
+    pool_gpus = m.pools[1]
+    queues: dict[str, list[JobState]] = {}
+    members: dict[str, arrays.ArrayMember] = {}
+    for key, job in m.jobs.items():
+        if not m.runnable(job, now):
+            continue
+        if job.member is not None:
+            members[key] = job.member
+        speeds = m.estimator.gang_speeds(key, job.user, job.job_type, job.gpus, pool_gpus)
+        state = job_state(job, speeds, m.config.operator_costs)
+        queues.setdefault(job.user, []).append(state)
+    for queue in queues.values():
+        queue.sort(key=lambda state: (state.pass_, state.seq))
+    limited = arrays.limit_arrays(queues, members) if members else queues
+    return {user: list(queue) for user, queue in limited.items()}
+
+
+def _check(m: SplitStride, now: float) -> None:
+    expected = _rebuilt(m, now)
+    view = m.snapshot(now)
+    assert list(view.jobs) == list(expected)
+    assert {user: list(queue) for user, queue in view.jobs.items()} == expected
+    asked = accounts.demand((job.user, job.gpus, job.member) for job in m.jobs.values())
+    assert list(m.demand().items()) == list(asked.items())
+    held_total = 0
+    for node in m.nodes.values():
+        holders = {key: stay.gpu_indices for key, stay in m.holders(node.node_id).items()}
+        assert holders == _brute_holders(m, node.node_id), node.node_id
+        held = {i for indices in holders.values() for i in indices}
+        assert m.free_indices(node.node_id) == [i for i in node.gpu_indices if i not in held]
+        assert m.parked_on(node.node_id) == _brute_parked(m, node.node_id), node.node_id
+        if node.schedulable:
+            held_total += sum(len(indices) for indices in holders.values())
+    schedulable = sum(node.gpus for node in m.schedulable())
+    assert m.free_gpus() == schedulable - held_total
+
+
+def _event(m: SplitStride, rng: random.Random, now: float, serial: int) -> Event | None:
+    """One plausible next input: a node's report about a stay, an admission, an end, a retry,
+    a server failing or coming back."""
+    stays = [(job, stay) for job in m.jobs.values() for stay in job.stays.values()]
+    roll = rng.random()
+    if roll < 0.2 or not m.jobs:
+        array = rng.random() < 0.3
+        return Admitted(
+            user=rng.choice("abc"),
+            job_id=f"j{serial}",
+            now=now,
+            gpus=rng.choice((1, 1, 2, 4)),
+            weight=rng.choice((1.0, 2.0)),
+            job_type=rng.choice((None, "big")),
+            array="x" if array else None,
+            array_limit=rng.choice((None, 1, 2)) if array else None,
+            prepare=rng.random() < 0.3,
+        )
+    job = rng.choice(list(m.jobs.values()))
+    if roll < 0.28:
+        return Ended(user=job.user, job_id=job.job_id, now=now, state="completed")
+    if roll < 0.3:
+        return TypeProfiled(job.user, job.job_type, {"v100": 1.0, "k80": rng.uniform(0.1, 1.0)})
+    if roll < 0.32:
+        measured = MeasuredSwitches(rng.uniform(1, 9), rng.uniform(1, 9), rng.uniform(1, 9))
+        return SwitchesMeasured(job.user, job.job_id, serial, measured)
+    if roll < 0.37:
+        return Retried(
+            user=job.user,
+            job_id=job.job_id,
+            now=now,
+            attempt=job.attempt + 1,
+            at=now,
+            delay_s=rng.choice((0.0, 0.0, 10.0)),
+        )
+    if roll < 0.42:
+        node = rng.choice(NODES)
+        health = rng.choice((NodeHealth.READY, NodeHealth.FAILED, NodeHealth.SUSPECTED))
+        nodes = tuple(
+            Node(n.node_id, n.generation, n.gpu_indices, health if n == node else n.health)
+            for n in m.nodes.values()
+        )
+        return ServersChanged(nodes)
+    if roll < 0.47:
+        node_id = job.servers[0] if job.servers else rng.choice(NODES).node_id
+        return Parked(user=job.user, job_id=job.job_id, now=now, node_id=node_id, attempt=1)
+    if roll < 0.49:
+        # Its process ended wherever it was (its node's report may come with no stay left).
+        node_id = rng.choice(NODES).node_id
+        return Exited(
+            user=job.user, job_id=job.job_id, now=now, node_id=node_id, attempt=job.attempt, at=now
+        )
+    if not stays:
+        return None
+    job, stay = rng.choice(stays)
+    common = {"user": job.user, "job_id": job.job_id, "now": now, "node_id": stay.node_id}
+    if roll < 0.52:
+        return Unstartable(**common)
+    if roll < 0.57:
+        return Exited(**common, attempt=stay.attempt, at=now)
+    if roll < 0.62:
+        return Migrated(**common, at=now)
+    if roll < 0.7:
+        return Releases(
+            tuple(
+                Suspended(
+                    user=j.user,
+                    job_id=j.job_id,
+                    now=now,
+                    node_id=st.node_id,
+                    attempt=st.attempt,
+                    in_place=False,
+                    at=now,
+                )
+                for j, st in rng.sample(stays, min(3, len(stays)))
+            )
+        )
+    if stay.phase is Phase.STARTING:
+        return Started(**common, attempt=stay.attempt, gpu_indices=stay.gpu_indices, at=now)
+    return Suspended(**common, attempt=stay.attempt, in_place=rng.random() < 0.5, at=now)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_node_indexes_answer_what_every_job_says(seed: int) -> None:
+    rng = random.Random(seed)
+    m = SplitStride(Config(quantum_s=QUANTUM_S), ThroughputEstimator())
+    m.apply(ServersChanged(NODES))
+    now = 0.0
+    for serial in range(400):
+        now += rng.uniform(0.5, 5.0)
+        if serial % 15 == 14:
+            m.tick(now)
+        else:
+            event = _event(m, rng, now, serial)
+            if event is not None:
+                m.apply(event)
+        _check(m, now)
+        if serial % 50 == 49:
+            # A machine restored from what a driver persists builds its indexes alike.
+            saved = copy.deepcopy(m.saved())
+            _check(SplitStride(m.config, ThroughputEstimator(), saved), now)
