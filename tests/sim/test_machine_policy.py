@@ -12,6 +12,7 @@ from gfair.core.split_stride import (
     Migrated,
     QuantumPlan,
     Recording,
+    Releases,
     Reply,
     SplitStride,
     Started,
@@ -69,8 +70,14 @@ def test_the_simulators_machine_replays_from_its_journal(
     # quanta stopped jobs and started others, jobs moved, and idle GPUs were filled between
     # ticks.
     kinds = {type(given) for given in recording.inputs}
-    assert {Admitted, EntitlementsPublished, TypeProfiled, Started, Tick} <= kinds
-    assert {Suspended, Migrated} & kinds
+    assert {Admitted, EntitlementsPublished, TypeProfiled, Releases, Started, Tick} <= kinds
+    released = {
+        type(report)
+        for given in recording.inputs
+        if isinstance(given, Releases)
+        for report in given.reports
+    }
+    assert released == {Suspended, Migrated}
     plans = [out for out in recording.outputs if isinstance(out, QuantumPlan)]
     assert any(turn.stops and turn.starts for plan in plans for turn in plan.turns)
     assert any(plan.placed for plan in plans)

@@ -7,15 +7,16 @@ decides nothing itself:
 - placement: a job is admitted unless the admission filters refuse every pool
   (`placement.filter_pools`), then `Admitted`, with the job's switch costs;
 - the trading auction: the users' per-pool shares (`pools.shares`: water-fill by tickets and
-  demand, then trades bid with the profiled speeds), published as `EntitlementsPublished` as
-  a job is admitted (before the machine hears of it), after a job ends, and before a quantum
-  when the profiles changed (in the shares tree's decayed mode before every quantum, weighing
-  the users' decayed use of what they held);
+  demand, then trades bid with the profiled speeds), published as `EntitlementsPublished` as a
+  new user's job is admitted (before the machine hears of it: the machine's shares then cover
+  every user), else before the next quantum after jobs arrived or ended or profiles changed
+  (in the shares tree's decayed mode before every quantum, weighing the users' decayed use of
+  what they held);
 - the profiler: every measured rate folds into its estimator, and the user's speeds of the
   job type go out as `TypeProfiled`;
-- the nodes: every command is confirmed at once, in command order (a stop as `Suspended`, or
-  `Migrated` when the job moves, then the starts as `Started`); what a confirmation lets start
-  (a moved job, idle GPUs filled) is carried out in turn.
+- the nodes: every command is confirmed at once, in command order: the stops (`Suspended`, or
+  `Migrated` when the job moves) handed in together (`Releases`), then the starts (`Started`);
+  what the releases let start (a moved job, idle GPUs filled) is carried out in turn.
 
 Jobs the machine starts between ticks (an arrival or an end filled idle GPUs) are what `fill`
 hands the simulator; each quantum's `runs` are where jobs hold GPUs once its plan is carried out.
@@ -28,7 +29,8 @@ the two side by side until the machine's decisions are as good and as fast.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
 from gfair.core import accounts, arrays
 from gfair.core.cluster import Cluster, generation_rank
@@ -42,12 +44,12 @@ from gfair.core.split_stride import (
     EntitlementsPublished,
     Migrated,
     Node,
+    Releases,
     Reply,
     ServersChanged,
-    ServerTurn,
     SplitStride,
+    Start,
     Started,
-    Starts,
     Stop,
     StopReason,
     Suspended,
@@ -103,6 +105,11 @@ class GandivaFairMachine:
         self._auction_due = True
         self._trades: frozenset[Trade] = frozenset()
         self._trades_new = 0  # trades come into force since the last plan
+        self._published: Mapping[str, Mapping[str, float]] = {}  # the last entitlements
+        # User -> GPUs its jobs ask per (job type, gang size), and its speeds as the auction
+        # bids them, until its jobs or profiles change.
+        self._gangs: dict[str, Counter[tuple[str | None, int]]] = {}
+        self._speeds: dict[str, dict[str, float]] = {}
         tree = config.shares
         self._usage: DecayedUsage | None = None
         if tree is not None and tree.decayed and tree.half_life_s is not None:
@@ -139,11 +146,14 @@ class GandivaFairMachine:
         if job.array is not None:
             member = arrays.ArrayMember(arrays.array_key(job.user, job.array), job.array_limit)
         self._jobs[job.id] = (job.user, job.job_type, job.gpus, member)
-        self._changed = True
-        # The auction hears of the job first: its shares cover the newcomer when the machine
-        # fills idle GPUs on its admission (it would fall back to no-trading shares else).
-        self._auction_due = True
-        self._trades_new += self._auction(now)
+        self._changed = self._auction_due = True
+        self._gangs.setdefault(job.user, Counter())[(job.job_type, job.gpus)] += job.gpus
+        self._speeds.pop(job.user, None)
+        if job.user not in self._published:
+            # The auction hears of a new user's job first: its shares cover the newcomer when
+            # the machine fills idle GPUs on its admission (else it would fall back to the
+            # no-trading shares of every user). Other changes wait for the next quantum.
+            self._trades_new += self._auction(now)
         reply = self.machine.apply(
             Admitted(
                 user=job.user,
@@ -167,25 +177,36 @@ class GandivaFairMachine:
         if key is None:
             raise KeyError(f"unknown job {job_id!r}")
         self._charge(now)  # what it held up to now, before it lets go
-        user = self._jobs.pop(job_id)[0]
+        user, job_type, gpus, _ = self._jobs.pop(job_id)
+        gangs = self._gangs[user]
+        gangs[(job_type, gpus)] -= gpus
+        if gangs[(job_type, gpus)] <= 0:
+            del gangs[(job_type, gpus)]
+        if not gangs:
+            del self._gangs[user]
         del self._ids[key]
         self._filled.pop(job_id, None)
         self._profiler.forget_job(job_id)
         self._changed = True
+        # The GPUs it leaves go to waiting jobs on the shares in force; new ones follow at the
+        # next quantum.
         reply = self.machine.apply(Ended(user=user, job_id=job_id, now=now, state="completed"))
         self._carry_out(reply, now)
-        # The auction hears of the end after the machine refilled the GPUs on the shares in
-        # force (its user may be gone from the new ones).
         self._auction_due = True
-        self._trades_new += self._auction(now)
+        self._speeds.pop(user, None)
 
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         user, job_type, _, _ = self._jobs[job_id]
         self._profiler.observe(job_id, user, job_type, generation, rate)
         rates = self._profiler.type_speeds(user, job_type, self._capacity)
-        if self.machine.apply(TypeProfiled(user, job_type, rates)).changed:
-            self._changed = True
-            self._auction_due = self._auction_due or self._config.trading
+        if not self.machine.apply(TypeProfiled(user, job_type, rates)).changed:
+            return
+        self._changed = True
+        # Shares depend on speeds only through trading, and on the user's bid only: a profile
+        # that leaves the bid as it was (the common case) leaves them as they are.
+        before = self._speeds.pop(user, None)
+        if self._config.trading and (before is None or self._bid(user) != before):
+            self._auction_due = True
 
     def plan(self, now: float) -> Decision:
         if not self.machine.nodes:
@@ -194,9 +215,9 @@ class GandivaFairMachine:
         plan = self.machine.tick(now)
         if plan.short:
             raise RuntimeError(f"{self.name}: chosen jobs found too few free GPUs: {plan.short}")
-        self._carry_out_turns(plan.turns, now)
-        for stop in plan.strays:
-            self._release(stop, now)
+        stops = [stop for turn in plan.turns for stop in turn.stops] + list(plan.strays)
+        starts = [start for turn in plan.turns for start in turn.starts]
+        self._confirm(stops, starts, now, between_ticks=False)
         self._filled.clear()  # the runs below tell the simulator of them
         self._waiting = plan.waiting
         self._changed = False
@@ -232,14 +253,7 @@ class GandivaFairMachine:
             (user, gpus, member) for user, _, gpus, member in self._jobs.values()
         )
         users = sorted(demand)
-        speeds = None
-        if self._config.trading:
-            gangs: dict[str, dict[tuple[str | None, int], int]] = {}
-            for user, job_type, gpus, _ in self._jobs.values():
-                shapes = gangs.setdefault(user, {})
-                shapes[(job_type, gpus)] = shapes.get((job_type, gpus), 0) + gpus
-            estimator = self.machine.estimator
-            speeds = {u: estimator.user_speeds(u, gangs[u], self._capacity) for u in users}
+        speeds = {u: self._bid(u) for u in users} if self._config.trading else None
         result = shares(
             self._capacity,
             {u: self._user_tickets(u) for u in users},
@@ -250,11 +264,22 @@ class GandivaFairMachine:
             usage=self._usage.usage() if self._usage is not None else None,
         )
         self._revision += 1
+        self._published = result.entitled
         self.machine.apply(EntitlementsPublished(self._revision, result.entitled))
         in_force = frozenset(result.trades)
         new = len(in_force - self._trades)
         self._trades = in_force
         return new
+
+    def _bid(self, user: str) -> dict[str, float]:
+        """The user's speeds as the auction bids them (`ThroughputEstimator.user_speeds` of its
+        gangs), kept until its jobs or profiles change."""
+        speeds = self._speeds.get(user)
+        if speeds is None:
+            estimator = self.machine.estimator
+            gangs = self._gangs.get(user, Counter())
+            speeds = self._speeds[user] = estimator.user_speeds(user, gangs, self._capacity)
+        return speeds
 
     def _charge(self, now: float) -> None:
         """Decayed mode: charge each user the GPUs its jobs held from the last charge to `now`
@@ -276,58 +301,38 @@ class GandivaFairMachine:
     # -- the nodes ------------------------------------------------------------------------
 
     def _carry_out(self, reply: Reply, now: float) -> None:
-        for stop in reply.stops:
-            self._release(stop, now)
-        self._carry_out_starts(reply.starts, now, between_ticks=True)
-
-    def _carry_out_starts(self, starts: Starts, now: float, *, between_ticks: bool) -> None:
-        if between_ticks and starts.turns:
+        """What an event between ticks asks of the nodes."""
+        starts = [start for turn in reply.starts.turns for start in turn.starts]
+        if starts:
             self._charge(now)  # the GPUs held so far, before the new jobs hold theirs
             self._changed = True
-        self._carry_out_turns(starts.turns, now, between_ticks=between_ticks)
+        self._confirm(reply.stops, starts, now, between_ticks=True)
 
-    def _carry_out_turns(
-        self, turns: tuple[ServerTurn, ...], now: float, *, between_ticks: bool = False
+    def _confirm(
+        self, stops: Sequence[Stop], starts: Sequence[Start], now: float, *, between_ticks: bool
     ) -> None:
-        """Each server's stops, then its starts, confirmed in that order."""
-        for turn in turns:
-            for stop in turn.stops:
-                self._release(stop, now)
-            for start in turn.starts:
-                self.machine.apply(
-                    Started(
-                        user=start.user,
-                        job_id=start.job_id,
-                        now=now,
-                        node_id=start.node_id,
-                        attempt=start.attempt,
-                        gpu_indices=start.gpu_indices,
-                        at=now,
-                    )
+        """The nodes run the stops, then the starts, and report them in that order: the stops'
+        reports handed in together (`Releases`: the machine fills the GPUs they leave idle
+        once, after the last), then each start; what the releases let start is carried out in
+        turn."""
+        reports = tuple(report for stop in stops if (report := _report(stop, now)) is not None)
+        released = self.machine.apply(Releases(reports)) if reports else None
+        for start in starts:
+            self.machine.apply(
+                Started(
+                    user=start.user,
+                    job_id=start.job_id,
+                    now=now,
+                    node_id=start.node_id,
+                    attempt=start.attempt,
+                    gpu_indices=start.gpu_indices,
+                    at=now,
                 )
-                if between_ticks:
-                    self._filled[self._ids[start.key]] = start.servers
-
-    def _release(self, stop: Stop, now: float) -> None:
-        """A node confirms a stop; what that lets start is carried out in turn. A kill (of a
-        job that ended) or a parked process let go needs no answer."""
-        if stop.kill or stop.reason is StopReason.RELEASE:
-            return
-        if stop.reason is StopReason.MIGRATION:
-            event: Suspended | Migrated = Migrated(
-                user=stop.user, job_id=stop.job_id, now=now, node_id=stop.node_id, at=now
             )
-        else:
-            event = Suspended(
-                user=stop.user,
-                job_id=stop.job_id,
-                now=now,
-                node_id=stop.node_id,
-                attempt=stop.attempt,
-                in_place=False,
-                at=now,
-            )
-        self._carry_out(self.machine.apply(event), now)
+            if between_ticks:
+                self._filled[self._ids[start.key]] = start.servers
+        if released is not None:
+            self._carry_out(released, now)
 
     def _runs(self) -> dict[str, tuple[str, ...]]:
         """Server -> the jobs holding GPUs there (by trace id, sorted: an unchanged server
@@ -338,3 +343,21 @@ class GandivaFairMachine:
                 if stay.holds_gpus:
                     runs.setdefault(node_id, []).append(self._ids[job.key])
         return {node_id: tuple(sorted(jobs)) for node_id, jobs in runs.items()}
+
+
+def _report(stop: Stop, now: float) -> Suspended | Migrated | None:
+    """A node's report of a stop it ran; none for a kill (of a job that ended) or a parked
+    process let go: nothing waits for those."""
+    if stop.kill or stop.reason is StopReason.RELEASE:
+        return None
+    if stop.reason is StopReason.MIGRATION:
+        return Migrated(user=stop.user, job_id=stop.job_id, now=now, node_id=stop.node_id, at=now)
+    return Suspended(
+        user=stop.user,
+        job_id=stop.job_id,
+        now=now,
+        node_id=stop.node_id,
+        attempt=stop.attempt,
+        in_place=False,
+        at=now,
+    )
