@@ -8,8 +8,9 @@ decides nothing itself:
   (`placement.filter_pools`), then `Admitted`, with the job's switch costs;
 - the trading auction: the users' per-pool shares (`pools.shares`: water-fill by tickets and
   demand, then trades bid with the profiled speeds), published as `EntitlementsPublished` as a
-  new user's job is admitted (before the machine hears of it: the machine's shares then cover
-  every user), else before the next quantum after jobs arrived or ended or profiles changed
+  new user's job is admitted while GPUs idle (before the machine hears of it, so that its fill
+  weighs shares that cover every user), else before the next quantum after jobs arrived or
+  ended or the bids changed
   (in the shares tree's decayed mode before every quantum, weighing the users' decayed use of
   what they held);
 - the profiler: every measured rate folds into its estimator, and the user's speeds of the
@@ -149,10 +150,10 @@ class GandivaFairMachine:
         self._changed = self._auction_due = True
         self._gangs.setdefault(job.user, Counter())[(job.job_type, job.gpus)] += job.gpus
         self._speeds.pop(job.user, None)
-        if job.user not in self._published:
-            # The auction hears of a new user's job first: its shares cover the newcomer when
-            # the machine fills idle GPUs on its admission (else it would fall back to the
-            # no-trading shares of every user). Other changes wait for the next quantum.
+        if job.user not in self._published and self.machine.free_gpus() > 0:
+            # The auction hears of a new user's job first where GPUs idle: its shares cover the
+            # newcomer when the machine fills them on its admission (else it would fall back to
+            # the no-trading shares of every user). Other changes wait for the next quantum.
             self._trades_new += self._auction(now)
         reply = self.machine.apply(
             Admitted(
