@@ -13,8 +13,8 @@ decides nothing itself:
   ended or the bids changed
   (in the shares tree's decayed mode before every quantum, weighing the users' decayed use of
   what they held);
-- the profiler: every measured rate folds into its estimator, and the user's speeds of the
-  job type go out as `TypeProfiled`;
+- the profiler: every measured rate folds into its estimator, and the user's rates of the job
+  type, on the generations measured, go out as `TypeProfiled`;
 - the nodes: every command is confirmed at once, in command order: the stops (`Suspended`, or
   `Migrated` when the job moves) handed in together (`Releases`), then the starts (`Started`);
   what the releases let start (a moved job, idle GPUs filled) is carried out in turn.
@@ -199,7 +199,7 @@ class GandivaFairMachine:
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         user, job_type, _, _ = self._jobs[job_id]
         self._profiler.observe(job_id, user, job_type, generation, rate)
-        rates = self._profiler.type_speeds(user, job_type, self._capacity)
+        rates = self._profiler.user_rates(user, job_type)
         if not self.machine.apply(TypeProfiled(user, job_type, rates)).changed:
             return
         self._changed = True
