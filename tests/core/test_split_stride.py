@@ -300,3 +300,17 @@ def test_a_job_admitted_with_its_own_costs_is_weighed_with_them_until_measured()
         operator.resume_s,
     )
     assert (states["ann.b"].move_s, states["ann.b"].resume_s) == (90.0, 2.0)
+
+
+def test_users_new_between_ticks_join_their_pools_together_at_the_next_tick() -> None:
+    # ann's job holds a GPU through the first tick; bob and cat arrive before the next one and
+    # are started on the idle GPUs at once, on the shares of the last tick (they have none yet).
+    m = machine(("v100-0", 3))
+    started(m, only_start(admit(m, "ann", "a", 0.0).starts.turns), 0.0)
+    m.tick(0.0)
+    for user in ("bob", "cat"):
+        started(m, only_start(admit(m, user, "x", 10.0).starts.turns), 10.0)
+        assert m.users[user].credit == {}
+    m.tick(QUANTUM_S)
+    # Joined at the same tick on the same shares: at the same credit.
+    assert m.users["bob"].credit == m.users["cat"].credit != {}
