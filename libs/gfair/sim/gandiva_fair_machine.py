@@ -7,10 +7,8 @@ decides nothing itself:
 - placement: a job is admitted unless the admission filters refuse every pool
   (`placement.filter_pools`), then `Admitted`, with the job's switch costs;
 - the trading auction: the users' per-pool shares (`pools.shares`: water-fill by tickets and
-  demand, then trades bid with the profiled speeds), published as `EntitlementsPublished` as a
-  new user's job is admitted while GPUs idle (before the machine hears of it, so that its fill
-  weighs shares that cover every user), else before the next quantum after jobs arrived or
-  ended or the bids changed
+  demand, then trades bid with the profiled speeds), published as `EntitlementsPublished`
+  before a quantum when jobs arrived or ended or the bids changed since the last
   (in the shares tree's decayed mode before every quantum, weighing the users' decayed use of
   what they held);
 - the profiler: every measured rate folds into its estimator, and the user's rates of the job
@@ -105,8 +103,6 @@ class GandivaFairMachine:
         self._revision = 0
         self._auction_due = True
         self._trades: frozenset[Trade] = frozenset()
-        self._trades_new = 0  # trades come into force since the last plan
-        self._published: Mapping[str, Mapping[str, float]] = {}  # the last entitlements
         # User -> GPUs its jobs ask per (job type, gang size), and its speeds as the auction
         # bids them, until its jobs or profiles change.
         self._gangs: dict[str, Counter[tuple[str | None, int]]] = {}
@@ -150,11 +146,6 @@ class GandivaFairMachine:
         self._changed = self._auction_due = True
         self._gangs.setdefault(job.user, Counter())[(job.job_type, job.gpus)] += job.gpus
         self._speeds.pop(job.user, None)
-        if job.user not in self._published and self.machine.free_gpus() > 0:
-            # The auction hears of a new user's job first where GPUs idle: its shares cover the
-            # newcomer when the machine fills them on its admission (else it would fall back to
-            # the no-trading shares of every user). Other changes wait for the next quantum.
-            self._trades_new += self._auction(now)
         reply = self.machine.apply(
             Admitted(
                 user=job.user,
@@ -212,7 +203,7 @@ class GandivaFairMachine:
     def plan(self, now: float) -> Decision:
         if not self.machine.nodes:
             self.machine.apply(ServersChanged(self._nodes))
-        new, self._trades_new = self._trades_new + self._auction(now), 0
+        new = self._auction(now)
         plan = self.machine.tick(now)
         if plan.short:
             raise RuntimeError(f"{self.name}: chosen jobs found too few free GPUs: {plan.short}")
@@ -265,7 +256,6 @@ class GandivaFairMachine:
             usage=self._usage.usage() if self._usage is not None else None,
         )
         self._revision += 1
-        self._published = result.entitled
         self.machine.apply(EntitlementsPublished(self._revision, result.entitled))
         in_force = frozenset(result.trades)
         new = len(in_force - self._trades)
