@@ -23,7 +23,8 @@ Switch costs are the simulator's to charge, as for every policy.
 
 An intermediate state (issue 27): `gandiva-fair` still drives the kernel through the older
 `gfair.core.scheduler.GandivaFair`; this policy runs beside it so that `gfair compare` measures
-the two side by side until the machine's decisions are as good and as fast.
+the two side by side. Its decisions are as good; it takes about twice the CPU
+(docs/benchmarks.md), and replaces `gandiva-fair` once it is as fast.
 """
 
 from __future__ import annotations
