@@ -29,6 +29,7 @@ from gfair.core.split_stride import (
     Suspended,
     replay,
 )
+from gfair.core.switch_costs import SwitchCosts
 from gfair.core.throughput import ThroughputEstimator
 
 QUANTUM_S = 60.0
@@ -392,3 +393,31 @@ def test_a_saved_machine_restored_decides_the_next_quantum_alike() -> None:
     # What a driver persists is a copy (the machine's own records are shared by `saved`).
     restored = SplitStride(m.config, ThroughputEstimator(), copy.deepcopy(m.saved()))
     assert restored.tick(2 * QUANTUM_S) == m.tick(2 * QUANTUM_S)
+
+
+def test_a_job_admitted_with_its_own_costs_is_weighed_with_them_until_measured() -> None:
+    m = machine(("v100-0", 1))
+    admit(m, "ann", "a", 0.0)
+    own = SwitchCosts(resume_s=2.0, migration_s=90.0)
+    m.apply(Admitted(user="ann", job_id="b", now=0.0, gpus=1, weight=1.0, job_type=None, costs=own))
+    states = {state.id: state for state in m.snapshot(0.0).jobs["ann"]}
+    operator = m.config.operator_costs
+    assert (states["ann.a"].move_s, states["ann.a"].resume_s) == (
+        operator.migration_s,
+        operator.resume_s,
+    )
+    assert (states["ann.b"].move_s, states["ann.b"].resume_s) == (90.0, 2.0)
+
+
+def test_users_new_between_ticks_join_their_pools_together_at_the_next_tick() -> None:
+    # ann's job holds a GPU through the first tick; bob and cat arrive before the next one and
+    # are started on the idle GPUs at once, on the shares of the last tick (they have none yet).
+    m = machine(("v100-0", 3))
+    started(m, only_start(admit(m, "ann", "a", 0.0).starts.turns), 0.0)
+    m.tick(0.0)
+    for user in ("bob", "cat"):
+        started(m, only_start(admit(m, user, "x", 10.0).starts.turns), 10.0)
+        assert m.users[user].credit == {}
+    m.tick(QUANTUM_S)
+    # Joined at the same tick on the same shares: at the same credit.
+    assert m.users["bob"].credit == m.users["cat"].credit != {}

@@ -73,6 +73,16 @@ def test_observations_are_exponentially_weighted() -> None:
         estimator.observe("j", "u", "ResNet", "k80", -1.0)
 
 
+def test_a_users_rates_are_what_was_measured_where_it_was_measured() -> None:
+    estimator = ThroughputEstimator(TABLE, alpha=0.5)
+    assert estimator.user_rates("u", "ResNet") == {}
+    estimator.observe("j1", "u", "ResNet", "k80", 10.0)
+    estimator.observe("j2", "u", "ResNet", "k80", 20.0)
+    # Its published profile: the user's mean rate on the one generation measured, no seed.
+    assert estimator.user_rates("u", "ResNet") == {"k80": 15.0}
+    assert estimator.user_rates("u", "A3C") == {}
+
+
 def test_user_speeds_weight_job_types_by_gpus() -> None:
     estimator = ThroughputEstimator(TABLE)
     pools = dict.fromkeys(GENS, 8)

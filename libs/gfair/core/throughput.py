@@ -104,6 +104,11 @@ class ThroughputEstimator:
             old = rates.get(generation)
             rates[generation] = rate if old is None else old + self.alpha * (rate - old)
 
+    def user_rates(self, user: str, job_type: str | None) -> dict[str, float]:
+        """The rates measured of `user`'s jobs of `job_type`, per generation measured (what a
+        profiler publishes as the user's profile of the type)."""
+        return dict(self._user_rates.get((user, job_type), {}))
+
     def observed(self, job_id: str) -> bool:
         """Whether the job has observations of its own."""
         return job_id in self._job_rates

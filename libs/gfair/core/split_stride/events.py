@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import TypeAlias
 
 from gfair.core.cluster import Server
-from gfair.core.switch_costs import MeasuredSwitches
+from gfair.core.switch_costs import MeasuredSwitches, SwitchCosts
 
 from .residency import job_key
 
@@ -68,7 +68,9 @@ class JobInput:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Admitted(JobInput):
-    """A job may run (its dependencies are met); `prepare`: it opted in to a prepared start."""
+    """A job may run (its dependencies are met); `prepare`: it opted in to a prepared start;
+    `costs`: what a resume and a move cost it until measured, when it says (a simulated trace's
+    row; None: the operator's)."""
 
     gpus: int
     weight: float
@@ -77,6 +79,7 @@ class Admitted(JobInput):
     array: str | None = None
     array_limit: int | None = None
     prepare: bool = False
+    costs: SwitchCosts | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

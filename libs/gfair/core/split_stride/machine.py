@@ -228,6 +228,7 @@ class SplitStride:
             array=event.array,
             array_limit=event.array_limit,
             prepare=event.prepare,
+            costs=event.costs,
         )
         self.jobs[key] = job
         mine[key] = None

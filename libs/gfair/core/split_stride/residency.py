@@ -94,6 +94,9 @@ class Job:
     array_limit: int | None = None
     switches: Switches | None = None
     prepare: bool = False  # it opted in to prepared starts (`Admitted.prepare`)
+    # Its own costs until measured (`Admitted.costs`; None: the operator's). Not persisted: only
+    # the simulator's jobs give their own.
+    costs: SwitchCosts | None = field(default=None, compare=False)
     # The costs last worked out for these switches, parked or not: a snapshot reads them for
     # every runnable job every quantum.
     charged: tuple[Switches, bool, SwitchCosts] | None = field(default=None, compare=False)

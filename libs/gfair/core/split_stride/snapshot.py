@@ -29,11 +29,13 @@ if TYPE_CHECKING:
     from .machine import SplitStride
 
 
-def snapshot(machine: SplitStride, now: float) -> Snapshot:
+def snapshot(machine: SplitStride, now: float, *, entitle: bool = True) -> Snapshot:
     """What the kernel decides from at `now` (module doc); users' entitlements are refreshed
-    on the way. The job states come from the machine's queues (`queues`), kept up to date."""
+    on the way unless `entitle` is False (then they are as the last refresh left them). The job
+    states come from the machine's queues (`queues`), kept up to date."""
     pool_states, pool_gpus = machine.pools
-    _entitle(machine, pool_gpus)
+    if entitle:
+        _entitle(machine, pool_gpus)
     queues: dict[str, Sequence[JobState]] = dict(machine.queues.refresh(machine, now, pool_gpus))
     if in_arrays := machine.queues.in_arrays():
         # Only the queues with array members are cut (`limit_arrays` keeps the others).
@@ -90,8 +92,11 @@ def job_state(job: Job, speeds: dict[str, float], operator: SwitchCosts) -> JobS
 
 
 def costs(job: Job, operator: SwitchCosts) -> SwitchCosts:
-    """What a resume and a move cost `job` (`MeasuredSwitches.charged`; the `operator`'s until
-    measured): its resume is in place while its process is parked on its node."""
+    """What a resume and a move cost `job` (`MeasuredSwitches.charged`; its own, else the
+    `operator`'s, until measured): its resume is in place while its process is parked on its
+    node."""
+    if job.costs is not None:
+        operator = job.costs
     switches = job.switches
     if switches is None:
         return operator

@@ -140,7 +140,11 @@ def fill(machine: SplitStride, now: float) -> Starts:
     for it until the next tick."""
     if machine.free_gpus() <= 0:
         return Starts()
-    view = snapshot(machine, now)
+    # Shares as of the last tick: they only order the waiting users here. A user new since
+    # joins its pools at the next tick, with every other newcomer of the quantum: joined one
+    # by one between ticks, a newcomer would join at the credit of an earlier one measured
+    # against that one's since-shrunk share, ever further ahead (`accounts.entitle`).
+    view = snapshot(machine, now, entitle=False)
     # The running jobs the snapshot holds: an array's beyond its limit are not in it.
     in_arrays = machine.queues.in_arrays()
     holding = [state for state in machine.queues.running() if state.user not in in_arrays]
