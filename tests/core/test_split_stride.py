@@ -76,8 +76,10 @@ def started(m: SplitStride, start: Start, at: float) -> None:
     assert reply.changed
 
 
-def suspended(m: SplitStride, stop: Stop, at: float, *, in_place: bool = False) -> None:
-    m.apply(
+def suspended(
+    m: SplitStride, stop: Stop, at: float, *, in_place: bool = False, starting: bool = False
+) -> Reply:
+    return m.apply(
         Suspended(
             user=stop.user,
             job_id=stop.job_id,
@@ -86,6 +88,7 @@ def suspended(m: SplitStride, stop: Stop, at: float, *, in_place: bool = False) 
             attempt=stop.attempt,
             in_place=in_place,
             at=at,
+            starting=starting,
         )
     )
 
@@ -259,18 +262,7 @@ def test_releases_handed_in_together_give_their_gpus_to_waiting_jobs_once() -> N
 def killed_coming_up(m: SplitStride, stop: Stop, at: float) -> Reply:
     """The node forced the job off before its first mini-batch (its import outlasted the
     slice)."""
-    return m.apply(
-        Suspended(
-            user=stop.user,
-            job_id=stop.job_id,
-            now=at,
-            node_id=stop.node_id,
-            attempt=stop.attempt,
-            in_place=False,
-            at=at,
-            starting=True,
-        )
-    )
+    return suspended(m, stop, at, starting=True)
 
 
 def slice_ends_for(m: SplitStride, job_id: str, now: float) -> Stop:

@@ -180,7 +180,10 @@ def _event(m: SplitStride, rng: random.Random, now: float, serial: int) -> Event
         )
     if stay.phase is Phase.STARTING:
         return Started(**common, attempt=stay.attempt, gpu_indices=stay.gpu_indices, at=now)
-    return Suspended(**common, attempt=stay.attempt, in_place=rng.random() < 0.5, at=now)
+    in_place = rng.random() < 0.5
+    # Forced off while it still came up: a prepared job is prepared again (`preparing`).
+    starting = not in_place and rng.random() < 0.4
+    return Suspended(**common, attempt=stay.attempt, in_place=in_place, at=now, starting=starting)
 
 
 @pytest.mark.parametrize("seed", range(6))
