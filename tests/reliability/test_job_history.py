@@ -6,6 +6,7 @@ from gfair.client.job_history import Outcomes, gpu_overlaps, most_nodes_at_once
 from gfair.events.codec import DecodedEvent
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.jobs import (
+    JobCancelled,
     JobCompleted,
     JobFailed,
     JobMigrated,
@@ -14,6 +15,7 @@ from gfair.events.jobs import (
     JobSuspended,
 )
 from gfair.events.reasons import FailureClass, MigrationReason, SuspendReason
+from gfair.events.states import JobState
 from gfair.events.submission import JobSubmitted
 
 
@@ -35,6 +37,14 @@ def test_a_gpu_taken_before_its_holder_let_go_is_an_overlap() -> None:
     overlaps, intervals = gpu_overlaps(events(started("a", "n1", 0, 1), started("b", "n1", 1)))
     assert [(o.node_id, o.gpu, o.holder, o.intruder) for o in overlaps] == [("n1", 1, "u/a", "u/b")]
     assert intervals == 3
+
+
+def test_a_job_over_for_good_frees_its_gpus_though_its_kill_reports_nothing() -> None:
+    cancelled = JobCancelled(user="u", job_id="a", previous_state=JobState.RUNNING)
+    assert gpu_overlaps(events(started("a", "n1", 0), cancelled, started("b", "n1", 0)))[0] == []
+    # Before its end, the same start is an overlap.
+    early = events(started("a", "n1", 0), started("b", "n1", 0), cancelled)
+    assert len(gpu_overlaps(early)[0]) == 1
 
 
 def test_suspends_and_migrations_free_gpus_on_their_own_node_only() -> None:

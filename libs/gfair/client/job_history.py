@@ -151,7 +151,8 @@ def gpu_overlaps(events: list[DecodedEvent]) -> tuple[list[Overlap], int]:
     """Replays who held each (node, GPU): (overlaps found, GPU intervals seen).
 
     A job holds the GPUs of a `started` or `resumed` on that node until its `suspended` or
-    `exited` there, or its `migrated` away from there, or until it starts on another node: it
+    `exited` there, or its `migrated` away from there, or its end for good (a cancel's kill reports
+    nothing), or until it starts on another node: it
     only does once its old node let go or was declared failed, and a copy the failed node still
     runs is then either killed by a fence (a kill reports nothing) or, if another job's start
     comes first, suspended by the executor (reported). Each node's executor reports its own
@@ -183,6 +184,14 @@ def gpu_overlaps(events: list[DecodedEvent]) -> tuple[list[Overlap], int]:
             job = f"{data.user}/{data.job_id}"
             node = data.from_node if isinstance(data, JobMigrated) else data.node_id
             _release(held, holding, job, node)
+        elif isinstance(data, TERMINAL):
+            # Over for good: split-stride sends its kills when it reads this, so a start it
+            # sends later, to the same GPUs, comes after each kill on its node (a kill reports
+            # nothing).
+            job = f"{data.user}/{data.job_id}"
+            for other_job, node in list(holding):
+                if other_job == job:
+                    _release(held, holding, job, node)
     return overlaps, intervals
 
 
