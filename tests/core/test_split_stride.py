@@ -23,10 +23,8 @@ from gfair.core.split_stride import (
     ServerTurn,
     SplitStride,
     Start,
-    Started,
     Stop,
     StopReason,
-    Suspended,
     replay,
 )
 from gfair.core.switch_costs import SwitchCosts
@@ -62,35 +60,14 @@ def admit(
 
 
 def started(m: SplitStride, start: Start, at: float) -> None:
-    reply = m.apply(
-        Started(
-            user=start.user,
-            job_id=start.job_id,
-            now=at,
-            node_id=start.node_id,
-            attempt=start.attempt,
-            gpu_indices=start.gpu_indices,
-            at=at,
-        )
-    )
+    reply = m.apply(start.started(at))
     assert reply.changed
 
 
 def suspended(
     m: SplitStride, stop: Stop, at: float, *, in_place: bool = False, starting: bool = False
 ) -> Reply:
-    return m.apply(
-        Suspended(
-            user=stop.user,
-            job_id=stop.job_id,
-            now=at,
-            node_id=stop.node_id,
-            attempt=stop.attempt,
-            in_place=in_place,
-            at=at,
-            starting=starting,
-        )
-    )
+    return m.apply(stop.suspended(at, in_place=in_place, starting=starting))
 
 
 def only_start(turns: tuple[ServerTurn, ...]) -> Start:

@@ -159,7 +159,7 @@ def gpu_overlaps(events: list[DecodedEvent]) -> tuple[list[Overlap], int]:
     GPUs in order, so the stream order is the order on every GPU.
     """
     held: dict[tuple[str, int], str] = {}
-    holding: dict[tuple[str, str], tuple[int, ...]] = {}
+    holding: dict[str, dict[str, tuple[int, ...]]] = {}  # job -> node -> its GPUs there
     size: dict[str, int] = {}
     overlaps: list[Overlap] = []
     intervals = 0
@@ -170,15 +170,15 @@ def gpu_overlaps(events: list[DecodedEvent]) -> tuple[list[Overlap], int]:
         elif isinstance(data, JobStarted | JobResumed):
             job = f"{data.user}/{data.job_id}"
             if len(data.gpu_indices) == size.get(job):  # whole here, not a gang's part
-                for other_job, node in list(holding):
-                    if other_job == job and node != data.node_id:
+                for node in list(holding.get(job, {})):
+                    if node != data.node_id:
                         _release(held, holding, job, node)
             for gpu in data.gpu_indices:
                 holder = held.get((data.node_id, gpu))
                 if holder is not None and holder != job:
                     overlaps.append(Overlap(data.node_id, gpu, holder, job, index))
                 held[(data.node_id, gpu)] = job
-            holding[(job, data.node_id)] = data.gpu_indices
+            holding.setdefault(job, {})[data.node_id] = data.gpu_indices
             intervals += len(data.gpu_indices)
         elif isinstance(data, JobSuspended | JobExited | JobMigrated):
             job = f"{data.user}/{data.job_id}"
@@ -189,18 +189,18 @@ def gpu_overlaps(events: list[DecodedEvent]) -> tuple[list[Overlap], int]:
             # sends later, to the same GPUs, comes after each kill on its node (a kill reports
             # nothing).
             job = f"{data.user}/{data.job_id}"
-            for other_job, node in list(holding):
-                if other_job == job:
-                    _release(held, holding, job, node)
+            for node in list(holding.get(job, {})):
+                _release(held, holding, job, node)
     return overlaps, intervals
 
 
 def _release(
     held: dict[tuple[str, int], str],
-    holding: dict[tuple[str, str], tuple[int, ...]],
+    holding: dict[str, dict[str, tuple[int, ...]]],
     job: str,
     node: str,
 ) -> None:
-    for gpu in holding.pop((job, node), ()):
+    nodes = holding.get(job, {})
+    for gpu in nodes.pop(node, ()):
         if held.get((node, gpu)) == job:
             del held[(node, gpu)]

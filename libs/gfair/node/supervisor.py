@@ -442,13 +442,10 @@ class JobSupervisor:
             exited=job.exit,
         )
 
-    def coming_up(self, job_id: str) -> float | None:
-        """Seconds since the job's process started, while it has not yet ended a mini-batch
-        nor parked (it is still coming up); None otherwise."""
+    def coming_up(self, job_id: str) -> bool:
+        """Whether the job's process has neither ended a mini-batch nor parked yet."""
         job = self._jobs.get(job_id)
-        if job is None or job.run_first_step_at is not None or job.parked is not None:
-            return None
-        return max(0.0, time.time() - job.handle.started_at)
+        return job is not None and job.run_first_step_at is None and job.parked is None
 
     async def until_parked(
         self, job_id: str, timeout_s: float

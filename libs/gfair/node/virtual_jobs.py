@@ -336,8 +336,8 @@ class VirtualSupervisor:
     ) -> float | None:
         return None  # never parked
 
-    def coming_up(self, job_id: str) -> float | None:
-        return None  # never parks: nothing to wait for
+    def coming_up(self, job_id: str) -> bool:
+        return False  # never parks: nothing to wait for
 
     async def until_parked(
         self, job_id: str, timeout_s: float

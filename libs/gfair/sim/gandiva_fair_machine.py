@@ -49,7 +49,6 @@ from gfair.core.split_stride import (
     ServersChanged,
     SplitStride,
     Start,
-    Started,
     Stop,
     StopReason,
     Suspended,
@@ -310,17 +309,7 @@ class GandivaFairMachine:
         reports = tuple(report for stop in stops if (report := _report(stop, now)) is not None)
         released = self.machine.apply(Releases(reports)) if reports else None
         for start in starts:
-            self.machine.apply(
-                Started(
-                    user=start.user,
-                    job_id=start.job_id,
-                    now=now,
-                    node_id=start.node_id,
-                    attempt=start.attempt,
-                    gpu_indices=start.gpu_indices,
-                    at=now,
-                )
-            )
+            self.machine.apply(start.started(now))
             if between_ticks:
                 self._filled[self._ids[start.key]] = start.servers
         if released is not None:
@@ -344,12 +333,4 @@ def _report(stop: Stop, now: float) -> Suspended | Migrated | None:
         return None
     if stop.reason is StopReason.MIGRATION:
         return Migrated(user=stop.user, job_id=stop.job_id, now=now, node_id=stop.node_id, at=now)
-    return Suspended(
-        user=stop.user,
-        job_id=stop.job_id,
-        now=now,
-        node_id=stop.node_id,
-        attempt=stop.attempt,
-        in_place=False,
-        at=now,
-    )
+    return stop.suspended(now)

@@ -264,7 +264,7 @@ class RunControl:
         # Stopped before its first mini-batch, it was still coming up (imports, loading its
         # checkpoint): the scheduler may start it next without GPUs first (a prepared start),
         # so that a start-up longer than a slice does not begin anew at every slice.
-        run.stopped_starting = supervisor.coming_up(run.job.job_id) is not None
+        run.stopped_starting = supervisor.coming_up(run.job.job_id)
         if grace_s is None:
             result = await supervisor.suspend(
                 run.job.job_id, self._settings.suspend_timeout_s, park=park

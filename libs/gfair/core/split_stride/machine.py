@@ -439,9 +439,7 @@ class SplitStride:
         node let go)."""
         if job.exited:
             return False
-        if job.runnable_at is not None and job.runnable_at > now:
-            return False
-        if job.coming_up_until is not None and job.coming_up_until > now:
+        if (until := job.waits_until) is not None and until > now:
             return False
         return all(node in job.servers for node in job.stays)
 

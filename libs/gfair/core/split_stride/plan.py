@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from .events import Started, Suspended
 from .residency import Phase, job_key
 
 
@@ -42,6 +43,18 @@ class Start:
     def key(self) -> str:
         return job_key(self.user, self.job_id)
 
+    def started(self, at: float) -> Started:
+        """Its node's report that it ran this start at `at` (heard of then)."""
+        return Started(
+            user=self.user,
+            job_id=self.job_id,
+            now=at,
+            node_id=self.node_id,
+            attempt=self.attempt,
+            gpu_indices=self.gpu_indices,
+            at=at,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Stop:
@@ -54,6 +67,19 @@ class Stop:
     @property
     def kill(self) -> bool:
         return not isinstance(self.reason, StopReason)
+
+    def suspended(self, at: float, *, in_place: bool = False, starting: bool = False) -> Suspended:
+        """Its node's report that it suspended the job at `at` (heard of then)."""
+        return Suspended(
+            user=self.user,
+            job_id=self.job_id,
+            now=at,
+            node_id=self.node_id,
+            attempt=self.attempt,
+            in_place=in_place,
+            at=at,
+            starting=starting,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,7 +108,7 @@ class Queues:
                 self._in_arrays.get(old.user, set()).discard(key)
                 self._running.pop(key, None)
             job = jobs.get(key)
-            if job is None or (job.runnable_at is None and job.coming_up_until is None):
+            if job is None or job.waits_until is None:
                 self._delayed.discard(key)
             else:
                 self._delayed.add(key)

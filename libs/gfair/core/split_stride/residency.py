@@ -118,6 +118,12 @@ class Job:
         return job_key(self.user, self.job_id)
 
     @property
+    def waits_until(self) -> float | None:
+        """Until when it may not run: a retry's delay, or a wait for its prepared process."""
+        times = [t for t in (self.runnable_at, self.coming_up_until) if t is not None]
+        return max(times) if times else None
+
+    @property
     def member(self) -> arrays.ArrayMember | None:
         if self.array is None:
             return None
