@@ -159,6 +159,8 @@ class Result:
     jobs: int
     tick_to_applied_s: list[float]
     tick_to_sent_s: list[float]
+    # Each command of the measured quanta, from sent to applied by its node.
+    sent_to_applied_s: list[float]
     decision_s: list[float]
     commands_per_quantum: list[int]
     unapplied: int
@@ -363,6 +365,7 @@ async def measure(servers: int, plan: Plan) -> Result:
     ticks = recorder.ticks
     latencies: list[float] = []
     sending: list[float] = []
+    applying: list[float] = []
     deciding: list[float] = []
     per_quantum: list[int] = []
     unapplied = 0
@@ -376,6 +379,11 @@ async def measure(servers: int, plan: Plan) -> Result:
             sending.append((max(recorder.commands[c] for c in sent) - begin).total_seconds())
         if done:
             latencies.append((max(done) - begin).total_seconds())
+        applying += [
+            (recorder.applied[c] - recorder.commands[c]).total_seconds()
+            for c in sent
+            if c in recorder.applied
+        ]
         # The export after the tick and before the next holds this quantum's decision.
         deciding += [seconds for at, seconds in decisions if begin <= at < end][:1]
     timings["total"] = time.monotonic() - began
@@ -385,6 +393,7 @@ async def measure(servers: int, plan: Plan) -> Result:
         jobs=len(jobs),
         tick_to_applied_s=latencies,
         tick_to_sent_s=sending,
+        sent_to_applied_s=applying,
         decision_s=deciding,
         commands_per_quantum=per_quantum,
         unapplied=unapplied,
@@ -436,6 +445,13 @@ def _ms(values: list[float], how: str) -> str:
     return f"{value * 1000:,.0f} ms"
 
 
+def _quantile_ms(values: list[float], q: float) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000:,.0f} ms"
+
+
 def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
@@ -452,6 +468,9 @@ def report(results: list[Result], plan: Plan, out: TextIO = sys.stdout) -> None:
          [_ms(r.tick_to_applied_s, "max") for r in results]),
         ("of which tick to last command sent, median",
          [_ms(r.tick_to_sent_s, "median") for r in results]),
+        ("a command, sent to applied by its node: median / p99",
+         [f"{_quantile_ms(r.sent_to_applied_s, 0.5)} / {_quantile_ms(r.sent_to_applied_s, 0.99)}"
+          for r in results]),
         ("of which the decision (kernel), median",
          [_ms(r.decision_s, "median") for r in results]),
         ("commands per quantum (mean)",

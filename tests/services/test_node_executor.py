@@ -58,6 +58,7 @@ from gfair.sdk.environment import ENV_CONTROL_DIR
 from gfair.state.buckets import JOBS
 from gfair.state.job_record import JobRecord, save_job
 from gfair_services.node_executor import CANNOT_START_EXIT_CODE, NodeExecutor, Settings
+from gfair_services.node_executor.executor import COMMANDS_IN_FLIGHT
 from gfair_services.topology import cluster_topology
 from node.helpers import JOB_PYTHON, reachable_tmp, sdk_on_pythonpath
 
@@ -66,7 +67,8 @@ from node.helpers import JOB_PYTHON, reachable_tmp, sdk_on_pythonpath
 tmp_path = pytest.fixture(name="tmp_path")(reachable_tmp)
 sdk_for_jobs = pytest.fixture(autouse=True)(sdk_on_pythonpath)
 
-FAST = RunnerSettings(batch=1, fetch_timeout_s=0.02, error_pause_s=0.02)
+# Commands in flight as the executor's own runtime has them (`COMMANDS_IN_FLIGHT`).
+FAST = RunnerSettings(batch=COMMANDS_IN_FLIGHT, fetch_timeout_s=0.02, error_pause_s=0.02)
 NODE = "n1"
 SYNTHETIC = (JOB_PYTHON, "-m", "gfair.sdk.synthetic", "--job-type", "ResNet-50 (batch size 32)")
 # A process that ignores yield requests: it only stops when signalled.
@@ -281,6 +283,27 @@ async def test_a_repeated_start_is_a_no_op(node: Node, tmp_path: Path) -> None:
     await settle(node)
     assert len(await node.events(JobStarted)) == 1
     assert len(node.executor.running()) == 1
+
+
+async def test_commands_on_other_gpus_run_beside_a_slow_suspend_and_a_start_waits_for_its_gpus(
+    node: Node, tmp_path: Path
+) -> None:
+    # A job that ignores its yield holds its GPU until the grace runs out and it is killed.
+    await node.send(start_command(tmp_path, "stubborn", SLEEPER, (0,)))
+    await node.wait_for(JobStarted)
+    await node.send(
+        SuspendCommand(node_id=NODE, user="alice", job_id="stubborn", attempt=1, yield_grace_s=2)
+    )
+    await node.send(start_command(tmp_path, "beside", SLEEPER, (1,)))  # another GPU
+    await node.send(start_command(tmp_path, "after", SLEEPER, (0,)))  # the stubborn one's GPU
+    await node.wait_for(JobStarted, job_id="after", timeout_s=30.0)
+    order = [
+        (type(event).__name__, getattr(event, "job_id", ""))
+        for event in await node.events(JobStarted, JobSuspended)
+    ]
+    assert order.index(("JobStarted", "beside")) < order.index(("JobSuspended", "stubborn"))
+    assert order.index(("JobSuspended", "stubborn")) < order.index(("JobStarted", "after"))
+    assert {run.job.job_id for run in node.executor.running()} == {"beside", "after"}
 
 
 async def test_program_that_cannot_start_is_reported_as_exited(node: Node, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
-from gfair.core.split_stride import Phase
+from gfair.core.split_stride import Exited, Phase, Recording, Releases
 from gfair.events.commands import KillCommand, PrepareCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.jobs import (
@@ -864,3 +864,28 @@ async def test_a_one_key_record_is_stored_per_job_and_read_back_after_a_restart(
     async with split_stride(bus, settings) as state:
         assert comparable(state, held) == held.model_dump()
         assert set(state.machine.jobs) == set(old.jobs)
+
+
+async def test_a_batch_of_reports_that_let_go_is_handed_in_together_with_one_fill(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    recording = Recording()
+    state = SplitStrideService(settings, journal=recording)
+    async with ServiceRuntime(state.service(), bus, settings=FAST):
+        await register(probe, state, ("v100-0", 4))
+        for n in range(4):
+            await admit(probe, state, "alice", f"a{n}")
+        first = await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 4)
+        for command in first:
+            await started(probe, command)
+        for n in range(4):
+            await admit(probe, state, "bob", f"b{n}")  # no GPU idle: they wait
+        # The four processes end together: their node's reports come in one batch.
+        await asyncio.gather(*(probe.publish(completed_on("v100-0", f"a{n}")) for n in range(4)))
+        later = await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 8)
+    assert sorted(c.job_id for c in later[4:]) == ["b0", "b1", "b2", "b3"]
+    assert not any(isinstance(given, Exited) for given in recording.inputs)
+    handed = [given for given in recording.inputs if isinstance(given, Releases)]
+    assert sorted(r.job_id for given in handed for r in given.reports) == ["a0", "a1", "a2", "a3"]
+    # One fill for the batch: its reply starts all four waiting jobs.
+    assert len(handed) == 1 and len(handed[0].reports) == 4

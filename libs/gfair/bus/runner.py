@@ -5,7 +5,8 @@ the route's `settle` hook, then all their outputs published in order and awaited
 the inputs acknowledged at once. Per event that saves a round trip for each output and a write
 for each acknowledgement, and lets a service store its state once per batch. A batch is
 settled early when it has been held for a quarter of the ack wait, so nothing is redelivered
-while it waits.
+while it waits. A route with lanes (`Route.lanes`) is handled concurrently instead, each delivery
+after the earlier ones it shares a lane with, and settled alone (`_Lanes`).
 
 Every delivery ends in exactly one of four ways:
 - handled: the outputs are stored, then the input is acked (a crash in between republishes the
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -191,6 +192,12 @@ class HandlerRunner:
     async def run(self, stopping: asyncio.Event) -> None:
         """Fetch and handle until `stopping` is set; the deliveries handled are always settled."""
         consumer = await self._bus.consume(self._route.consumer)
+        if self._route.lanes is not None:
+            try:
+                await _Lanes(self, consumer).run(stopping)
+            finally:
+                await consumer.close()
+            return
         # Held this long, a batch is settled before the server would think it lost.
         hold_s = self._route.consumer.ack_wait_s / 4
         try:
@@ -210,9 +217,11 @@ class HandlerRunner:
         finally:
             await consumer.close()
 
-    async def _fetch(self, consumer: PullConsumer) -> list[Delivery]:
+    async def _fetch(self, consumer: PullConsumer, most: int | None = None) -> list[Delivery]:
         try:
-            return await consumer.fetch(self._settings.batch, self._settings.fetch_timeout_s)
+            return await consumer.fetch(
+                most or self._settings.batch, self._settings.fetch_timeout_s
+            )
         except BusError:
             raise
         except Exception as exc:
@@ -509,6 +518,94 @@ class HandlerRunner:
         )
         await delivery.ack()
         return Outcome.DEAD_LETTERED
+
+
+class _Lanes:
+    """A route's deliveries in lanes: each is handled once the earlier ones sharing a lane with
+    it are done, beside the others, and settled on its own, while the next are fetched (at most
+    `batch` in flight). A delivery whose lanes are None, or which does not decode, is a barrier:
+    it waits for every earlier one and every later one waits for it.
+
+    A node's commands so run at once where they touch other jobs and other GPUs: a quantum's
+    suspends on one server together, then each start once the suspends of its GPUs are done,
+    instead of one after another, each waiting on round trips to the broker."""
+
+    def __init__(self, runner: HandlerRunner, consumer: PullConsumer) -> None:
+        self._runner = runner
+        self._consumer = consumer
+        self._tails: dict[Hashable, asyncio.Task[None]] = {}
+        self._barrier: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
+        self._failure: BaseException | None = None
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        runner = self._runner
+        try:
+            while not stopping.is_set():
+                if self._failure is not None:
+                    raise self._failure
+                room = runner._settings.batch - len(self._running)
+                if room <= 0:
+                    await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                for delivery in await runner._fetch(self._consumer, room):
+                    self._dispatch(delivery, stopping)
+                self._tails = {k: t for k, t in self._tails.items() if not t.done()}
+        finally:
+            if self._running:
+                await asyncio.gather(*self._running, return_exceptions=True)
+
+    def _dispatch(self, delivery: Delivery, stopping: asyncio.Event) -> None:
+        decoded = self._runner._decode(delivery)
+        lanes = None
+        if decoded is not None and self._runner._route.lanes is not None:
+            try:
+                lanes = self._runner._route.lanes(*decoded)
+            except Exception as exc:
+                self._runner._log.error("lanes failed; handled alone", error=repr(exc))
+        if lanes is None:
+            after = set(self._running)
+        else:
+            after = {self._tails[k] for k in lanes if k in self._tails}
+            if self._barrier is not None:
+                after.add(self._barrier)
+        waits = [t for t in after if not t.done()]
+        task = asyncio.get_running_loop().create_task(
+            self._handle(delivery, decoded, waits, stopping)
+        )
+        if lanes is None:
+            self._barrier = task
+        else:
+            self._tails.update(dict.fromkeys(lanes, task))
+        self._running.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if not task.cancelled() and task.exception() is not None and self._failure is None:
+            self._failure = task.exception()
+
+    async def _handle(
+        self,
+        delivery: Delivery,
+        decoded: _Decoded | None,
+        waits: list[asyncio.Task[None]],
+        stopping: asyncio.Event,
+    ) -> None:
+        runner = self._runner
+        if waits:
+            # Its turn may be a while coming (a suspend waits out a job's yield).
+            keep_alive = _KeepAlive(delivery, runner._route.consumer.ack_wait_s / 2)
+            try:
+                await asyncio.wait(waits)
+            finally:
+                keep_alive.cancel()
+        if stopping.is_set():
+            await runner._hand_back([delivery])
+            return
+        batch = _Batch()
+        await runner.handle(delivery, batch, decoded)
+        await runner._settle(batch)
 
 
 def _envelope_of(delivery: Delivery) -> Envelope:

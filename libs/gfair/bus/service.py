@@ -20,6 +20,11 @@ The runtime handles the events of one fetch in order, then settles them together
 published in order without waiting for each store acknowledgement in turn, then the inputs
 acknowledged at once. A service that keeps its state in a bucket can so write it once per batch
 instead of once per event.
+
+A route with `lanes` is handled concurrently instead: each delivery names its lanes (a job,
+the GPUs it touches), waits for the earlier deliveries sharing one with it, runs beside the
+others, and is settled (its outputs published, then acknowledged) on its own as soon as it is
+handled, while the runtime fetches what comes next.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -88,6 +93,9 @@ TimerCallback = Callable[[], Awaitable[Sequence[Emit]]]
 SettleHook = Callable[[], Awaitable[None]]
 # Sees the valid events of a batch before their handlers do, to fetch what they will read.
 PrepareHook = Callable[[Sequence[tuple[Envelope, Any]]], Awaitable[None]]
+# The lanes of an event (`Route.lanes`); None: it runs alone, after every earlier delivery and
+# before every later one.
+LanesHook = Callable[[Envelope, Any], Collection[Hashable] | None]
 StartupHook = Callable[["ServiceRuntime"], Awaitable[None]]
 H = TypeVar("H", bound=EventHandler)
 T = TypeVar("T", bound=TimerCallback)
@@ -129,6 +137,11 @@ class Route:
     # handler runs: the place to read in one go what the handlers would read one by one. An
     # optimisation only: if it fails the handlers run all the same.
     prepare: PrepareHook | None = None
+    # Handled concurrently, each delivery after the earlier ones that share a lane with it and
+    # settled alone (see the module doc); called in delivery order, before its handler runs.
+    # Not with `settle` or `prepare` (there is no batch) nor with more than one worker (the
+    # lanes are one process's).
+    lanes: LanesHook | None = None
 
     @property
     def accepted_types(self) -> frozenset[str]:
@@ -211,6 +224,7 @@ class Service:
         ack_wait_s: float | None = None,
         settle: SettleHook | None = None,
         prepare: PrepareHook | None = None,
+        lanes: LanesHook | None = None,
     ) -> Route:
         """Route a consumer's events to `handler`.
 
@@ -220,10 +234,13 @@ class Service:
         consumer's ack wait (how soon a crashed process's unacknowledged events go to another
         one), whether the consumer is derived or given. `on_invalid` answers refused inputs
         (see `Route.on_invalid`); `settle` completes a batch's deferred writes (`Route.settle`)
-        and `prepare` reads ahead for it (`Route.prepare`).
+        and `prepare` reads ahead for it (`Route.prepare`); `lanes` handles the consumer's
+        events concurrently where they do not touch the same things (`Route.lanes`).
         """
         if workers < 1:
             raise ValueError("workers must be >= 1")
+        if lanes is not None and (settle is not None or prepare is not None or workers > 1):
+            raise ValueError("a route with lanes has no batch to settle or prepare, one worker")
         name = name or handler.__name__
         models = tuple(accepts) if accepts is not None else accepted_models(handler)
         if consumer is None:
@@ -244,6 +261,7 @@ class Service:
             on_invalid=on_invalid,
             settle=settle,
             prepare=prepare,
+            lanes=lanes,
         )
         if any(
             r.consumer.durable == consumer.durable and r.consumer.stream == consumer.stream

@@ -1,14 +1,18 @@
-"""Where the executor's events go: one publish at a time, under stable ids where possible.
+"""Where the executor's events go: a job's one at a time, under stable ids where possible.
 
-Commands and the report relay publish through the same lock, which is what orders a run's
-events (see `executor`). An event caused by a command gets an id derived from the command's,
-and one with a `key` (an exit, a checkpoint, a drain) an id derived from the key, so doing it
-again publishes nothing new: JetStream drops the repeated id.
+Commands and the report relay publish a job's events through that job's lock, which is what
+orders a run's events (see `executor`); other jobs' events go out beside them (their order
+with each other, where it matters, comes from the order the commands run in: `executor`). An
+event caused by a command gets an id derived from the command's, and one with a `key` (an
+exit, a checkpoint, a drain) an id derived from the key, so doing it again publishes nothing
+new: JetStream drops the repeated id.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from opentelemetry import context as otel_context
 
@@ -16,6 +20,7 @@ from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.events.envelope import Envelope, EventData
+from gfair.events.fields import JobRef
 from gfair.events.reasons import MigrationReason, SuspendReason
 from gfair_services.node_executor.local_job import LocalJob
 
@@ -31,11 +36,34 @@ def count_migration(node_id: str, reason: MigrationReason) -> None:
 
 class EventSink:
     def __init__(self) -> None:
-        self.lock = asyncio.Lock()
+        # A lock per job with its holders and waiters counted, let go when nobody needs it.
+        self._locks: dict[JobRef | None, tuple[asyncio.Lock, int]] = {}
+        self._sending = 0
         self._runtime: ServiceRuntime | None = None
 
     def bind(self, runtime: ServiceRuntime) -> None:
         self._runtime = runtime
+
+    @property
+    def busy(self) -> bool:
+        """Whether an event is on its way to the broker now."""
+        return self._sending > 0
+
+    @asynccontextmanager
+    async def holding(self, job: JobRef | None) -> AsyncIterator[None]:
+        """The job's events held back (None: the node's own) while the caller changes its run
+        and `send`s what it announces."""
+        lock, users = self._locks.get(job) or (asyncio.Lock(), 0)
+        self._locks[job] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[job]
+            if users == 1:
+                del self._locks[job]
+            else:
+                self._locks[job] = (lock, users - 1)
 
     async def publish(
         self,
@@ -45,7 +73,9 @@ class EventSink:
         key: str | None = None,
         correlation_id: str | None = None,
     ) -> None:
-        async with self.lock:
+        user, job_id = getattr(data, "user", None), getattr(data, "job_id", None)
+        job = JobRef(user=user, job_id=job_id) if user and job_id else None
+        async with self.holding(job):
             await self.send(data, cause=cause, key=key, correlation_id=correlation_id)
 
     async def publish_for(
@@ -69,7 +99,7 @@ class EventSink:
         key: str | None = None,
         correlation_id: str | None = None,
     ) -> None:
-        """Publish now; the caller holds `lock`."""
+        """Publish now; the caller holds the job's lock (`holding`)."""
         if self._runtime is None:
             raise RuntimeError("the node executor has not started")
         subject = data.subject()
@@ -78,6 +108,10 @@ class EventSink:
         event_id = derived_event_id(origin, 0, data.EVENT_TYPE, subject) if origin else None
         if cause is not None:
             correlation_id = cause.correlation_id or cause.id
-        await self._runtime.publisher.publish(
-            data, event_id=event_id, causation=cause, correlation_id=correlation_id
-        )
+        self._sending += 1
+        try:
+            await self._runtime.publisher.publish(
+                data, event_id=event_id, causation=cause, correlation_id=correlation_id
+            )
+        finally:
+            self._sending -= 1

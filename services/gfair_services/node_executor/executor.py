@@ -1,8 +1,9 @@
 """The node executor: one per GPU server, a thin shell over `gfair.node` and the bus.
 
 It registers the server's GPUs, heartbeats, samples telemetry, and carries out the commands
-on `gfair.cmd.<node_id>.*` with one worker, in order, so that a suspend has finished (its
-checkpoint written, its GPUs free) before the next start on the same GPUs (`job_commands`).
+on `gfair.cmd.<node_id>.*` concurrently where they touch other jobs and other GPUs, and in
+order where they do, so that a suspend has finished (its checkpoint written, its GPUs free,
+its report published) before the next start on the same GPUs (`JobCommands.lanes`).
 Job processes are run by one `JobSupervisor` per user (`user_supervisors`), or, on a virtual
 node, virtual jobs without processes (`gfair.node.job_host`, `virtual_nodes`); what they report
 is relayed as job events (`report_relay`).
@@ -67,6 +68,8 @@ from gfair_services.node_executor.user_supervisors import UserSupervisors
 from gfair_services.topology import cluster_topology
 
 SERVICE_NAME = "node-executor"
+# Commands carried out at once at most (the runner's batch): a quantum's switches on a server.
+COMMANDS_IN_FLIGHT = 32
 
 _log = structlog.get_logger("gfair.services.node_executor")
 _tracer = trace.get_tracer("gfair.services.node_executor")
@@ -127,11 +130,12 @@ class NodeExecutor:
             stream=stream_for_subject(pattern).name,
             durable=f"node-executor-{self.node_id}",
             filter_subjects=(pattern,),
-            description=f"commands for node {self.node_id}, handled one at a time in order",
+            description=f"commands for node {self.node_id}, in order per job and GPU",
         )
         service.on_start(self.start)
-        # One worker: commands must take effect in the order the scheduler sent them.
-        service.add_handler(self.on_command, consumer, name="command", workers=1)
+        # In lanes: a job's commands, and those on the same GPUs, take effect in the order
+        # the scheduler sent them.
+        service.add_handler(self.on_command, consumer, name="command", lanes=self._commands.lanes)
         service.add_timer(self.settings.heartbeat_s, self.heartbeat, name="heartbeat")
         service.add_timer(self.settings.telemetry_s, self.telemetry, name="telemetry")
         return service
@@ -373,4 +377,4 @@ class NodeExecutor:
         return self._gpus.sample(busy), self._gpus.poll_xid_errors()
 
 
-__all__ = ["SERVICE_NAME", "NodeExecutor"]
+__all__ = ["COMMANDS_IN_FLIGHT", "SERVICE_NAME", "NodeExecutor"]

@@ -19,6 +19,8 @@
 - suspend / migrate: checkpoint and stop, then report `suspended` / `migrated`.
 - kill: stop without a checkpoint; nothing is reported (whoever asked decided what follows).
 
+Commands run concurrently where they touch neither the same job nor the same GPUs (`lanes`):
+the suspends of a quantum together, then each start once the suspends of its GPUs are done.
 A command about an attempt older than the run here is ignored. Commands for jobs not running
 here change nothing, except a resume of a job never started here and starts that cannot be
 carried out (GPUs this node lacks, a mix of generations, a checkpoint directory outside this
@@ -27,7 +29,7 @@ node's root), which are dead-lettered with the reason: they are scheduler or con
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -95,8 +97,34 @@ class JobCommands:
         # and when it was issued. One older than `command_max_age_s` can only overtake starts
         # older still, which `_stale` drops anyway: `_forget_old_stops` lets those go.
         self._stopped: dict[JobRef, tuple[int, datetime]] = {}
+        # The GPUs of each start not yet carried out, by job: a stop sent after it frees them.
+        self._claims: dict[JobRef, tuple[int, ...]] = {}
+
+    def lanes(self, envelope: Envelope, command: Command) -> list[Hashable]:
+        """What the command waits for (`gfair.bus.service.Route.lanes`): the earlier commands
+        of its job, and of the GPUs it takes or frees (the job's run here, a start of it not
+        yet carried out, the start's own). So a start waits for the suspend of whatever held
+        its GPUs, and runs beside the suspends and starts of other GPUs."""
+        gpus = set(self._claims.get(command.job, ()))
+        run = self._runs.get(command.job)
+        if run is not None:
+            gpus.update(run.gpu_indices)
+        if isinstance(command, StartCommand | ResumeCommand):
+            gpus.update(command.gpu_indices)
+            self._claims[command.job] = tuple(command.gpu_indices)
+        return [command.job, *(("gpu", index) for index in sorted(gpus))]
 
     async def handle(self, envelope: Envelope, command: Command) -> None:
+        try:
+            with self._control.commanding(command.job):
+                await self._handle(envelope, command)
+        finally:
+            if isinstance(command, StartCommand | ResumeCommand) and self._claims.get(
+                command.job
+            ) == tuple(command.gpu_indices):
+                del self._claims[command.job]
+
+    async def _handle(self, envelope: Envelope, command: Command) -> None:
         if isinstance(command, StartCommand | ResumeCommand | PrepareCommand):
             if self._stale(envelope) or self._overtaken(envelope, command):
                 return
@@ -320,7 +348,7 @@ class JobCommands:
             if result.parked:
                 # After the report: reading the parked processes' memory takes a round trip
                 # to each tenant's supervisor, and the scheduler waits for the GPUs.
-                await self._control.within_parked_memory()
+                await self._control.within_parked_memory(run.job)
 
     async def _migrate(self, envelope: Envelope, command: MigrateCommand) -> None:
         run = self._current(command)

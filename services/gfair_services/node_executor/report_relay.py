@@ -63,11 +63,11 @@ class ReportRelay:
         if run is None or not run.running or report.rate_per_s is None:
             return  # no rate yet (two reports make one), or a run already over
         now = time.monotonic()
-        behind = time.time() - report.time > PROGRESS_LATE_S or self._sink.lock.locked()
+        behind = time.time() - report.time > PROGRESS_LATE_S or self._sink.busy
         if behind and not _overdue(run, now):
-            # Each publish waits for the broker's acknowledgement and a node's events go out
-            # one at a time: reports queued behind each other (here, or for the lock) would
-            # hold up the checkpoints, exits and commands' events behind them by seconds
+            # Each publish waits for the broker's acknowledgement and the relay's reports go
+            # out one at a time: reports queued behind each other would hold up the
+            # checkpoints, exits and commands' events behind them by seconds
             # (eight jobs a node reporting every second, at a hundred servers). A report only
             # supersedes the last one: one that comes late, or while the node is busy
             # publishing, is let go, and a later one carries its steps.

@@ -1,8 +1,8 @@
 """Launching and stopping runs of jobs on this node's GPUs, through the user's supervisor.
 
 Each operation returns once its effect is complete *and reported*: a launch once the run's
-`started`/`resumed` is published (under the sink's lock, so no report of the run can precede
-it), a stop once the report relay has handled the run's exit (so its last checkpoint is
+`started`/`resumed` is published (holding the job's events in the sink, so no report of the run
+can precede it), a stop once the report relay has handled the run's exit (so its last checkpoint is
 published before whatever the caller announces next).
 """
 
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio.to_thread
@@ -21,7 +23,7 @@ from opentelemetry import trace
 from gfair.events import jobs as events
 from gfair.events.commands import PrepareCommand, StartCommand
 from gfair.events.envelope import Envelope
-from gfair.events.fields import MAX_STDERR_TAIL_CHARS
+from gfair.events.fields import MAX_STDERR_TAIL_CHARS, JobRef
 from gfair.events.reasons import SuspendReason
 from gfair.node import lifecycle
 from gfair.node.gpu import GpuInfo
@@ -60,6 +62,19 @@ class RunControl:
         self._supervisors = supervisors
         self._host = host
         self.launches = LaunchBook(settings.work_dir / "launches")
+        # Jobs a command is being carried out for now (commands run concurrently: `JobCommands`).
+        self._commanded: Counter[JobRef] = Counter()
+
+    @contextmanager
+    def commanding(self, job: JobRef) -> Iterator[None]:
+        """While a command of `job` runs: the parked-memory check leaves its run alone."""
+        self._commanded[job] += 1
+        try:
+            yield
+        finally:
+            self._commanded[job] -= 1
+            if not self._commanded[job]:
+                del self._commanded[job]
 
     async def launch(self, cause: Envelope, command: StartCommand, generation: str) -> None:
         """Start the run, from the job's newest checkpoint when it has one."""
@@ -81,7 +96,7 @@ class RunControl:
         self.launches.save(command)
         supervisor = await self._supervisors.get(command.user)
         began = time.monotonic()
-        async with self._sink.lock:
+        async with self._sink.holding(command.job):
             try:
                 handle = await supervisor.start(launch)
             except (JobStartError, OSError) as exc:
@@ -151,7 +166,7 @@ class RunControl:
             prepared_gpus=command.gpus,
         )
         supervisor = await self._supervisors.get(command.user)
-        async with self._sink.lock:
+        async with self._sink.holding(command.job):
             try:
                 handle = await supervisor.start(launch)
             except (JobStartError, OSError) as exc:
@@ -203,7 +218,7 @@ class RunControl:
         supervisor = await self._supervisors.get(run.job.user)
         began = time.monotonic()
         outcome = await supervisor.until_parked(run.job.job_id, self._settings.prepare_timeout_s)
-        async with self._sink.lock:
+        async with self._sink.holding(run.job):
             if run.status is not RunStatus.PREPARING or run.stop is not None:
                 return  # stopped meanwhile, or it ended on its own (the relay reports that)
             if outcome == "parked":
@@ -287,7 +302,7 @@ class RunControl:
         GPUs any); False when it cannot (the caller stops it and starts anew from its
         checkpoint)."""
         supervisor = await self._supervisors.get(run.job.user)
-        async with self._sink.lock:
+        async with self._sink.holding(run.job):
             took = await supervisor.resume_in_place(
                 run.job.job_id,
                 self._settings.resume_timeout_s,
@@ -321,8 +336,9 @@ class RunControl:
         _log.info("job resumed in place", job=str(run.job), took_s=round(took, 3))
         return True
 
-    async def within_parked_memory(self) -> None:
-        """Over the node's budget for parked jobs, the longest-parked ones checkpoint and exit."""
+    async def within_parked_memory(self, parked_by: JobRef | None = None) -> None:
+        """Over the node's budget for parked jobs, the longest-parked ones checkpoint and exit;
+        not those a command is carried out for now, but for `parked_by`'s own (it calls)."""
         budget = self._settings.parked_memory_bytes
         parked: list[tuple[float, int, LocalJob]] = []
         runs = self._runs.parked()
@@ -338,6 +354,8 @@ class RunControl:
         for _, rss, run in sorted(parked, key=lambda p: p[0]):
             if held <= budget:
                 break
+            if run.job in self._commanded and run.job != parked_by:
+                continue  # a command of its own is resuming or stopping it now
             _log.info("parked jobs over their memory budget: checkpointing", job=str(run.job))
             await self.yield_run(run, run.stop_event_id)
             held -= rss

@@ -14,7 +14,11 @@ from gfair.bus.runner import RunnerSettings
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.serve import BusSettings
 from gfair.bus.service import Service
-from gfair_services.node_executor.executor import SERVICE_NAME, NodeExecutor
+from gfair_services.node_executor.executor import (
+    COMMANDS_IN_FLIGHT,
+    SERVICE_NAME,
+    NodeExecutor,
+)
 from gfair_services.node_executor.output_shipper import OutputShipper
 from gfair_services.node_executor.settings import NodeExecutorSettings
 from gfair_services.node_executor.virtual_nodes import serve_virtual
@@ -47,7 +51,9 @@ async def serve(
                 executor.service,
                 bus,
                 tracer=observability.tracer,
-                settings=RunnerSettings(batch=1, fetch_timeout_s=bus_settings.fetch_timeout_s),
+                settings=RunnerSettings(
+                    batch=COMMANDS_IN_FLIGHT, fetch_timeout_s=bus_settings.fetch_timeout_s
+                ),
             )
             shipper = OutputShipper(
                 bus,

@@ -26,7 +26,11 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.serve import BusSettings
 from gfair.core.cluster import Server, parse_cluster_spec
 from gfair.node.virtual_jobs import VirtualHost
-from gfair_services.node_executor.executor import SERVICE_NAME, NodeExecutor
+from gfair_services.node_executor.executor import (
+    COMMANDS_IN_FLIGHT,
+    SERVICE_NAME,
+    NodeExecutor,
+)
 from gfair_services.node_executor.settings import NodeExecutorSettings
 
 _log = structlog.get_logger("gfair.services.node_executor")
@@ -73,7 +77,9 @@ async def serve_virtual(
         bus = await NatsBus.connect(bus_settings.nats_options(name=f"{SERVICE_NAME}-virtual"))
         started: list[ServiceRuntime] = []
         try:
-            runner = RunnerSettings(batch=1, fetch_timeout_s=bus_settings.fetch_timeout_s)
+            runner = RunnerSettings(
+                batch=COMMANDS_IN_FLIGHT, fetch_timeout_s=bus_settings.fetch_timeout_s
+            )
             for executor in executors:
                 runtime = ServiceRuntime(
                     executor.service, bus, tracer=observability.tracer, settings=runner

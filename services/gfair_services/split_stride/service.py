@@ -34,6 +34,12 @@ the whole batch, before the runtime acknowledges the inputs: the jobs and server
 changed, and the cluster-wide key. If sending or writing fails, the machine is reloaded from
 the record and the batch redelivered: it is handled again from what was stored. The job
 records a batch of placements needs are read together, before its handlers run (`prefetch`).
+
+The nodes' reports that processes let go (suspended, migrated, exited) are handed to the
+machine together (`Releases`: one fill of the GPUs they leave idle instead of one per report):
+a batch's run of them is held until another event of the batch, its settling or a tick comes,
+and then applied in the order received. A quantum's suspends, hundreds at once on a large
+cluster, so cost one fill per batch.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ from gfair.core.split_stride import (
     Placement,
     Prepare,
     QuantumPlan,
+    Releases,
     Reply,
     Retried,
     ServersChanged,
@@ -195,6 +202,8 @@ class SplitStrideService:
         self._batch_began: dict[str, int] = {}
         # Job records read ahead for the placements of the batch in hand (None: no record).
         self._prefetched: dict[str, StoredJob | None] = {}
+        # Reports of processes let go, not yet handed in (`_release_held`), with their events.
+        self._held: list[tuple[Envelope, Suspended | Migrated | Exited]] = []
 
     def service(self) -> Service:
         ack_wait_s = self.settings.ack_wait_s
@@ -267,6 +276,7 @@ class SplitStrideService:
         self.inventory = record.inventory(saved)
         self._epoch = saved.epoch
         self._applied = deque(saved.applied_event_ids, maxlen=MAX_APPLIED_IDS)
+        self._held = []  # their batch is handed back, and they come again
         self._loads += 1
         # A record of the old layout, every job in one key, is stored in parts at once.
         self._dirty = stored is not None and saved.layout < PARTS_LAYOUT
@@ -295,25 +305,27 @@ class SplitStrideService:
             self._batch_began.setdefault("jobs", self._loads)
             if envelope.id in self._applied or not isinstance(data, JobEvent):
                 return []
-            outputs = await self._job_event(envelope, data)
+            given = _job_input(envelope, data, record.seconds(self.clock()))
+            if isinstance(given, Suspended | Migrated | Exited):
+                self._held.append((envelope, given))
+                return []
+            await self._release_held()
+            outputs = await self._job_event(envelope, data, given)
             if outputs is None:
                 return []
             self._commit(envelope, outputs, seed=envelope.id)
         return []
 
-    async def _job_event(self, envelope: Envelope, data: JobEvent) -> list[EventData] | None:
-        """The events to publish, or None when nothing changed."""
+    async def _job_event(
+        self, envelope: Envelope, data: JobEvent, given: MachineJobEvent | None
+    ) -> list[EventData] | None:
+        """The events to publish for `data` (the machine's input `given`, an admission's read
+        here), or None when nothing changed."""
         key = job_key(data.user, data.job_id)
-        now = self.clock()
         if isinstance(data, JobAccepted):
             if key in self.machine.jobs:
                 return None
-            admitted = await self._admitted(data, record.seconds(now))
-            if admitted is None:
-                return None
-            given: MachineJobEvent | None = admitted
-        else:
-            given = _job_input(envelope, data, record.seconds(now))
+            given = await self._admitted(data, record.seconds(self.clock()))
         if given is None:
             return None
         if isinstance(data, _TERMINAL):
@@ -324,6 +336,22 @@ class SplitStrideService:
         if not reply.changed:
             return None
         return await self._reply_events(reply)
+
+    async def _release_held(self) -> None:
+        """Hand in the reports held (`Releases`), their outputs sent under the last one's id;
+        hold the lock."""
+        if not self._held:
+            return
+        held, self._held = self._held, []
+        reply = self.machine.apply(Releases(tuple(report for _, report in held)))
+        if reply.ignored is not None:
+            _log.info(reply.ignored, reports=len(held))
+        if not reply.changed:
+            return
+        outputs = await self._reply_events(reply)
+        last = held[-1][0]
+        self._applied.extend(envelope.id for envelope, _ in held[:-1])
+        self._commit(last, outputs, seed=last.id)
 
     async def _admitted(self, event: JobAccepted, now: float) -> Admitted | None:
         """An admitted job, from its record; None for one that ended meanwhile."""
@@ -393,6 +421,7 @@ class SplitStrideService:
 
     async def on_tick(self) -> list[Emit]:
         async with self._lock:
+            await self._release_held()  # the quantum is decided from what let go before it
             now = self.clock()
             with _tracer.start_as_current_span("split_stride.quantum") as span:
                 began = time.perf_counter()
@@ -585,6 +614,7 @@ class SplitStrideService:
         async def settle() -> None:
             async with self._lock:
                 began = self._batch_began.pop(route, self._loads)
+                await self._release_held()
                 await self._store()
                 if began != self._loads:
                     raise RuntimeError(

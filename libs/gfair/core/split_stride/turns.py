@@ -11,8 +11,9 @@ the difference with what runs now, assigning concrete GPU indices:
   suspended wherever it still runs and starts on its new servers once every old node confirmed
   it let go (`start_at_once` then): it never runs twice;
 - a job entering takes free indices (those it is parked on in place, when free; else preferably
-  ones no other job is parked on); since a node executor handles its commands one at a time in
-  order, a start listed after the suspends of the same server finds their GPUs free. Two jobs
+  ones no other job is parked on); since a node executor carries out the commands of a GPU in
+  the order they were sent, a start listed after the suspends of the same server finds their
+  GPUs free. Two jobs
   never hold the same index.
 
 `start_at_once` starts jobs between ticks: a moved job once its old nodes let go, and, to be
