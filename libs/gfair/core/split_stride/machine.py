@@ -189,7 +189,9 @@ class SplitStride:
                     return UNCHANGED
                 types[event.job_type] = dict(event.rates)
                 self.estimator.observe_profile(event.user, event.job_type, event.rates)
-                self.queues.reset()
+                mine = self._of_user.get(event.user, {})
+                of_type = (k for k in mine if self.jobs[k].job_type == event.job_type)
+                self.queues.profiled(event.user, event.job_type, of_type)
                 return CHANGED
             case SwitchesMeasured():
                 # An older estimate (fewer reports, a redelivery) than the one held: nothing.

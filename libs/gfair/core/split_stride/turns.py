@@ -24,7 +24,6 @@ them until the next tick.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gfair.core import kernel
@@ -71,18 +70,22 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
     for node in scheduled:
         node_id = node.node_id
         run = decision.runs.get(node_id, ())
-        free = machine.free_indices(node_id)
-        # Jobs parked in place here pick first, so that their own GPUs are still free for them.
-        entering = sorted(run, key=lambda k: not machine.jobs[k].parked_on(node_id))
-        parked = machine.parked_on(node_id)
-        starts: list[Start] = []
-        for key in entering:
+        entering: list[Job] = []
+        for key in run:
             job = machine.jobs[key]
             stay = job.stays.get(node_id)
             if stay is not None and stay.holds_gpus and stay.attempt == job.attempt:
                 continue  # keeps running on its GPUs
-            if key in held_back:
-                continue
+            if key not in held_back:
+                entering.append(job)
+        starts: list[Start] = []
+        # (A server where nothing enters needs none of its indices looked up.)
+        free = machine.free_indices(node_id) if entering else []
+        parked = machine.parked_on(node_id) if entering else {}
+        # Jobs parked in place here pick first, so that their own GPUs are still free for them.
+        entering.sort(key=lambda job: not job.parked_on(node_id))
+        for job in entering:
+            key = job.key
             need = job.gpus_on(node_id, sizes)
             if len(free) < need:
                 short.append((key, node_id))
@@ -197,22 +200,20 @@ def _expire(machine: SplitStride, now: float) -> tuple[Forgotten, ...]:
 
 def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
     """Book the quantum into the users' credits and the passes of the jobs that ran."""
-    # Copies: the kernel advances their passes, and the machine's own states stay as queued
-    # until their jobs' passes change (`queues`).
-    ran = [
-        replace(state)
-        for jobs in view.jobs.values()
-        for state in jobs
-        if state.id in decision.placed
-    ]
+    # The machine's own states: the kernel advances their passes, and the queues put them in
+    # their new places at once (`Queues.repass`).
+    placed = decision.placed
+    ran = [state for jobs in view.jobs.values() for state in jobs if state.id in placed]
+    before = [state.pass_ for state in ran]
     ceiling = machine.ceilings()
     booked = kernel.settle(machine.users, ran, decision, ceiling, view.overrun, view.unheld)
     machine.meter.booked(decision, booked)
     if booked:
         machine.passes_changed()
+        machine.queues.repass(ran, before)
+        jobs = machine.jobs
         for state in ran:
-            machine.jobs[state.id].stride_pass = state.pass_
-            machine.queues.touch(state.id)
+            jobs[state.id].stride_pass = state.pass_
 
 
 def _place(machine: SplitStride, decision: Decision) -> list[Job]:
