@@ -88,6 +88,8 @@ class GandivaFairMachine:
                 operator_costs=costs,
                 tickets_of=self._user_tickets,
                 shares=config.shares,
+                # The simulated nodes confirm every stop before any start.
+                moves_at_once=True,
             ),
             # As the live service's: profiles arrive averaged (alpha 1).
             ThroughputEstimator(throughput, alpha=1.0),

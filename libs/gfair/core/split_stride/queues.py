@@ -86,6 +86,11 @@ class Queues:
         self._pool_gpus: dict[str, int] | None = None
         self._in_arrays: dict[str, set[str]] = {}  # user -> its runnable jobs in job arrays
         self._running: dict[str, JobState] = {}  # the runnable jobs running (whole gangs)
+        # Each user's queue as last handed out, the users whose queues changed since, and the
+        # last answer (users in order), until one does.
+        self._views: dict[str, tuple[JobState, ...]] = {}
+        self._stale: set[str] = set()
+        self._answer: dict[str, tuple[JobState, ...]] = {}
 
     def touch(self, key: str) -> None:
         """Something `key`'s state is made of changed (or the job came or went)."""
@@ -107,12 +112,14 @@ class Queues:
         the state is kept rather than made again."""
         for state, was in zip(ran, before, strict=True):
             self._queues[state.user].repass(state, was)
+            self._stale.add(state.user)
 
     def refresh(
         self, machine: SplitStride, now: float, pool_gpus: dict[str, int]
     ) -> dict[str, tuple[JobState, ...]]:
         """User -> its runnable jobs' states in its order, the users in the order of their
-        earliest runnable job's arrival (`machine.positions`), as of `now`."""
+        earliest runnable job's arrival (`machine.positions`), as of `now`. (The machine's
+        own: read it, never change it.)"""
         jobs = machine.jobs
         if pool_gpus != self._pool_gpus:
             self._speeds.clear()
@@ -122,10 +129,12 @@ class Queues:
         self._touched = set()
         positions = machine.positions
         operator = machine.config.operator_costs
+        stale = self._stale
         for key in touched:
             old = self._states.pop(key, None)
             if old is not None:
                 self._queues[old.user].remove(old)
+                stale.add(old.user)
                 self._in_arrays.get(old.user, set()).discard(key)
                 self._running.pop(key, None)
             job = jobs.get(key)
@@ -143,15 +152,30 @@ class Queues:
                 )
             state = self._states[key] = job_state(job, speeds, operator)
             self._queues.setdefault(job.user, _Queue()).add(state)
+            stale.add(job.user)
             if job.array is not None:
                 self._in_arrays.setdefault(job.user, set()).add(key)
             if state.running:
                 self._running[key] = state
-        for user in [user for user, queue in self._queues.items() if not queue]:
-            del self._queues[user]
-        views = {user: queue.view(positions) for user, queue in self._queues.items()}
-        ordered = sorted((self._queues[user].first, user) for user in views)
-        return {user: views[user] for _, user in ordered}
+        if not stale:
+            return self._answer
+        views, queues = self._views, self._queues
+        for user in stale:
+            queue = queues.get(user)
+            if queue:
+                views[user] = queue.view(positions)
+            else:
+                queues.pop(user, None)
+                views.pop(user, None)
+        stale.clear()
+        ordered = sorted((queues[user].first, user) for user in views)
+        self._answer = {user: views[user] for _, user in ordered}
+        return self._answer
+
+    def states(self, keys: Iterable[str]) -> list[JobState]:
+        """The states of `keys` (runnable jobs, as of the last `refresh`)."""
+        states = self._states
+        return [states[key] for key in keys]
 
     def running(self) -> list[JobState]:
         """The states of the runnable jobs whose whole gang runs, as of the last `refresh`."""

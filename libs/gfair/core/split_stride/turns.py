@@ -57,11 +57,14 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
             job = machine.jobs[key]
             if key not in chosen or key in moved or held.attempt != job.attempt:
                 leaving.append(_stop(machine, job, held, now, quantum))
-    # Moved jobs still resident anywhere start once their old nodes let go; their GPUs are
+    # Moved jobs still resident anywhere start once their old nodes let go (unless the nodes
+    # let go at once, `Config.moves_at_once`: then in this plan, after the stops); their GPUs are
     # promised to them until then (or until the next quantum decides anew).
     # (One moved in an earlier quantum and still waiting keeps its promise; the GPUs are its own
     # again only if this quantum left them free.)
-    held_back = {key for key in moved if machine.jobs[key].stays}
+    held_back: set[str] = set()
+    if not machine.config.moves_at_once:
+        held_back = {key for key in moved if machine.jobs[key].stays}
     waiting = {k for k in machine.held_back if k in machine.jobs and machine.jobs[k].stays}
     machine.held_back = held_back | waiting
     sizes = machine.sizes()
@@ -97,13 +100,15 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
         turns.append(
             ServerTurn(node_id, quantum, central, tuple(stops[node_id]), tuple(starts), run)
         )
-    names = {node.node_id for node in scheduled}
-    strays = tuple(
-        _stop(machine, job, stay, now, quantum, drain=True)
-        for job in machine.residents()
-        for stay in list(job.stays.values())
-        if stay.node_id not in names and stay.holds_gpus
-    )
+    names = machine.names()
+    strays: tuple[Stop, ...] = ()
+    if not machine.stays_within(names):
+        strays = tuple(
+            _stop(machine, job, stay, now, quantum, drain=True)
+            for job in machine.residents()
+            for stay in list(job.stays.values())
+            if stay.node_id not in names and stay.holds_gpus
+        )
     return QuantumPlan(
         quantum,
         tuple(turns),
@@ -115,19 +120,22 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
     )
 
 
+_NO_STARTS = Starts()
+
+
 def start_at_once(machine: SplitStride, key: str, now: float, *, arrival: bool) -> Starts:
     """Start `key` between ticks if it may (module doc): a moved job the quantum held back, once
     its old nodes let go, on its new servers; a retry on the servers it ran on, when they are
     still there; any other `arrival` (admitted, or retried) through `fill`. Any other job waits
     for the next quantum: the last one chose not to run it."""
     job = machine.jobs.get(key)
-    if job is None or not machine.runnable(job, now) or job.stays:
-        return Starts()
+    if job is None or job.stays or not machine.runnable(job, now):
+        return _NO_STARTS
     names = machine.names()
     if key in machine.held_back:
         servers = job.servers
     elif not arrival:
-        return Starts()
+        return _NO_STARTS
     elif job.servers and all(s in names for s in job.servers):
         servers = job.servers  # a retry where it ran
     else:
@@ -202,8 +210,7 @@ def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
     """Book the quantum into the users' credits and the passes of the jobs that ran."""
     # The machine's own states: the kernel advances their passes, and the queues put them in
     # their new places at once (`Queues.repass`).
-    placed = decision.placed
-    ran = [state for jobs in view.jobs.values() for state in jobs if state.id in placed]
+    ran = machine.queues.states(decision.placed)
     before = [state.pass_ for state in ran]
     ceiling = machine.ceilings()
     booked = kernel.settle(machine.users, ran, decision, ceiling, view.overrun, view.unheld)
