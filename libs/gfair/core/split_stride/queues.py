@@ -177,6 +177,11 @@ class Queues:
         states = self._states
         return [states[key] for key in keys]
 
+    def least_waiting(self) -> int | None:
+        """The fewest GPUs a runnable job that does not run asks, as of the last `refresh`
+        (None: every one runs)."""
+        return min((s.gpus for s in self._states.values() if not s.running), default=None)
+
     def running(self) -> list[JobState]:
         """The states of the runnable jobs whose whole gang runs, as of the last `refresh`."""
         return list(self._running.values())

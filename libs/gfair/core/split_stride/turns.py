@@ -156,6 +156,12 @@ def fill(machine: SplitStride, now: float) -> Starts:
     # by one between ticks, a newcomer would join at the credit of an earlier one measured
     # against that one's since-shrunk share, ever further ahead (`accounts.entitle`).
     view = snapshot(machine, now, entitle=False)
+    least = machine.queues.least_waiting()
+    if least is None or least > machine.free_gpus():
+        # No job that holds no GPUs fits in what is idle. (`backfill` could name only a job
+        # already running, and only on servers off the ones it runs on, which the loop below
+        # passes over.)
+        return _NO_STARTS
     # The running jobs the snapshot holds: an array's beyond its limit are not in it.
     in_arrays = machine.queues.in_arrays()
     holding = [state for state in machine.queues.running() if state.user not in in_arrays]
