@@ -9,7 +9,8 @@ the difference with what runs now, assigning concrete GPU indices:
   was superseded by a retry; its node confirms before the job may run anywhere else;
 - a job the kernel placed on other servers than before (a move, within or between pools) is
   suspended wherever it still runs and starts on its new servers once every old node confirmed
-  it let go (`start_at_once` then): it never runs twice;
+  it let go (`start_at_once` then): it never runs twice. A driver whose nodes let go at once
+  (`Config.moves_at_once`: the simulator) has it start in the quantum's plan, after the stops;
 - a job entering takes free indices (those it is parked on in place, when free; else preferably
   ones no other job is parked on); since a node executor handles its commands one at a time in
   order, a start listed after the suspends of the same server finds their GPUs free. Two jobs
@@ -18,7 +19,8 @@ the difference with what runs now, assigning concrete GPU indices:
 `start_at_once` starts jobs between ticks: a moved job once its old nodes let go, and, to be
 work-conserving, `fill` gives GPUs left idle (a job arrived, or one ended) to waiting jobs by
 the kernel's `backfill`, where they are not promised to a moved job; nothing is booked for
-them until the next tick.
+them until the next tick. (`backfill` is not run when no job that holds no GPUs asks at most the
+idle GPUs: it could start nothing.)
 """
 
 from __future__ import annotations
