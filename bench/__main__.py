@@ -8,6 +8,7 @@ import sys
 BENCHMARKS = (
     "bench.quantum",
     "bench.machine",
+    "bench.sim_drivers",
     "bench.policies",
     "bench.bus",
     "bench.live",

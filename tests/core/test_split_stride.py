@@ -7,11 +7,13 @@ import copy
 
 import pytest
 
+from gfair.core.kernel import JobState
 from gfair.core.split_stride import (
     Admitted,
     Config,
     Ended,
     Exited,
+    Migrated,
     Node,
     NodeHealth,
     Parked,
@@ -25,6 +27,7 @@ from gfair.core.split_stride import (
     Start,
     Stop,
     StopReason,
+    TypeProfiled,
     replay,
 )
 from gfair.core.switch_costs import SwitchCosts
@@ -390,3 +393,52 @@ def test_users_new_between_ticks_join_their_pools_together_at_the_next_tick() ->
     m.tick(QUANTUM_S)
     # Joined at the same tick on the same shares: at the same credit.
     assert m.users["bob"].credit == m.users["cat"].credit != {}
+
+
+@pytest.mark.parametrize("at_once", [False, True])
+def test_a_moved_job_starts_once_its_old_node_let_go_or_in_the_plan_when_nodes_let_go_at_once(
+    at_once: bool,
+) -> None:
+    config = Config(quantum_s=QUANTUM_S, moves_at_once=at_once)
+    m = SplitStride(config, ThroughputEstimator())
+    m.apply(ServersChanged((Node("v100-0", "v100", (0,)), Node("k80-0", "k80", (0,)))))
+    for user, job_id in (("alice", "a"), ("bob", "b")):
+        started(m, only_start(admit(m, user, job_id, 0.0).starts.turns), 0.0)
+    assert set(m.jobs["bob.b"].stays) == {"k80-0"}
+    m.apply(Ended(user="alice", job_id="a", now=1.0, state="completed"))
+    # The V100 is idle and b runs faster there: the kernel moves it.
+    plan = m.tick(QUANTUM_S)
+    (stop,) = [stop for turn in plan.turns for stop in turn.stops]
+    assert (stop.job_id, stop.node_id, stop.reason) == ("b", "k80-0", StopReason.MIGRATION)
+    in_plan = starts_of(plan.turns, "b")
+    # Never held on two servers at once: the old stay holds no GPU from its stop on.
+    holding = {node for node, stay in m.jobs["bob.b"].stays.items() if stay.holds_gpus}
+    report = Migrated(user="bob", job_id="b", now=QUANTUM_S, node_id="k80-0", at=QUANTUM_S)
+    reply = m.apply(report)
+    after = starts_of(reply.starts.turns, "b")
+    if at_once:
+        assert [s.node_id for s in in_plan] == ["v100-0"] and holding == {"v100-0"}
+        assert not after  # the report only lets the old stay go
+    else:
+        assert not in_plan and not holding  # it waits for k80-0 to let go
+        assert [s.node_id for s in after] == ["v100-0"]
+    assert set(m.jobs["bob.b"].stays) == {"v100-0"}
+
+
+def test_a_profile_remakes_only_the_states_of_its_users_jobs_of_its_type() -> None:
+    m = machine(("v100-0", 1), ("k80-0", 1))
+    for user, job_id, job_type in (("ann", "a", "big"), ("ann", "b", None), ("bob", "c", "big")):
+        m.apply(Admitted(user=user, job_id=job_id, now=0.0, gpus=1, weight=1.0, job_type=job_type))
+
+    def states() -> dict[str, JobState]:
+        return {state.id: state for queue in m.snapshot(0.0).jobs.values() for state in queue}
+
+    before = states()
+    assert before["ann.a"].speeds == before["bob.c"].speeds  # the same type, nobody profiled
+    m.apply(TypeProfiled("ann", "big", {"v100": 1.0, "k80": 0.9}))
+    after = states()
+    assert after["ann.a"].speeds["k80"] / after["ann.a"].speeds["v100"] == pytest.approx(0.9)
+    assert after["ann.a"] is not before["ann.a"]
+    # ann's job of another type and bob's of this one are as they were, not made again.
+    assert after["ann.b"] is before["ann.b"] and after["bob.c"] is before["bob.c"]
+    assert after["bob.c"].speeds != after["ann.a"].speeds

@@ -84,6 +84,12 @@ def _rebuilt(m: SplitStride, now: float) -> dict[str, list[JobState]]:
 def _check(m: SplitStride, now: float) -> None:
     expected = _rebuilt(m, now)
     view = m.snapshot(now)
+    # Users the snapshot left as they were (nothing they are entitled from changed) are as
+    # entitling them again makes them.
+    accounts_kept = {name: (u.entitled, u.credit) for name, u in copy.deepcopy(m.users).items()}
+    m.entitled_for = None
+    m.snapshot(now)
+    assert {name: (u.entitled, u.credit) for name, u in m.users.items()} == accounts_kept
     assert list(view.jobs) == list(expected)
     assert {user: list(queue) for user, queue in view.jobs.items()} == expected
     asked = accounts.demand((job.user, job.gpus, job.member) for job in m.jobs.values())
@@ -186,10 +192,11 @@ def _event(m: SplitStride, rng: random.Random, now: float, serial: int) -> Event
     return Suspended(**common, attempt=stay.attempt, in_place=in_place, at=now, starting=starting)
 
 
+@pytest.mark.parametrize("at_once", [False, True])
 @pytest.mark.parametrize("seed", range(6))
-def test_node_indexes_answer_what_every_job_says(seed: int) -> None:
+def test_node_indexes_answer_what_every_job_says(seed: int, at_once: bool) -> None:
     rng = random.Random(seed)
-    m = SplitStride(Config(quantum_s=QUANTUM_S), ThroughputEstimator())
+    m = SplitStride(Config(quantum_s=QUANTUM_S, moves_at_once=at_once), ThroughputEstimator())
     m.apply(ServersChanged(NODES))
     now = 0.0
     for serial in range(400):

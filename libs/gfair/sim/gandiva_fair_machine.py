@@ -15,16 +15,19 @@ decides nothing itself:
   type, on the generations measured, go out as `TypeProfiled`;
 - the nodes: every command is confirmed at once, in command order: the stops (`Suspended`, or
   `Migrated` when the job moves) handed in together (`Releases`), then the starts (`Started`);
-  what the releases let start (a moved job, idle GPUs filled) is carried out in turn.
+  what the releases let start (idle GPUs filled) is carried out in turn. Since they let go at
+  once, the machine is told so (`Config.moves_at_once`): a job a quantum moves starts in the
+  quantum's own plan, after the stops, not once per release report.
 
 Jobs the machine starts between ticks (an arrival or an end filled idle GPUs) are what `fill`
 hands the simulator; each quantum's `runs` are where jobs hold GPUs once its plan is carried out.
 Switch costs are the simulator's to charge, as for every policy.
 
 An intermediate state (issue 27): `gandiva-fair` still drives the kernel through the older
-`gfair.core.scheduler.GandivaFair`; this policy runs beside it so that `gfair compare` measures
-the two side by side. Its decisions are as good; it takes about twice the CPU
-(docs/benchmarks.md), and replaces `gandiva-fair` once it is as fast.
+`gfair.core.scheduler.GandivaFair`; this policy runs beside it so that `gfair compare` (and
+`python -m bench.sim_drivers`) measures the two side by side. Its decisions are as good; it
+takes about 1.6 times the CPU (docs/benchmarks.md), and replaces `gandiva-fair` once it is
+within 1.2 times.
 """
 
 from __future__ import annotations
@@ -88,6 +91,8 @@ class GandivaFairMachine:
                 operator_costs=costs,
                 tickets_of=self._user_tickets,
                 shares=config.shares,
+                # The simulated nodes confirm every stop before any start.
+                moves_at_once=True,
             ),
             # As the live service's: profiles arrive averaged (alpha 1).
             ThroughputEstimator(throughput, alpha=1.0),

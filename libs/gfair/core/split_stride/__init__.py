@@ -15,7 +15,9 @@ driver persists and restores it from). Every input and its outcome can be record
 and replayed.
 
 The split-stride service drives it; the simulator still drives the kernel through
-`gfair.core.scheduler.GandivaFair`, held alike by tests/services/test_parity.py. The paper's
+`gfair.core.scheduler.GandivaFair`, held alike by tests/services/test_parity.py, and its
+`gandiva-fair-machine` policy drives this machine (with `Config.moves_at_once`: its nodes let go
+at once). The paper's
 reference split stride (per-server and central strides) is `gfair.core.paper_split_stride`.
 """
 

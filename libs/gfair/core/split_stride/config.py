@@ -30,6 +30,12 @@ class Config:
     prepared_wait_s: float = 120.0
     # The longest gap between ticks counted as GPU use (default: 2 quanta).
     max_usage_gap_s: float | None = None
+    # The nodes let go at once: a driver that carries out a plan's stops before any of its
+    # starts and reports them before anything else happens (the simulator). A job the quantum
+    # moves then starts on its new servers in the quantum's own plan, after the stops, instead
+    # of once every old node said it let go. Never for live nodes: their reports take time, and
+    # a job must not run twice meanwhile.
+    moves_at_once: bool = False
 
     @property
     def usage_gap_s(self) -> float:

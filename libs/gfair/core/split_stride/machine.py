@@ -84,6 +84,8 @@ class SplitStride:
                 estimator.observe_profile(user, job_type, rates)
         self.entitlements = saved.entitlements
         self.entitlements_revision = saved.entitlements_revision
+        # What the users were last entitled from (`snapshot`), until users come or go.
+        self.entitled_for: tuple[object, ...] | None = None
         self.nodes: dict[str, Node] = {}
         self._schedulable: list[Node] = []
         self._sizes: dict[str, int] = {}
@@ -121,6 +123,9 @@ class SplitStride:
         self.positions: dict[str, int] = {}
         self._arrivals = 0
         self._gangs: dict[str, tuple[float, float]] = {}
+        # And every user's (`demand`, `ceilings`), until jobs come or go.
+        self._demand: dict[str, float] | None = None
+        self._ceilings: dict[str, float] | None = None
         # Node -> job key -> its stay there, node -> jobs parked there, node -> GPUs its stays
         # hold: what a server's questions read (`holders`, `free_indices`, `parked_on`) costs
         # what is on it, and `free_gpus` a look per server. Kept by the only ways stays and
@@ -152,7 +157,13 @@ class SplitStride:
         return plan
 
     def _apply(self, event: Event) -> Reply:
-        match event:
+        match event:  # (the most frequent first: the inputs are of distinct types)
+            case Started():
+                return CHANGED if reports.confirmed(self, event) else UNCHANGED
+            case Releases():
+                return self._released(event.reports)
+            case Suspended() | Migrated() | Exited():
+                return self._released((event,))
             case Admitted():
                 return self._admitted(event)
             case Parked():
@@ -163,12 +174,6 @@ class SplitStride:
                 return Reply(
                     True, starts=turns.start_at_once(self, event.key, event.now, arrival=True)
                 )
-            case Started():
-                return CHANGED if reports.confirmed(self, event) else UNCHANGED
-            case Suspended() | Migrated() | Exited():
-                return self._released((event,))
-            case Releases():
-                return self._released(event.reports)
             case Ended():
                 return self._ended(event)
             case Unstartable():
@@ -189,7 +194,9 @@ class SplitStride:
                     return UNCHANGED
                 types[event.job_type] = dict(event.rates)
                 self.estimator.observe_profile(event.user, event.job_type, event.rates)
-                self.queues.reset()
+                mine = self._of_user.get(event.user, {})
+                of_type = (k for k in mine if self.jobs[k].job_type == event.job_type)
+                self.queues.profiled(event.user, event.job_type, of_type)
                 return CHANGED
             case SwitchesMeasured():
                 # An older estimate (fewer reports, a redelivery) than the one held: nothing.
@@ -212,6 +219,7 @@ class SplitStride:
             return UNCHANGED
         if user not in self.users:
             self.users[user] = UserState(user, self.next_seq())
+            self.entitled_for = None
         mine = self._of_user.setdefault(user, {})
         if user not in self._min_pass:
             passes = (self.jobs[k].stride_pass for k in mine)
@@ -234,6 +242,7 @@ class SplitStride:
         mine[key] = None
         self._arrive(key)
         self._gangs.pop(user, None)
+        self._demand = self._ceilings = None
         self.queues.touch(key)
         starts = turns.start_at_once(self, key, event.now, arrival=True)
         prepared = preparing.prepare(self, job, event.now) if event.prepare else None
@@ -256,7 +265,9 @@ class SplitStride:
                 ignored.append(reply.ignored)
             if reply.changed:
                 changed = True
-                starts += turns.start_at_once(self, report.key, report.now, arrival=False)
+                after = turns.start_at_once(self, report.key, report.now, arrival=False)
+                if after.turns:
+                    starts += after
             if isinstance(report, Suspended) and job is not None and not superseded:
                 if report.starting:
                     coming_up.append(report)
@@ -311,9 +322,11 @@ class SplitStride:
         self._forget(job)
         self.positions.pop(key, None)
         self._gangs.pop(user, None)
+        self._demand = self._ceilings = None
         self.queues.touch(key)
         if not mine:
             self.users.pop(user, None)
+            self.entitled_for = None
             self._of_user.pop(user, None)
         reason = f"the job is {event.state}"
         kills = [
@@ -379,15 +392,25 @@ class SplitStride:
 
     def demand(self) -> dict[str, float]:
         """User -> GPUs its admitted, unfinished jobs ask (`accounts.demand`), the users in the
-        order of their earliest job's arrival."""
-        first = sorted(
-            (self.positions[next(iter(keys))], user) for user, keys in self._of_user.items() if keys
-        )
-        return {user: self._gang(user)[0] for _, user in first}
+        order of their earliest job's arrival (the machine's own until jobs come or go: read
+        it, never change it)."""
+        if self._demand is None:
+            first = sorted(
+                (self.positions[next(iter(keys))], user)
+                for user, keys in self._of_user.items()
+                if keys
+            )
+            self._demand = {user: self._gang(user)[0] for _, user in first}
+        return self._demand
 
     def ceilings(self) -> dict[str, float]:
-        """User -> what its credit may save up for (`accounts.ceiling`: its largest gang)."""
-        return {user: self._gang(user)[1] for user, keys in self._of_user.items() if keys}
+        """User -> what its credit may save up for (`accounts.ceiling`: its largest gang; the
+        machine's own until jobs come or go)."""
+        if self._ceilings is None:
+            self._ceilings = {
+                user: self._gang(user)[1] for user, keys in self._of_user.items() if keys
+            }
+        return self._ceilings
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -503,6 +526,10 @@ class SplitStride:
             self._unindex(job.key, stay)
         if job.parked is not None:
             self._parked_at[job.parked[0]].discard(job.key)
+
+    def stays_within(self, names: frozenset[str]) -> bool:
+        """Whether every residency is on one of the servers `names`."""
+        return all(node_id in names for node_id in self._on_node)
 
     def residents(self) -> list[Job]:
         """The jobs with residencies."""

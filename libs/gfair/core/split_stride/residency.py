@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 from gfair.core import arrays
 from gfair.core.switch_costs import MeasuredSwitches, SwitchCosts
@@ -51,7 +52,7 @@ class Stay:
 
     @property
     def holds_gpus(self) -> bool:
-        return self.phase.holds_gpus
+        return self.phase is not Phase.SUSPENDING  # (`Phase.holds_gpus`, read most often here)
 
     def values(self) -> tuple[object, ...]:
         return (
@@ -113,8 +114,9 @@ class Job:
     # would otherwise be spent on its start-up). Not persisted.
     coming_up_until: float | None = field(default=None, compare=False)
 
-    @property
+    @cached_property
     def key(self) -> str:
+        # (Read at every turn of the machine; a job's user and id never change.)
         return job_key(self.user, self.job_id)
 
     @property

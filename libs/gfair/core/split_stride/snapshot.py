@@ -115,6 +115,14 @@ def _entitle(machine: SplitStride, pool_gpus: dict[str, int]) -> None:
     for user in sorted(demand.keys() - users.keys()):
         # Saved before accounts were kept: its users arrive now.
         users[user] = UserState(user, machine.next_seq())
+        machine.entitled_for = None
+    # The same users (`entitled_for` is forgotten as users come and go), demand, pools and
+    # published shares as when last entitled: each user is entitled as it is (`entitle` again
+    # would give each the same and find no newcomer to a pool).
+    key = (machine.entitlements_revision, tuple(demand.items()), tuple(pool_gpus.items()))
+    if key == machine.entitled_for:
+        return
+    machine.entitled_for = key
     published = machine.entitlements if machine.entitlements_revision >= 0 else {}
     if demand and all(user in published for user in demand):
         entitled: dict[str, dict[str, float]] = {

@@ -9,7 +9,8 @@ the difference with what runs now, assigning concrete GPU indices:
   was superseded by a retry; its node confirms before the job may run anywhere else;
 - a job the kernel placed on other servers than before (a move, within or between pools) is
   suspended wherever it still runs and starts on its new servers once every old node confirmed
-  it let go (`start_at_once` then): it never runs twice;
+  it let go (`start_at_once` then): it never runs twice. A driver whose nodes let go at once
+  (`Config.moves_at_once`: the simulator) has it start in the quantum's plan, after the stops;
 - a job entering takes free indices (those it is parked on in place, when free; else preferably
   ones no other job is parked on); since a node executor carries out the commands of a GPU in
   the order they were sent, a start listed after the suspends of the same server finds their
@@ -19,13 +20,13 @@ the difference with what runs now, assigning concrete GPU indices:
 `start_at_once` starts jobs between ticks: a moved job once its old nodes let go, and, to be
 work-conserving, `fill` gives GPUs left idle (a job arrived, or one ended) to waiting jobs by
 the kernel's `backfill`, where they are not promised to a moved job; nothing is booked for
-them until the next tick.
+them until the next tick. (`backfill` is not run when no job that holds no GPUs asks at most the
+idle GPUs: it could start nothing.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gfair.core import kernel
@@ -59,11 +60,14 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
             job = machine.jobs[key]
             if key not in chosen or key in moved or held.attempt != job.attempt:
                 leaving.append(_stop(machine, job, held, now, quantum))
-    # Moved jobs still resident anywhere start once their old nodes let go; their GPUs are
+    # Moved jobs still resident anywhere start once their old nodes let go (unless the nodes
+    # let go at once, `Config.moves_at_once`: then in this plan, after the stops); their GPUs are
     # promised to them until then (or until the next quantum decides anew).
     # (One moved in an earlier quantum and still waiting keeps its promise; the GPUs are its own
     # again only if this quantum left them free.)
-    held_back = {key for key in moved if machine.jobs[key].stays}
+    held_back: set[str] = set()
+    if not machine.config.moves_at_once:
+        held_back = {key for key in moved if machine.jobs[key].stays}
     waiting = {k for k in machine.held_back if k in machine.jobs and machine.jobs[k].stays}
     machine.held_back = held_back | waiting
     sizes = machine.sizes()
@@ -72,18 +76,22 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
     for node in scheduled:
         node_id = node.node_id
         run = decision.runs.get(node_id, ())
-        free = machine.free_indices(node_id)
-        # Jobs parked in place here pick first, so that their own GPUs are still free for them.
-        entering = sorted(run, key=lambda k: not machine.jobs[k].parked_on(node_id))
-        parked = machine.parked_on(node_id)
-        starts: list[Start] = []
-        for key in entering:
+        entering: list[Job] = []
+        for key in run:
             job = machine.jobs[key]
             stay = job.stays.get(node_id)
             if stay is not None and stay.holds_gpus and stay.attempt == job.attempt:
                 continue  # keeps running on its GPUs
-            if key in held_back:
-                continue
+            if key not in held_back:
+                entering.append(job)
+        starts: list[Start] = []
+        # (A server where nothing enters needs none of its indices looked up.)
+        free = machine.free_indices(node_id) if entering else []
+        parked = machine.parked_on(node_id) if entering else {}
+        # Jobs parked in place here pick first, so that their own GPUs are still free for them.
+        entering.sort(key=lambda job: not job.parked_on(node_id))
+        for job in entering:
+            key = job.key
             need = job.gpus_on(node_id, sizes)
             if len(free) < need:
                 short.append((key, node_id))
@@ -95,13 +103,15 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
         turns.append(
             ServerTurn(node_id, quantum, central, tuple(stops[node_id]), tuple(starts), run)
         )
-    names = {node.node_id for node in scheduled}
-    strays = tuple(
-        _stop(machine, job, stay, now, quantum, drain=True)
-        for job in machine.residents()
-        for stay in list(job.stays.values())
-        if stay.node_id not in names and stay.holds_gpus
-    )
+    names = machine.names()
+    strays: tuple[Stop, ...] = ()
+    if not machine.stays_within(names):
+        strays = tuple(
+            _stop(machine, job, stay, now, quantum, drain=True)
+            for job in machine.residents()
+            for stay in list(job.stays.values())
+            if stay.node_id not in names and stay.holds_gpus
+        )
     return QuantumPlan(
         quantum,
         tuple(turns),
@@ -113,19 +123,22 @@ def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
     )
 
 
+_NO_STARTS = Starts()
+
+
 def start_at_once(machine: SplitStride, key: str, now: float, *, arrival: bool) -> Starts:
     """Start `key` between ticks if it may (module doc): a moved job the quantum held back, once
     its old nodes let go, on its new servers; a retry on the servers it ran on, when they are
     still there; any other `arrival` (admitted, or retried) through `fill`. Any other job waits
     for the next quantum: the last one chose not to run it."""
     job = machine.jobs.get(key)
-    if job is None or not machine.runnable(job, now) or job.stays:
-        return Starts()
+    if job is None or job.stays or not machine.runnable(job, now):
+        return _NO_STARTS
     names = machine.names()
     if key in machine.held_back:
         servers = job.servers
     elif not arrival:
-        return Starts()
+        return _NO_STARTS
     elif job.servers and all(s in names for s in job.servers):
         servers = job.servers  # a retry where it ran
     else:
@@ -146,6 +159,12 @@ def fill(machine: SplitStride, now: float) -> Starts:
     # by one between ticks, a newcomer would join at the credit of an earlier one measured
     # against that one's since-shrunk share, ever further ahead (`accounts.entitle`).
     view = snapshot(machine, now, entitle=False)
+    least = machine.queues.least_waiting()
+    if least is None or least > machine.free_gpus():
+        # No job that holds no GPUs fits in what is idle. (`backfill` could name only a job
+        # already running, and only on servers off the ones it runs on, which the loop below
+        # passes over.)
+        return _NO_STARTS
     # The running jobs the snapshot holds: an array's beyond its limit are not in it.
     in_arrays = machine.queues.in_arrays()
     holding = [state for state in machine.queues.running() if state.user not in in_arrays]
@@ -198,22 +217,19 @@ def _expire(machine: SplitStride, now: float) -> tuple[Forgotten, ...]:
 
 def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
     """Book the quantum into the users' credits and the passes of the jobs that ran."""
-    # Copies: the kernel advances their passes, and the machine's own states stay as queued
-    # until their jobs' passes change (`queues`).
-    ran = [
-        replace(state)
-        for jobs in view.jobs.values()
-        for state in jobs
-        if state.id in decision.placed
-    ]
+    # The machine's own states: the kernel advances their passes, and the queues put them in
+    # their new places at once (`Queues.repass`).
+    ran = machine.queues.states(decision.placed)
+    before = [state.pass_ for state in ran]
     ceiling = machine.ceilings()
     booked = kernel.settle(machine.users, ran, decision, ceiling, view.overrun, view.unheld)
     machine.meter.booked(decision, booked)
     if booked:
         machine.passes_changed()
+        machine.queues.repass(ran, before)
+        jobs = machine.jobs
         for state in ran:
-            machine.jobs[state.id].stride_pass = state.pass_
-            machine.queues.touch(state.id)
+            jobs[state.id].stride_pass = state.pass_
 
 
 def _place(machine: SplitStride, decision: Decision) -> list[Job]:
