@@ -43,6 +43,8 @@ from gfair.events.envelope import Envelope, EventData
 from gfair.events.errors import InvalidEvent
 from gfair.events.registry import UnknownEventType, model_for
 
+_log = structlog.get_logger("gfair.bus.runner")
+
 
 class Outcome(StrEnum):
     HANDLED = "handled"
@@ -110,8 +112,15 @@ class _KeepAlive:
     def _fire(self) -> None:
         task = self._loop.create_task(self._delivery.in_progress())
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._sent)
         self._handle = self._loop.call_later(self._interval_s, self._fire)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        # A signal that did not go out (a broken connection) is only a redelivery risked:
+        # the handler's outcome decides the message, so it is logged, not raised.
+        if not task.cancelled() and task.exception() is not None:
+            _log.warning("in-progress signal failed", error=repr(task.exception()))
 
     def cancel(self) -> None:
         self._handle.cancel()
