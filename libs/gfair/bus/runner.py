@@ -6,7 +6,7 @@ the inputs acknowledged at once. Per event that saves a round trip for each outp
 for each acknowledgement, and lets a service store its state once per batch. A batch is
 settled early when it has been held for a quarter of the ack wait, so nothing is redelivered
 while it waits. A route with lanes (`Route.lanes`) is handled concurrently instead, each delivery
-after the earlier ones it shares a lane with, and settled alone (`_Lanes`).
+after the earlier ones it shares a lane with, and settled alone (`_run_in_lanes`).
 
 Every delivery ends in exactly one of four ways:
 - handled: the outputs are stored, then the input is acked (a crash in between republishes the
@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Collection, Coroutine, Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -203,7 +204,7 @@ class HandlerRunner:
         consumer = await self._bus.consume(self._route.consumer)
         if self._route.lanes is not None:
             try:
-                await _Lanes(self, consumer).run(stopping)
+                await self._run_in_lanes(consumer, stopping)
             finally:
                 await consumer.close()
             return
@@ -225,6 +226,58 @@ class HandlerRunner:
                 await self._settle(batch)
         finally:
             await consumer.close()
+
+    async def _run_in_lanes(self, consumer: PullConsumer, stopping: asyncio.Event) -> None:
+        """Fetch while up to `batch` deliveries are handled, each in its lanes (`_Lanes`) and
+        settled alone."""
+        lanes = _Lanes()
+        try:
+            while not stopping.is_set():
+                lanes.check()
+                room = self._settings.batch - len(lanes.running)
+                if room <= 0:
+                    await asyncio.wait(lanes.running, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                for delivery in await self._fetch(consumer, room):
+                    decoded = self._decode(delivery)
+                    lanes.start(
+                        self._lanes_of(decoded),
+                        functools.partial(self._handle_in_lane, delivery, decoded, stopping),
+                    )
+        finally:
+            if lanes.running:
+                await asyncio.gather(*lanes.running, return_exceptions=True)
+
+    def _lanes_of(self, decoded: _Decoded | None) -> Collection[Hashable] | None:
+        """A delivery's lanes; None (alone) for one that does not decode or whose lanes fail."""
+        if decoded is None or self._route.lanes is None:
+            return None
+        try:
+            return self._route.lanes(*decoded)
+        except Exception as exc:
+            self._log.error("lanes failed; handled alone", error=repr(exc))
+            return None
+
+    async def _handle_in_lane(
+        self,
+        delivery: Delivery,
+        decoded: _Decoded | None,
+        stopping: asyncio.Event,
+        waits: list[asyncio.Task[None]],
+    ) -> None:
+        if waits:
+            # Its turn may be a while coming (a suspend waits out a job's yield).
+            keep_alive = _KeepAlive(delivery, self._route.consumer.ack_wait_s / 2)
+            try:
+                await asyncio.wait(waits)
+            finally:
+                keep_alive.cancel()
+        if stopping.is_set():
+            await self._hand_back([delivery])
+            return
+        batch = _Batch()
+        await self.handle(delivery, batch, decoded)
+        await self._settle(batch)
 
     async def _fetch(self, consumer: PullConsumer, most: int | None = None) -> list[Delivery]:
         try:
@@ -530,91 +583,50 @@ class HandlerRunner:
 
 
 class _Lanes:
-    """A route's deliveries in lanes: each is handled once the earlier ones sharing a lane with
-    it are done, beside the others, and settled on its own, while the next are fetched (at most
-    `batch` in flight). A delivery whose lanes are None, or which does not decode, is a barrier:
-    it waits for every earlier one and every later one waits for it.
+    """Which deliveries each one waits for: the earlier ones sharing a lane with it; one with no
+    lanes (None) waits for every earlier one, and every later one waits for it. The runner
+    starts each delivery's task through `start` in delivery order (`HandlerRunner._run_in_lanes`).
 
     A node's commands so run at once where they touch other jobs and other GPUs: a quantum's
     suspends on one server together, then each start once the suspends of its GPUs are done,
     instead of one after another, each waiting on round trips to the broker."""
 
-    def __init__(self, runner: HandlerRunner, consumer: PullConsumer) -> None:
-        self._runner = runner
-        self._consumer = consumer
+    def __init__(self) -> None:
         self._tails: dict[Hashable, asyncio.Task[None]] = {}
         self._barrier: asyncio.Task[None] | None = None
-        self._running: set[asyncio.Task[None]] = set()
+        self.running: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        runner = self._runner
-        try:
-            while not stopping.is_set():
-                if self._failure is not None:
-                    raise self._failure
-                room = runner._settings.batch - len(self._running)
-                if room <= 0:
-                    await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
-                    continue
-                for delivery in await runner._fetch(self._consumer, room):
-                    self._dispatch(delivery, stopping)
-                self._tails = {k: t for k, t in self._tails.items() if not t.done()}
-        finally:
-            if self._running:
-                await asyncio.gather(*self._running, return_exceptions=True)
-
-    def _dispatch(self, delivery: Delivery, stopping: asyncio.Event) -> None:
-        decoded = self._runner._decode(delivery)
-        lanes = None
-        if decoded is not None and self._runner._route.lanes is not None:
-            try:
-                lanes = self._runner._route.lanes(*decoded)
-            except Exception as exc:
-                self._runner._log.error("lanes failed; handled alone", error=repr(exc))
+    def start(
+        self,
+        lanes: Collection[Hashable] | None,
+        work: Callable[[list[asyncio.Task[None]]], Coroutine[object, object, None]],
+    ) -> None:
+        """Run `work(waits)` in a task, `waits` being the tasks it must wait for."""
         if lanes is None:
-            after = set(self._running)
+            after = set(self.running)
         else:
             after = {self._tails[k] for k in lanes if k in self._tails}
             if self._barrier is not None:
                 after.add(self._barrier)
-        waits = [t for t in after if not t.done()]
-        task = asyncio.get_running_loop().create_task(
-            self._handle(delivery, decoded, waits, stopping)
-        )
+        task = asyncio.get_running_loop().create_task(work([t for t in after if not t.done()]))
         if lanes is None:
             self._barrier = task
         else:
             self._tails.update(dict.fromkeys(lanes, task))
-        self._running.add(task)
+        self.running.add(task)
         task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.discard(task)
+        self.running.discard(task)
         if not task.cancelled() and task.exception() is not None and self._failure is None:
             self._failure = task.exception()
 
-    async def _handle(
-        self,
-        delivery: Delivery,
-        decoded: _Decoded | None,
-        waits: list[asyncio.Task[None]],
-        stopping: asyncio.Event,
-    ) -> None:
-        runner = self._runner
-        if waits:
-            # Its turn may be a while coming (a suspend waits out a job's yield).
-            keep_alive = _KeepAlive(delivery, runner._route.consumer.ack_wait_s / 2)
-            try:
-                await asyncio.wait(waits)
-            finally:
-                keep_alive.cancel()
-        if stopping.is_set():
-            await runner._hand_back([delivery])
-            return
-        batch = _Batch()
-        await runner.handle(delivery, batch, decoded)
-        await runner._settle(batch)
+    def check(self) -> None:
+        """Raise what a task failed with (a broken connection), and let go of finished tails."""
+        if self._failure is not None:
+            raise self._failure
+        self._tails = {k: t for k, t in self._tails.items() if not t.done()}
 
 
 def _envelope_of(delivery: Delivery) -> Envelope:

@@ -21,6 +21,7 @@ from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.fields import JobRef
+from gfair.events.jobs import JobEvent
 from gfair.events.reasons import MigrationReason, SuspendReason
 from gfair_services.node_executor.local_job import LocalJob
 
@@ -73,9 +74,7 @@ class EventSink:
         key: str | None = None,
         correlation_id: str | None = None,
     ) -> None:
-        user, job_id = getattr(data, "user", None), getattr(data, "job_id", None)
-        job = JobRef(user=user, job_id=job_id) if user and job_id else None
-        async with self.holding(job):
+        async with self.holding(data.job if isinstance(data, JobEvent) else None):
             await self.send(data, cause=cause, key=key, correlation_id=correlation_id)
 
     async def publish_for(

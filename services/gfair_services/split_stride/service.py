@@ -349,6 +349,9 @@ class SplitStrideService:
         if not reply.changed:
             return
         outputs = await self._reply_events(reply)
+        # Under the last report's id: a batch redelivered after a crash may be grouped
+        # otherwise and send its starts under other ids; a node takes a start already in
+        # effect as a no-op, and one on other GPUs as a move.
         last = held[-1][0]
         self._applied.extend(envelope.id for envelope, _ in held[:-1])
         self._commit(last, outputs, seed=last.id)

@@ -26,10 +26,6 @@ class Phase(StrEnum):
     RUNNING = "running"  # the node said it started (or resumed)
     SUSPENDING = "suspending"  # a suspend was sent; the node has not confirmed it yet
 
-    @property
-    def holds_gpus(self) -> bool:
-        return self is not Phase.SUSPENDING
-
 
 @dataclass
 class Stay:
@@ -52,7 +48,8 @@ class Stay:
 
     @property
     def holds_gpus(self) -> bool:
-        return self.phase is not Phase.SUSPENDING  # (`Phase.holds_gpus`, read most often here)
+        # Starting or running; a suspending job's GPUs are its own until its node confirms.
+        return self.phase is not Phase.SUSPENDING
 
     def values(self) -> tuple[object, ...]:
         return (
