@@ -4,8 +4,9 @@ Run: ``.venv/bin/python -m bench.switching [--quanta 3,6] [--steps 16000] [--mod
 [--threads node,2]``
 
 Needs torch (the CPU build will do). For each quantum it starts a cluster as `gfair up` does
-(``v100:1x2``, simulated GPUs, tickets alice=1 bob=3) and runs ``examples/pytorch_train.py``
-(alice's, one GPU) beside two of bob's synthetic jobs, twice: with ``--restart-per-slice``
+(``v100:1x2``, simulated GPUs, or ``--cluster local``: this machine's own GPUs, where the job
+trains on CUDA; tickets alice=1 bob=3) and runs ``examples/pytorch_train.py`` (alice's, one
+GPU) beside one of bob's synthetic jobs per GPU, three times: with ``--restart-per-slice``
 (every yield checkpoints and exits, every slice a new process that imports torch and loads the
 checkpoint: how gfair worked before suspension in place), as the example is (a time slice
 parks the process in place; the next slice on the node continues it), and the same submitted
@@ -58,7 +59,6 @@ from bench.quanta import add_quanta_option
 from gfair.bus.logs import configure_logging
 from gfair.client import GfairClient
 from gfair.client.switching import seconds_held
-from gfair.core.cluster import parse_cluster_spec
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.events.jobs import JobResumed, JobStarted, JobSuspended
 from gfair.events.reasons import SuspendReason
@@ -170,11 +170,14 @@ def _cold_resumes(data_dir: Path) -> list[float]:
     return found
 
 
-def _threads(threads: Threads) -> int:
+def _server_gpus(cluster: str) -> int:
+    return ClusterOptions(cluster=cluster).servers().servers[0].gpus
+
+
+def _threads(threads: Threads, cluster: str) -> int:
     if threads != NODE_SHARE:
         return int(threads)
-    node_gpus = parse_cluster_spec(CLUSTER).servers[0].gpus
-    return job_threads(threads_per_gpu(None, node_gpus), 1)
+    return job_threads(threads_per_gpu(None, _server_gpus(cluster)), 1)
 
 
 def _parse_threads(text: str) -> list[Threads]:
@@ -203,12 +206,14 @@ def role_of(argv: list[str]) -> str:
     return OTHER
 
 
-async def run(quantum_s: float, mode: str, steps: int, alone: Alone, threads: Threads) -> Outcome:
+async def run(
+    quantum_s: float, mode: str, steps: int, alone: Alone, threads: Threads, spec: str = CLUSTER
+) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="gfair-switching-") as tmp:
         base = Path(tmp)
         os.chmod(tmp, 0o711)  # reachable by the tenants' own uids
         options = ClusterOptions(
-            cluster=CLUSTER,
+            cluster=spec,
             quantum_s=quantum_s,
             data_dir=base / "gfair",
             user_tickets=TICKETS,
@@ -218,14 +223,16 @@ async def run(quantum_s: float, mode: str, steps: int, alone: Alone, threads: Th
             async with EmbeddedCluster(options) as cluster:
                 client = await GfairClient.connect(cluster.nats_url, poll_interval_s=0.1)
                 async with client:
-                    for index in range(2):
-                        await client.submit("bob", 1, BOB, job_id=f"b{index}")
+                    # The measured table has no speeds for every real GPU's generation.
+                    bob = [*BOB, "--steps-per-s", "10"] if options.local_gpus else BOB
+                    for index in range(options.servers().servers[0].gpus):
+                        await client.submit("bob", 1, bob, job_id=f"b{index}")
                     train = [sys.executable, str(EXAMPLE), "--steps", str(steps)]
                     if mode == RESTART:
                         train.append("--restart-per-slice")
                     began = time.monotonic()
                     before = cpu.used() | {BENCH: _own_cpu()}
-                    # Bob's jobs hold both GPUs: alice's waits for its first slice (prepared,
+                    # Bob's jobs hold every GPU: alice's waits for its first slice (prepared,
                     # it waits with torch imported).
                     await client.submit(
                         "alice",
@@ -259,7 +266,7 @@ async def run(quantum_s: float, mode: str, steps: int, alone: Alone, threads: Th
         return Outcome(
             quantum_s=quantum_s,
             mode=mode,
-            threads=_threads(threads),
+            threads=_threads(threads, spec),
             suspends=len(suspends),
             processes=sum(
                 isinstance(e, JobStarted) or (isinstance(e, JobResumed) and not e.in_place)
@@ -351,8 +358,8 @@ async def _main(args: argparse.Namespace) -> int:
     for quantum in args.quanta:
         for threads in args.threads:
             for mode in args.modes:
-                alone = training_alone(args.steps, _threads(threads))
-                outcome = await run(quantum, mode, args.steps, alone, threads)
+                alone = training_alone(args.steps, _threads(threads, args.cluster))
+                outcome = await run(quantum, mode, args.steps, alone, threads, args.cluster)
                 outcomes.append(outcome)
                 print(
                     f"quantum {quantum:g}s {outcome.mode}, {outcome.threads} threads: training "
@@ -366,6 +373,12 @@ async def _main(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.switching", description=__doc__)
     parser.add_argument("--steps", type=int, default=16000, help="mini-batches of the job")
+    parser.add_argument(
+        "--cluster",
+        default=CLUSTER,
+        help=f"the one server (default {CLUSTER}, simulated); 'local': this machine's GPUs (NVML), "
+        "where the job trains on CUDA",
+    )
     add_quanta_option(parser)
     parser.add_argument(
         "--modes",

@@ -7,7 +7,8 @@
 process (``python -m gfair_services.<name>``) configured by ``GFAIR_*`` environment variables,
 logging to ``<data-dir>/logs/<name>.log`` and tracing to one JSON Lines span file. Node
 executors simulate the GPUs of the cluster spec (server ids as in `parse_cluster_spec`:
-``v100-0``, ``v100-1``, ...) and share ``<data-dir>/checkpoints``.
+``v100-0``, ``v100-1``, ...) and share ``<data-dir>/checkpoints``. With ``cluster="local"``
+the one server (``h200-0``, say) is this machine with its own GPUs, found through NVML.
 
 Start-up: nats-server (unless an URL is given; its store is ``<data-dir>/nats``), the topology
 once, then the children; the cluster is ready when every executor has registered since this
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import secrets
 import signal
@@ -79,8 +81,11 @@ from gfair.cluster_logins import (
 from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.events.nodes import NodeRegistered
 from gfair.events.subjects import NODES_STREAM, STREAMS
+from gfair.node.discovery import LOCAL_CLUSTER, local_cluster_spec
+from gfair.node.gpu import NoGpusError
 from gfair.node.job_cgroup import AUTO, CgroupError, locate, node_directory, sweep_node
 from gfair.node.job_limits import kill_legacy, v1_hierarchies
+from gfair.node.nvml import SIMULATE_HINT
 from gfair.sdk.environment import ENV_CONTROL_DIR
 from gfair.tenancy import OPERATOR_USER, Tenants, TenantsError
 from gfair_services.topology import MAX_REPLICAS, cluster_topology
@@ -117,6 +122,12 @@ _OTHER_CREDENTIALS = (
 
 class ClusterError(RuntimeError):
     """The cluster would not start, or a part of it died while starting."""
+
+
+@functools.cache
+def _local_spec() -> str:
+    # Read once: the options are asked for their servers several times before the start.
+    return local_cluster_spec()
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,8 @@ class ClusterOptions:
                 "auth configures the nats-server the cluster starts; an external one "
                 "(nats_url) has its own authorization"
             )
+        if self.virtual and self.local_gpus:
+            raise ValueError("virtual nodes simulate their GPUs: name the servers, not 'local'")
         if self.virtual and self.auth is not None:
             raise ValueError(
                 "virtual nodes share one connection, and auth gives every node a login of "
@@ -183,8 +196,22 @@ class ClusterOptions:
     def stream_replicas(self) -> int:
         return self.replicas if self.replicas is not None else min(self.brokers, 3)
 
+    @property
+    def local_gpus(self) -> bool:
+        """Whether the one server is this machine, its GPUs real (``cluster="local"``)."""
+        return self.cluster == LOCAL_CLUSTER
+
     def servers(self) -> Cluster:
-        return parse_cluster_spec(self.cluster)
+        if not self.local_gpus:
+            return parse_cluster_spec(self.cluster)
+        try:
+            return parse_cluster_spec(_local_spec())
+        except NoGpusError as error:
+            reason = str(error).removesuffix(f"; {SIMULATE_HINT}")
+            raise ValueError(
+                f"cluster 'local' runs jobs on this machine's GPUs, found through NVML: "
+                f"{reason}; name simulated servers instead (e.g. v100:2x4)"
+            ) from error
 
     def tenants(self) -> Tenants | None:
         """The tenants of `auth` with the cluster's nodes added; `TenantsError` if it is bad."""
@@ -536,12 +563,10 @@ class EmbeddedCluster:
         for server in () if self.options.virtual else self.servers.servers:
             env = self._login_env(dict(base), logins.node(server.id) if logins else None)
             env.update(
-                {
-                    "GFAIR_NODE_ID": server.id,
-                    "GFAIR_SIMULATE_GPUS": f"{server.generation}:{server.gpus}",
-                    "GFAIR_WORK_ROOT": str(self.node_work_root(server.id)),
-                }
+                {"GFAIR_NODE_ID": server.id, "GFAIR_WORK_ROOT": str(self.node_work_root(server.id))}
             )
+            if not self.options.local_gpus:
+                env["GFAIR_SIMULATE_GPUS"] = f"{server.generation}:{server.gpus}"
             self.children[server.id] = Child(
                 server.id, NODE_EXECUTOR, env, self.logs_dir / f"node-{server.id}.log"
             )

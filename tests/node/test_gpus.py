@@ -5,7 +5,7 @@ import importlib
 import anyio
 import pytest
 
-from gfair.node.discovery import open_gpus
+from gfair.node.discovery import local_cluster_spec, open_gpus
 from gfair.node.generation import generation_of
 from gfair.node.gpu import NoGpusError
 from gfair.node.nvml import NvmlGpus
@@ -238,3 +238,19 @@ async def test_telemetry_reports_follow_the_busy_callback() -> None:
     assert [u[1] > 0 for u in utilization] == [False, False, True]
     assert [e.xid for e in reports[0].xid_errors] == [31]
     assert reports[1].xid_errors == ()
+
+
+def test_the_local_cluster_is_one_server_of_this_machines_gpus() -> None:
+    h200 = [FakeDevice("NVIDIA H200", f"GPU-{i}", memory_total=141 * GIB) for i in range(2)]
+    nvml = FakeNvml(devices=h200)
+    assert local_cluster_spec(nvml) == "h200:1x2"
+    assert nvml.calls[-1] == "shutdown"  # the node's executor opens them itself
+
+
+def test_a_local_cluster_of_several_generations_is_refused() -> None:
+    mixed = [
+        FakeDevice("NVIDIA H100 80GB HBM3", "GPU-0", memory_total=80 * GIB),
+        FakeDevice("NVIDIA A100-SXM4-80GB", "GPU-1", memory_total=80 * GIB),
+    ]
+    with pytest.raises(NoGpusError, match=r"several generations \(a100, h100\)"):
+        local_cluster_spec(FakeNvml(devices=mixed))

@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("compare", "compare scheduling policies on several simulated workloads"),
     "schemas": ("schemas", "regenerate (or --check) the JSON Schemas of the event contract"),
     "service": ("service", "run one gfair service (placement, split-stride, node-executor, ...)"),
-    "up": ("up", "run a whole gfair cluster on this machine (simulated GPUs)"),
+    "up": ("up", "run a whole gfair cluster on this machine (simulated GPUs, or its own)"),
     "submit": ("submit", "submit a job"),
     "cancel": ("cancel", "cancel a job"),
     "wait": ("wait", "wait until a job ends; exit with its outcome"),

@@ -26,3 +26,28 @@ def open_gpus(
             raise NoGpusError(f"pynvml (nvidia-ml-py) is not installed; {SIMULATE_HINT}") from exc
         nvml = pynvml
     return NvmlGpus(nvml)
+
+
+# `gfair up --cluster local`: this machine's own GPUs, one server of them.
+LOCAL_CLUSTER = "local"
+
+
+def local_cluster_spec(nvml: NvmlApi | None = None) -> str:
+    """This machine's GPUs, read through NVML, as a cluster spec of one server ('h200:1x1').
+
+    Raises NoGpusError when NVML cannot be used or sees no GPU, and when the GPUs are of
+    several generations: the scheduler pools GPUs by generation, and a server's GPUs are one
+    pool's (a spec of simulated servers names such a machine's pools as separate servers).
+    """
+    gpus = open_gpus(nvml=nvml)
+    try:
+        generations = sorted({gpu.generation for gpu in gpus.inventory()})
+        count = len(gpus.inventory())
+    finally:
+        gpus.close()
+    if len(generations) != 1:
+        raise NoGpusError(
+            f"this machine's GPUs are of several generations ({', '.join(generations)}); "
+            "a server's GPUs must be one generation's"
+        )
+    return f"{generations[0]}:1x{count}"
