@@ -11,7 +11,7 @@ from gfair import embedded_cluster
 from gfair.cli.main import main
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.node.discovery import local_cluster_spec
-from tests.node.fake_nvml import FakeDevice, FakeNvml, NVMLError_LibraryNotFound
+from node.fake_nvml import FakeDevice, FakeNvml, NVMLError_LibraryNotFound
 
 
 @pytest.fixture
