@@ -230,6 +230,7 @@ def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
         jobs = machine.jobs
         for state in ran:
             jobs[state.id].stride_pass = state.pass_
+            machine.changed(state.id)
 
 
 def _place(machine: SplitStride, decision: Decision) -> list[Job]:
@@ -240,7 +241,7 @@ def _place(machine: SplitStride, decision: Decision) -> list[Job]:
         job = machine.jobs[key]
         if job.servers != servers:
             job.servers, job.generation = servers, pool_of[servers[0]]
-            machine.queues.touch(key)
+            machine.touch(key)
             moved.append(job)
     return moved
 
@@ -270,7 +271,7 @@ def _start_on(
     sizes = machine.sizes()
     before = job.servers, job.generation
     job.servers = servers
-    machine.queues.touch(key)
+    machine.touch(key)
     picks: dict[str, tuple[int, ...]] = {}
     for node_id in servers:
         need = job.gpus_on(node_id, sizes)
@@ -336,7 +337,7 @@ def _stop(
     else:
         reason = StopReason.TIME_SLICE
     stay.unconfirmed = stay.phase is Phase.STARTING
-    machine.suspend(job, stay)
+    machine.suspend(job, stay)  # (marks the job changed, with what follows)
     stay.pending_suspends += 1
     stay.since = now
     stay.quantum = quantum
