@@ -224,8 +224,9 @@ class NatsPullConsumer:
             await asyncio.wait_for(self._recover(self._spec, missing), max(left, 0.5))
         except Exception as exc:
             # The server may not answer yet (a cluster electing a leader, a broker under load):
-            # the next silence or refusal past the wait tries again.
-            _log.warning(
+            # the next silence or refusal past the wait tries again. (Info: under load every
+            # consumer of a connection may say so, and the consumer goes on regardless.)
+            _log.info(
                 "looking up the consumer failed",
                 consumer=self._spec.durable,
                 error=repr(exc),
