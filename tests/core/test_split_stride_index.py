@@ -105,6 +105,14 @@ def _check(m: SplitStride, now: float) -> None:
             held_total += sum(len(indices) for indices in holders.values())
     schedulable = sum(node.gpus for node in m.schedulable())
     assert m.free_gpus() == schedulable - held_total
+    # GPUs promised to held-back jobs, as a pass over every held-back job finds them.
+    sizes = m.sizes()
+    for node in NODES:
+        assert m.promised(node.node_id, sizes) == sum(
+            m.jobs[key].gpus_on(node.node_id, sizes)
+            for key in m.held_back
+            if key in m.jobs and node.node_id in m.jobs[key].servers
+        )
 
 
 def _event(m: SplitStride, rng: random.Random, now: float, serial: int) -> Event | None:

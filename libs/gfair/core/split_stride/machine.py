@@ -111,7 +111,11 @@ class SplitStride:
         # Jobs the last quantum moved that wait for their old nodes to let go before they start
         # on their new servers, whose GPUs are promised to them meanwhile. In memory only: after
         # a restart the next quantum decides anew.
-        self.held_back: set[str] = set()
+        self._held_back: set[str] = set()
+        # Node -> the held-back jobs placed on it, until the held-back jobs or their servers
+        # change (`promised`, asked for every server a fill tries: a pass over every held-back
+        # job each time was most of an admission's cost with thousands of them).
+        self._promised_on: dict[str, dict[str, None]] | None = None
         # Node -> jobs prepared there (held to its GPUs in number, `preparing`).
         self.preparing: dict[str, set[str]] = {}
         # Jobs that may hold residencies (a superset: pruned as it is read), and each user's
@@ -474,6 +478,24 @@ class SplitStride:
         state is made again (`Queues.touch`), and the job is saved again (`changed`)."""
         self.queues.touch(key)
         self._changed.add(key)
+        if key in self._held_back:
+            self._promised_on = None  # its servers may have changed, or it went
+
+    @property
+    def held_back(self) -> set[str]:
+        """Jobs the last quantum moved that wait for their old nodes to let go (read it; it
+        changes through its setter and `let_go` alone)."""
+        return self._held_back
+
+    @held_back.setter
+    def held_back(self, keys: set[str]) -> None:
+        self._held_back = keys
+        self._promised_on = None
+
+    def let_go(self, key: str) -> None:
+        """`key` waits no more: the GPUs promised to it are free to others."""
+        self._held_back.discard(key)
+        self._promised_on = None
 
     def changed(self, key: str) -> None:
         """Something persisted of `key` changed (`Job.signature`), or the job came or went:
@@ -588,11 +610,15 @@ class SplitStride:
 
     def promised(self, node_id: str, sizes: dict[str, int]) -> int:
         """GPUs of `node_id` promised to held-back jobs."""
-        return sum(
-            self.jobs[key].gpus_on(node_id, sizes)
-            for key in self.held_back
-            if key in self.jobs and node_id in self.jobs[key].servers
-        )
+        if self._promised_on is None:
+            on: dict[str, dict[str, None]] = {}
+            for key in self._held_back:
+                job = self.jobs.get(key)
+                for server in job.servers if job is not None else ():
+                    on.setdefault(server, {})[key] = None
+            self._promised_on = on
+        jobs = self.jobs
+        return sum(jobs[key].gpus_on(node_id, sizes) for key in self._promised_on.get(node_id, ()))
 
     def free_gpus(self) -> int:
         """GPUs of the schedulable servers that no job holds."""

@@ -283,7 +283,7 @@ def _start_on(
             return None
         parked = machine.parked_on(node_id)
         picks[node_id] = tuple(_pick_indices(job, node_id, free, need, parked))
-    machine.held_back.discard(key)
+    machine.let_go(key)
     if servers != before[0]:
         node = machine.nodes.get(servers[0])
         job.generation = node.generation if node is not None else before[1]
