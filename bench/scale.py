@@ -5,7 +5,8 @@ Run: ``.venv/bin/python -m bench.scale [--servers 100 1000] [--jobs-per-gpu 2.5]
 ``--servers 5 20 --quantum 10 --quanta 2``.
 
 For each size, a whole cluster as `gfair up --virtual` starts it (embedded nats-server, the
-five scheduler services, the query service, and one process running an executor per server,
+five scheduler services, the query service, and processes running an executor per server
+(100 servers each, `GFAIR_VIRTUAL_NODES_PER_PROCESS`),
 servers of four generations: 8 x V100, P100, K80 and A100 each in turn, jobs virtual),
 ``--jobs-per-gpu`` long synthetic jobs per GPU (2.5: 20,000 jobs on 1,000 servers, 2,000 on
 100) from 100 users (mostly one GPU, some gangs of 2 and 4), so that every quantum

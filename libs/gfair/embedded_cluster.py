@@ -28,9 +28,11 @@ own, new at every start (`gfair.cluster_logins`): the services as ``gfair-servic
 executor as ``node-<id>`` (the simulated servers are added to the file's ``[[nodes]]``). The
 operator's and the tenants' logins are in `logins` and ``<data-dir>/auth/logins.txt``.
 
-With ``virtual`` (`gfair up --virtual`) one child, ``virtual-nodes``, runs an executor for
-every server, their jobs virtual (`gfair_services.node_executor.virtual_nodes`): no process
-per job, so one machine holds hundreds of servers; jobs must be the synthetic one.
+With ``virtual`` (`gfair up --virtual`) children ``virtual-nodes-0``, ``virtual-nodes-1``, ...
+run an executor for every server, `virtual_per_process` servers each in the spec's order, their
+jobs virtual (`gfair_services.node_executor.virtual_nodes`): no process per job, so one
+machine holds a thousand servers; jobs must be the synthetic one. Each is restarted on its
+own, as any child.
 
 With ``announce`` (`gfair up`) the ready cluster writes its context files
 (``<data-dir>/context.json`` and the per-user one, `gfair.client.cluster_context`), so that tools
@@ -78,7 +80,7 @@ from gfair.cluster_logins import (
     Login,
     load_embedded_tenants,
 )
-from gfair.core.cluster import Cluster, parse_cluster_spec
+from gfair.core.cluster import Cluster, Server, parse_cluster_spec
 from gfair.events.nodes import NodeRegistered
 from gfair.events.subjects import NODES_STREAM, STREAMS
 from gfair.node.discovery import LOCAL_CLUSTER, local_cluster_spec
@@ -88,6 +90,8 @@ from gfair.node.job_limits import kill_legacy, v1_hierarchies
 from gfair.node.nvml import SIMULATE_HINT
 from gfair.sdk.environment import ENV_CONTROL_DIR
 from gfair.tenancy import OPERATOR_USER, Tenants, TenantsError
+from gfair_services.node_executor.settings import DEFAULT_VIRTUAL_NODES_PER_PROCESS
+from gfair_services.node_executor.virtual_nodes import virtual_parts
 from gfair_services.topology import MAX_REPLICAS, cluster_topology
 
 _log = structlog.get_logger("gfair.embedded_cluster")
@@ -101,8 +105,15 @@ SCHEDULER_SERVICES: tuple[str, ...] = (
     "split_stride",
 )
 NODE_EXECUTOR = "node_executor"
-# The one child that runs every virtual node (`ClusterOptions.virtual`).
+# The children that run the virtual nodes (`ClusterOptions.virtual`): `virtual-nodes-<part>`.
 VIRTUAL_NODES = "virtual-nodes"
+
+
+def virtual_nodes_child(part: int) -> str:
+    """The name of the child that runs part `part` of the virtual nodes."""
+    return f"{VIRTUAL_NODES}-{part}"
+
+
 # Tenants' reads; it decides nothing and consumes no stream.
 QUERY_SERVICE = "query"
 EVENT_ID_KEY_FILE = "event-id.key"
@@ -163,6 +174,9 @@ class ClusterOptions:
     # Virtual nodes (`gfair up --virtual`): one process runs an executor per server, their
     # jobs virtual (no process per job; synthetic jobs only).
     virtual: bool = False
+    # Virtual servers per child process, each child on a NATS connection of its own
+    # (GFAIR_VIRTUAL_NODES_PER_PROCESS of the children).
+    virtual_per_process: int = DEFAULT_VIRTUAL_NODES_PER_PROCESS
     # The embedded brokers' largest message, in bytes; None: nats-server's 1 MiB. Split-stride
     # stores its whole state as one message, past 1 MiB from about 2,000 jobs on
     # (docs/benchmarks.md, "The control plane at scale").
@@ -184,9 +198,11 @@ class ClusterOptions:
             raise ValueError("virtual nodes simulate their GPUs: name the servers, not 'local'")
         if self.virtual and self.auth is not None:
             raise ValueError(
-                "virtual nodes share one connection, and auth gives every node a login of "
-                "its own: run virtual nodes without auth"
+                "virtual nodes share a connection per process, and auth gives every node a "
+                "login of its own: run virtual nodes without auth"
             )
+        if self.virtual_per_process < 1:
+            raise ValueError(f"virtual_per_process must be >= 1, not {self.virtual_per_process}")
         if self.nats_url is None and self.stream_replicas > self.brokers:
             raise ValueError(
                 f"{self.stream_replicas} replicas need as many brokers; {self.brokers} started"
@@ -318,6 +334,7 @@ class EmbeddedCluster:
         self.started_at: datetime | None = None
         self.context_files: tuple[Path, ...] = ()
         self._event_key: str | None = None
+        self._virtual_child: dict[str, str] = {}  # virtual node id -> the child running it
         # Read here, so that a bad tenants file stops the cluster before anything starts.
         tenants = self.options.tenants()
         self.logins: ClusterLogins | None = None
@@ -552,14 +569,17 @@ class EmbeddedCluster:
             log = self.logs_dir / f"{name.replace('_', '-')}.log"
             env = query_env if name == QUERY_SERVICE else services_env
             self.children[name] = Child(name, name, env, log)
-        if self.options.virtual:
+        for part, servers in enumerate(self._virtual_parts()):
             env = dict(base) | {
                 "GFAIR_VIRTUAL_NODES": self.options.cluster,
+                "GFAIR_VIRTUAL_NODES_PER_PROCESS": str(self.options.virtual_per_process),
+                "GFAIR_VIRTUAL_PART": str(part),
                 "GFAIR_WORK_BASE": str(self.data_dir / "nodes"),
             }
-            self.children[VIRTUAL_NODES] = Child(
-                VIRTUAL_NODES, NODE_EXECUTOR, env, self.logs_dir / "virtual-nodes.log"
-            )
+            name = virtual_nodes_child(part)
+            self.children[name] = Child(name, NODE_EXECUTOR, env, self.logs_dir / f"{name}.log")
+            for server in servers:
+                self._virtual_child[server.id] = name
         for server in () if self.options.virtual else self.servers.servers:
             env = self._login_env(dict(base), logins.node(server.id) if logins else None)
             env.update(
@@ -696,7 +716,7 @@ class EmbeddedCluster:
         found through /proc by the control directory the executor gave them).
         """
         if self.options.virtual:
-            raise ClusterError("virtual nodes run in one process: none can be killed alone")
+            raise ClusterError("virtual nodes share processes: none can be killed alone")
         self.kill(node_id, restart=False)
         killed = self._kill_marked((node_id,))
         _log.warning("node killed", node=node_id, jobs_killed=killed)
@@ -759,12 +779,12 @@ class EmbeddedCluster:
         """Until child `name` serves again after `since`; the seconds it took from `since`.
 
         A node executor serves once it has registered after `since` (on a virtual cluster,
-        `name` is one of its servers, whose executor runs in the `VIRTUAL_NODES` child); the
+        `name` is one of its servers, whose executor runs in a `virtual_nodes_child`); the
         query service once it answers; any other service once a live process of it pulls from
         its consumers: where the child was restarted after `since`, its new process, not what
         the killed one left (unacknowledged deliveries, pulls not yet expired).
         """
-        child = self.children[VIRTUAL_NODES if self._is_virtual_node(name) else name]
+        child = self.children[self._virtual_child.get(name, name)]
         bus = await NatsBus.connect(self.bus_options("gfair-up-probe"))
         deadline = time.monotonic() + timeout_s
         try:
@@ -788,8 +808,10 @@ class EmbeddedCluster:
             await bus.close()
         return (datetime.now(UTC) - since).total_seconds()
 
-    def _is_virtual_node(self, name: str) -> bool:
-        return self.options.virtual and name in self.node_ids and name not in self.children
+    def _virtual_parts(self) -> list[tuple[Server, ...]]:
+        if not self.options.virtual:
+            return []
+        return virtual_parts(self.options.cluster, self.options.virtual_per_process)
 
     # -- stop -----------------------------------------------------------------------------------
 

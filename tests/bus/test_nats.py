@@ -15,7 +15,7 @@ from typing import Any
 import nats.js.errors
 import pytest
 
-from gfair.bus import nats_consumer
+from gfair.bus import nats_bus, nats_consumer
 from gfair.bus.key_value import KvConflict
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.publisher import EventPublisher
@@ -254,6 +254,93 @@ async def test_an_answer_read_late_is_not_taken_for_silence(
     assert received == [b"later"]
     assert warnings == []
     await consumer.close()
+    await bus.close()
+
+
+async def test_a_consumer_silent_while_the_broker_stalls_is_looked_up_not_declared_again(
+    nats_server: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stalled broker answers nothing, not even a round trip: the consumer is there all along,
+    # and a declaration sent then only queues up more work for the broker (1,000 virtual nodes
+    # declared theirs ~10,000 times in 5 minutes).
+    bus = await connect(nats_server)
+    await bus.ensure_topology(TOPOLOGY)
+    consumer = await bus.consume(ConsumerSpec(stream=STREAM, durable="stall", ack_wait_s=2.0))
+    declared: list[str] = []
+    add_consumer = bus._js.add_consumer
+
+    async def counted(stream: str, config: Any = None, **kwargs: Any) -> Any:
+        declared.append(stream)
+        return await add_consumer(stream, config, **kwargs)
+
+    monkeypatch.setattr(bus._js, "add_consumer", counted)
+    broker = nats_server.pid
+    assert broker is not None
+    os.kill(broker, signal.SIGSTOP)
+    try:
+        stalled_until = time.monotonic() + 3.5  # past the expiry, the grace and a look-up
+        while time.monotonic() < stalled_until:
+            assert await consumer.fetch(10, 0.2) == []
+    finally:
+        os.kill(broker, signal.SIGCONT)
+    await bus.publish("bustest.ping.a", b"later", msg_id="later")
+    received: list[bytes] = []
+    deadline = time.monotonic() + 15.0
+    while not received and time.monotonic() < deadline:
+        received = [d.data for d in await consumer.fetch(10, 0.2)]
+    assert received == [b"later"]
+    assert declared == []
+    await consumer.close()
+    await bus.close()
+
+
+async def test_consumers_deleted_together_are_declared_again_a_few_at_a_time(
+    nats_server: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every consumer of a connection goes silent together after a stall: their look-ups and
+    # declarations go to the broker a few at a time, not all at once.
+    bus = await connect(nats_server)
+    await bus.ensure_topology(TOPOLOGY)
+    specs = [ConsumerSpec(stream=STREAM, durable=f"many{i}", ack_wait_s=2.0) for i in range(12)]
+    consumers = [await bus.consume(spec) for spec in specs]
+    at_once = 0
+    most = 0
+    consumer_info = bus._js.consumer_info
+    add_consumer = bus._js.add_consumer
+
+    async def watched(call: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal at_once, most
+        at_once += 1
+        most = max(most, at_once)
+        try:
+            await asyncio.sleep(0.05)  # long enough for the others to pile up
+            return await call(*args, **kwargs)
+        finally:
+            at_once -= 1
+
+    async def info(*args: Any, **kwargs: Any) -> Any:
+        return await watched(consumer_info, *args, **kwargs)
+
+    async def add(*args: Any, **kwargs: Any) -> Any:
+        return await watched(add_consumer, *args, **kwargs)
+
+    monkeypatch.setattr(bus._js, "consumer_info", info)
+    monkeypatch.setattr(bus._js, "add_consumer", add)
+    for spec in specs:
+        await bus.client.jetstream().delete_consumer(STREAM, spec.durable)
+    await bus.publish("bustest.ping.a", b"after", msg_id="after")
+
+    async def first(consumer: Any) -> list[bytes]:
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline:
+            if received := [d.data for d in await consumer.fetch(10, 0.2)]:
+                return received
+        return []
+
+    assert await asyncio.gather(*(first(c) for c in consumers)) == [[b"after"]] * len(specs)
+    assert 1 <= most <= nats_bus.RECOVERIES_AT_ONCE, most
+    for consumer in consumers:
+        await consumer.close()
     await bus.close()
 
 

@@ -105,6 +105,14 @@ def _check(m: SplitStride, now: float) -> None:
             held_total += sum(len(indices) for indices in holders.values())
     schedulable = sum(node.gpus for node in m.schedulable())
     assert m.free_gpus() == schedulable - held_total
+    # GPUs promised to held-back jobs, as a pass over every held-back job finds them.
+    sizes = m.sizes()
+    for node in NODES:
+        assert m.promised(node.node_id, sizes) == sum(
+            m.jobs[key].gpus_on(node.node_id, sizes)
+            for key in m.held_back
+            if key in m.jobs and node.node_id in m.jobs[key].servers
+        )
 
 
 def _event(m: SplitStride, rng: random.Random, now: float, serial: int) -> Event | None:
@@ -212,3 +220,34 @@ def test_node_indexes_answer_what_every_job_says(seed: int, at_once: bool) -> No
             # A machine restored from what a driver persists builds its indexes alike.
             saved = copy.deepcopy(m.saved())
             _check(SplitStride(m.config, ThroughputEstimator(), saved), now)
+
+
+@pytest.mark.parametrize("at_once", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_jobs_an_input_changed_are_named_by_take_changed(seed: int, at_once: bool) -> None:
+    # A driver saves only the jobs `take_changed` names: every job whose persisted state
+    # (`Job.signature`) differs after an input or a tick, and every job admitted or ended,
+    # must be among them, or the record would keep it as it was.
+    rng = random.Random(seed)
+    m = SplitStride(Config(quantum_s=QUANTUM_S, moves_at_once=at_once), ThroughputEstimator())
+    m.apply(ServersChanged(NODES))
+    m.take_changed()
+    before = {key: job.signature() for key, job in m.jobs.items()}
+    now = 0.0
+    named = 0
+    for serial in range(400):
+        now += rng.uniform(0.5, 5.0)
+        if serial % 15 == 14:
+            m.tick(now)
+        else:
+            event = _event(m, rng, now, serial)
+            if event is not None:
+                m.apply(event)
+        after = {key: job.signature() for key, job in m.jobs.items()}
+        differ = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+        taken = m.take_changed()
+        assert differ <= taken, (serial, sorted(differ - taken))
+        named += len(taken)
+        before = after
+    # Not everything, every time: most inputs change a few jobs.
+    assert named < 400 * max(len(m.jobs), 1)

@@ -1,7 +1,8 @@
 """A cluster of virtual nodes (`gfair up --virtual`): the services run it as any other.
 
-Twenty servers in one executor process, no process per job: two users' jobs share it by their
-tickets and complete, as on a cluster of real executors.
+Twenty servers in two executor processes, no process per job: two users' jobs share them by
+their tickets and complete, suspended on a node of one process and resumed from their
+checkpoints on a node of either, as on a cluster of real executors.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gfair.client import GfairClient
-from gfair.embedded_cluster import VIRTUAL_NODES
+from gfair.embedded_cluster import virtual_nodes_child
 from gfair.events.states import JobState
 from gfair.state.stride_record import StrideRecord
 
@@ -37,14 +38,18 @@ async def test_two_users_share_twenty_virtual_servers_by_tickets_and_their_jobs_
 ) -> None:
     async with (
         start_cluster(
-            cluster="v100:20x2", quantum_s=1.0, user_tickets=TICKETS, virtual=True
+            cluster="v100:20x2",
+            quantum_s=1.0,
+            user_tickets=TICKETS,
+            virtual=True,
+            virtual_per_process=10,
         ) as cluster,
         client_of(cluster) as client,
     ):
-        # Twenty servers, one process for them all.
+        # Twenty servers, ten in each of two processes.
         assert len(cluster.node_ids) == 20
         executors = [c for c in cluster.children.values() if c.module == "node_executor"]
-        assert [c.name for c in executors] == [VIRTUAL_NODES]
+        assert [c.name for c in executors] == [virtual_nodes_child(0), virtual_nodes_child(1)]
         assert {n.node_id for n in await client.nodes()} == set(cluster.node_ids)
         # 12 s of V100 training each (120 s at speed 10).
         for n in range(JOBS_EACH):
@@ -84,14 +89,21 @@ async def test_two_users_share_twenty_virtual_servers_by_tickets_and_their_jobs_
 async def test_a_virtual_node_and_a_killed_service_are_waited_for_until_they_serve_again(
     start_cluster: StartCluster,
 ) -> None:
-    async with start_cluster(cluster="v100:3x2", quantum_s=1.0, virtual=True) as cluster:
-        nodes = cluster.children[VIRTUAL_NODES]
+    async with start_cluster(
+        cluster="v100:3x2", quantum_s=1.0, virtual=True, virtual_per_process=2
+    ) as cluster:
+        first, second = (
+            cluster.children[virtual_nodes_child(0)],
+            cluster.children[virtual_nodes_child(1)],
+        )
         killed_at = datetime.now(UTC)
-        cluster.kill(VIRTUAL_NODES)
-        # A server of the virtual cluster serves once the restarted process registered it.
-        await cluster.wait_serving("v100-1", since=killed_at, timeout_s=60)
-        assert nodes.starts == 2 and nodes.started_at is not None
-        assert nodes.started_at > killed_at
+        cluster.kill(second.name)
+        # A server of the virtual cluster serves once the restarted process registered it: the
+        # third server runs in the second process, restarted alone.
+        await cluster.wait_serving("v100-2", since=killed_at, timeout_s=60)
+        assert second.starts == 2 and second.started_at is not None
+        assert second.started_at > killed_at
+        assert first.starts == 1 and first.alive
 
         split_stride = cluster.children["split_stride"]
         killed_at = datetime.now(UTC)

@@ -7,6 +7,9 @@ services must not be able to tell which node they talk to.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,9 +17,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from gfair.bus.history import read_history
 from gfair.bus.memory_bus import InMemoryBus
+from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.runtime import ServiceRuntime
-from gfair.bus.transport import PubAck
+from gfair.bus.transport import BusError, PubAck
 from gfair.events.commands import KillCommand, SuspendCommand
 from gfair.events.envelope import EventData
 from gfair.events.jobs import (
@@ -29,12 +34,20 @@ from gfair.events.jobs import (
 )
 from gfair.events.nodes import NodeRegistered
 from gfair.events.reasons import SuspendReason
+from gfair.events.subjects import NODES_STREAM
 from gfair.node.simulated import SimulatedGpus
 from gfair.node.virtual_jobs import VirtualHost
 from gfair.sdk.throughput_table import ThroughputTable
 from gfair_services.node_executor import CANNOT_START_EXIT_CODE, NodeExecutor
 from gfair_services.node_executor.report_relay import PROGRESS_LATE_S
-from gfair_services.node_executor.virtual_nodes import virtual_executors
+from gfair_services.node_executor.settings import NodeExecutorSettings
+from gfair_services.node_executor.virtual_nodes import (
+    part_environment,
+    part_servers,
+    run_parts,
+    virtual_executors,
+    virtual_parts,
+)
 from node.helpers import reachable_tmp, sdk_on_pythonpath
 
 from .test_node_executor import (
@@ -275,3 +288,97 @@ async def test_a_busy_node_lets_progress_reports_go_rather_than_hold_up_a_suspen
     # Every job was heard of all the same.
     reporting = {e.data["job_id"] for e in history if e.type == JobProgress.EVENT_TYPE}
     assert reporting == set(users)
+
+
+def test_a_spec_runs_in_parts_of_servers_per_process_each_process_its_own() -> None:
+    parts = virtual_parts("v100:3x2,k80:2x2", 2)
+    assert [[s.id for s in part] for part in parts] == [
+        ["v100-0", "v100-1"],
+        ["v100-2", "k80-0"],
+        ["k80-1"],
+    ]
+    settings = NodeExecutorSettings(
+        virtual_nodes="v100:3x2,k80:2x2", virtual_nodes_per_process=2, virtual_part=1
+    )
+    assert [s.id for s in part_servers(settings)] == ["v100-2", "k80-0"]
+    # Without a part, a process is given every server (it runs them in parts of its own).
+    whole = settings.model_copy(update={"virtual_part": None})
+    assert len(part_servers(whole)) == 5
+    with pytest.raises(ValidationError, match="make 3 parts"):
+        NodeExecutorSettings(
+            virtual_nodes="v100:3x2,k80:2x2", virtual_nodes_per_process=2, virtual_part=3
+        )
+    with pytest.raises(ValidationError, match="give virtual_nodes"):
+        NodeExecutorSettings(virtual_part=0)
+
+
+def test_a_part_gets_the_settings_given_to_the_process_that_starts_it(tmp_path: Path) -> None:
+    # Given as flags of `gfair service node-executor`, they are in no environment variable.
+    settings = NodeExecutorSettings(
+        virtual_nodes="v100:5x2",
+        virtual_nodes_per_process=2,
+        heartbeat_s=7.0,
+        work_base=tmp_path,
+    )
+    env = part_environment(settings, 2)
+    assert env["GFAIR_VIRTUAL_PART"] == "2"
+    assert env["GFAIR_VIRTUAL_NODES_PER_PROCESS"] == "2"
+    assert env["GFAIR_HEARTBEAT_S"] == "7.0"
+    assert env["GFAIR_WORK_BASE"] == str(tmp_path)
+    # Each virtual node's own settings are made per node, not handed on.
+    assert env.get("GFAIR_WORK_ROOT") == os.environ.get("GFAIR_WORK_ROOT")
+
+
+def test_a_checkpoint_taken_by_one_process_virtual_node_is_found_by_another_process(
+    tmp_path: Path,
+) -> None:
+    # Virtual nodes run in several processes: a job suspended on a node of one resumes on a
+    # node of another, from the step it reached, as a real job from the shared checkpoint root.
+    here, there = VirtualHost(), VirtualHost()
+    checkpoints = tmp_path / "checkpoints" / "alice" / "resnet"
+    assert there.latest_checkpoint(checkpoints) is None
+    here.commit(checkpoints, 40)
+    found = there.latest_checkpoint(checkpoints)
+    assert found is not None and (found.seq, found.step) == (1, 40)
+    there.commit(checkpoints, 55)
+    latest = here.latest_checkpoint(checkpoints)
+    assert latest is not None and (latest.seq, latest.step) == (2, 55)
+    assert latest.path == checkpoints / "ckpt-000000000002"
+
+
+@pytest.mark.nats
+async def test_a_process_given_more_servers_than_it_runs_starts_its_parts_and_stops_them(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A deployment's load test: one process given the whole spec runs it in parts, a process
+    # and a NATS connection each, every server registered; on stop, the parts end.
+    monkeypatch.setenv("GFAIR_NATS_URL", nats_url)
+    monkeypatch.setenv("GFAIR_LOG_LEVEL", "WARNING")
+    settings = make_settings(
+        tmp_path, virtual_nodes="v100:3x1", virtual_nodes_per_process=2, heartbeat_s=0.5
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(run_parts(settings, 2, stop))
+    bus = await NatsBus.connect(NatsOptions(servers=(nats_url,)))
+    try:
+        registered: set[str] = set()
+        clients: set[str] = set()
+        deadline = asyncio.get_running_loop().time() + 60.0
+        while len(registered) < 3 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.5)
+            with contextlib.suppress(BusError):
+                registered = {
+                    past.data.node_id
+                    async for past in read_history(
+                        bus, NODES_STREAM.name, accepts=(NodeRegistered,)
+                    )
+                    if isinstance(past.data, NodeRegistered)
+                }
+        assert registered == {"v100-0", "v100-1", "v100-2"}
+        reply = await bus.client.request("$SYS.REQ.SERVER.PING.CONNZ", b"{}", timeout=2.0)
+        clients = {c.get("name", "") for c in json.loads(reply.data)["data"]["connections"]}
+        assert {"node-executor-virtual-0", "node-executor-virtual-1"} <= clients
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 90.0)
+        await bus.close()

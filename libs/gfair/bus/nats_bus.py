@@ -51,6 +51,11 @@ _STREAM_NAME_IN_USE = 10058
 _DUPLICATE_IN_PROCESS = 10158
 
 
+# Consumers looked up or declared again at once, at most, per connection: after a stall, every
+# consumer of a connection goes silent together (a process running hundreds of them, virtual
+# nodes), and as many API requests at once would only stall the broker further.
+RECOVERIES_AT_ONCE = 4
+
 DEFAULT_INBOX_PREFIX = "_INBOX"
 _INBOX_USER = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -309,6 +314,7 @@ class NatsBus:
         self._ensured: set[StreamSpec | ConsumerSpec | BucketSpec] = set()
         self._js = nc.jetstream(timeout=options.api_timeout_s)
         self._options = options
+        self._recovering = asyncio.Semaphore(RECOVERIES_AT_ONCE)
 
     @classmethod
     async def connect(cls, options: NatsOptions) -> NatsBus:
@@ -459,6 +465,23 @@ class NatsBus:
         except nats.js.errors.APIError as exc:
             raise TopologyConflict(f"consumer {spec.durable}: {exc.description}") from exc
 
+    async def recover_consumer(self, spec: ConsumerSpec, missing: bool = False) -> bool:
+        """Declare `spec` again if the server no longer has it (or, `missing`, said it was
+        deleted); whether it was declared. A few at a time per connection
+        (`RECOVERIES_AT_ONCE`); one the server still has is left alone."""
+        async with self._recovering:
+            if not missing:
+                try:
+                    await self._js.consumer_info(
+                        spec.stream, spec.durable, timeout=self._options.api_timeout_s
+                    )
+                    return False  # there: its answer was merely late
+                except nats.js.errors.NotFoundError:
+                    pass
+            _log.warning("consumer gone, declaring it again", consumer=spec.durable)
+            await self.ensure_consumer(spec)
+            return True
+
     async def _ensure_bucket(self, spec: BucketSpec) -> None:
         try:
             await self._api(f"bucket {spec.name}", lambda: self._js.key_value(spec.name))
@@ -545,7 +568,7 @@ class NatsBus:
             spec,
             self._nc,
             api_prefix=api.DEFAULT_PREFIX,
-            recreate=self.ensure_consumer,
+            recover=self.recover_consumer,
             on_close=self._pulls.discard,
         )
         await pull.open()

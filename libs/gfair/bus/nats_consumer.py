@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -23,9 +22,14 @@ from gfair.bus.transport import BusError, Delivery
 
 _log = structlog.get_logger("gfair.bus.nats")
 
-# How long past a pull request's expiry the server may stay silent before the consumer is taken
-# for gone: a live consumer always answers an expired request, but a deleted one answers nothing.
+# How long past a pull request's expiry the server may stay silent before the consumer is
+# looked up: a live consumer always answers an expired request, but a deleted one answers
+# nothing.
 _SILENCE_GRACE_S = 1.0
+# After a look-up or declaration that did not come through, the next waits this long at first,
+# doubling up to the most: a broker too slow to answer is not asked again and again.
+_RECHECK_FIRST_S = 1.0
+_RECHECK_MOST_S = 30.0
 
 
 def consumer_config(spec: ConsumerSpec) -> api.ConsumerConfig:
@@ -127,7 +131,7 @@ class NatsPullConsumer:
         client: NatsClient,
         *,
         api_prefix: str,
-        recreate: Callable[[ConsumerSpec], Awaitable[None]],
+        recover: Callable[[ConsumerSpec, bool], Awaitable[bool]],
         on_close: Callable[[NatsPullConsumer], None],
     ) -> None:
         self._spec = spec
@@ -136,7 +140,7 @@ class NatsPullConsumer:
         self._inbox = client.new_inbox()
         self._queue: asyncio.Queue[Msg] = asyncio.Queue()
         self._sub: Subscription | None = None
-        self._recreate = recreate
+        self._recover = recover
         self._on_close = on_close
         # The open request: how many events it may still bring, until when, on which connection.
         self._open_until = 0.0
@@ -147,6 +151,10 @@ class NatsPullConsumer:
         self._unavailable = False
         # When the server, silent since a request went out, should have answered it at the latest.
         self._silent_after: float | None = None
+        # No look-up or declaration before then (`_RECHECK_FIRST_S`), and the wait after the next
+        # one that fails.
+        self._recheck_at = 0.0
+        self._recheck_wait_s = _RECHECK_FIRST_S
 
     @property
     def spec(self) -> ConsumerSpec:
@@ -185,15 +193,17 @@ class NatsPullConsumer:
             # The consumer was deleted (by an operator, or a memory-backed server restarted):
             # declare it again and carry on from its deliver policy.
             self._missing = False
-            await self._declare_again("consumer missing, recreating", left)
+            await self._look_up(left, missing=True)
         elif self._silent_after is not None and time.monotonic() > self._silent_after:
-            if await self._answered_unread(left):
-                return True
             # Deleted while no request was open, or declared again while its deletion was still
             # under way: requests to a consumer that does not exist go unanswered, or are
-            # answered only by "no responders".
+            # answered only by "no responders". Or the answer is merely late: a broker under
+            # load, or a process too busy to read it in time (hundreds of consumers on one
+            # connection, virtual nodes). So the consumer is looked up, and declared again only
+            # if the server says it is gone: declaring it again for a late answer would only
+            # add to the load that made the answer late.
             self._silent_after = None
-            await self._declare_again("consumer silent, declaring it again", left)
+            await self._look_up(left, missing=False)
         if self._unavailable:
             # Nobody answers for the consumer: no leader yet (a cluster electing one), or gone.
             self._unavailable = False
@@ -201,32 +211,31 @@ class NatsPullConsumer:
             return False
         return True
 
-    async def _answered_unread(self, left: float) -> bool:
-        """Whether the server did answer, and this process was too busy to read it in time.
-
-        A process whose loop is held up (hundreds of consumers on one connection, virtual
-        nodes) reads the answer to an expired request late. After a round trip to the server,
-        whatever it sent before is read: an answer found then means the consumer is there, and
-        declaring it again would only add to the load that made the answer late.
-        """
-        try:
-            await self._client.flush(timeout=max(math.ceil(left), 1))
-        except (nats.errors.Error, TimeoutError):
-            return False
-        return not self._queue.empty()
-
-    async def _declare_again(self, why: str, left: float) -> None:
-        _log.warning(why, consumer=self._spec.durable)
+    async def _look_up(self, left: float, *, missing: bool) -> None:
+        """The consumer looked up and, where the server no longer has it (or said it was
+        deleted: `missing`), declared again (`recover`); after one that fails, the next is put
+        off, ever longer, while requests go on."""
+        now = time.monotonic()
+        if now < self._recheck_at:
+            return
         try:
             # Within the fetch's time (or a little more): a stop must not wait out the API's
             # retries while a cluster elects a leader.
-            await asyncio.wait_for(self._recreate(self._spec), max(left, 0.5))
+            await asyncio.wait_for(self._recover(self._spec, missing), max(left, 0.5))
         except Exception as exc:
-            # The server may not answer yet (a cluster electing a leader): the next silence or
-            # refusal tries again.
-            _log.warning(
-                "declaring the consumer failed", consumer=self._spec.durable, error=repr(exc)
+            # The server may not answer yet (a cluster electing a leader, a broker under load):
+            # the next silence or refusal past the wait tries again. (Info: under load every
+            # consumer of a connection may say so, and the consumer goes on regardless.)
+            _log.info(
+                "looking up the consumer failed",
+                consumer=self._spec.durable,
+                error=repr(exc),
+                again_in_s=self._recheck_wait_s,
             )
+            self._recheck_at = time.monotonic() + self._recheck_wait_s
+            self._recheck_wait_s = min(self._recheck_wait_s * 2, _RECHECK_MOST_S)
+            return
+        self._recheck_wait_s = _RECHECK_FIRST_S
 
     async def _request(self, batch: int, left: float) -> None:
         if self._client.is_closed or self._client.is_draining:

@@ -14,9 +14,10 @@ is given (`gfair.client.cluster_context`); both are removed when the cluster sto
 
     gfair up --virtual --cluster v100:100x8,k80:100x8
 
-With --virtual one process runs every server's executor and jobs run no process of their own
-(virtual nodes: only the synthetic job runs, at its simulated speed), so one machine holds a
-cluster of hundreds of servers for scale tests.
+With --virtual a few processes run every server's executor, --virtual-per-process servers
+each (default 100), and jobs run no process of their own (virtual nodes: only the synthetic job
+runs, at its simulated speed), so one machine holds a cluster of a thousand servers for scale
+tests.
 
     gfair up --cluster local
 
@@ -56,6 +57,7 @@ from gfair.node.job_cgroup import AUTO, CgroupError, locate
 from gfair.node.job_limits import JobLimits, LimitError, check_host, parse_size
 from gfair.shares import read_shares
 from gfair.tenancy import TenantsError
+from gfair_services.node_executor.settings import DEFAULT_VIRTUAL_NODES_PER_PROCESS
 from gfair_services.tenants import parse_user_tickets
 
 
@@ -127,8 +129,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--virtual",
         action="store_true",
-        help="virtual nodes: one process runs every server's executor, jobs run no process "
-        "(python -m gfair.sdk.synthetic only), for clusters of hundreds of servers",
+        help="virtual nodes: a few processes run every server's executor, jobs run no "
+        "process (python -m gfair.sdk.synthetic only), for clusters of a thousand servers",
+    )
+    parser.add_argument(
+        "--virtual-per-process",
+        type=int,
+        default=DEFAULT_VIRTUAL_NODES_PER_PROCESS,
+        metavar="N",
+        help="with --virtual: servers per process, each process on a NATS connection of its "
+        f"own (default {DEFAULT_VIRTUAL_NODES_PER_PROCESS})",
     )
     parser.add_argument("--log-level", default="INFO", help="default INFO")
     parser.set_defaults(func=_run)
@@ -218,6 +228,7 @@ def _run(args: argparse.Namespace) -> int:
             announce=True,
             auth=args.auth,
             virtual=args.virtual,
+            virtual_per_process=args.virtual_per_process,
         )
         servers = options.servers()  # the spec is checked before anything starts
         if args.shares is not None:

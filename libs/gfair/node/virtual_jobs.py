@@ -15,10 +15,13 @@ the synthetic job does with a yield request: it checkpoints after its current mi
 exits (it never parks in place); past the suspend's timeout it is signalled as a process
 would be, and keeps only its previous checkpoint.
 
-Checkpoints hold a step and nothing else: they live in the `VirtualHost`, shared by every
-virtual node of the process, so a job suspended on one resumes from its step on another. Their
-paths, `<checkpoint dir>/ckpt-<seq>`, are where the real one would be; nothing is written
-there (the services read steps, never checkpoint files).
+Checkpoints hold a step and nothing else. The `VirtualHost` keeps each job's newest one in a
+small file in the job's checkpoint directory (`VIRTUAL_CHECKPOINT`), so that a job suspended
+on one virtual node resumes from its step on another, also when that node runs in another
+process (virtual nodes are spread over several, `virtual_nodes_per_process`), as a real job
+finds its checkpoint on the shared checkpoint root. Their paths, `<checkpoint dir>/ckpt-<seq>`,
+are where the real one would be; nothing is written there (the services read steps, never
+checkpoint files).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import math
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -58,6 +63,8 @@ from gfair.sdk.throughput_table import ThroughputLookupError, ThroughputTable
 SYNTHETIC_MODULE = "gfair.sdk.synthetic"
 # Finished jobs remembered for `suspend`/`kill` after the fact (as the supervisor does).
 _FINISHED_KEPT = 1024
+# A virtual job's newest checkpoint, in its checkpoint directory: {"seq", "step", "created_at"}.
+VIRTUAL_CHECKPOINT = "virtual-checkpoint.json"
 
 
 class VirtualHost:
@@ -65,7 +72,6 @@ class VirtualHost:
 
     def __init__(self, throughputs: ThroughputTable | None = None) -> None:
         self._table = throughputs
-        self._checkpoints: dict[Path, CheckpointRef] = {}
 
     @property
     def throughputs(self) -> ThroughputTable:
@@ -77,17 +83,28 @@ class VirtualHost:
         return VirtualSupervisor(config, self)
 
     def latest_checkpoint(self, checkpoint_dir: Path) -> CheckpointRef | None:
-        return self._checkpoints.get(checkpoint_dir)
+        # Read every time: another process's virtual node may have written it since.
+        try:
+            saved = json.loads((checkpoint_dir / VIRTUAL_CHECKPOINT).read_bytes())
+            seq, step, created_at = int(saved["seq"]), int(saved["step"]), saved["created_at"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # none yet, or unreadable: the job starts from its beginning
+        return CheckpointRef(seq, step, checkpoint_dir / f"ckpt-{seq:012d}", float(created_at))
 
     def parked_elsewhere(self, checkpoint_dir: Path) -> bool:
         return False  # a virtual job never parks in place
 
     def commit(self, checkpoint_dir: Path, step: int) -> CheckpointRef:
         """A new checkpoint of the job at `step`, the newest from now on."""
-        previous = self._checkpoints.get(checkpoint_dir)
+        previous = self.latest_checkpoint(checkpoint_dir)
         seq = 1 if previous is None else previous.seq + 1
         ref = CheckpointRef(seq, step, checkpoint_dir / f"ckpt-{seq:012d}", time.time())
-        self._checkpoints[checkpoint_dir] = ref
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        # Whole or not at all, as a real job's commit is: written aside, then renamed.
+        target = checkpoint_dir / VIRTUAL_CHECKPOINT
+        aside = target.with_name(f".{VIRTUAL_CHECKPOINT}.{os.getpid()}")
+        aside.write_text(json.dumps({"seq": seq, "step": step, "created_at": ref.created_at}))
+        aside.replace(target)
         return ref
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, TypeVar
@@ -303,17 +303,30 @@ async def load_stride(bucket: StrideBucket, *, parts: bool = True) -> StoredStri
 
 
 async def save_stride(
-    bucket: StrideBucket, record: StrideRecord, revision: int | None, written: StrideRecord | None
+    bucket: StrideBucket,
+    record: StrideRecord,
+    revision: int | None,
+    written: StrideRecord | None,
+    *,
+    changed_jobs: Collection[str] | None = None,
 ) -> StoredStride:
     """Create (`revision` None) or update at `revision`; conflicts propagate (one writer).
 
     `written` is the record as last stored (None: nothing is): only the jobs and servers that
-    differ from it are written, and those it has that `record` lacks are deleted.
+    differ from it are written, and those it has that `record` lacks are deleted. With
+    `changed_jobs`, the writer vouches that no other job differs from `written`: only these are
+    looked at (a batch costs what it changed, not a look at every job).
     """
-    old_jobs = written.jobs if written is not None and written.layout == PARTS_LAYOUT else {}
-    old_servers = written.servers if written is not None and written.layout == PARTS_LAYOUT else {}
+    parts = written is not None and written.layout == PARTS_LAYOUT
+    old_jobs = written.jobs if written is not None and parts else {}
+    old_servers = written.servers if written is not None and parts else {}
+    jobs_changed = (
+        _changed(record.jobs, old_jobs, _job_part)
+        if changed_jobs is None or not parts
+        else _changed_among(changed_jobs, record.jobs, old_jobs, _job_part)
+    )
     changed: dict[str, bytes | None] = {
-        **_changed(record.jobs, old_jobs, _job_part),
+        **jobs_changed,
         **_changed(record.servers, old_servers, _server_part),
     }
     commit = (written.commit if written is not None else 0) + 1
@@ -367,6 +380,24 @@ def _changed(
         if (was := old.get(k)) is not part and was != part
     }
     found.update({key_of(k): None for k in old.keys() - new.keys()})
+    return found
+
+
+def _changed_among(
+    keys: Collection[str],
+    new: Mapping[str, P],
+    old: Mapping[str, P],
+    key_of: Callable[[str], str],
+) -> dict[str, bytes | None]:
+    """`_changed`, looking at `keys` only (none other differs)."""
+    found: dict[str, bytes | None] = {}
+    for k in keys:
+        part, was = new.get(k), old.get(k)
+        if part is None:
+            if was is not None:
+                found[key_of(k)] = None
+        elif was is not part and was != part:
+            found[key_of(k)] = part.model_dump_json().encode()
     return found
 
 

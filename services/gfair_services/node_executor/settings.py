@@ -30,6 +30,10 @@ from gfair.node.simulated import parse_gpu_spec
 # checkpoints are; a real cluster points both at a shared filesystem.
 DEFAULT_CHECKPOINT_ROOT = Path("/tmp/gfair/checkpoints")
 DEFAULT_WORK_ROOT = Path("/tmp/gfair/nodes")  # <this>/<node_id>
+# Virtual servers per process: at 100, one process's event loop keeps up with its nodes'
+# commands, heartbeats and progress reports at 60 s quanta (docs/benchmarks.md); 1,000 on one
+# connection and loop fell behind the broker and were cut off as a slow consumer.
+DEFAULT_VIRTUAL_NODES_PER_PROCESS = 100
 
 
 def default_node_id() -> str:
@@ -170,6 +174,22 @@ class NodeExecutorSettings(BaseSettings):
         "run), for scale and load tests; empty: this process is the one node --node-id",
     )
 
+    virtual_nodes_per_process: int = Field(
+        default=DEFAULT_VIRTUAL_NODES_PER_PROCESS,
+        ge=1,
+        description="With virtual_nodes: servers of the spec one process runs, each part on a "
+        "NATS connection of its own; a spec of more servers runs in several processes (one per "
+        "part: virtual_part, or all of them started and restarted by this process)",
+    )
+
+    virtual_part: int | None = Field(
+        default=None,
+        ge=0,
+        description="With virtual_nodes: run only this part of the spec's servers (0 for the "
+        "first virtual_nodes_per_process of them, 1 for the next, ...), for deployments that "
+        "run each part as a process of their own; unset: every part, one process each",
+    )
+
     parked_memory: str = Field(
         default="8G",
         description="Host memory all jobs parked in place on this node may hold together (their "
@@ -287,6 +307,21 @@ class NodeExecutorSettings(BaseSettings):
     def _absolute(cls, value: Path | None) -> Path | None:
         # Paths travel in events (checkpoint paths), which require them absolute.
         return value.expanduser().absolute() if value is not None else None
+
+    @model_validator(mode="after")
+    def _part(self) -> Self:
+        if self.virtual_part is None:
+            return self
+        if not self.virtual_nodes:
+            raise ValueError("virtual_part: give virtual_nodes, the spec it is a part of")
+        servers = len(parse_cluster_spec(self.virtual_nodes).servers)
+        parts = -(-servers // self.virtual_nodes_per_process)
+        if self.virtual_part >= parts:
+            raise ValueError(
+                f"virtual_part {self.virtual_part}: {servers} servers at "
+                f"{self.virtual_nodes_per_process} per process make {parts} parts (0..{parts - 1})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _work_root(self) -> Self:

@@ -5,17 +5,27 @@ Every server of the cluster spec gets a `NodeExecutor` of its own, the very one 
 runs: its node id (as `gfair up` names servers: ``v100-0``, ...), simulated GPUs, work root
 ``<work base>/<id>``, registration, heartbeats, telemetry and the durable consumer of its
 commands, handled by the same `JobCommands`. Only where jobs run differs: a `VirtualHost`
-instead of OS processes (`gfair.node.virtual_jobs`). The executors share one NATS connection
-and one `VirtualHost`, whose checkpoints play the shared checkpoint root: a job suspended on
-one resumes from its step on another. On SIGTERM every node drains its jobs, reported
-suspended, as a real executor does.
+instead of OS processes (`gfair.node.virtual_jobs`), whose checkpoints, small files on the
+checkpoint root, play the shared checkpoint root: a job suspended on one node resumes from its
+step on another. On SIGTERM every node drains its jobs, reported suspended, as a real executor
+does.
+
+A process runs at most `virtual_nodes_per_process` of them (`virtual_parts`), on one NATS
+connection: a thousand executors on one connection and one event loop fell behind what the
+broker sent them, their consumers' answers read so late that they were taken for gone and
+declared again by the thousand, until the broker cut the connection off as a slow consumer.
+A spec of more servers runs in parts, each a process of its own: `gfair up` starts and
+restarts each part as a child of its own (`virtual_part`); a process given the whole spec and
+no part starts its parts itself and starts again any that exits (`run_parts`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import sys
 
 import structlog
 
@@ -53,19 +63,43 @@ def node_settings(settings: NodeExecutorSettings, server: Server) -> NodeExecuto
     )
 
 
+def virtual_parts(spec: str, per_process: int) -> list[tuple[Server, ...]]:
+    """The servers of `spec`, in its order, in parts of `per_process` (the last one may be
+    smaller): part k is the k-th process's."""
+    servers = parse_cluster_spec(spec).servers
+    return [tuple(servers[i : i + per_process]) for i in range(0, len(servers), per_process)]
+
+
+def part_servers(settings: NodeExecutorSettings) -> tuple[Server, ...]:
+    """The servers this process runs: its part (`virtual_part`), or, with none, every one."""
+    if settings.virtual_part is None:
+        return tuple(parse_cluster_spec(settings.virtual_nodes).servers)
+    return virtual_parts(settings.virtual_nodes, settings.virtual_nodes_per_process)[
+        settings.virtual_part
+    ]
+
+
 def virtual_executors(
     settings: NodeExecutorSettings, host: VirtualHost | None = None
 ) -> list[NodeExecutor]:
-    """An executor for every server of `settings.virtual_nodes`, their jobs on `host`."""
+    """An executor for every server of this process's part of `settings.virtual_nodes`
+    (`part_servers`), their jobs on `host`."""
     host = host or VirtualHost()
-    servers = parse_cluster_spec(settings.virtual_nodes).servers
-    return [NodeExecutor(node_settings(settings, server), host=host) for server in servers]
+    return [
+        NodeExecutor(node_settings(settings, server), host=host)
+        for server in part_servers(settings)
+    ]
 
 
 async def serve_virtual(
     settings: NodeExecutorSettings, bus_settings: BusSettings | None = None
 ) -> None:
-    """Run the virtual nodes against NATS until SIGTERM/SIGINT, then drain their jobs."""
+    """Run the virtual nodes against NATS until SIGTERM/SIGINT, then drain their jobs; a
+    spec of more servers than one process runs, without a part given, in parts (`run_parts`)."""
+    parts = virtual_parts(settings.virtual_nodes, settings.virtual_nodes_per_process)
+    if settings.virtual_part is None and len(parts) > 1:
+        await run_parts(settings, len(parts))
+        return
     bus_settings = bus_settings or BusSettings()
     observability = configure_observability(SERVICE_NAME)  # before the executors log
     executors = virtual_executors(settings)
@@ -74,7 +108,8 @@ async def serve_virtual(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        bus = await NatsBus.connect(bus_settings.nats_options(name=f"{SERVICE_NAME}-virtual"))
+        part = "" if settings.virtual_part is None else f"-{settings.virtual_part}"
+        bus = await NatsBus.connect(bus_settings.nats_options(name=f"{SERVICE_NAME}-virtual{part}"))
         started: list[ServiceRuntime] = []
         try:
             runner = RunnerSettings(
@@ -112,4 +147,85 @@ async def serve_virtual(
         observability.shutdown()
 
 
-__all__ = ["node_settings", "serve_virtual", "virtual_executors"]
+# Settings every virtual node gets its own of (`node_settings`): not handed to the parts.
+_PER_NODE = frozenset({"node_id", "simulate_gpus", "work_root", "virtual_part"})
+# How long a part has to drain its nodes' jobs after SIGTERM before it is killed.
+_PART_STOP_GRACE_S = 60.0
+
+
+def part_environment(settings: NodeExecutorSettings, part: int) -> dict[str, str]:
+    """The environment part `part` starts with: this process's, and every setting given to
+    this process (a flag of `gfair service` too) as its ``GFAIR_*`` variable."""
+    env = dict(os.environ)
+    for name in settings.model_fields_set - _PER_NODE:
+        value = getattr(settings, name)
+        if value is not None:
+            env[f"GFAIR_{name.upper()}"] = str(value)
+    env["GFAIR_VIRTUAL_NODES"] = settings.virtual_nodes
+    env["GFAIR_VIRTUAL_NODES_PER_PROCESS"] = str(settings.virtual_nodes_per_process)
+    env["GFAIR_VIRTUAL_PART"] = str(part)
+    return env
+
+
+async def run_parts(
+    settings: NodeExecutorSettings, count: int, stop: asyncio.Event | None = None
+) -> None:
+    """Every part of the spec in a process of its own (``python -m
+    gfair_services.node_executor`` with `virtual_part` set), each started again with growing
+    back-off when it exits, until SIGTERM/SIGINT (or `stop`); then each is stopped (SIGTERM:
+    its nodes drain their jobs), killed past a grace."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        _log.info(
+            "virtual nodes in parts", parts=count, per_process=settings.virtual_nodes_per_process
+        )
+        await asyncio.gather(*(_keep_part(settings, part, stop) for part in range(count)))
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+async def _keep_part(settings: NodeExecutorSettings, part: int, stop: asyncio.Event) -> None:
+    backoff_s = 0.5
+    while not stop.is_set():
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gfair_services.node_executor",
+            env=part_environment(settings, part),
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        exited = asyncio.create_task(process.wait())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait((exited, stopping), return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            stopping.cancel()
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+            try:
+                await asyncio.wait_for(exited, _PART_STOP_GRACE_S)
+            except TimeoutError:
+                _log.warning("a part ignored SIGTERM; killing it", part=part)
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await exited
+            return
+        stopping.cancel()
+        _log.warning("a part of the virtual nodes exited", part=part, code=process.returncode)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), backoff_s)
+        backoff_s = min(backoff_s * 2, 30.0)
+
+
+__all__ = [
+    "node_settings",
+    "part_environment",
+    "part_servers",
+    "run_parts",
+    "serve_virtual",
+    "virtual_executors",
+    "virtual_parts",
+]

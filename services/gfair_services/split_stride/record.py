@@ -2,14 +2,16 @@
 `gfair_stride`: times in seconds since the epoch in the machine, aware datetimes in the record;
 the node inventory and the ids of the events applied, which the machine does not hold, beside.
 
-A record holds every job: `Records` builds a job's part (and a profile's) again only when it
-changed since the last write, and keeps the same object otherwise, so that a write
-(`gfair.state.stride_record.save_stride`) finds and stores what changed, not the whole cluster.
+A record holds every job: `Records` builds a job's part again only when the machine says it
+changed since the last record (`SplitStride.take_changed`), and a profile's when its rates
+changed, and keeps the same object otherwise, so that a write
+(`gfair.state.stride_record.save_stride`) stores what changed, not the whole cluster, and
+finds it without a look at every job (`Records.changed_jobs`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 
 from gfair.core.kernel import UserState
@@ -75,11 +77,29 @@ def saved(record: StrideRecord) -> Saved:
 
 
 class Records:
+    """The records of one machine, from when it was made (restored) on: make a new one with
+    every new machine, since the first record builds every job's part and later ones only
+    those of the jobs the machine changed since."""
+
     def __init__(self) -> None:
-        self._jobs: dict[str, tuple[tuple[object, ...], StrideJob]] = {}
+        # Every job's part as last built; None until the first record.
+        self._jobs: dict[str, StrideJob] | None = None
+        # The jobs whose parts were built again since the last write (`stored`); None: every
+        # one (no write since this machine was made).
+        self._unstored: set[str] | None = None
         self._profiles: dict[
             tuple[str, str | None], tuple[Mapping[str, float], tuple[str, TypeProfile]]
         ] = {}
+
+    @property
+    def changed_jobs(self) -> Collection[str] | None:
+        """The jobs the last `record` may hold otherwise than the last one written (`stored`;
+        None: any): the only ones its write has to look at."""
+        return self._unstored
+
+    def stored(self) -> None:
+        """The last `record` was written: later ones are told apart from it."""
+        self._unstored = set()
 
     def record(
         self,
@@ -90,6 +110,18 @@ class Records:
         now: datetime,
     ) -> StrideRecord:
         state = machine.saved()
+        changed = machine.take_changed()
+        if self._jobs is None:
+            self._jobs = {key: _record(job) for key, job in state.jobs.items()}
+        else:
+            for key in changed:
+                job = state.jobs.get(key)
+                if job is None:
+                    self._jobs.pop(key, None)
+                else:
+                    self._jobs[key] = _record(job)
+            if self._unstored is not None:
+                self._unstored |= changed
         return StrideRecord(
             epoch=epoch,
             quantum=state.quantum,
@@ -116,7 +148,8 @@ class Records:
                 )
                 for e in servers.nodes.values()
             },
-            jobs={key: self._job_record(key, job) for key, job in state.jobs.items()},
+            # A dict of its own: the write compares it with the one it wrote last.
+            jobs=dict(self._jobs),
             usage=state.usage,
             usage_since=moment(state.usage_since),
             entitlements=state.entitlements,
@@ -136,15 +169,6 @@ class Records:
         made = type_key(job_type), TypeProfile(job_type=job_type, rates=rates)
         self._profiles[(user, job_type)] = (rates, made)
         return made
-
-    def _job_record(self, key: str, job: Job) -> StrideJob:
-        signature = job.signature()
-        cached = self._jobs.get(key)
-        if cached is not None and cached[0] == signature:
-            return cached[1]
-        record = _record(job)
-        self._jobs[key] = (signature, record)
-        return record
 
 
 def _stay(record: Residency) -> Stay:

@@ -599,7 +599,13 @@ class SplitStrideService:
             return
         record_now = self.to_record(self.clock())
         try:
-            stored = await save_stride(self._stride_kv, record_now, self._revision, self._written)
+            stored = await save_stride(
+                self._stride_kv,
+                record_now,
+                self._revision,
+                self._written,
+                changed_jobs=self._records.changed_jobs,
+            )
         except KvConflict:
             # Another writer (a second split-stride?) moved the record: start again from it.
             _log.error("gfair_stride changed under us; reloading")
@@ -609,6 +615,7 @@ class SplitStrideService:
             await self._load()
             raise
         self._revision, self._written = stored.revision, stored.record
+        self._records.stored()
         self._dirty = False
 
     def _settler(self, route: str) -> Callable[[], Awaitable[None]]:

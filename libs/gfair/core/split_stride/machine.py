@@ -98,6 +98,9 @@ class SplitStride:
         self.jobs = saved.jobs
         # The kernel's job input, kept up to date (`queues`): every change to a job touches it.
         self.queues = Queues()
+        # Jobs changed since `take_changed`, which a driver saves (a restored machine's jobs
+        # are as saved).
+        self._changed: set[str] = set()
         self.meter = Meter(
             config.quantum_s,
             config.usage_gap_s,
@@ -108,7 +111,11 @@ class SplitStride:
         # Jobs the last quantum moved that wait for their old nodes to let go before they start
         # on their new servers, whose GPUs are promised to them meanwhile. In memory only: after
         # a restart the next quantum decides anew.
-        self.held_back: set[str] = set()
+        self._held_back: set[str] = set()
+        # Node -> the held-back jobs placed on it, until the held-back jobs or their servers
+        # change (`promised`, asked for every server a fill tries: a pass over every held-back
+        # job each time was most of an admission's cost with thousands of them).
+        self._promised_on: dict[str, dict[str, None]] | None = None
         # Node -> jobs prepared there (held to its GPUs in number, `preparing`).
         self.preparing: dict[str, set[str]] = {}
         # Jobs that may hold residencies (a superset: pruned as it is read), and each user's
@@ -205,7 +212,7 @@ class SplitStride:
                 if job is None or (held is not None and event.reports <= held.reports):
                     return UNCHANGED
                 job.switches = Switches(event.reports, event.switches)
-                self.queues.touch(job.key)
+                self.touch(job.key)
                 return CHANGED
         raise TypeError(f"not an input of the state machine: {event!r}")
 
@@ -243,7 +250,7 @@ class SplitStride:
         self._arrive(key)
         self._gangs.pop(user, None)
         self._demand = self._ceilings = None
-        self.queues.touch(key)
+        self.touch(key)
         starts = turns.start_at_once(self, key, event.now, arrival=True)
         prepared = preparing.prepare(self, job, event.now) if event.prepare else None
         return Reply(True, starts=starts, prepares=() if prepared is None else (prepared,))
@@ -323,7 +330,7 @@ class SplitStride:
         self.positions.pop(key, None)
         self._gangs.pop(user, None)
         self._demand = self._ceilings = None
-        self.queues.touch(key)
+        self.touch(key)
         if not mine:
             self.users.pop(user, None)
             self.entitled_for = None
@@ -346,7 +353,7 @@ class SplitStride:
         job.attempt = event.attempt
         job.exited = False
         job.runnable_at = event.at + event.delay_s if event.delay_s > 0 else None
-        self.queues.touch(job.key)
+        self.touch(job.key)
         return True
 
     def _servers(self, nodes: tuple[Node, ...]) -> bool:
@@ -466,6 +473,41 @@ class SplitStride:
             return False
         return all(node in job.servers for node in job.stays)
 
+    def touch(self, key: str) -> None:
+        """Something `key`'s kernel state is made of changed (or the job came or went): its
+        state is made again (`Queues.touch`), and the job is saved again (`changed`)."""
+        self.queues.touch(key)
+        self._changed.add(key)
+        if key in self._held_back:
+            self._promised_on = None  # its servers may have changed, or it went
+
+    @property
+    def held_back(self) -> set[str]:
+        """Jobs the last quantum moved that wait for their old nodes to let go (read it; it
+        changes through its setter and `let_go` alone)."""
+        return self._held_back
+
+    @held_back.setter
+    def held_back(self, keys: set[str]) -> None:
+        self._held_back = keys
+        self._promised_on = None
+
+    def let_go(self, key: str) -> None:
+        """`key` waits no more: the GPUs promised to it are free to others."""
+        self._held_back.discard(key)
+        self._promised_on = None
+
+    def changed(self, key: str) -> None:
+        """Something persisted of `key` changed (`Job.signature`), or the job came or went:
+        `take_changed` names it."""
+        self._changed.add(key)
+
+    def take_changed(self) -> set[str]:
+        """The jobs changed, admitted or ended since the last call (since the machine was made,
+        for the first): a driver that persists jobs saves these and no others."""
+        changed, self._changed = self._changed, set()
+        return changed
+
     def reside(self, job: Job, stay: Stay) -> None:
         """Record a residency of `job` (the only way one is added or replaced)."""
         old = job.stays.get(stay.node_id)
@@ -474,14 +516,14 @@ class SplitStride:
         job.stays[stay.node_id] = stay
         self._residents.add(job.key)
         self._index(job.key, stay)
-        self.queues.touch(job.key)
+        self.touch(job.key)
 
     def unreside(self, job: Job, node_id: str) -> Stay | None:
         """Drop `job`'s residency on `node_id` (the only way one is removed); what it was."""
         stay = job.stays.pop(node_id, None)
         if stay is not None:
             self._unindex(job.key, stay)
-            self.queues.touch(job.key)
+            self.touch(job.key)
         return stay
 
     def suspend(self, job: Job, stay: Stay) -> None:
@@ -490,7 +532,7 @@ class SplitStride:
         if stay.holds_gpus:
             self._hold(stay.node_id, -len(stay.gpu_indices))
         stay.phase = Phase.SUSPENDING
-        self.queues.touch(job.key)
+        self.touch(job.key)
 
     def _index(self, key: str, stay: Stay) -> None:
         self._on_node.setdefault(stay.node_id, {})[key] = stay
@@ -518,7 +560,7 @@ class SplitStride:
         job.parked = where
         if where is not None:
             self._parked_at.setdefault(where[0], set()).add(job.key)
-        self.queues.touch(job.key)
+        self.touch(job.key)
 
     def _forget(self, job: Job) -> None:
         """Take an ended job out of the node indexes (its stays stay on it, to be killed)."""
@@ -568,11 +610,15 @@ class SplitStride:
 
     def promised(self, node_id: str, sizes: dict[str, int]) -> int:
         """GPUs of `node_id` promised to held-back jobs."""
-        return sum(
-            self.jobs[key].gpus_on(node_id, sizes)
-            for key in self.held_back
-            if key in self.jobs and node_id in self.jobs[key].servers
-        )
+        if self._promised_on is None:
+            on: dict[str, dict[str, None]] = {}
+            for key in self._held_back:
+                job = self.jobs.get(key)
+                for server in job.servers if job is not None else ():
+                    on.setdefault(server, {})[key] = None
+            self._promised_on = on
+        jobs = self.jobs
+        return sum(jobs[key].gpus_on(node_id, sizes) for key in self._promised_on.get(node_id, ()))
 
     def free_gpus(self) -> int:
         """GPUs of the schedulable servers that no job holds."""

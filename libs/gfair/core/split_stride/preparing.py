@@ -38,7 +38,7 @@ def prepare(
         return None  # fits no server whole, or those are full of waiting processes
     job.servers, job.generation = (node.node_id,), node.generation
     job.coming_up_until = now + machine.config.prepared_wait_s
-    machine.queues.touch(job.key)
+    machine.touch(job.key)
     machine.preparing.setdefault(node.node_id, set()).add(job.key)
     return (
         Placement(job.user, job.job_id, job.servers, node.generation),
@@ -54,7 +54,7 @@ def came_up(machine: SplitStride, job: Job) -> bool:
     if job.coming_up_until is None:
         return False
     job.coming_up_until = None
-    machine.queues.touch(job.key)
+    machine.touch(job.key)
     return True
 
 

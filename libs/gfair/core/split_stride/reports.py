@@ -41,10 +41,12 @@ def confirmed(machine: SplitStride, event: Started) -> bool:
         machine.park(job, None)  # resumed there, in place or not
     if stay.phase is Phase.STARTING and stay.attempt == event.attempt:
         stay.phase = Phase.RUNNING  # (it held its GPUs starting too: the job's state is alike)
+        machine.changed(job.key)
         machine.meter.started_late(job, stay, machine.pool(job, stay), min(event.at, event.now))
         return True
     if stay.attempt == event.attempt and stay.unconfirmed:
         stay.unconfirmed = False  # it did start: its stop will be confirmed in turn
+        machine.changed(job.key)
         return True
     return False
 
@@ -70,12 +72,13 @@ def released(machine: SplitStride, event: Suspended | Migrated | Exited) -> Repl
             # waiting for a verdict would hold the job forever.
             return Reply(False, ignored="exit of a copy elsewhere ignored")
         job.exited = True  # until the failure detector says what becomes of it
-        machine.queues.touch(job.key)
+        machine.touch(job.key)
         changed = True
     if stay is None:
         return Reply(changed)
     if isinstance(event, Suspended) and stay.pending_suspends > 0:
         stay.pending_suspends -= 1
+        machine.changed(job.key)
         if stay.holds_gpus:
             return CHANGED  # an older suspend; the start sent after it is still in force
     pool = machine.pool(job, stay)

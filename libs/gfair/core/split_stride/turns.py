@@ -230,6 +230,7 @@ def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
         jobs = machine.jobs
         for state in ran:
             jobs[state.id].stride_pass = state.pass_
+            machine.changed(state.id)
 
 
 def _place(machine: SplitStride, decision: Decision) -> list[Job]:
@@ -240,7 +241,7 @@ def _place(machine: SplitStride, decision: Decision) -> list[Job]:
         job = machine.jobs[key]
         if job.servers != servers:
             job.servers, job.generation = servers, pool_of[servers[0]]
-            machine.queues.touch(key)
+            machine.touch(key)
             moved.append(job)
     return moved
 
@@ -270,7 +271,7 @@ def _start_on(
     sizes = machine.sizes()
     before = job.servers, job.generation
     job.servers = servers
-    machine.queues.touch(key)
+    machine.touch(key)
     picks: dict[str, tuple[int, ...]] = {}
     for node_id in servers:
         need = job.gpus_on(node_id, sizes)
@@ -282,7 +283,7 @@ def _start_on(
             return None
         parked = machine.parked_on(node_id)
         picks[node_id] = tuple(_pick_indices(job, node_id, free, need, parked))
-    machine.held_back.discard(key)
+    machine.let_go(key)
     if servers != before[0]:
         node = machine.nodes.get(servers[0])
         job.generation = node.generation if node is not None else before[1]
@@ -336,7 +337,7 @@ def _stop(
     else:
         reason = StopReason.TIME_SLICE
     stay.unconfirmed = stay.phase is Phase.STARTING
-    machine.suspend(job, stay)
+    machine.suspend(job, stay)  # (marks the job changed, with what follows)
     stay.pending_suspends += 1
     stay.since = now
     stay.quantum = quantum
