@@ -163,14 +163,12 @@ async def test_a_job_whose_start_up_outlasts_its_slice_comes_up_without_a_gpu_an
     start_cluster: StartCluster,
 ) -> None:
     # Alice's job (opted in to prepared starts) finds the GPU idle and starts at once, but its
-    # "import" (6 s) outlasts the slice, its grace and the node's start-up grace (1 s + 2 s +
-    # 2 s): killed while it comes up, a cold start would import again at every slice and never
-    # train. Its next start comes up without the GPU while bob's job has it, and parks in
-    # Job.from_env() in time for its slice.
+    # "import" (6 s) outlasts the slice and its grace (1 s + 2 s): killed while it comes up, a
+    # cold start would import again at every slice and never train. Its next start comes up
+    # without the GPU while bob's job has it, and parks in Job.from_env() in time for its slice.
     slow = (JOB_PYTHON, str(PREPARED_JOB), "6", "40", "0.05")
-    start_up = {"GFAIR_START_UP_GRACE_S": "2"}
     async with (
-        start_cluster(cluster="v100:1x1", quantum_s=1.0, env=start_up) as cluster,
+        start_cluster(cluster="v100:1x1", quantum_s=1.0) as cluster,
         client_of(cluster) as client,
     ):
         await client.submit("alice", 1, slow, job_id="slow", prepare=True, wait="running")

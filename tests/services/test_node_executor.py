@@ -87,8 +87,6 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
         "telemetry_s": 3600.0,
         "suspend_timeout_s": 0.5,
         "term_grace_s": 0.5,
-        # Most of these jobs never report (sleep): not waited for as if starting up.
-        "start_up_grace_s": 0.0,
         "progress_interval_s": 0.2,
     } | overrides
     return Settings(**values)  # type: ignore[arg-type]
@@ -860,12 +858,10 @@ async def test_a_parked_job_over_the_nodes_budget_checkpoints_and_exits(
 async def test_a_job_forced_off_while_it_still_comes_up_is_reported_as_starting(
     memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
 ) -> None:
-    # Its import takes longer than the slice's grace and the node's start-up grace: killed
-    # then, it would import again at its next slice, and again, and never train; the report
-    # tells the scheduler so (it prepares such a job's next start,
-    # gfair.core.split_stride.preparing).
-    settings = make_settings(tmp_path, start_up_grace_s=0.5)
-    async for node in running_node(memory_bus, settings, gpus):
+    # Its import takes longer than the slice's grace: killed then, it would import again at
+    # its next slice, and again, and never train; the report tells the scheduler so (it
+    # prepares such a job's next start, gfair.core.split_stride.preparing).
+    async for node in running_node(memory_bus, make_settings(tmp_path), gpus):
         await node.send(start_command(tmp_path, "slow", prepared_job(import_s=1.5), (0,)))
         await node.wait_for(JobStarted)
         await node.send(
@@ -884,51 +880,6 @@ async def test_a_job_forced_off_while_it_still_comes_up_is_reported_as_starting(
         (later,) = await node.wait_for(JobSuspended, job_id="steps", timeout_s=30.0)
         assert isinstance(later, JobSuspended)
         assert later.forced and not later.starting
-
-
-async def test_a_job_whose_slice_ends_while_it_comes_up_reaches_its_first_mini_batch_first(
-    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
-) -> None:
-    # A start-up (1.5 s here; PyTorch's import and CUDA's initialisation took 4 to 6 s on an
-    # H200 machine) longer than its slice: stopped at the slice's 0.2 s grace, it would never
-    # train. Within the node's start-up grace it takes its first mini-batch, then parks.
-    settings = make_settings(tmp_path, start_up_grace_s=30.0)
-    async for node in running_node(memory_bus, settings, gpus):
-        await node.send(start_command(tmp_path, "slow", prepared_job(import_s=1.5), (0,)))
-        await node.wait_for(JobStarted)
-        asked = time.monotonic()
-        await node.send(
-            SuspendCommand(node_id=NODE, user="alice", job_id="slow", attempt=1, yield_grace_s=0.2)
-        )
-        (suspended,) = await node.wait_for(JobSuspended, timeout_s=30.0)
-        assert isinstance(suspended, JobSuspended)
-        # The job parks only after a mini-batch (prepared_job.py): its start-up was waited out.
-        assert suspended.in_place and not suspended.forced and not suspended.starting
-        assert time.monotonic() - asked > 1.0
-        # Its next slice resumes it in place: the start-up is behind it.
-        await node.send(start_command(tmp_path, "slow", prepared_job(import_s=1.5), (0,)))
-        (resumed,) = await node.wait_for(JobResumed)
-        assert isinstance(resumed, JobResumed) and resumed.in_place
-
-
-async def test_a_process_past_its_start_up_without_a_mini_batch_is_not_waited_for(
-    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
-) -> None:
-    # A program that never reports (no SDK) is "coming up" for ever: once older than the
-    # start-up grace it is stopped at its slice's grace, as any job that ignores its yield.
-    settings = make_settings(tmp_path, start_up_grace_s=3.0)
-    async for node in running_node(memory_bus, settings, gpus):
-        await node.send(start_command(tmp_path, "mute", SLEEPER, (0,)))
-        await node.wait_for(JobStarted)
-        await asyncio.sleep(3.2)
-        asked = time.monotonic()
-        await node.send(
-            SuspendCommand(node_id=NODE, user="alice", job_id="mute", attempt=1, yield_grace_s=0.2)
-        )
-        (suspended,) = await node.wait_for(JobSuspended, timeout_s=30.0)
-        assert isinstance(suspended, JobSuspended) and suspended.forced
-        # Waited for, it would have taken the whole grace again (3 s) on top.
-        assert time.monotonic() - asked < 2.5
 
 
 # ----- prepared starts -------------------------------------------------------------------------

@@ -23,8 +23,9 @@ tests.
 
 With --cluster local the one server is this machine and its jobs run on its own GPUs, found
 through NVML (one generation; `nvidia-smi` names them), instead of simulated ones. Its quantum
-is 60 s unless --quantum says otherwise, so that a real job's start-up (importing PyTorch,
-initialising CUDA: 4 to 6 s on an H200 machine) is a small part of a time slice.
+is 60 s unless --quantum says otherwise: a real job's start-up (importing PyTorch, initialising
+CUDA: 4 to 6 s on an H200 machine) must fit in a time slice, or a job not submitted with
+--prepare is stopped while it comes up at every slice and never trains.
 
     gfair up --auth deploy/nats/tenants.toml
 
@@ -146,8 +147,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 # One GPU's share of a development machine (24 GiB, 2 cores): a one-GPU PyTorch job gets 8 GiB
 # and a core, a four-GPU one 32 GiB (a cap, not a reservation) and four cores' quota.
-# Short quanta show time slicing quickly on simulated GPUs; a real job's start-up is best a small
-# part of one (the deployment's quantum, compose.yaml).
+# Short quanta show time slicing quickly on simulated GPUs; real jobs need their start-up to fit
+# in one (the deployment's quantum, compose.yaml).
 SIMULATED_QUANTUM_S = 3.0
 LOCAL_QUANTUM_S = 60.0
 DEFAULT_MEMORY_PER_GPU = "8G"

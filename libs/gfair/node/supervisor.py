@@ -447,21 +447,6 @@ class JobSupervisor:
         job = self._jobs.get(job_id)
         return job is not None and job.run_first_step_at is None and job.parked is None
 
-    async def until_came_up(self, job_id: str, start_up_s: float) -> None:
-        """Wait until the job's process took its first mini-batch, parked or ended (`coming_up`
-        no longer holds), or is `start_up_s` old: a process that ran that long without a
-        mini-batch is not starting up (it may not report at all), and is not waited for."""
-        job = self._jobs.get(job_id)
-        if job is None:
-            return
-        left = job.started_monotonic + start_up_s - time.monotonic()
-        if left <= 0:
-            return
-        job.eager = True
-        with anyio.move_on_after(left):
-            await _until(job, lambda: job.exited.is_set() or not self.coming_up(job_id))
-        job.eager = False
-
     async def until_parked(
         self, job_id: str, timeout_s: float
     ) -> Literal["parked", "exited", "timeout"]:

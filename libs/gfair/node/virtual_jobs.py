@@ -356,9 +356,6 @@ class VirtualSupervisor:
     def coming_up(self, job_id: str) -> bool:
         return False  # never parks: nothing to wait for
 
-    async def until_came_up(self, job_id: str, start_up_s: float) -> None:
-        return None  # its first mini-batch is its first step: no start-up to wait out
-
     async def until_parked(
         self, job_id: str, timeout_s: float
     ) -> Literal["parked", "exited", "timeout"]:

@@ -276,15 +276,9 @@ class RunControl:
         run.stop_event_id = cause_id
         supervisor = await self._supervisors.get(run.job.user)
         park = park and self._settings.parked_memory_bytes > 0
-        if grace_s is not None and self._settings.start_up_grace_s > 0:
-            # Stopped in its start-up (imports, CUDA's initialisation, loading its checkpoint),
-            # a job whose start-up outlasts a slice would begin anew at every slice and never
-            # train: it reaches its first mini-batch first (then it can park in place). The
-            # scheduler waits for this suspension to start anything on these GPUs, and charges
-            # the job's user for the time.
-            await supervisor.until_came_up(run.job.job_id, self._settings.start_up_grace_s)
-        # Stopped before its first mini-batch all the same, it was still coming up: the
-        # scheduler may start it next without GPUs first (a prepared start).
+        # Stopped before its first mini-batch, it was still coming up (imports, loading its
+        # checkpoint): the scheduler may start it next without GPUs first (a prepared start),
+        # so that a start-up longer than a slice does not begin anew at every slice.
         run.stopped_starting = supervisor.coming_up(run.job.job_id)
         if grace_s is None:
             result = await supervisor.suspend(

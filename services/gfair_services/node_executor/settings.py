@@ -83,16 +83,6 @@ class NodeExecutorSettings(BaseSettings):
         description="How long a job parked in place may take to resume (to its first "
         "mini-batch) before it is stopped and started anew from its checkpoint",
     )
-    start_up_grace_s: float = Field(
-        default=30.0,
-        ge=0,
-        description="A job's start-up (an import, CUDA's initialisation, a checkpoint's "
-        "load): a job whose slice ends sooner after its process started, with no mini-batch "
-        "yet, is let reach its first mini-batch (until its process is this old) before it is "
-        "asked to yield; its GPUs stay its own meanwhile and its user is charged for them. "
-        "Stopped in its start-up at every slice, a job whose start-up outlasts a slice would "
-        "never train. Slices of at least this long never wait. 0: it is stopped at once",
-    )
     prepare_timeout_s: float = Field(
         default=120.0,
         gt=0,
