@@ -138,6 +138,24 @@ def test_a_stop_of_a_start_never_confirmed_is_forgotten_soon() -> None:
     assert [(f.job, f.start_confirmed) for f in plan.forgotten] == [("alice.a", False)]
 
 
+def test_a_command_is_not_forgotten_while_its_nodes_reports_wait_unread() -> None:
+    # The driver has read its nodes' reports only up to `heard_until` (a backlog): a start's
+    # confirmation may wait in it, and forgetting the start would put the job on two servers.
+    m = machine(("v100-0", 1))
+    admit(m, "alice", "a", 0.0)
+    admit(m, "bob", "b", 0.0)
+    now = 0.0
+    while not m.jobs["alice.a"].stays["v100-0"].unconfirmed:
+        now += 1.0
+        m.tick(now)
+    late = now + 10 * m.config.unconfirmed_release_s
+    behind = copy.deepcopy(m)
+    assert behind.tick(late, heard_until=now).forgotten == ()
+    # Read up to then, with no answer among the reports: it is forgotten.
+    plan = m.tick(late, heard_until=late)
+    assert ("alice.a", False) in [(f.job, f.start_confirmed) for f in plan.forgotten]
+
+
 def test_the_exit_of_a_copy_left_on_a_failed_node_is_ignored() -> None:
     m = machine(("v100-0", 1), ("v100-1", 1))
     first = only_start(admit(m, "alice", "a", 0.0).starts.turns)

@@ -39,6 +39,7 @@ from gfair.state.buckets import JOBS, STRIDE
 from gfair.state.job_record import JobRecord, save_job
 from gfair.state.stride_record import STATE_KEY, StrideRecord, load_stride
 from gfair_services.split_stride import Settings, SplitStrideService
+from gfair_services.split_stride import service as split_stride_service
 
 from .scheduling_harness import FAST, Probe, eventually, registered, submitted
 
@@ -299,6 +300,33 @@ async def test_a_stop_of_an_unconfirmed_start_is_forgotten_soon_even_after_a_rel
     async with split_stride(bus, settings) as state:
         assert state.machine.jobs["bob.b"].stays["k80-0"].unconfirmed
         await asyncio.sleep(0.3)
+        await state.on_tick()
+        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 3)
+    assert (starts(probe)[-1].job_id, starts(probe)[-1].node_id) == ("b", "v100-0")
+
+
+async def test_no_stop_is_forgotten_while_the_nodes_reports_wait_unread(
+    bus: InMemoryBus, probe: Probe, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As above, but split-stride is behind on its job events (made so here: any backlog counts
+    # as one): the node's answer may be among them, so the stop is not forgotten until they
+    # are read; forgetting it while the node carries it out would put the job on two servers.
+    settings = settings.model_copy(update={"unconfirmed_release_s": 0.2})
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1), ("k80-0", 1))
+        await admit(probe, state, "alice", "a")
+        await admit(probe, state, "bob", "b")
+        await probe.wait_for(COMMANDS, StartCommand, lambda f: len(f) == 2)
+        await probe.publish(JobCancelled(user="alice", job_id="a", previous_state=JobState.RUNNING))
+        await eventually(lambda: "alice.a" not in state.machine.jobs)
+        await state.on_tick()  # b moves to the V100 before k80-0 confirmed its start
+        monkeypatch.setattr(split_stride_service, "CAUGHT_UP_UNREAD", 0)
+        await asyncio.sleep(0.3)
+        await state.on_tick()
+        await asyncio.sleep(0.1)
+        assert len(starts(probe)) == 2
+        assert state.machine.jobs["bob.b"].stays["k80-0"].unconfirmed
+        monkeypatch.undo()  # caught up: the node's silence is heard now
         await state.on_tick()
         await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 3)
     assert (starts(probe)[-1].job_id, starts(probe)[-1].node_id) == ("b", "v100-0")

@@ -45,6 +45,7 @@ cluster, so cost one fill per batch.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections import deque
@@ -60,7 +61,7 @@ from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
 from gfair.bus.topology import consumer_for
-from gfair.bus.transport import PubAck
+from gfair.bus.transport import BusError, PubAck
 from gfair.core.split_stride import (
     Admitted,
     Ended,
@@ -158,6 +159,10 @@ JOB_EVENTS: tuple[type[EventData], ...] = (
     JobCancelled,
 )
 _TERMINAL = (JobCompleted, JobFailed, JobCancelled)
+JOBS_CONSUMER = consumer_for(JOB_EVENTS, durable="split-stride-jobs")
+# Job events waiting unread below this are a batch or two (a second's reading): heard, as far as
+# forgetting a command goes (it waits `unconfirmed_release_s`, 15 s, at least).
+CAUGHT_UP_UNREAD = 1_000
 SHARES_EVENTS: tuple[type[EventData], ...] = (
     EntitlementsUpdated,
     ProfileUpdated,
@@ -204,13 +209,15 @@ class SplitStrideService:
         self._prefetched: dict[str, StoredJob | None] = {}
         # Reports of processes let go, not yet handed in (`_release_held`), with their events.
         self._held: list[tuple[Envelope, Suspended | Migrated | Exited]] = []
+        # When the nodes' reports were last read up to (`_heard_until`); none yet.
+        self._heard_at = -math.inf
 
     def service(self) -> Service:
         ack_wait_s = self.settings.ack_wait_s
         service = Service(SERVICE_NAME, topology=cluster_topology(replicas=self.settings.replicas))
         service.add_handler(
             self.on_job_event,
-            consumer_for(JOB_EVENTS, durable="split-stride-jobs"),
+            JOBS_CONSUMER,
             accepts=JOB_EVENTS,
             name="jobs",
             ack_wait_s=ack_wait_s,
@@ -422,13 +429,29 @@ class SplitStrideService:
                 self._commit(envelope, [], seed=envelope.id)
         return []
 
+    async def _heard_until(self, now: datetime) -> float:
+        """Until when every report of the nodes has been read (`Tick.heard_until`): now, unless
+        more than a batch or two of job events wait unread; then when that last held (the
+        broker unreachable: likewise). Forgetting a command no node confirmed is timed by it."""
+        assert self._runtime is not None
+        try:
+            unread = await self._runtime.bus.unread(JOBS_CONSUMER)
+        except BusError as exc:
+            _log.info("job events' backlog unknown: heard until as before", error=repr(exc))
+            return self._heard_at
+        if unread < CAUGHT_UP_UNREAD:
+            self._heard_at = record.seconds(now)
+        elif self._heard_at > -math.inf:
+            _log.warning("job events wait unread: no command is forgotten meanwhile", unread=unread)
+        return self._heard_at
+
     async def on_tick(self) -> list[Emit]:
         async with self._lock:
             await self._release_held()  # the quantum is decided from what let go before it
             now = self.clock()
             with _tracer.start_as_current_span("split_stride.quantum") as span:
                 began = time.perf_counter()
-                plan = self.machine.tick(record.seconds(now))
+                plan = self.machine.tick(record.seconds(now), await self._heard_until(now))
                 gfair_metrics().record_quantum(time.perf_counter() - began, plan.waiting)
                 gfair_metrics().record_shares(self.machine.held(), self.machine.entitlements)
                 _log_plan(plan)

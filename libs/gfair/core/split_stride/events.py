@@ -199,9 +199,11 @@ class SwitchesMeasured:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """A quantum boundary."""
+    """A quantum boundary. `heard_until`: the driver has read every report its nodes sent
+    before then (None: before `now`; a live service behind on its reports says how far)."""
 
     now: float
+    heard_until: float | None = None
 
 
 JobEvent: TypeAlias = (

@@ -37,6 +37,8 @@ class Recording:
 def replay(machine: SplitStride, inputs: Iterable[Input]) -> list[Output]:
     """Feed `inputs` to `machine` in order; what each gave."""
     return [
-        machine.tick(given.now) if isinstance(given, Tick) else machine.apply(given)
+        machine.tick(given.now, given.heard_until)
+        if isinstance(given, Tick)
+        else machine.apply(given)
         for given in inputs
     ]

@@ -156,11 +156,11 @@ class SplitStride:
             self.journal(event, reply)
         return reply
 
-    def tick(self, now: float) -> QuantumPlan:
-        """Decide the next quantum at `now` and book it."""
-        plan = turns.decide_quantum(self, now)
+    def tick(self, now: float, heard_until: float | None = None) -> QuantumPlan:
+        """Decide the next quantum at `now` and book it; `heard_until` as `Tick`'s."""
+        plan = turns.decide_quantum(self, now, now if heard_until is None else heard_until)
         if self.journal is not None:
-            self.journal(Tick(now), plan)
+            self.journal(Tick(now, heard_until), plan)
         return plan
 
     def _apply(self, event: Event) -> Reply:

@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from .machine import SplitStride
 
 
-def decide_quantum(machine: SplitStride, now: float) -> QuantumPlan:
+def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> QuantumPlan:
     _account(machine, now)
-    forgotten = _expire(machine, now)
+    forgotten = _expire(machine, min(now, heard_until))
     view = snapshot(machine, now)
     decision = decide(view)
     _settle(machine, view, decision)
@@ -200,8 +200,10 @@ def _account(machine: SplitStride, now: float) -> None:
     meter.last_tick_at = now
 
 
-def _expire(machine: SplitStride, now: float) -> tuple[Forgotten, ...]:
-    """Drop starts and suspends no node confirmed in time; what was dropped."""
+def _expire(machine: SplitStride, heard_until: float) -> tuple[Forgotten, ...]:
+    """Drop starts and suspends no node confirmed in time; what was dropped. Timed by what was
+    heard (`Tick.heard_until`): a confirmation sent but not read yet is no silence, and a
+    command forgotten while its node carries it out would put the job on two servers."""
     config = machine.config
     dropped: list[Forgotten] = []
     for job in machine.residents():
@@ -209,7 +211,7 @@ def _expire(machine: SplitStride, now: float) -> tuple[Forgotten, ...]:
             if stay.phase is Phase.RUNNING:
                 continue
             wait = config.unconfirmed_release_s if stay.unconfirmed else config.release_timeout_s
-            if now - stay.since > wait:
+            if heard_until - stay.since > wait:
                 machine.unreside(job, node_id)
                 dropped.append(Forgotten(job.key, node_id, stay.phase, not stay.unconfirmed))
     return tuple(dropped)
