@@ -145,12 +145,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(func=_run)
 
 
-# One GPU's share of a development machine (24 GiB, 2 cores): a one-GPU PyTorch job gets 8 GiB
-# and a core, a four-GPU one 32 GiB (a cap, not a reservation) and four cores' quota.
 # Short quanta show time slicing quickly on simulated GPUs; real jobs need their start-up to fit
 # in one (the deployment's quantum, compose.yaml).
 SIMULATED_QUANTUM_S = 3.0
 LOCAL_QUANTUM_S = 60.0
+# One GPU's share of a development machine (24 GiB, 2 cores): a one-GPU PyTorch job gets 8 GiB
+# and a core, a four-GPU one 32 GiB (a cap, not a reservation) and four cores' quota.
 DEFAULT_MEMORY_PER_GPU = "8G"
 DEFAULT_CPUS_PER_GPU = "1"
 
