@@ -225,7 +225,7 @@ async def run(
                 async with client:
                     # The measured table has no speeds for every real GPU's generation.
                     bob = [*BOB, "--steps-per-s", "10"] if options.local_gpus else BOB
-                    for index in range(options.servers().servers[0].gpus):
+                    for index in range(_server_gpus(spec)):
                         await client.submit("bob", 1, bob, job_id=f"b{index}")
                     train = [sys.executable, str(EXAMPLE), "--steps", str(steps)]
                     if mode == RESTART:
