@@ -280,6 +280,18 @@ async def test_a_moved_job_starts_on_its_new_server_only_after_the_old_one_let_g
     assert (starts(probe)[-1].job_id, starts(probe)[-1].node_id) == ("b", "v100-0")
 
 
+async def stop_before_its_start_is_confirmed(probe: Probe, state: SplitStrideService) -> None:
+    """Bob's job starts on k80-0, and the next quantum moves it to the V100 that alice's
+    cancelled job left before k80-0 confirmed that start."""
+    await register(probe, state, ("v100-0", 1), ("k80-0", 1))
+    await admit(probe, state, "alice", "a")
+    await admit(probe, state, "bob", "b")
+    await probe.wait_for(COMMANDS, StartCommand, lambda f: len(f) == 2)
+    await probe.publish(JobCancelled(user="alice", job_id="a", previous_state=JobState.RUNNING))
+    await eventually(lambda: "alice.a" not in state.machine.jobs)
+    await state.on_tick()  # b moves to the V100 before k80-0 confirmed its start
+
+
 async def test_a_stop_of_an_unconfirmed_start_is_forgotten_soon_even_after_a_reload(
     bus: InMemoryBus, probe: Probe, settings: Settings
 ) -> None:
@@ -288,13 +300,7 @@ async def test_a_stop_of_an_unconfirmed_start_is_forgotten_soon_even_after_a_rel
     # its record (as after a failed write).
     settings = settings.model_copy(update={"unconfirmed_release_s": 0.2})
     async with split_stride(bus, settings) as state:
-        await register(probe, state, ("v100-0", 1), ("k80-0", 1))
-        await admit(probe, state, "alice", "a")
-        await admit(probe, state, "bob", "b")
-        await probe.wait_for(COMMANDS, StartCommand, lambda f: len(f) == 2)
-        await probe.publish(JobCancelled(user="alice", job_id="a", previous_state=JobState.RUNNING))
-        await eventually(lambda: "alice.a" not in state.machine.jobs)
-        await state.on_tick()  # b moves to the V100 before k80-0 confirmed its start
+        await stop_before_its_start_is_confirmed(probe, state)
         (suspend,) = suspends(probe)
         assert suspend.node_id == "k80-0"
     async with split_stride(bus, settings) as state:
@@ -313,13 +319,7 @@ async def test_no_stop_is_forgotten_while_the_nodes_reports_wait_unread(
     # are read; forgetting it while the node carries it out would put the job on two servers.
     settings = settings.model_copy(update={"unconfirmed_release_s": 0.2})
     async with split_stride(bus, settings) as state:
-        await register(probe, state, ("v100-0", 1), ("k80-0", 1))
-        await admit(probe, state, "alice", "a")
-        await admit(probe, state, "bob", "b")
-        await probe.wait_for(COMMANDS, StartCommand, lambda f: len(f) == 2)
-        await probe.publish(JobCancelled(user="alice", job_id="a", previous_state=JobState.RUNNING))
-        await eventually(lambda: "alice.a" not in state.machine.jobs)
-        await state.on_tick()  # b moves to the V100 before k80-0 confirmed its start
+        await stop_before_its_start_is_confirmed(probe, state)
         monkeypatch.setattr(split_stride_service, "CAUGHT_UP_UNREAD", 0)
         await asyncio.sleep(0.3)
         await state.on_tick()

@@ -33,6 +33,7 @@ What the record holds:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -320,13 +321,8 @@ async def save_stride(
     parts = written is not None and written.layout == PARTS_LAYOUT
     old_jobs = written.jobs if written is not None and parts else {}
     old_servers = written.servers if written is not None and parts else {}
-    jobs_changed = (
-        _changed(record.jobs, old_jobs, _job_part)
-        if changed_jobs is None or not parts
-        else _changed_among(changed_jobs, record.jobs, old_jobs, _job_part)
-    )
     changed: dict[str, bytes | None] = {
-        **jobs_changed,
+        **_changed(record.jobs, old_jobs, _job_part, among=changed_jobs if parts else None),
         **_changed(record.servers, old_servers, _server_part),
     }
     commit = (written.commit if written is not None else 0) + 1
@@ -371,31 +367,22 @@ R = TypeVar("R")
 
 
 def _changed(
-    new: Mapping[str, P], old: Mapping[str, P], key_of: Callable[[str], str]
-) -> dict[str, bytes | None]:
-    # The writer reuses the model of a part that did not change: most are the very same object.
-    found: dict[str, bytes | None] = {
-        key_of(k): part.model_dump_json().encode()
-        for k, part in new.items()
-        if (was := old.get(k)) is not part and was != part
-    }
-    found.update({key_of(k): None for k in old.keys() - new.keys()})
-    return found
-
-
-def _changed_among(
-    keys: Collection[str],
     new: Mapping[str, P],
     old: Mapping[str, P],
     key_of: Callable[[str], str],
+    among: Collection[str] | None = None,
 ) -> dict[str, bytes | None]:
-    """`_changed`, looking at `keys` only (none other differs)."""
+    """The parts of `new` that differ from `old`'s (None: deleted); with `among`, only those
+    keys are looked at (the caller vouches that no other differs)."""
     found: dict[str, bytes | None] = {}
+    keys = among if among is not None else itertools.chain(new, old.keys() - new.keys())
     for k in keys:
         part, was = new.get(k), old.get(k)
         if part is None:
             if was is not None:
                 found[key_of(k)] = None
+        # The writer reuses the model of a part that did not change: most are the very same
+        # object.
         elif was is not part and was != part:
             found[key_of(k)] = part.model_dump_json().encode()
     return found

@@ -449,9 +449,11 @@ class SplitStrideService:
         async with self._lock:
             await self._release_held()  # the quantum is decided from what let go before it
             now = self.clock()
+            # Asked of the broker before the decision, which is timed without it.
+            heard_until = await self._heard_until(now)
             with _tracer.start_as_current_span("split_stride.quantum") as span:
                 began = time.perf_counter()
-                plan = self.machine.tick(record.seconds(now), await self._heard_until(now))
+                plan = self.machine.tick(record.seconds(now), heard_until)
                 gfair_metrics().record_quantum(time.perf_counter() - began, plan.waiting)
                 gfair_metrics().record_shares(self.machine.held(), self.machine.entitlements)
                 _log_plan(plan)
