@@ -61,8 +61,10 @@ class Probe:
         self.bus = bus
         self.tool = EventPublisher(bus, "test-tool")
 
-    async def publish(self, data: EventData, *, subject: str | None = None) -> Envelope:
-        return await self.tool.publish(data, subject=subject)
+    async def publish(
+        self, data: EventData, *, subject: str | None = None, correlation_id: str | None = None
+    ) -> Envelope:
+        return await self.tool.publish(data, subject=subject, correlation_id=correlation_id)
 
     def events(self, stream: str, kind: type[E]) -> list[tuple[Envelope, E]]:
         found: list[tuple[Envelope, E]] = []

@@ -19,6 +19,7 @@ from gfair.events.jobs import (
     JobCancelled,
     JobCheckpointed,
     JobCompleted,
+    JobHeld,
     JobPlaced,
     JobRejected,
     JobRetried,
@@ -94,6 +95,35 @@ async def test_a_job_is_accepted_and_recorded(bus: InMemoryBus, probe: Probe) ->
     assert saved.submission.command == ("python", "-c", "pass")
     assert saved.submission.env == {"SEED": "7"} and saved.submission.weight == 2.0
     assert [d.kind for d in saved.decisions] == ["admission"]
+
+
+async def test_an_admission_carries_what_the_jobs_starts_need_under_the_jobs_correlation(
+    bus: InMemoryBus, probe: Probe
+) -> None:
+    """Split-stride schedules and starts a job from its admission alone, at once or once the
+    jobs it waits for completed: the admission carries the submission's command line,
+    environment, working directory, weight and prepared start, under its correlation id."""
+    async with placement(bus) as state:
+        await register(probe, state, ("v100-0", 4))
+        first = await probe.publish(
+            submitted("alice", "a", 2, env={"SEED": "7"}, working_dir="/data", tickets=3.0)
+        )
+        later = await probe.publish(submitted("alice", "b", 1, after_ok=("a",), prepare=True))
+        await probe.wait_for(JOBS_STREAM, JobHeld)
+        await probe.publish(JobCompleted(user="alice", job_id="a", attempt=1))
+        await probe.wait_for(JOBS_STREAM, JobAccepted, lambda found: len(found) == 2)
+    accepted = {
+        data.job_id: (envelope, data) for envelope, data in probe.events(JOBS_STREAM, JobAccepted)
+    }
+    envelope, a = accepted["a"]
+    assert a.launch is not None and a.launch.command == ("python", "-c", "pass")
+    assert (a.launch.env, a.launch.working_dir) == ({"SEED": "7"}, "/data")
+    assert (a.weight, a.prepare, a.attempt) == (3.0, False, 1)
+    assert envelope.correlation_id == first.id
+    envelope, b = accepted["b"]
+    assert b.launch is not None and (b.weight, b.prepare) == (1.0, True)
+    # Caused by a's completion, it still belongs to b's life.
+    assert envelope.correlation_id == later.id
 
 
 async def test_the_schedulers_placements_are_recorded(bus: InMemoryBus, probe: Probe) -> None:

@@ -21,6 +21,7 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.core.split_stride import Exited, Job, Phase, Recording, Releases
 from gfair.events.commands import KillCommand, PrepareCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData
+from gfair.events.job_array import ArrayMembership, array_environment
 from gfair.events.jobs import (
     JobAccepted,
     JobCancelled,
@@ -38,6 +39,7 @@ from gfair.events.states import JobState
 from gfair.state.buckets import JOBS, STRIDE
 from gfair.state.job_record import JobRecord, save_job
 from gfair.state.stride_record import STATE_KEY, StrideRecord, load_stride
+from gfair_services.placement.service import admission
 from gfair_services.split_stride import Settings, SplitStrideService
 from gfair_services.split_stride import service as split_stride_service
 
@@ -84,14 +86,27 @@ async def admit(
     gpus: int = 1,
     **fields: object,
 ) -> JobAccepted:
-    """What placement does: write the job's record, then announce the admission."""
+    """What placement does: announce the admission, with what the job's starts need. Its
+    record is not written: split-stride reads nothing of placement's."""
     data = submitted(user, job_id, gpus, **fields)
+    emit = admission(JobRecord.accepted(Envelope.wrap(data, source="test"), data))
+    assert isinstance(emit.data, JobAccepted)
+    await probe.publish(emit.data, correlation_id=emit.correlation_id)
+    await eventually(lambda: f"{user}.{job_id}" in state.machine.jobs)
+    return emit.data
+
+
+async def admit_from_record(
+    probe: Probe, state: SplitStrideService, user: str, job_id: str, **fields: object
+) -> Envelope:
+    """What a placement older than `JobAccepted.launch` did: write the job's record, then
+    announce the admission without what its starts need; the submission's envelope."""
+    data = submitted(user, job_id, **fields)
     envelope = Envelope.wrap(data, source="test")
     await save_job(await probe.bus.key_value(JOBS.name), JobRecord.accepted(envelope, data), None)
-    accepted = JobAccepted(user=user, job_id=job_id, gpus=gpus)
-    await probe.publish(accepted)
+    await probe.publish(JobAccepted(user=user, job_id=job_id, gpus=data.gpus))
     await eventually(lambda: f"{user}.{job_id}" in state.machine.jobs)
-    return accepted
+    return envelope
 
 
 def placements(probe: Probe) -> list[JobPlaced]:
@@ -569,6 +584,59 @@ async def test_a_restarted_split_stride_continues_where_it_stopped(
     assert holders[0] != holders[1] != holders[2] != holders[3]
     stored = await load_stride(await bus.key_value(STRIDE.name))
     assert stored is not None and stored.record.quantum == 4
+
+
+async def test_a_job_waiting_across_a_restart_starts_from_what_its_admission_carried(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    """Placement's bucket holds no record of bob's job: its start after the restart comes from
+    the admission kept in split-stride's own record, and joins the job's life."""
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        await admit(probe, state, "alice", "a")
+        await admit(probe, state, "bob", "b", env={"SEED": "2"}, working_dir="/data")
+        (first,) = await probe.wait_for(COMMANDS, StartCommand)
+        await started(probe, first)
+    async with split_stride(bus, settings) as state:
+        await state.on_tick()  # alice's first quantum
+        await state.on_tick()  # bob's turn
+        (suspend,) = await probe.wait_for(COMMANDS, SuspendCommand)
+        await probe.publish(
+            JobSuspended(
+                user=suspend.user,
+                job_id=suspend.job_id,
+                node_id=suspend.node_id,
+                attempt=1,
+                reason=SuspendReason.TIME_SLICE,
+            )
+        )
+        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2)
+    (accepted,) = [e for e, d in probe.events("GFAIR_JOBS", JobAccepted) if d.job_id == "b"]
+    ((envelope, start),) = [
+        (e, d) for e, d in probe.events(COMMANDS, StartCommand) if d.job_id == "b"
+    ]
+    assert (start.command, start.env, start.working_dir) == (
+        ("python", "-c", "pass"),
+        {"SEED": "2"},
+        "/data",
+    )
+    assert envelope.correlation_id == accepted.correlation_id is not None
+
+
+async def test_an_admission_without_what_its_start_needs_is_completed_from_the_jobs_record(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    """As an older placement announced it: the start comes from the job's record."""
+    member = ArrayMembership(id="sweep", index=3)
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        submission = await admit_from_record(
+            probe, state, "alice", "sweep-3", env={"SEED": "3"}, array=member
+        )
+        await probe.wait_for(COMMANDS, StartCommand)
+    ((envelope, start),) = probe.events(COMMANDS, StartCommand)
+    assert start.env == {"SEED": "3", **array_environment(member)}
+    assert envelope.correlation_id == submission.id
 
 
 async def test_a_batch_writes_the_job_it_changed_and_looks_at_no_other_and_a_crash_loses_none(

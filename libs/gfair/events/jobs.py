@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from typing import ClassVar, Self
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gfair.events.envelope import EventData
 from gfair.events.fields import (
     AbsolutePath,
+    Argv,
     Attempt,
     Bytes,
+    Environment,
     ExitStatus,
     Generation,
     GpuCount,
@@ -37,6 +39,7 @@ from gfair.events.fields import (
     SignalNumber,
     StderrTail,
     Step,
+    Tickets,
     UserName,
     XidCode,
 )
@@ -110,9 +113,23 @@ def _not_success(failure_class: FailureClass) -> FailureClass:
     return failure_class
 
 
+class JobLaunch(BaseModel):
+    """What a node needs to start a job's process: as its user submitted it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    command: Argv
+    env: Environment = Field(default_factory=dict)
+    working_dir: AbsolutePath | None = Field(
+        default=None, description="Working directory on the node"
+    )
+
+
 @register
 class JobAccepted(JobEvent):
-    """Admission passed: the job waits for GPUs."""
+    """Admission passed: the job waits for GPUs. It carries what scheduling and starting the
+    job need (`launch`, `tickets`, `prepare`, `attempt`), so split-stride reads nothing of
+    placement's; the envelope's correlation id is the job's (its submission's event id)."""
 
     EVENT_TYPE = "gfair.job.accepted.v1"
     JOB_STATE = JobState.QUEUED
@@ -122,6 +139,22 @@ class JobAccepted(JobEvent):
     array: ArrayMembership | None = Field(
         default=None, description="The job array it belongs to, whose limit caps its demand"
     )
+    launch: JobLaunch | None = Field(
+        default=None,
+        description="Its command line, environment and working directory as submitted; absent "
+        "from admissions announced before this field existed (split-stride then reads the "
+        "job's record)",
+    )
+    tickets: Tickets | None = Field(
+        default=None, description="Weight among the user's own jobs; default equal"
+    )
+    prepare: bool = Field(default=False, description="It opted in to prepared starts")
+    attempt: Attempt = 1
+
+    @property
+    def weight(self) -> float:
+        """Weight among the user's jobs: equal unless the user says (docs/design.md §1.1)."""
+        return self.tickets if self.tickets is not None else 1.0
 
 
 @register

@@ -43,7 +43,10 @@ from typing import Protocol, TypeVar
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from gfair.events.fields import (
+    AbsolutePath,
+    Argv,
     Attempt,
+    Environment,
     Generation,
     GpuCount,
     GpuIndex,
@@ -131,6 +134,17 @@ class SwitchMeasurements(_Record):
     cold_start_s: Seconds | None = None
 
 
+class StrideLaunch(_Record):
+    """What a job's starts need (`JobAccepted.launch`, its job array's variables added), and
+    the ids that join its commands to the job's life."""
+
+    command: Argv
+    env: Environment = Field(default_factory=dict)
+    working_dir: AbsolutePath | None = None
+    correlation_id: str | None = Field(default=None, max_length=128)
+    trace_parent: str | None = Field(default=None, max_length=128)
+
+
 class StrideJob(_Record):
     user: UserName
     job_id: JobId
@@ -161,6 +175,11 @@ class StrideJob(_Record):
         default=None, description="Its measured switch costs; None: the operator's until measured"
     )
     prepare: bool = Field(default=False, description="It opted in to prepared starts")
+    launch: StrideLaunch | None = Field(
+        default=None,
+        description="What its starts need; absent from jobs admitted before admissions "
+        "carried it (read from the job's record)",
+    )
 
     @property
     def key(self) -> str:

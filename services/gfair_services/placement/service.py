@@ -64,6 +64,7 @@ from gfair.events.jobs import (
     JobEvent,
     JobFailed,
     JobHeld,
+    JobLaunch,
     JobMigrated,
     JobPlaced,
     JobRejected,
@@ -565,18 +566,26 @@ def _decided_outputs(record: JobRecord) -> list[Emit]:
     """What announces a held job's release (`JobAccepted`) or cancellation."""
     if record.state is JobState.CANCELLED:
         return _cancel_outputs(record)
-    return [Emit(_accepted(record), trace_parent=record.submission.trace_parent)]
+    return [admission(record)]
 
 
-def _accepted(record: JobRecord) -> JobAccepted:
+def admission(record: JobRecord) -> Emit:
+    """The admission, with what split-stride needs to schedule and start the job, in the
+    job's trace and under its correlation id (its submission's event id), whatever caused it
+    (the submission, or the completion of a job it waited for)."""
     sub = record.submission
-    return JobAccepted(
+    accepted = JobAccepted(
         user=record.user,
         job_id=record.job_id,
         gpus=sub.gpus,
         job_type=sub.job_type,
         array=sub.array,
+        launch=JobLaunch(command=sub.command, env=sub.env, working_dir=sub.working_dir),
+        tickets=sub.tickets,
+        prepare=sub.prepare,
+        attempt=record.attempt,
     )
+    return Emit(accepted, correlation_id=sub.event_id, trace_parent=sub.trace_parent)
 
 
 def _admitted(data: JobSubmitted) -> str:
@@ -606,7 +615,7 @@ def _submission_outputs(record: JobRecord) -> list[Emit]:
                 )
             )
         ]
-    return [Emit(_accepted(record))]
+    return [admission(record)]
 
 
 def _cancel_outputs(record: JobRecord) -> list[Emit]:

@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 
 from gfair.core.kernel import UserState
-from gfair.core.split_stride import Job, Node, Phase, Saved, SplitStride, Stay
+from gfair.core.split_stride import Job, Launch, Node, Phase, Saved, SplitStride, Stay
 from gfair.core.split_stride.residency import Switches
 from gfair.core.switch_costs import MeasuredSwitches
 from gfair.state.profile_record import type_key
@@ -26,6 +26,7 @@ from gfair.state.stride_record import (
     Residency,
     ServerRecord,
     StrideJob,
+    StrideLaunch,
     StrideRecord,
     StrideUser,
     SwitchMeasurements,
@@ -216,6 +217,7 @@ def _job(record: StrideJob) -> Job:
         array=record.array,
         array_limit=record.array_limit,
         prepare=record.prepare,
+        launch=None if record.launch is None else _launch(record.launch),
         switches=None
         if switches is None
         else Switches(
@@ -244,6 +246,7 @@ def _record(job: Job) -> StrideJob:
         array=job.array,
         array_limit=job.array_limit,
         prepare=job.prepare,
+        launch=None if job.launch is None else _launch_record(job.launch),
         switches=None
         if switches is None
         else SwitchMeasurements(
@@ -252,4 +255,20 @@ def _record(job: Job) -> StrideJob:
             resume_in_place_s=switches.measured.resume_in_place_s,
             cold_start_s=switches.measured.cold_start_s,
         ),
+    )
+
+
+def _launch(record: StrideLaunch) -> Launch:
+    return Launch(
+        record.command, record.env, record.working_dir, record.correlation_id, record.trace_parent
+    )
+
+
+def _launch_record(launch: Launch) -> StrideLaunch:
+    return StrideLaunch(
+        command=launch.command,
+        env=dict(launch.env),
+        working_dir=launch.working_dir,
+        correlation_id=launch.correlation_id,
+        trace_parent=launch.trace_parent,
     )

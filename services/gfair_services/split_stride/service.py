@@ -33,7 +33,10 @@ batch's settling (`settle`), which waits for everything sent, then writes the re
 the whole batch, before the runtime acknowledges the inputs: the jobs and servers the batch
 changed, and the cluster-wide key. If sending or writing fails, the machine is reloaded from
 the record and the batch redelivered: it is handled again from what was stored. The job
-records a batch of placements needs are read together, before its handlers run (`prefetch`).
+admission (`JobAccepted`) carries what the job's starts need (its `launch`), which the machine
+keeps with the job and the record with it; only an admission announced without one, by an older
+placement, is completed from the job's record in placement's bucket, read together with the
+batch's others before its handlers run (`prefetch`).
 
 The nodes' reports that processes let go (suspended, migrated, exited) are handed to the
 machine together (`Releases`: one fill of the GPUs they leave idle instead of one per report):
@@ -61,6 +64,7 @@ from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
 from gfair.bus.topology import consumer_for
+from gfair.bus.tracing import current_traceparent
 from gfair.bus.transport import BusError, PubAck
 from gfair.core.split_stride import (
     Admitted,
@@ -68,6 +72,7 @@ from gfair.core.split_stride import (
     EntitlementsPublished,
     Exited,
     Journal,
+    Launch,
     Migrated,
     Parked,
     Placement,
@@ -195,8 +200,9 @@ class SplitStrideService:
         self._runtime: ServiceRuntime | None = None
         self._stride_kv: KeyValue | None = None
         self._jobs_kv: KeyValue | None = None
-        # What each job runs (argv, env, working dir), read once from its JobRecord.
-        self._submissions: dict[str, Submission] = {}
+        # What a job's starts need, read once from its JobRecord, for the jobs the machine
+        # holds without it (restored from a record written before admissions carried it).
+        self._launches: dict[str, Launch] = {}
         # Outputs sent and not yet known to be stored, in the order sent.
         self._sends: list[asyncio.Task[PubAck]] = []
         # The machine holds changes the record does not.
@@ -332,11 +338,11 @@ class SplitStrideService:
         if isinstance(data, JobAccepted):
             if key in self.machine.jobs:
                 return None
-            given = await self._admitted(data, record.seconds(self.clock()))
+            given = await self._admitted(envelope, data, record.seconds(self.clock()))
         if given is None:
             return None
         if isinstance(data, _TERMINAL):
-            self._submissions.pop(key, None)
+            self._launches.pop(key, None)
         reply = self.machine.apply(given)
         if reply.ignored is not None:
             _log.info(reply.ignored, job=key, event=data.EVENT_TYPE)
@@ -363,8 +369,32 @@ class SplitStrideService:
         self._applied.extend(envelope.id for envelope, _ in held[:-1])
         self._commit(last, outputs, seed=last.id)
 
-    async def _admitted(self, event: JobAccepted, now: float) -> Admitted | None:
-        """An admitted job, from its record; None for one that ended meanwhile."""
+    async def _admitted(
+        self, envelope: Envelope, event: JobAccepted, now: float
+    ) -> Admitted | None:
+        """An admitted job, as its admission says (an older admission without its launch: from
+        its record, None for one that ended meanwhile). Its commands join the job's trace where
+        this admission is handled."""
+        if event.launch is not None:
+            return Admitted(
+                user=event.user,
+                job_id=event.job_id,
+                now=now,
+                gpus=event.gpus,
+                weight=event.weight,
+                job_type=event.job_type,
+                attempt=event.attempt,
+                array=event.array.id if event.array is not None else None,
+                array_limit=event.array.limit if event.array is not None else None,
+                prepare=event.prepare,
+                launch=Launch(
+                    command=tuple(event.launch.command),
+                    env={**event.launch.env, **array_environment(event.array)},
+                    working_dir=event.launch.working_dir,
+                    correlation_id=envelope.correlation_id or envelope.id,
+                    trace_parent=current_traceparent(),
+                ),
+            )
         key = job_key(event.user, event.job_id)
         if key in self._prefetched:
             stored = self._prefetched.pop(key)
@@ -378,7 +408,6 @@ class SplitStrideService:
         if not stored.record.live:
             return None  # a late admission of a job that ended meanwhile
         sub = stored.record.submission
-        self._submissions[stored.record.key] = sub
         return Admitted(
             user=event.user,
             job_id=event.job_id,
@@ -390,6 +419,7 @@ class SplitStrideService:
             array=sub.array.id if sub.array is not None else None,
             array_limit=sub.array.limit if sub.array is not None else None,
             prepare=sub.prepare,
+            launch=_launch(sub),
         )
 
     async def prefetch(self, events: Sequence[tuple[Envelope, EventData]]) -> None:
@@ -400,6 +430,7 @@ class SplitStrideService:
                 job_key(data.user, data.job_id)
                 for _, data in events
                 if isinstance(data, JobAccepted)
+                and data.launch is None
                 and job_key(data.user, data.job_id) not in self.machine.jobs
             }
         )
@@ -484,22 +515,29 @@ class SplitStrideService:
         outputs: list[EventData] = [_stop(stop, grace) for stop in reply.stops]
         outputs += await self._starts_events(reply.starts)
         for placement, prepare in reply.prepares:
-            outputs += [_placed(placement), self._prepare_command(prepare)]
+            command = await self._prepare_command(prepare)
+            outputs += [_placed(placement)] + ([command] if command is not None else [])
             _log.info(
                 "prepared start", job=job_key(prepare.user, prepare.job_id), node_id=prepare.node_id
             )
         return outputs
 
-    def _prepare_command(self, prepare: Prepare) -> PrepareCommand:
-        sub = self._submissions[job_key(prepare.user, prepare.job_id)]
+    async def _prepare_command(self, prepare: Prepare) -> PrepareCommand | None:
+        launch = await self._launch(prepare.user, prepare.job_id)
+        if launch is None:
+            # Not started prepared: the machine gives it GPUs once its prepared wait is over.
+            _log.error(
+                "no job record; cannot prepare it", job=job_key(prepare.user, prepare.job_id)
+            )
+            return None
         return PrepareCommand(
             node_id=prepare.node_id,
             user=prepare.user,
             job_id=prepare.job_id,
             attempt=prepare.attempt,
-            command=sub.command,
-            env={**sub.env, **array_environment(sub.array)},
-            working_dir=sub.working_dir,
+            command=launch.command,
+            env=dict(launch.env),
+            working_dir=launch.working_dir,
             gpus=prepare.gpus,
             generation=prepare.generation,
             checkpoint_dir=self.settings.checkpoint_dir(prepare.user, prepare.job_id),
@@ -533,23 +571,37 @@ class SplitStrideService:
             )
         return outputs
 
+    async def _launch(self, user: str, job_id: str) -> Launch | None:
+        """What the job's starts need: kept by the machine since its admission, else (restored
+        from an older record) read once from its record; None if it has none."""
+        key = job_key(user, job_id)
+        if (launch := self._known_launch(key)) is not None:
+            return launch
+        stored = await load_job(self.jobs_kv, user, job_id)
+        if stored is None:
+            return None
+        launch = self._launches[key] = _launch(stored.record.submission)
+        return launch
+
+    def _known_launch(self, key: str) -> Launch | None:
+        job = self.machine.jobs.get(key)
+        if job is not None and job.launch is not None:
+            return job.launch
+        return self._launches.get(key)
+
     async def _start_command(self, start: Start) -> StartCommand | None:
-        key = start.key
-        sub = self._submissions.get(key)
-        if sub is None:
-            stored = await load_job(self.jobs_kv, start.user, start.job_id)
-            if stored is None:
-                _log.error("no job record; cannot start it", job=key)
-                self.machine.apply(
-                    Unstartable(
-                        user=start.user,
-                        job_id=start.job_id,
-                        now=record.seconds(self.clock()),
-                        node_id=start.node_id,
-                    )
+        launch = await self._launch(start.user, start.job_id)
+        if launch is None:
+            _log.error("no job record; cannot start it", job=start.key)
+            self.machine.apply(
+                Unstartable(
+                    user=start.user,
+                    job_id=start.job_id,
+                    now=record.seconds(self.clock()),
+                    node_id=start.node_id,
                 )
-                return None
-            sub = self._submissions[key] = stored.record.submission
+            )
+            return None
         with _tracer.start_as_current_span("split_stride.start") as span:
             span.set_attribute("gfair.user", start.user)
             span.set_attribute("gfair.job_id", start.job_id)
@@ -562,9 +614,9 @@ class SplitStrideService:
             user=start.user,
             job_id=start.job_id,
             attempt=start.attempt,
-            command=sub.command,
-            env={**sub.env, **array_environment(sub.array), **self._gang_environment(start)},
-            working_dir=sub.working_dir,
+            command=launch.command,
+            env={**launch.env, **self._gang_environment(start)},
+            working_dir=launch.working_dir,
             gpu_indices=start.gpu_indices,
             checkpoint_dir=self.settings.checkpoint_dir(start.user, start.job_id),
         )
@@ -589,16 +641,16 @@ class SplitStrideService:
         assert self._runtime is not None
         publisher = self._runtime.publisher
         for data in outputs:
-            sub = self._submissions.get(_job_key_of(data) or "")
+            launch = self._known_launch(_job_key_of(data) or "")
             # A job's commands join its trace; a server's decision links the jobs it runs.
             running = data.running if isinstance(data, ScheduleDecided) else ()
             self._sends.append(
                 publisher.send(
                     data,
                     causation=cause,
-                    correlation_id=sub.event_id if sub is not None else None,
+                    correlation_id=launch.correlation_id if launch is not None else None,
                     event_id=derived_event_id(seed, 0, data.EVENT_TYPE, _identity(data)),
-                    trace_parent=sub.trace_parent if sub is not None else None,
+                    trace_parent=launch.trace_parent if launch is not None else None,
                     links=[self._trace_parent(job_key(r.user, r.job_id)) for r in running],
                 )
             )
@@ -659,8 +711,8 @@ class SplitStrideService:
         return settle
 
     def _trace_parent(self, key: str) -> str | None:
-        sub = self._submissions.get(key)
-        return sub.trace_parent if sub is not None else None
+        launch = self._known_launch(key)
+        return launch.trace_parent if launch is not None else None
 
     @property
     def jobs_kv(self) -> KeyValue:
@@ -804,3 +856,14 @@ def _stop(stop: Stop, grace_s: float) -> KillCommand | SuspendCommand:
 
 def build_service(settings: Settings | None = None, clock: Clock = utc_now) -> Service:
     return SplitStrideService(settings or Settings(), clock).service()
+
+
+def _launch(sub: Submission) -> Launch:
+    """What a start needs, from a job's record (admissions without their launch)."""
+    return Launch(
+        command=tuple(sub.command),
+        env={**sub.env, **array_environment(sub.array)},
+        working_dir=sub.working_dir,
+        correlation_id=sub.event_id,
+        trace_parent=sub.trace_parent,
+    )

@@ -66,11 +66,25 @@ class JobInput:
         return job_key(self.user, self.job_id)
 
 
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """What a node needs to start the job's process, and the ids that join its commands to the
+    job's life: carried for the driver, which builds its start commands from it; the machine
+    decides nothing from it."""
+
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    working_dir: str | None = None
+    correlation_id: str | None = None  # the job's correlation id (its submission's event)
+    trace_parent: str | None = None  # W3C traceparent in the job's trace
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Admitted(JobInput):
     """A job may run (its dependencies are met); `prepare`: it opted in to a prepared start;
     `costs`: what a resume and a move cost it until measured, when it says (a simulated trace's
-    row; None: the operator's)."""
+    row; None: the operator's); `launch`: what its start needs, kept with the job for the
+    driver (None: the driver knows it otherwise, or needs none)."""
 
     gpus: int
     weight: float
@@ -80,6 +94,7 @@ class Admitted(JobInput):
     array_limit: int | None = None
     prepare: bool = False
     costs: SwitchCosts | None = None
+    launch: Launch | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

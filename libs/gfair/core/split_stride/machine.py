@@ -244,6 +244,7 @@ class SplitStride:
             array_limit=event.array_limit,
             prepare=event.prepare,
             costs=event.costs,
+            launch=event.launch,
         )
         self.jobs[key] = job
         mine[key] = None

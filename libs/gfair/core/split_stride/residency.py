@@ -12,9 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from gfair.core import arrays
 from gfair.core.switch_costs import MeasuredSwitches, SwitchCosts
+
+if TYPE_CHECKING:
+    from .events import Launch
 
 
 def job_key(user: str, job_id: str) -> str:
@@ -92,6 +96,7 @@ class Job:
     array_limit: int | None = None
     switches: Switches | None = None
     prepare: bool = False  # it opted in to prepared starts (`Admitted.prepare`)
+    launch: Launch | None = None  # what its start needs, for the driver (`Admitted.launch`)
     # Its own costs until measured (`Admitted.costs`; None: the operator's). Not persisted: only
     # the simulator's jobs give their own.
     costs: SwitchCosts | None = field(default=None, compare=False)
