@@ -146,6 +146,19 @@ async def started(probe: Probe, command: StartCommand) -> None:
     )
 
 
+async def yielded(probe: Probe, command: SuspendCommand) -> None:
+    """The node executor's report that the job (attempt 1) yielded its slice."""
+    await probe.publish(
+        JobSuspended(
+            user=command.user,
+            job_id=command.job_id,
+            node_id=command.node_id,
+            attempt=1,
+            reason=SuspendReason.TIME_SLICE,
+        )
+    )
+
+
 def completed_on(node_id: str, job_id: str) -> JobExited:
     """The node executor's report that alice's `job_id` (attempt 1) ended with exit code 0."""
     return JobExited(
@@ -378,15 +391,7 @@ async def test_a_job_still_suspending_is_not_backfilled_onto_another_server(
         await probe.publish(JobCompleted(user=other.user, job_id=other.job_id, attempt=1))
         await eventually(lambda: f"{other.user}.{other.job_id}" not in state.machine.jobs)
         assert [s.job_id for s in starts(probe)] == ["a", "b", "c"]
-        await probe.publish(
-            JobSuspended(
-                user=suspend.user,
-                job_id=suspend.job_id,
-                node_id=suspend.node_id,
-                attempt=1,
-                reason=SuspendReason.TIME_SLICE,
-            )
-        )
+        await yielded(probe, suspend)
         await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 4)
     resumed = starts(probe)[-1]
     assert (resumed.job_id, resumed.node_id) == (suspend.job_id, other.node_id)
@@ -601,15 +606,7 @@ async def test_a_job_waiting_across_a_restart_starts_from_what_its_admission_car
         await state.on_tick()  # alice's first quantum
         await state.on_tick()  # bob's turn
         (suspend,) = await probe.wait_for(COMMANDS, SuspendCommand)
-        await probe.publish(
-            JobSuspended(
-                user=suspend.user,
-                job_id=suspend.job_id,
-                node_id=suspend.node_id,
-                attempt=1,
-                reason=SuspendReason.TIME_SLICE,
-            )
-        )
+        await yielded(probe, suspend)
         await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2)
     (accepted,) = [e for e, d in probe.events("GFAIR_JOBS", JobAccepted) if d.job_id == "b"]
     ((envelope, start),) = [

@@ -47,9 +47,11 @@ from gfair.events.fields import (
 )
 from gfair.events.job_array import ArrayMembership
 from gfair.events.jobs import (
+    JobAccepted,
     JobCheckpointed,
     JobEvent,
     JobFailed,
+    JobLaunch,
     JobMigrated,
     JobPlaced,
     JobProgress,
@@ -238,6 +240,21 @@ class JobRecord(_Record):
     def pending(self) -> bool:
         """Admitted but on no servers (nothing fitting was up); placement retries it."""
         return self.live and not self.servers
+
+    def admission(self) -> JobAccepted:
+        """The job's admission, with what scheduling and starting it need."""
+        sub = self.submission
+        return JobAccepted(
+            user=self.user,
+            job_id=self.job_id,
+            gpus=sub.gpus,
+            job_type=sub.job_type,
+            array=sub.array,
+            launch=JobLaunch(command=sub.command, env=sub.env, working_dir=sub.working_dir),
+            tickets=sub.tickets,
+            prepare=sub.prepare,
+            attempt=self.attempt,
+        )
 
     @classmethod
     def accepted(

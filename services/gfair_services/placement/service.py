@@ -57,14 +57,12 @@ from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand
 from gfair.events.envelope import Clock, Envelope, EventData, utc_now
 from gfair.events.jobs import (
-    JobAccepted,
     JobCancelled,
     JobCheckpointed,
     JobCompleted,
     JobEvent,
     JobFailed,
     JobHeld,
-    JobLaunch,
     JobMigrated,
     JobPlaced,
     JobRejected,
@@ -574,18 +572,7 @@ def admission(record: JobRecord) -> Emit:
     job's trace and under its correlation id (its submission's event id), whatever caused it
     (the submission, or the completion of a job it waited for)."""
     sub = record.submission
-    accepted = JobAccepted(
-        user=record.user,
-        job_id=record.job_id,
-        gpus=sub.gpus,
-        job_type=sub.job_type,
-        array=sub.array,
-        launch=JobLaunch(command=sub.command, env=sub.env, working_dir=sub.working_dir),
-        tickets=sub.tickets,
-        prepare=sub.prepare,
-        attempt=record.attempt,
-    )
-    return Emit(accepted, correlation_id=sub.event_id, trace_parent=sub.trace_parent)
+    return Emit(record.admission(), correlation_id=sub.event_id, trace_parent=sub.trace_parent)
 
 
 def _admitted(data: JobSubmitted) -> str:

@@ -134,7 +134,7 @@ from gfair.events.scheduling import (
 )
 from gfair.state import buckets
 from gfair.state.buckets import job_key
-from gfair.state.job_record import StoredJob, Submission, load_job
+from gfair.state.job_record import StoredJob, load_job
 from gfair.state.stride_record import (
     MAX_APPLIED_IDS,
     PARTS_LAYOUT,
@@ -372,54 +372,38 @@ class SplitStrideService:
     async def _admitted(
         self, envelope: Envelope, event: JobAccepted, now: float
     ) -> Admitted | None:
-        """An admitted job, as its admission says (an older admission without its launch: from
-        its record, None for one that ended meanwhile). Its commands join the job's trace where
-        this admission is handled."""
-        if event.launch is not None:
-            return Admitted(
-                user=event.user,
-                job_id=event.job_id,
-                now=now,
-                gpus=event.gpus,
-                weight=event.weight,
-                job_type=event.job_type,
-                attempt=event.attempt,
-                array=event.array.id if event.array is not None else None,
-                array_limit=event.array.limit if event.array is not None else None,
-                prepare=event.prepare,
-                launch=Launch(
-                    command=tuple(event.launch.command),
-                    env={**event.launch.env, **array_environment(event.array)},
-                    working_dir=event.launch.working_dir,
-                    correlation_id=envelope.correlation_id or envelope.id,
-                    trace_parent=current_traceparent(),
-                ),
-            )
-        key = job_key(event.user, event.job_id)
-        if key in self._prefetched:
-            stored = self._prefetched.pop(key)
-        else:
-            stored = await load_job(self.jobs_kv, event.user, event.job_id)
-        if stored is None:
-            # Placement writes the record before it announces the admission: this one was
-            # announced by nobody that admits (forged, or replayed after the record went).
-            _log.warning("admission of a job with no record; ignored", job=key)
-            return None
-        if not stored.record.live:
-            return None  # a late admission of a job that ended meanwhile
-        sub = stored.record.submission
+        """An admitted job, as its admission says; its commands join the job's life (its
+        correlation id, and its trace where this admission is handled). An admission announced
+        without its launch, by an older placement, is taken from the job's record (None for a
+        job that ended meanwhile)."""
+        correlation_id, trace_parent = envelope.correlation_id or envelope.id, current_traceparent()
+        if event.launch is None:
+            key = job_key(event.user, event.job_id)
+            if key in self._prefetched:
+                stored = self._prefetched.pop(key)
+            else:
+                stored = await load_job(self.jobs_kv, event.user, event.job_id)
+            if stored is None:
+                # Placement writes the record before it announces the admission: this one was
+                # announced by nobody that admits (forged, or replayed after the record went).
+                _log.warning("admission of a job with no record; ignored", job=key)
+                return None
+            if not stored.record.live:
+                return None  # a late admission of a job that ended meanwhile
+            event, sub = stored.record.admission(), stored.record.submission
+            correlation_id, trace_parent = sub.event_id, sub.trace_parent
         return Admitted(
             user=event.user,
             job_id=event.job_id,
             now=now,
-            gpus=sub.gpus,
-            weight=sub.weight,
-            job_type=sub.job_type,
-            attempt=stored.record.attempt,
-            array=sub.array.id if sub.array is not None else None,
-            array_limit=sub.array.limit if sub.array is not None else None,
-            prepare=sub.prepare,
-            launch=_launch(sub),
+            gpus=event.gpus,
+            weight=event.weight,
+            job_type=event.job_type,
+            attempt=event.attempt,
+            array=event.array.id if event.array is not None else None,
+            array_limit=event.array.limit if event.array is not None else None,
+            prepare=event.prepare,
+            launch=_admitted_launch(event, correlation_id, trace_parent),
         )
 
     async def prefetch(self, events: Sequence[tuple[Envelope, EventData]]) -> None:
@@ -523,7 +507,7 @@ class SplitStrideService:
         return outputs
 
     async def _prepare_command(self, prepare: Prepare) -> PrepareCommand | None:
-        launch = await self._launch(prepare.user, prepare.job_id)
+        launch = await self._launch_of(prepare.user, prepare.job_id)
         if launch is None:
             # Not started prepared: the machine gives it GPUs once its prepared wait is over.
             _log.error(
@@ -571,7 +555,7 @@ class SplitStrideService:
             )
         return outputs
 
-    async def _launch(self, user: str, job_id: str) -> Launch | None:
+    async def _launch_of(self, user: str, job_id: str) -> Launch | None:
         """What the job's starts need: kept by the machine since its admission, else (restored
         from an older record) read once from its record; None if it has none."""
         key = job_key(user, job_id)
@@ -580,7 +564,9 @@ class SplitStrideService:
         stored = await load_job(self.jobs_kv, user, job_id)
         if stored is None:
             return None
-        launch = self._launches[key] = _launch(stored.record.submission)
+        sub = stored.record.submission
+        launch = _admitted_launch(stored.record.admission(), sub.event_id, sub.trace_parent)
+        self._launches[key] = launch
         return launch
 
     def _known_launch(self, key: str) -> Launch | None:
@@ -590,7 +576,7 @@ class SplitStrideService:
         return self._launches.get(key)
 
     async def _start_command(self, start: Start) -> StartCommand | None:
-        launch = await self._launch(start.user, start.job_id)
+        launch = await self._launch_of(start.user, start.job_id)
         if launch is None:
             _log.error("no job record; cannot start it", job=start.key)
             self.machine.apply(
@@ -858,12 +844,17 @@ def build_service(settings: Settings | None = None, clock: Clock = utc_now) -> S
     return SplitStrideService(settings or Settings(), clock).service()
 
 
-def _launch(sub: Submission) -> Launch:
-    """What a start needs, from a job's record (admissions without their launch)."""
+def _admitted_launch(
+    admission: JobAccepted, correlation_id: str | None, trace_parent: str | None
+) -> Launch:
+    """What the admitted job's starts need: its launch, with its job array's variables."""
+    launch = admission.launch
+    if launch is None:
+        raise ValueError(f"the admission of {admission.job} carries no launch")
     return Launch(
-        command=tuple(sub.command),
-        env={**sub.env, **array_environment(sub.array)},
-        working_dir=sub.working_dir,
-        correlation_id=sub.event_id,
-        trace_parent=sub.trace_parent,
+        command=tuple(launch.command),
+        env={**launch.env, **array_environment(admission.array)},
+        working_dir=launch.working_dir,
+        correlation_id=correlation_id,
+        trace_parent=trace_parent,
     )
