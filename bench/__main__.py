@@ -8,7 +8,6 @@ import sys
 BENCHMARKS = (
     "bench.quantum",
     "bench.machine",
-    "bench.sim_drivers",
     "bench.policies",
     "bench.bus",
     "bench.live",

@@ -13,14 +13,14 @@ and, after a warm-up, measures over a window of quanta:
   trading auction's shares, the GPUs its jobs can use, sampled every second), as GPUs;
 - the fraction of GPU-seconds busy.
 
-The same workload then runs through the simulator's driver of the same decision kernel
-(`GandivaFair`, quantum by quantum, no migration or checkpoint costs) for the same number of
-quanta, and both are printed side by side. Targets: every user at least 90% of its entitlement,
-busy at least 90% at a 6 s quantum and 97% at 60 s.
+The same workload then runs through the simulator's `gandiva-fair` policy (the same state
+machine, quantum by quantum, no migration or checkpoint costs) for the same number of quanta,
+and both are printed side by side. Targets: every user at least 90% of its entitlement, busy at
+least 90% at a 6 s quantum and 97% at 60 s.
 
 With ``--shares FILE`` (docs/configuration.md, "Shares file", over the users ann, ben and cat;
 bench/shares.toml puts them under three levels of accounts) both the cluster
-(`GFAIR_SHARES_FILE`) and the simulator's driver divide the GPUs down the file's accounts, and
+(`GFAIR_SHARES_FILE`) and the simulator's policy divide the GPUs down the file's accounts, and
 every account's entitled and received GPUs (its users' sums) are printed too.
 """
 
@@ -37,11 +37,13 @@ from pathlib import Path
 from gfair.bus.logs import configure_logging
 from gfair.client import GfairClient
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
+from gfair.core.scheduler_config import SchedulerConfig
 from gfair.core.shares_tree import ShareTree
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.gavel import load_throughputs
 from gfair.shares import read_shares
+from gfair.sim.gandiva_fair_machine import GandivaFairMachine
+from gfair.sim.trace import TraceJob
 
 
 @dataclass(frozen=True)
@@ -150,29 +152,29 @@ def simulated(
 ) -> Measured:
     cluster = parse_cluster_spec(cluster_spec)
     gpus = sum(s.gpus for s in cluster.servers)
-    scheduler = GandivaFair(
-        cluster,
-        {t.name: t.tickets for t in TEAMS},
-        load_throughputs(),
-        SchedulerConfig(trading=trading, shares=tree),
+    config = SchedulerConfig(trading=trading, shares=tree)
+    policy = GandivaFairMachine(
+        cluster, {t.name: t.tickets for t in TEAMS}, load_throughputs(), config
     )
     specs = {
-        f"{team.name}-{n}": JobSpec(f"{team.name}-{n}", team.name, team.gpus, team.job_type)
+        f"{team.name}-{n}": TraceJob(
+            f"{team.name}-{n}", team.name, team.gpus, 0.0, float("inf"), team.job_type
+        )
         for team in TEAMS
         for n in range(team.jobs)
     }
     for spec in specs.values():
-        assert scheduler.submit(spec, 0.0).accepted
+        assert policy.submit(spec, 0.0).accepted
     received = {t.name: 0.0 for t in TEAMS}
     entitled = {t.name: 0.0 for t in TEAMS}
     for quantum in range(warmup + quanta):
-        plan = scheduler.plan(float(quantum))
+        runs = policy.plan(quantum * config.quantum_s).runs
         if quantum < warmup:
             continue
-        for job_id in plan.placements:
+        for job_id in {job for jobs in runs.values() for job in jobs}:
             received[specs[job_id].user] += specs[job_id].gpus
-        for user, pools in scheduler.entitlements().items():
-            entitled[user] += sum(pools.values())
+        for user, account in policy.machine.users.items():
+            entitled[user] += sum(account.entitled.values())
     return Measured(
         {u: v / quanta for u, v in received.items()},
         {u: v / quanta for u, v in entitled.items()},

@@ -9,15 +9,17 @@ from hypothesis import strategies as st
 from gfair.core.arrays import ArrayMember, array_key, excess_demand, limit_arrays
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.kernel import JobState
-from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
+from gfair.core.scheduler_config import SchedulerConfig
+
+from .machine_harness import JobSpec, MachineHarness
 
 
-def _scheduler(spec: str) -> GandivaFair:
-    return GandivaFair(parse_cluster_spec(spec), {}, {}, SchedulerConfig(trading=False))
+def _scheduler(spec: str) -> MachineHarness:
+    return MachineHarness(parse_cluster_spec(spec), {}, {}, SchedulerConfig(trading=False))
 
 
 def _running_per_array(
-    scheduler: GandivaFair, now: float, arrays: dict[str, str]
+    scheduler: MachineHarness, now: float, arrays: dict[str, str]
 ) -> dict[str, int]:
     counts: dict[str, int] = {}
     for job_id in scheduler.plan(now).placements:
@@ -42,7 +44,7 @@ def test_an_array_runs_at_most_its_limit_on_an_idle_cluster_and_the_rest_goes_to
         assert len(running) == 2  # 8 GPUs would hold all six
         assert {f"bob-{i}" for i in range(3)} <= set(plan.placements)  # no GPU kept for alice
     # A running member keeps its slot: the array does not rotate through checkpoints.
-    assert not scheduler.plan(7).migrations
+    assert not scheduler.plan(7).moved
 
 
 def test_the_smallest_limit_of_an_array_holds_and_arrays_of_two_users_are_apart() -> None:
@@ -76,6 +78,7 @@ def test_demand_beyond_the_limit_is_not_water_filled() -> None:
     for index in range(6):
         scheduler.submit(JobSpec(f"s-{index}", "alice", 1, array="s", array_limit=2), 0)
         scheduler.submit(JobSpec(f"b-{index}", "bob", 1), 0)
+    scheduler.plan(0)
     entitled = scheduler.entitlements()
     assert entitled["alice"]["v100"] == pytest.approx(2.0)
     assert entitled["bob"]["v100"] == pytest.approx(6.0)

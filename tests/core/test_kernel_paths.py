@@ -1,5 +1,5 @@
 """The kernel's shortcuts decide as its plain paths do: a long queue's jobs sorted by the pool
-they live in, kept empty packings, and the scheduler's two ways of re-sorting its queues."""
+they live in, kept empty packings, and the state machine's queues kept in order as passes move."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from gfair.core import kernel
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState, decide
 from gfair.core.packing import Packing
-from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
+from gfair.core.scheduler_config import SchedulerConfig
+
+from .machine_harness import JobSpec, MachineHarness
 
 _GENERATIONS = ("v100", "p100", "k80")
 
@@ -121,19 +123,23 @@ def test_a_packing_copy_is_taken_from_independently() -> None:
 
 def test_queues_stay_in_pass_order_whichever_way_they_are_updated() -> None:
     # "few" has a long queue of which a few run each quantum (its jobs taken out and put
-    # back), "most" a short one that mostly runs (sorted again), on a contended cluster.
-    scheduler = GandivaFair(parse_cluster_spec("v100:1x4,k80:1x4"), {}, {}, SchedulerConfig())
+    # back), "most" a short one that mostly runs, on a contended cluster: the machine's
+    # snapshot (its queues, kept as passes move, `split_stride.queues`) lists every runnable
+    # job of each user in (pass, arrival) order.
+    scheduler = MachineHarness(parse_cluster_spec("v100:1x4,k80:1x4"), {}, {}, SchedulerConfig())
     for n in range(300):
         scheduler.submit(JobSpec(f"few-{n}", "few", 1 + n % 2), 0.0)
     for n in range(6):
         scheduler.submit(JobSpec(f"most-{n}", "most", 1), 0.0)
     ran: set[str] = set()
     for quantum in range(30):
-        ran.update(scheduler.plan(float(quantum)).placements)
-        for user in scheduler._users.values():
-            keys = [(job.pass_, job.seq) for job in user.queue]
+        now = quantum * 60.0
+        ran.update(scheduler.plan(now).placements)
+        queues = scheduler.machine.snapshot(now).jobs
+        assert {user: len(queue) for user, queue in queues.items()} == {"few": 300, "most": 6}
+        for queue in queues.values():
+            keys = [(job.pass_, job.seq) for job in queue]
             assert keys == sorted(keys)
-            assert len(user.queue) == len(user.jobs)
     assert {f"most-{n}" for n in range(6)} <= ran and len(ran) > 20
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.kernel import JobState, PoolState, Snapshot, UserState, decide
-from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
+from gfair.core.scheduler_config import SchedulerConfig
 from gfair.core.switch_costs import SwitchCosts
+
+from .machine_harness import JobSpec, MachineHarness
 
 QUANTUM_S = 360.0
 
@@ -69,7 +71,7 @@ def _moves(costs: SwitchCosts, quanta: int = 80) -> tuple[int, dict[str, int]]:
     """Six one-job users on two V100s and two K80s: the moves over `quanta` quanta, and how
     many quanta each job ran."""
     config = SchedulerConfig(trading=False, quantum_s=QUANTUM_S)
-    scheduler = GandivaFair(parse_cluster_spec("v100:1x2,k80:1x2"), {}, {}, config)
+    scheduler = MachineHarness(parse_cluster_spec("v100:1x2,k80:1x2"), {}, {}, config)
     names = [f"j{index}" for index in range(6)]
     for name in names:
         assert scheduler.submit(JobSpec(name, name, 1, costs=costs), 0).accepted
@@ -77,7 +79,7 @@ def _moves(costs: SwitchCosts, quanta: int = 80) -> tuple[int, dict[str, int]]:
     ran = dict.fromkeys(names, 0)
     for quantum in range(quanta):
         plan = scheduler.plan(quantum * QUANTUM_S)
-        moves += len(plan.migrations)
+        moves += len(plan.moved)
         for name in plan.placements:
             ran[name] += 1
     return moves, ran

@@ -9,8 +9,9 @@ import itertools
 
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.kernel import Decision, UserState, settle
-from gfair.core.scheduler import GandivaFair, JobSpec
 from gfair.gavel import load_throughputs
+
+from .machine_harness import JobSpec, MachineHarness
 
 
 def test_settle_charges_the_gpu_time_held_past_a_yield_even_in_an_unbooked_quantum() -> None:
@@ -33,7 +34,7 @@ def test_settle_charges_the_gpu_time_held_past_a_yield_even_in_an_unbooked_quant
 def _bob_beside_whole_server_gangs(quanta: int) -> list[tuple[str, ...] | None]:
     """Where bob's 1-GPU job runs each quantum after it arrives beside alice's four 4-GPU
     gangs on one 4-GPU server of each of two pools (None: it waits)."""
-    cluster = GandivaFair(parse_cluster_spec("v100:1x4,k80:1x4"), {}, load_throughputs())
+    cluster = MachineHarness(parse_cluster_spec("v100:1x4,k80:1x4"), {}, load_throughputs())
     for index in range(4):
         assert cluster.submit(JobSpec(f"a{index}", "alice", 4), 0).accepted
     for quantum in range(10):
@@ -55,7 +56,9 @@ def test_an_owed_users_job_stays_where_it_runs_instead_of_moving_every_quantum()
     assert moves <= len(ran) // 2
 
 
-def _held(cluster: GandivaFair, specs: list[JobSpec], quanta: int, first: int) -> dict[str, float]:
+def _held(
+    cluster: MachineHarness, specs: list[JobSpec], quanta: int, first: int
+) -> dict[str, float]:
     """Average GPUs each user's jobs held over `quanta` quanta from `first`."""
     of = {spec.id: spec for spec in specs}
     held: dict[str, float] = {}
@@ -71,7 +74,7 @@ def test_a_small_user_beside_whole_server_gangs_receives_its_whole_demand() -> N
     server bob's jobs leave whole. The GPUs beside bob's jobs fit none of carol's gangs: owed to
     nobody, not saved up by carol, so she does not push bob off every other quantum (before,
     bob received half his demand)."""
-    cluster = GandivaFair(parse_cluster_spec("v100:1x4,k80:1x4"), {}, load_throughputs())
+    cluster = MachineHarness(parse_cluster_spec("v100:1x4,k80:1x4"), {}, load_throughputs())
     gangs = [JobSpec(f"c{index}", "carol", 4) for index in range(2)]
     small = [JobSpec(f"b{index}", "bob", 1) for index in range(2)]
     assert all(cluster.submit(spec, 0).accepted for spec in gangs)
@@ -85,7 +88,7 @@ def test_a_small_user_beside_whole_server_gangs_receives_its_whole_demand() -> N
 def test_a_gang_larger_than_the_free_room_still_saves_up_and_runs() -> None:
     """An 8-GPU gang beside another user's 4-GPU job on two 4-GPU servers: the idle server
     fits nothing, but the gang's user runs nothing at all, so it saves up and clears room."""
-    cluster = GandivaFair(parse_cluster_spec("v100:2x4"), {}, load_throughputs())
+    cluster = MachineHarness(parse_cluster_spec("v100:2x4"), {}, load_throughputs())
     specs = [JobSpec("local", "alice", 4), JobSpec("gang", "bob", 8)]
     assert all(cluster.submit(spec, 0).accepted for spec in specs)
     held = _held(cluster, specs, 60, 0)

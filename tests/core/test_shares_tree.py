@@ -8,12 +8,14 @@ from hypothesis import strategies as st
 
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.pools import entitlements, shares
-from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
+from gfair.core.scheduler_config import SchedulerConfig
 from gfair.core.shares_file import parse_shares
 from gfair.core.shares_tree import ShareTree
 from gfair.core.tickets import water_fill
 from shares_example import EVERYONE
 from shares_example import THREE_LEVELS as THREE_LEVELS_FILE
+
+from .machine_harness import JobSpec, MachineHarness
 
 THREE_LEVELS = parse_shares(THREE_LEVELS_FILE)
 
@@ -116,14 +118,16 @@ def test_a_tree_refuses_what_a_file_could_not_say() -> None:
 def test_the_scheduler_entitles_users_down_the_tree() -> None:
     cluster = parse_cluster_spec("v100:2x8,k80:4x4")  # 16 + 16 GPUs
     config = SchedulerConfig(trading=False, shares=THREE_LEVELS)
-    scheduler = GandivaFair(cluster, {"alice": 50.0, "eve": 2.0}, {}, config)
+    scheduler = MachineHarness(cluster, {"alice": 50.0, "eve": 2.0}, {}, config)
     for index, user in enumerate(EVERYONE * 8):
         assert scheduler.submit(JobSpec(f"j{index}", user, 4), 0.0).accepted
+    scheduler.plan(0.0)
     # Root: research 3, prod 1, eve 2 (its flat tickets) of 32 -> 16, 16/3, 32/3; alice keeps
     # the file's 1 ticket, not the flat 50.
     expected = THREE_LEVELS.water_fill(32.0, {"eve": 2.0}, dict.fromkeys(EVERYONE, 32.0))
     assert expected["eve"] == pytest.approx(32 / 3)
     assert expected["alice"] == pytest.approx(16 / 3 / 4)
+    assert scheduler.entitlements().keys() == set(EVERYONE)
     for user, pools in scheduler.entitlements().items():
         assert pools["v100"] == pytest.approx(expected[user] / 2), user
         assert pools["k80"] == pytest.approx(expected[user] / 2), user

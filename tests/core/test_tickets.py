@@ -5,11 +5,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.pools import entitlements
-from gfair.core.scheduler import GandivaFair, JobSpec
 from gfair.core.tickets import check_tickets, split_user_tickets, water_fill
+from gfair.events.submission import JobSubmitted
+
+from .machine_harness import JobSpec, MachineHarness
 
 
 def test_user_tickets_are_split_equally_among_its_jobs() -> None:
@@ -81,13 +84,15 @@ def test_entitlements_hold_the_same_fraction_of_every_pool(
 def test_degenerate_tickets_and_weights_are_refused_with_the_reason(value: float) -> None:
     with pytest.raises(ValueError, match=r"alice: tickets must be a finite number from 0.001 to"):
         check_tickets("alice", value)
-    scheduler = GandivaFair(parse_cluster_spec("v100:1x4"), {}, {})
-    admission = scheduler.submit(JobSpec("j", "alice", 1, weight=value), 0.0)
-    assert not admission.accepted and "weight: tickets must be a finite number" in admission.reason
-    with pytest.raises(ValueError, match="user bob"):
-        GandivaFair(parse_cluster_spec("v100:1x4"), {"bob": value}, {}).submit(
-            JobSpec("k", "bob", 1), 0.0
-        )
+    # A job's weight enters with its submission (the simulator's jobs have none): the event
+    # contract refuses it there, before any scheduler sees it.
+    job = {"user": "alice", "job_id": "j", "gpus": 1, "command": ["true"], "tickets": value}
+    with pytest.raises(ValidationError, match="tickets"):
+        JobSubmitted.model_validate(job)
+    scheduler = MachineHarness(parse_cluster_spec("v100:1x4"), {"bob": value}, {})
+    admission = scheduler.submit(JobSpec("k", "bob", 1), 0.0)
+    assert not admission.accepted
+    assert "user bob: tickets must be a finite number" in admission.reason
 
 
 def test_tickets_within_the_bounds_pass_unchanged() -> None:

@@ -1,14 +1,20 @@
-"""One kernel, two drivers: a scripted workload driven through the simulator's `GandivaFair` and
-through the split-stride service (on the in-memory bus, with a fake clock) takes the same
-decisions, quantum by quantum (docs/design.md §2.7).
+"""One state machine, two drivers: a scripted workload driven through the simulator's
+`gandiva-fair` policy and through the split-stride service (on the in-memory bus, with a fake
+clock) leaves the two `SplitStride` machines alike, quantum by quantum (docs/design.md §2.7):
+the same jobs on the same GPU indices, started between ticks alike, and the same accounts
+(entitlement and credit per pool) and job passes. The simulator and the service feed the
+machine alike.
 
 The test plays placement (it writes each job's record and announces its admission) and the node
 executors (it confirms every start and suspend at once), so what differs between the two runs is
-only the drivers: the service's ledger, its snapshots, its bookkeeping of moves and residencies.
+only how the drivers feed the machine: the simulator plays placement, the auction and the nodes
+in-process (its nodes let go at once, `Config.moves_at_once`); the service hears them on the bus,
+keeps its records and reports moves as its nodes confirm them.
 The workload has three users with unequal tickets, 1- to 8-GPU gangs (an 8-GPU gang spans two
 servers), job types that run at different speeds on V100 and K80, arrivals while the cluster is
 backlogged and jobs that end; it runs once with flat tickets and once with a shares file
 (accounts above the users: `SchedulerConfig.shares`, the services' `GFAIR_SHARES_FILE`).
+Both run in the same virtual time (the simulator's clock is the service's fake clock).
 """
 
 from __future__ import annotations
@@ -25,15 +31,17 @@ import pytest
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
 from gfair.core.cluster import Cluster, Server
-from gfair.core.scheduler import GandivaFair, JobSpec, SchedulerConfig
+from gfair.core.scheduler_config import SchedulerConfig
 from gfair.core.shares_file import parse_shares
 from gfair.core.shares_tree import ShareTree
-from gfair.core.split_stride import Journal, Phase
+from gfair.core.split_stride import Journal, Phase, SplitStride
 from gfair.events.commands import NodeCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import JobAccepted, JobCompleted, JobStarted, JobSuspended
 from gfair.events.scheduling import ScheduleDecided
 from gfair.gavel import load_throughputs
+from gfair.sim.gandiva_fair_machine import GandivaFairMachine
+from gfair.sim.trace import TraceJob
 from gfair.state.buckets import JOBS
 from gfair.state.job_record import JobRecord, save_job
 from gfair_services.split_stride import Settings, SplitStrideService
@@ -99,35 +107,77 @@ Runs = list[dict[str, frozenset[str]]]  # per quantum: server -> job keys
 Filled = list[frozenset[str]]  # per quantum: jobs started between ticks, before its decision
 
 
-def simulated(tree: ShareTree | None = None) -> tuple[Runs, Filled]:
-    """The simulator's driver: the runs of every quantum, and what it backfilled before each
-    (as the simulator calls `backfill` after every end and arrival)."""
+@dataclass(frozen=True)
+class MachineState:
+    """What a machine holds once a quantum's plan is carried out."""
+
+    # Job key -> node -> GPUs it holds there. Not which indices: the simulated nodes let go at
+    # once, so a moved job starts in the quantum's own plan, where live it starts as its old
+    # node reports it off, on what is free then.
+    held: dict[str, dict[str, int]]
+    accounts: dict[str, tuple[dict[str, float], dict[str, float]]]  # user -> entitled, credit
+    passes: dict[str, float]  # job key -> its stride pass
+
+
+States = list[MachineState]  # per quantum
+
+
+def machine_state(machine: SplitStride) -> MachineState:
+    held = {
+        job.key: {
+            node: len(stay.gpu_indices) for node, stay in job.stays.items() if stay.holds_gpus
+        }
+        for job in machine.residents()
+    }
+    return MachineState(
+        {key: nodes for key, nodes in held.items() if nodes},
+        {name: (dict(u.entitled), dict(u.credit)) for name, u in machine.users.items()},
+        {key: job.stride_pass for key, job in machine.jobs.items()},
+    )
+
+
+def at(quantum: int) -> float:
+    """The virtual time of a quantum's tick, as the service's fake clock reads it then."""
+    return (START + timedelta(minutes=quantum)).timestamp()
+
+
+def simulated(tree: ShareTree | None = None) -> tuple[Runs, Filled, States]:
+    """The simulator's driver (the `gandiva-fair` policy): the runs of every quantum, what it
+    started between ticks before each (as the simulator asks after every end and arrival), and
+    its machine once each quantum is carried out."""
     table = load_throughputs()
     # The service's quantum: the kernel weighs moves against it (gfair.core.switch_costs).
     config = SchedulerConfig(trading=False, quantum_s=QUANTUM_S, shares=tree)
-    scheduler = GandivaFair(Cluster.of(SERVERS), TICKETS, table, config)
+    policy = GandivaFairMachine(Cluster.of(SERVERS), TICKETS, table, config)
+    users = {arrival.job_id: arrival.user for arrival in ARRIVALS}
     runs: Runs = []
     filled: Filled = []
+    states: States = []
     for quantum in range(QUANTA):
+        now = at(quantum)
         started: set[str] = set()
         if quantum in ENDS:
-            user, job_id = ENDS[quantum]
-            scheduler.finish(f"{user}.{job_id}", float(quantum))
-            started |= scheduler.backfill(float(quantum)).keys()
+            _, job_id = ENDS[quantum]
+            policy.finish(job_id, now)
+            started |= policy.fill(now).keys()
         for arrival in ARRIVALS:
             if arrival.quantum == quantum:
-                spec = JobSpec(
-                    f"{arrival.user}.{arrival.job_id}",
-                    arrival.user,
-                    arrival.gpus,
-                    arrival.job_type,
+                job = TraceJob(
+                    arrival.job_id, arrival.user, arrival.gpus, now, 1e9, arrival.job_type
                 )
-                assert scheduler.submit(spec, float(quantum)).accepted
-                started |= scheduler.backfill(float(quantum)).keys()
-        filled.append(frozenset(started))
-        plan = scheduler.plan(float(quantum))
-        runs.append({server: frozenset(jobs) for server, jobs in plan.runs.items() if jobs})
-    return runs, filled
+                assert policy.submit(job, now).accepted
+                started |= policy.fill(now).keys()
+        filled.append(frozenset(f"{users[job_id]}.{job_id}" for job_id in started))
+        decision = policy.plan(now)
+        runs.append(
+            {
+                server: frozenset(f"{users[job_id]}.{job_id}" for job_id in jobs)
+                for server, jobs in decision.runs.items()
+                if jobs
+            }
+        )
+        states.append(machine_state(policy.machine))
+    return runs, filled, states
 
 
 class FakeClock:
@@ -228,15 +278,17 @@ async def admit(probe: Probe, state: SplitStrideService, arrival: Arrival) -> No
 
 async def live(
     tmp_path: Path, shares_file: Path | None = None, journal: Journal | None = None
-) -> tuple[Runs, Filled]:
-    """The services' driver: the runs split-stride announced for every quantum, and the jobs
-    it started between ticks before each (`journal`: what its state machine was given)."""
+) -> tuple[Runs, Filled, States]:
+    """The services' driver: the runs split-stride announced for every quantum, the jobs it
+    started between ticks before each, and its machine once each quantum is carried out
+    (`journal`: what its state machine was given)."""
     bus = InMemoryBus()
     probe = Probe(bus)
     clock = FakeClock()
     nodes = Nodes(probe)
     runs: Runs = []
     filled: Filled = []
+    states: States = []
     async with service(bus, tmp_path, clock, shares_file, journal) as state:
         # Jobs first, servers after: the first quantum decides from the whole first batch, as
         # the simulator's does (no job starts on idle GPUs before the servers are known).
@@ -273,7 +325,8 @@ async def live(
                 }
             )
             await nodes.answer(state)
-    return runs, filled
+            states.append(machine_state(state.machine))
+    return runs, filled, states
 
 
 def written_shares(tmp_path: Path, accounts: bool) -> Path | None:
@@ -297,14 +350,20 @@ async def test_the_simulator_and_the_services_decide_alike_quantum_by_quantum(
             members=dict.fromkeys(["ann", "ben"], ""), user_tickets={"ann": 1, "ben": 2}
         )
         assert simulated(parse_shares(SHARES))[0] != simulated(flat)[0]
-    expected, expected_filled = simulated(parse_shares(SHARES) if accounts else None)
-    actual, actual_filled = await live(tmp_path, shares_file)
+    expected, expected_filled, expected_states = simulated(
+        parse_shares(SHARES) if accounts else None
+    )
+    actual, actual_filled, actual_states = await live(tmp_path, shares_file)
     for quantum, (sim, svc) in enumerate(zip(expected, actual, strict=True)):
         assert actual_filled[quantum] == expected_filled[quantum], (
-            f"before quantum {quantum}: services backfilled {actual_filled[quantum]}, "
+            f"before quantum {quantum}: services started {actual_filled[quantum]}, "
             f"the simulator {expected_filled[quantum]}"
         )
         assert svc == sim, f"quantum {quantum}: services ran {svc}, the simulator {sim}"
+        machines = expected_states[quantum], actual_states[quantum]
+        assert machines[1].held == machines[0].held, f"quantum {quantum}: GPUs held differ"
+        assert machines[1].accounts == machines[0].accounts, f"quantum {quantum}: accounts"
+        assert machines[1].passes == machines[0].passes, f"quantum {quantum}: passes differ"
     # Between ticks, idle GPUs went to waiting jobs at least once (a job ended).
     assert any(expected_filled)
     # The workload exercises what it is meant to: contention, gangs across servers, moves.
@@ -312,3 +371,11 @@ async def test_the_simulator_and_the_services_decide_alike_quantum_by_quantum(
     assert any("ben.b1" in jobs for run in expected for jobs in run.values())
     holders = [{job for jobs in run.values() for job in jobs} for run in expected]
     assert any(before - after for before, after in itertools.pairwise(holders))
+    # And the accounts compared are worth comparing: users are owed and in debt.
+    credits = [
+        c
+        for state in expected_states
+        for _, credit in state.accounts.values()
+        for c in credit.values()
+    ]
+    assert min(credits) < 0 < max(credits)

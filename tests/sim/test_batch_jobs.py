@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.scheduler import SchedulerConfig
+from gfair.core.scheduler_config import SchedulerConfig
 from gfair.core.throughput import ThroughputTable
-from gfair.sim.gandiva_fair import GandivaFairPolicy
+from gfair.sim.gandiva_fair_machine import GandivaFairMachine
 from gfair.sim.replay import ReplayOptions, build_policy
 from gfair.sim.simulator import JobOutcome, SimConfig, SimResult, Simulator
 from gfair.sim.speed import SpeedModel
@@ -21,7 +21,7 @@ def _run(jobs: list[TraceJob], throughput: ThroughputTable, speeds: SpeedModel) 
     trace = Trace(
         jobs=tuple(sorted(jobs, key=lambda j: j.submit_s)), tickets={}, source="t", format="gfair"
     )
-    policy = GandivaFairPolicy(cluster, {}, throughput, SchedulerConfig(trading=False))
+    policy = GandivaFairMachine(cluster, {}, throughput, SchedulerConfig(trading=False))
     return Simulator(trace, cluster, policy, speeds, SimConfig(quantum_s=60)).run()
 
 

@@ -1,4 +1,4 @@
-"""The `gandiva-fair-machine` policy: the simulator drives the live service's state machine
+"""The `gandiva-fair` policy: the simulator drives the live service's state machine
 (`SplitStride`) and decides nothing itself. Its machine's journal, fed to a fresh machine with
 the same settings, gives the same plans one by one: what the simulator carried out is what the
 machine decided from the inputs the simulator played (placement, auction, profiler, nodes)."""
@@ -24,8 +24,6 @@ from gfair.core.split_stride import (
 from gfair.core.switch_costs import SwitchCosts
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.sim.gandiva_fair_machine import GandivaFairMachine
-from gfair.sim.replay import ReplayOptions
-from gfair.sim.replay import replay as simulate
 from gfair.sim.simulator import SimConfig, Simulator
 from gfair.sim.speed import SpeedModel
 
@@ -88,15 +86,3 @@ def test_the_simulators_machine_replays_from_its_journal(
         assert {placement.job_id for placement in plan.placed} <= started
     assert any(isinstance(out, Reply) and out.starts.turns for out in recording.outputs)
     assert result.migrations > 0
-
-
-def test_the_machine_and_the_facade_give_the_jobs_alike(throughput: ThroughputTable) -> None:
-    # One kernel, two drivers (issue 27): on this trace they take the same decisions.
-    cluster = parse_cluster_spec(CLUSTER)
-    trace = trace_of(ROWS)
-    ends = {}
-    for policy in ("gandiva-fair", "gandiva-fair-machine"):
-        options = ReplayOptions(policy=policy, quantum_s=QUANTUM_S)
-        result = simulate(trace, cluster, throughput, options).result
-        ends[policy] = [(job.id, job.start_s, job.end_s) for job in result.jobs]
-    assert ends["gandiva-fair-machine"] == ends["gandiva-fair"]

@@ -15,11 +15,10 @@ from collections.abc import Mapping
 import pytest
 
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.scheduler import GandivaFair
 from gfair.core.shares_file import parse_shares
 from gfair.core.shares_tree import ShareTree
 from gfair.core.throughput import ThroughputTable
-from gfair.sim.gandiva_fair import GandivaFairPolicy
+from gfair.sim.gandiva_fair_machine import GandivaFairMachine
 from gfair.sim.replay import ReplayOptions, build_policy, replay
 from gfair.sim.simulator import SimConfig, Simulator
 from gfair.sim.speed import SpeedModel
@@ -68,17 +67,19 @@ class Held:
         return weighed[user] / weighed.total()
 
 
-def simulate(throughput: ThroughputTable, shares: ShareTree | None) -> tuple[Held, GandivaFair]:
+def simulate(
+    throughput: ThroughputTable, shares: ShareTree | None
+) -> tuple[Held, GandivaFairMachine]:
     cluster = parse_cluster_spec(CLUSTER)
     options = ReplayOptions(until_s=END, shares=shares)
     speeds = SpeedModel.from_rates(throughput)
     policy = build_policy("gandiva-fair", cluster, TRACE, speeds, throughput, options)
-    assert isinstance(policy, GandivaFairPolicy)
+    assert isinstance(policy, GandivaFairMachine)
     held = Held()
     config = SimConfig(quantum_s=QUANTUM, until_s=END, shares=shares)
     Simulator(TRACE, cluster, policy, speeds, config, held).run()
     assert all(sum(users.values()) == GPUS for _, users in held.quanta)  # work-conserving
-    return held, policy.scheduler
+    return held, policy
 
 
 def test_a_user_back_from_a_half_life_idle_gets_more_until_usage_evens_out(

@@ -1,18 +1,17 @@
-"""Users' accounts with the decision kernel, kept by its drivers between quanta
-(docs/design.md §2.7).
+"""Users' accounts with the decision kernel, kept between quanta (docs/design.md §2.7).
 
-Both drivers, the simulator's `GandivaFair` and split-stride's state machine (`split_stride`),
-keep per active user a kernel `UserState` (arrival order, entitlement and credit per pool) and
-per job its pass and arrival order. How those change as shares, users and jobs change is
-decided here, once, so the two drivers keep them alike (the parity test in tests/services
-proves they do):
+The split-stride state machine (`split_stride`), which the simulator and the split-stride
+service both drive, keeps per active user a kernel `UserState` (arrival order, entitlement and
+credit per pool) and per job its pass and arrival order. How those change as shares, users and
+jobs change is decided here:
 
 - `entitle`: new entitlements; a user new to a pool joins it at the priority of the pool's
   most-owed member (its minimum pass, in stride terms), so it neither jumps ahead of anyone nor
   waits behind everyone;
 - `joining_pass`: a new job joins at its user's minimum pass;
 - `ceiling`: what a user's credit may save up for (its largest gang, see `kernel.settle`);
-- `demand`: what a user asks, the one definition every driver and the trading auction use: the
+- `demand`: what a user asks, the one definition the machine and the auctions (the trading
+  auction's, the simulator's) use: the
   GPUs of its admitted, unfinished jobs, whether they run, wait or are being retried, less what
   its job arrays ask beyond their limits (`arrays.excess_demand`).
 """

@@ -5,8 +5,8 @@ user and the array id, so no user can join, or throttle, another user's array). 
 name a limit; the array's limit is the smallest its runnable members name, so a member can only
 lower it, and no field a tenant sets can raise anyone's share.
 
-The rule is applied where the kernel's snapshot is built, by both drivers (the `GandivaFair`
-facade and split-stride's state machine), as a filter on each user's runnable jobs:
+The rule is applied where the kernel's snapshot is built (split-stride's state machine), as a
+filter on each user's runnable jobs:
 
 - `limit_arrays`: of each limited array, at most `limit` members stay runnable this quantum:
   first those that ran last quantum (a running member keeps its slot, as in Slurm, where an
@@ -14,7 +14,7 @@ facade and split-stride's state machine), as a filter on each user's runnable jo
   The other members are left out of the snapshot, so the kernel can never run more than
   `limit` of them, and a quantum in which only they wait counts as one where nobody waits.
 - `excess_demand`: the GPUs an array's members ask beyond what `limit` of them can hold at once
-  (its largest `limit` gangs). Drivers subtract it from the user's demand, so the user's
+  (its largest `limit` gangs). `accounts.demand` subtracts it from the user's demand, so the user's
   entitlement is not water-filled for work it has capped itself out of running.
 """
 

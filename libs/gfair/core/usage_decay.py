@@ -18,8 +18,8 @@ proportions again. The weights then divide the account's GPUs by water-filling, 
 demand, exactly as tickets do in the instantaneous mode.
 
 The shares file's ``fairness = "decayed"`` turns it on (`ShareTree.decayed`); the drivers keep a
-`DecayedUsage` and pass its usage in: the simulator's `scheduler.GandivaFair` from the GPUs its
-plans placed, the trading auction from what split-stride's record counts.
+`DecayedUsage` and pass its usage in: the simulator's `gandiva-fair` policy from the GPUs its
+jobs held, the trading auction from what split-stride's record counts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `gandiva-fair-machine` policy: the live service's state machine
+"""The `gandiva-fair` policy: the live service's state machine
 (`gfair.core.split_stride.SplitStride`), driven with virtual time.
 
 The simulator plays the services around the machine with the core functions they use, and
@@ -23,11 +23,8 @@ Jobs the machine starts between ticks (an arrival or an end filled idle GPUs) ar
 hands the simulator; each quantum's `runs` are where jobs hold GPUs once its plan is carried out.
 Switch costs are the simulator's to charge, as for every policy.
 
-An intermediate state (issue 27): `gandiva-fair` still drives the kernel through the older
-`gfair.core.scheduler.GandivaFair`; this policy runs beside it so that `gfair compare` (and
-`python -m bench.sim_drivers`) measures the two side by side. Its decisions are as good; it
-takes about 1.6 times the CPU (docs/benchmarks.md), and replaces `gandiva-fair` once it is
-within 1.2 times.
+The simulator and the split-stride service drive this one machine: a scheduling rule lives in
+it (and the core functions it calls), never in a driver (docs/design.md §2.7).
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ from gfair.core import accounts, arrays
 from gfair.core.cluster import Cluster, generation_rank
 from gfair.core.placement import PoolView, filter_pools, rejection_reason
 from gfair.core.pools import pools_of, shares
-from gfair.core.scheduler import Admission, SchedulerConfig
+from gfair.core.scheduler_config import SchedulerConfig
 from gfair.core.split_stride import (
     Admitted,
     Config,
@@ -62,12 +59,12 @@ from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.tickets import check_tickets
 from gfair.core.trading import Trade
 from gfair.core.usage_decay import DecayedUsage
-from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Decision
+from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Admission, Decision
 from gfair.sim.trace import TraceJob
 
 
 class GandivaFairMachine:
-    name = "gandiva-fair-machine"
+    name = "gandiva-fair"
     limits_arrays = True  # the machine's snapshot does
 
     def __init__(
@@ -230,6 +227,11 @@ class GandivaFairMachine:
         if self._waiting == 0 and not self._changed and self._usage is None:
             return UNTIL_NEXT_EVENT
         return EVERY_QUANTUM
+
+    def usage(self) -> dict[str, float]:
+        """User -> decayed GPU-seconds as last charged, what the auction weighs (the shares
+        tree's decayed mode; empty otherwise)."""
+        return self._usage.usage() if self._usage is not None else {}
 
     # -- the trading auction --------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """What the simulator asks of a scheduling policy.
 
-The shape follows the core facade (`gfair.core.scheduler.GandivaFair`): jobs are submitted and
-finished with the virtual time, measured rates are reported back, and once per quantum the policy
-says which jobs hold GPUs on which server. The simulator executes that decision, charges
+Jobs are submitted (and admitted, or rejected with the reason: `Admission`) and finished with
+the virtual time, measured rates are reported back, and once per quantum the policy says which
+jobs hold GPUs on which server. The simulator executes that decision, charges
 switching costs, tracks progress and tells the policy when jobs complete.
 """
 
@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
-from gfair.core.scheduler import Admission
 from gfair.sim.trace import TraceJob
 
 __all__ = [
@@ -29,6 +28,16 @@ __all__ = [
 EVERY_QUANTUM: Final = -math.inf
 # `quiet_until` of a policy whose decision only changes when jobs arrive or finish.
 UNTIL_NEXT_EVENT: Final = math.inf
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A policy's answer to a submission."""
+
+    accepted: bool
+    reason: str = ""  # why rejected, or which pools the job can use
+    pool: str | None = None  # the fastest pool the job can use
+    rule: str = ""  # the admission filter that refused, when rejected (`gfair.core.placement`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,11 +16,10 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from gfair.core.cluster import Cluster
-from gfair.core.scheduler import SchedulerConfig
+from gfair.core.scheduler_config import SchedulerConfig
 from gfair.core.shares_tree import ShareTree
 from gfair.core.switch_costs import SwitchCosts
 from gfair.core.throughput import ThroughputTable
-from gfair.sim.gandiva_fair import GandivaFairPolicy
 from gfair.sim.gandiva_fair_machine import GandivaFairMachine
 from gfair.sim.ledger import ShareSeries
 from gfair.sim.policies.fifo import Fifo
@@ -33,14 +32,11 @@ from gfair.sim.simulator import SimConfig, SimResult, Simulator, TimelineSink
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import Trace
 
+# The live service's state machine, driven with virtual time (`gfair.sim.gandiva_fair_machine`).
 GANDIVA_FAIR: Final = "gandiva-fair"
-# The same policy driven through the live service's state machine, measured beside it until it
-# replaces it (`gfair.sim.gandiva_fair_machine`).
-GANDIVA_FAIR_MACHINE: Final = "gandiva-fair-machine"
 MAX_MIN_FAIRNESS: Final = "max-min-fairness"
 POLICY_NAMES: Final = (
     GANDIVA_FAIR,
-    GANDIVA_FAIR_MACHINE,
     "fifo",
     "static-partition",
     "tiresias",
@@ -99,15 +95,16 @@ def build_policy(
     options: ReplayOptions,
 ) -> Policy:
     tickets = user_tickets(trace, options)
-    if name in (GANDIVA_FAIR, GANDIVA_FAIR_MACHINE):
+    if name == GANDIVA_FAIR:
         config = replace(
             options.scheduler,
             trading=options.trading,
             quantum_s=options.quantum_s,
             shares=share_tree(options),
         )
-        driver = GandivaFairPolicy if name == GANDIVA_FAIR else GandivaFairMachine
-        return driver(cluster, tickets, throughput, config, options.default_tickets, options.costs)
+        return GandivaFairMachine(
+            cluster, tickets, throughput, config, options.default_tickets, options.costs
+        )
     if name == "fifo":
         return Fifo(cluster, speeds)
     if name == "static-partition":
@@ -132,11 +129,7 @@ def replay(
     speeds = SpeedModel.from_rates(throughput)
     result = _run(trace, cluster, throughput, speeds, options, timeline, progress)
     gain = 0.0
-    if (
-        options.policy in (GANDIVA_FAIR, GANDIVA_FAIR_MACHINE)
-        and options.trading
-        and result.trades > 0
-    ):
+    if options.policy == GANDIVA_FAIR and options.trading and result.trades > 0:
         without = replace(options, trading=False, series_bucket_s=None)
         baseline = _run(trace, cluster, throughput, speeds, without, None, None)
         base = total_throughput(baseline)

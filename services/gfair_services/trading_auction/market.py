@@ -2,9 +2,9 @@
 
 Inputs: the active jobs (who demands how many GPUs, of which job types), the pools (GPUs per
 generation on nodes that take work) and the users' speed profiles (from the profiler). The
-allocation composes the core exactly as the simulator's `GandivaFair` does: each active user's
-ticket share of the cluster, water-filled by demand and held as the same fraction of every pool
-(`pools.shares`: `pools.entitlements`, then second-price trades between pools) bid with the
+allocation composes the core exactly as the simulator's `gandiva-fair` policy does: each active
+user's ticket share of the cluster, water-filled by demand and held as the same fraction of every
+pool (`pools.shares`: `pools.entitlements`, then second-price trades between pools) bid with the
 users' estimated speeds (`ThroughputEstimator.user_speeds`). With a `ShareTree` (the shares
 file) the ticket share is the tree's water-fill, down its accounts; in its decayed mode every
 level weighs the users' decayed usage the caller passes (`usage.UsageMeter`), as the

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from gfair.core.scheduler import SchedulerConfig
+from gfair.core.scheduler_config import SchedulerConfig
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
 

@@ -14,11 +14,10 @@ nothing is logged (a plan says what a driver may log), nothing is stored (`Saved
 driver persists and restores it from). Every input and its outcome can be recorded (`journal`)
 and replayed.
 
-The split-stride service drives it; the simulator still drives the kernel through
-`gfair.core.scheduler.GandivaFair`, held alike by tests/services/test_parity.py, and its
-`gandiva-fair-machine` policy drives this machine (with `Config.moves_at_once`: its nodes let go
-at once). The paper's
-reference split stride (per-server and central strides) is `gfair.core.paper_split_stride`.
+The split-stride service drives it, and so does the simulator's `gandiva-fair` policy (with
+`Config.moves_at_once`: its nodes let go at once); tests/services/test_parity.py shows that the
+two feed it alike. The paper's reference split stride (per-server and central strides) is
+`gfair.core.paper_split_stride`.
 """
 
 from .config import Config

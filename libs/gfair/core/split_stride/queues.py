@@ -1,7 +1,6 @@
 """The kernel's job input kept up to date: each runnable job's `JobState` and each user's queue
 of them by (pass, arrival), changed only where jobs changed, so that a snapshot (`snapshot`)
-costs what changed since the last one, not a pass over every job (as `GandivaFair` keeps its
-own).
+costs what changed since the last one, not a pass over every job.
 
 The machine marks a job (`touch`) wherever anything a `JobState` is made of changes: it is
 admitted or ends; a residency is added, dropped or told to stop; it is placed on other servers;
