@@ -928,6 +928,31 @@ async def test_a_prepared_job_started_elsewhere_or_cancelled_is_let_go_where_it_
     )
 
 
+async def test_a_restarted_split_stride_knows_which_processes_wait_prepared_or_parked(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    """The processes outlive split-stride's restart: one still coming up counts against its
+    server's prepared starts, and a cancelled job's parked process is killed where it waits."""
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1), ("v100-1", 1))
+        await admit(probe, state, "alice", "a")
+        await admit(probe, state, "alice", "a2")
+        await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2)
+        await admit(probe, state, "bob", "w", prepare=True)
+        await admit(probe, state, "bob", "v", prepare=True)
+        await probe.wait_for(COMMANDS, PrepareCommand, lambda found: len(found) == 2)
+        await probe.publish(prepared("bob", "w", "v100-0"))  # v still comes up on v100-1
+        await eventually(lambda: state.machine.jobs["bob.w"].parked is not None)
+    async with split_stride(bus, settings) as state:
+        # Each server has as many prepared processes waiting as GPUs: nobody else is prepared.
+        await admit(probe, state, "bob", "u", prepare=True)
+        await probe.publish(JobCancelled(user="bob", job_id="w", previous_state=JobState.SUSPENDED))
+        await probe.wait_for(COMMANDS, KillCommand)
+    assert [p.job_id for p in probe.payloads(COMMANDS, PrepareCommand)] == ["w", "v"]
+    (kill,) = probe.payloads(COMMANDS, KillCommand)
+    assert (kill.job_id, kill.node_id) == ("w", "v100-0")
+
+
 # ----- the record in gfair_stride: a key per job ---------------------------------------------
 
 

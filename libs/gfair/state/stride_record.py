@@ -145,6 +145,14 @@ class StrideLaunch(_Record):
     trace_parent: str | None = Field(default=None, max_length=128)
 
 
+class Parked(_Record):
+    """Where a job's process waits parked in place, holding no GPU: its node, and the GPUs it
+    resumes on (none in particular for a prepared start)."""
+
+    node_id: NodeId
+    gpu_indices: tuple[GpuIndex, ...] = ()
+
+
 class StrideJob(_Record):
     user: UserName
     job_id: JobId
@@ -175,6 +183,15 @@ class StrideJob(_Record):
         default=None, description="Its measured switch costs; None: the operator's until measured"
     )
     prepare: bool = Field(default=False, description="It opted in to prepared starts")
+    parked: Parked | None = Field(default=None, description="Where its process waits parked")
+    coming_up_until: AwareDatetime | None = Field(
+        default=None, description="It gets no GPUs until its prepared start parks, or until then"
+    )
+    prepared_unproven: bool = Field(
+        default=False,
+        description="Prepared again after a slice ended while it came up, and not seen to come "
+        "up since (it is not prepared again until it is)",
+    )
     launch: StrideLaunch | None = Field(
         default=None,
         description="What its starts need; absent from jobs admitted before admissions "

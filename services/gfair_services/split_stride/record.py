@@ -20,9 +20,7 @@ from gfair.core.split_stride.residency import Switches
 from gfair.core.switch_costs import MeasuredSwitches
 from gfair.state.profile_record import type_key
 from gfair.state.stride_record import (
-    Phase as RecordPhase,
-)
-from gfair.state.stride_record import (
+    Parked,
     Residency,
     ServerRecord,
     StrideJob,
@@ -31,6 +29,9 @@ from gfair.state.stride_record import (
     StrideUser,
     SwitchMeasurements,
     TypeProfile,
+)
+from gfair.state.stride_record import (
+    Phase as RecordPhase,
 )
 from gfair_services.inventory import NodeEntry, NodeInventory
 
@@ -217,6 +218,11 @@ def _job(record: StrideJob) -> Job:
         array=record.array,
         array_limit=record.array_limit,
         prepare=record.prepare,
+        parked=None
+        if record.parked is None
+        else (record.parked.node_id, record.parked.gpu_indices),
+        prepared_unproven=record.prepared_unproven,
+        coming_up_until=None if record.coming_up_until is None else seconds(record.coming_up_until),
         launch=None if record.launch is None else _launch(record.launch),
         switches=None
         if switches is None
@@ -246,6 +252,11 @@ def _record(job: Job) -> StrideJob:
         array=job.array,
         array_limit=job.array_limit,
         prepare=job.prepare,
+        parked=None
+        if job.parked is None
+        else Parked(node_id=job.parked[0], gpu_indices=job.parked[1]),
+        prepared_unproven=job.prepared_unproven,
+        coming_up_until=None if job.coming_up_until is None else moment(job.coming_up_until),
         launch=None if job.launch is None else _launch_record(job.launch),
         switches=None
         if switches is None

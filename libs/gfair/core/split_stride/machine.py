@@ -146,6 +146,8 @@ class SplitStride:
                 self._index(key, stay)
             if job.parked is not None:
                 self._parked_at.setdefault(job.parked[0], set()).add(key)
+            if preparing.waits_prepared(job):
+                self.preparing.setdefault(job.servers[0], set()).add(key)
 
     # -- inputs -------------------------------------------------------------------------------
 

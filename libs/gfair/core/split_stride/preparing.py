@@ -50,7 +50,9 @@ def came_up(machine: SplitStride, job: Job) -> bool:
     """A process of `job` was let go past its start-up (so it may be prepared again another
     time), or its prepared process was let go (it waits for none): whether it was waiting for
     one."""
-    job.prepared_unproven = False
+    if job.prepared_unproven:
+        job.prepared_unproven = False
+        machine.touch(job.key)
     if job.coming_up_until is None:
         return False
     job.coming_up_until = None
@@ -68,6 +70,13 @@ def after_start_up(
     prepared = prepare(machine, job, event.now, near=event.node_id)
     job.prepared_unproven = prepared is not None
     return prepared
+
+
+def waits_prepared(job: Job) -> bool:
+    """Whether `job`'s prepared process waits on its server for GPUs: coming up, or parked on
+    none in particular (a restored machine's `preparing` is made of these)."""
+    prepared = job.coming_up_until is not None or (job.parked is not None and not job.parked[1])
+    return prepared and not job.stays and len(job.servers) == 1
 
 
 def waiting(machine: SplitStride, node_id: str) -> int:

@@ -103,17 +103,16 @@ class Job:
     # The costs last worked out for these switches, parked or not: a snapshot reads them for
     # every runnable job every quantum.
     charged: tuple[Switches, bool, SwitchCosts] | None = field(default=None, compare=False)
-    # Where its process is parked in place (its node said its last suspend was in place): the
-    # node and GPU indices it resumes on without a checkpoint. Not persisted: a restored machine
-    # merely loses the preference (the node then checkpoints it when it starts elsewhere, and
-    # a start elsewhere waits for that).
+    # Where its process is parked in place (its node said its last suspend was in place, or
+    # its prepared start parked): the node and GPU indices it resumes on without a checkpoint
+    # (none in particular for a prepared start). Persisted, as the two below: the process
+    # outlives a restart of the machine's driver.
     parked: tuple[str, tuple[int, ...]] | None = field(default=None, compare=False)
     # A prepared start it was given after a slice ended while it still came up, not yet seen
-    # to come up (`preparing.after_start_up`). Not persisted: a restored machine may give it
-    # one more.
+    # to come up (`preparing.after_start_up`).
     prepared_unproven: bool = field(default=False, compare=False)
     # Until then it waits for its prepared start to park before it is given GPUs (its slice
-    # would otherwise be spent on its start-up). Not persisted.
+    # would otherwise be spent on its start-up).
     coming_up_until: float | None = field(default=None, compare=False)
 
     @cached_property
