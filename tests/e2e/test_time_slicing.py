@@ -31,6 +31,7 @@ from .test_job_life import finished, settled
 pytestmark = pytest.mark.nats
 
 PREPARED_JOB = Path(__file__).parents[1] / "node" / "prepared_job.py"
+SLOW_START_JOB = Path(__file__).parents[1] / "node" / "slow_start_job.py"
 PREPARED = SuspendReason.PREPARED
 
 
@@ -159,13 +160,39 @@ def _sequence_of(events: tuple[HistoricalEvent, ...], data: object) -> int:
     return next(e.sequence for e in events if e.data is data)
 
 
+async def test_a_job_not_prepared_whose_start_up_outlasts_its_slice_is_frozen_and_trains(
+    start_cluster: StartCluster,
+) -> None:
+    # Alice's job is not opted in to prepared starts, and its start-up is 3 s of CPU work
+    # against 1 s slices: killed at each slice's end, it would start anew at every slice and
+    # never train. Frozen in place instead (it holds no GPU memory yet), each of its slices
+    # goes on with its start-up where the last one stopped, until it comes up and trains.
+    slow = (JOB_PYTHON, str(SLOW_START_JOB), "3", "40", "0.05")
+    async with (
+        start_cluster(cluster="v100:1x1", quantum_s=1.0) as cluster,
+        client_of(cluster) as client,
+    ):
+        await client.submit("alice", 1, slow, job_id="slow", wait="running")
+        await client.submit("bob", 1, synthetic(duration_s=3600), job_id="b")
+        state = await finished(client, "alice", "slow", timeout_s=120)
+        details = await settled(client, "alice", "slow")
+    events = [e.data for e in details.events]
+    assert state is JobState.COMPLETED, events[-5:]
+    suspends = [e for e in events if isinstance(e, JobSuspended)]
+    assert suspends, "it was never suspended: nothing was tested"
+    assert not any(s.forced for s in suspends), "killed while it came up"
+    starts = [e for e in events if isinstance(e, JobStarted)]
+    assert len(starts) == 1  # one process, frozen and thawed: never started anew
+
+
 async def test_a_job_whose_start_up_outlasts_its_slice_comes_up_without_a_gpu_and_trains(
     start_cluster: StartCluster,
 ) -> None:
     # Alice's job (opted in to prepared starts) finds the GPU idle and starts at once, but its
-    # "import" (6 s) outlasts the slice and its grace (1 s + 2 s): killed while it comes up, a
-    # cold start would import again at every slice and never train. Its next start comes up
-    # without the GPU while bob's job has it, and parks in Job.from_env() in time for its slice.
+    # "import" (6 s) outlasts the slice and its grace (1 s + 2 s): a cold start at every slice
+    # would import again each time and never train. It comes up in place instead: frozen at
+    # its slice's end where the node can (it holds no GPU memory), else prepared again without
+    # the GPU while bob's job has it, parking in Job.from_env() in time for its slice.
     slow = (JOB_PYTHON, str(PREPARED_JOB), "6", "40", "0.05")
     async with (
         start_cluster(cluster="v100:1x1", quantum_s=1.0) as cluster,
@@ -177,8 +204,8 @@ async def test_a_job_whose_start_up_outlasts_its_slice_comes_up_without_a_gpu_an
         details = await settled(client, "alice", "slow")
     events = [e.data for e in details.events]
     assert state is JobState.COMPLETED, events[-5:]
-    killed = [e for e in events if isinstance(e, JobSuspended) and e.starting]
-    assert killed, "its first slice did not end while it came up: nothing was tested"
+    suspends = [e for e in events if isinstance(e, JobSuspended)]
+    assert suspends, "its first slice did not end while it came up: nothing was tested"
     prepared = [e for e in events if isinstance(e, JobSuspended) and e.reason is PREPARED]
     resumed = [e for e in events if isinstance(e, JobResumed) and e.in_place]
     assert prepared or resumed, "it never came up in place"

@@ -47,6 +47,7 @@ class FakeDevice:
     power_mw: int | None = 50_000  # None: NotSupported
     lost: bool = False
     xid_supported: bool = True
+    compute_pids: tuple[int, ...] = ()  # processes holding a context on it
 
 
 @dataclass
@@ -105,6 +106,9 @@ class FakeNvml:
         if d.power_mw is None:
             raise NVMLError_NotSupported()
         return d.power_mw
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeDevice) -> list[Any]:
+        return [SimpleNamespace(pid=pid) for pid in self._live(handle).compute_pids]
 
     def nvmlEventSetCreate(self) -> str:
         if not self.event_set_supported:

@@ -152,6 +152,18 @@ def test_nvml_inventory_and_samples() -> None:
     assert nvml.calls[-2:] == ["event_set_free", "shutdown"]
 
 
+def test_nvml_counts_the_processes_holding_memory_on_some_gpus() -> None:
+    # What decides whether a job still coming up may be frozen in place (docs/design.md §1.3).
+    nvml = fake_machine()
+    gpus = NvmlGpus(nvml)
+    nvml.devices[1].compute_pids = (4242, 4343)
+    assert gpus.compute_processes([0]) == 0
+    assert gpus.compute_processes([1]) == 2 and gpus.compute_processes([0, 1]) == 2
+    nvml.devices[1].lost = True
+    assert gpus.compute_processes([1]) is None  # cannot tell: never frozen on its word
+    assert SimulatedGpus("v100:2", node_id="n").compute_processes([0, 1]) == 0
+
+
 def test_nvml_lost_gpu_is_reported_in_its_sample() -> None:
     nvml = fake_machine()
     gpus = NvmlGpus(nvml)

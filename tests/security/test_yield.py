@@ -1,7 +1,9 @@
 """A tenant whose jobs ignore their yields (issue 23, "Tenants who attack", item 3), on a real
 cluster: its job is forced off its GPUs soon after the grace the suspend carries, its owner is
 told why it lost its progress, and the other tenant's job runs within a few quanta and gets
-about its share beside the hostile gang (docs/design.md §1.3)."""
+about its share beside the hostile gang (docs/design.md §1.3). A job that never comes up (no
+mini-batch ever) and ignores every signal is frozen in place at its slice's end instead,
+holding no GPU: it gains nothing by it either."""
 
 from __future__ import annotations
 
@@ -10,7 +12,14 @@ import time
 
 import pytest
 
-from e2e.conftest import StartCluster, client_of, sdk_for_jobs, start_cluster, synthetic
+from e2e.conftest import (
+    JOB_PYTHON,
+    StartCluster,
+    client_of,
+    sdk_for_jobs,
+    start_cluster,
+    synthetic,
+)
 from gfair.client import GfairClient
 from gfair.client.switching import seconds_held
 from gfair.client.views import JobDetails
@@ -21,9 +30,23 @@ pytestmark = pytest.mark.nats
 
 QUANTUM_S = 5.0
 GRACE_S = 2.0  # split-stride's default for this quantum: max(2 s, a quarter of it)
-# Its whole GPU-holding server for as long as it can: SIGUSR1 (the SDK's yield) and SIGTERM
-# ignored, only SIGKILL stops it.
-IGNORES_YIELDS = ["sh", "-c", 'trap "" USR1 TERM; sleep 600']
+# Its whole GPU-holding server for as long as it can: it trains a few mini-batches (it came
+# up), then ignores SIGUSR1 (the SDK's yield) and SIGTERM; only SIGKILL stops it.
+IGNORES_YIELDS = [
+    JOB_PYTHON,
+    "-c",
+    "import signal, time\n"
+    "from gfair.sdk import Job\n"
+    "job = Job.from_env()\n"
+    "for step in range(10):\n"
+    "    time.sleep(0.05)\n"
+    "    job.report(step)\n"
+    "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "time.sleep(600)\n",
+]
+# Never a mini-batch, every signal it can ignore ignored.
+NEVER_COMES_UP = ["sh", "-c", 'trap "" USR1 TERM; sleep 600']
 # Bob's job yields at its next mini-batch when told, as the SDK's jobs do.
 BOBS_JOB = synthetic(duration_s=6000)
 
@@ -41,10 +64,10 @@ async def running(client: GfairClient, user: str, job_id: str, timeout_s: float)
     raise AssertionError(f"{user}/{job_id} did not run within {timeout_s:g}s")
 
 
-async def hostile_beside_bob(client: GfairClient) -> float:
-    """Alice's yield-ignoring gang holds the whole server; then bob submits one GPU's job.
-    Returns how long bob's job waited to run."""
-    await client.submit("alice", 4, IGNORES_YIELDS, job_id="hog")
+async def hostile_beside_bob(client: GfairClient, hog: list[str] = IGNORES_YIELDS) -> float:
+    """Alice's hostile gang holds the whole server; then bob submits one GPU's job. Returns
+    how long bob's job waited to run."""
+    await client.submit("alice", 4, hog, job_id="hog")
     await running(client, "alice", "hog", timeout_s=60)
     await asyncio.sleep(QUANTUM_S)  # settled in: it has held the server for a quantum
     submitted = time.monotonic()
@@ -100,6 +123,25 @@ async def test_a_well_behaved_job_gets_its_share_beside_a_gang_that_ignores_its_
     assert share > 0.35, f"bob ran {share:.0%} of the window\n" + "\n".join(
         _lines(bob) + _lines(hog)
     )
+
+
+@pytest.mark.timeout(300)
+async def test_a_job_that_never_comes_up_is_frozen_at_its_slices_end_holding_no_gpu(
+    start_cluster: StartCluster,
+) -> None:
+    async with (
+        start_cluster(cluster="v100:1x4", quantum_s=QUANTUM_S) as cluster,
+        client_of(cluster) as client,
+    ):
+        waited = await hostile_beside_bob(client, NEVER_COMES_UP)
+        hog = await client.job("alice", "hog")
+    suspends = [e.data for e in hog.events if isinstance(e.data, JobSuspended)]
+    assert suspends, "the hog was never suspended"
+    # Frozen where it was, at once: no grace waited out, nothing forced.
+    assert all(s.in_place and not s.forced for s in suspends), suspends
+    assert all(s.duration_s is not None and s.duration_s < 1.0 for s in suspends)
+    # Bob was owed from the tick after he arrived: he runs within three quanta.
+    assert waited < 3 * QUANTUM_S
 
 
 def _lines(details: JobDetails) -> list[str]:

@@ -73,6 +73,20 @@ NODE = "n1"
 SYNTHETIC = (JOB_PYTHON, "-m", "gfair.sdk.synthetic", "--job-type", "ResNet-50 (batch size 32)")
 # A process that ignores yield requests: it only stops when signalled.
 SLEEPER = (JOB_PYTHON, "-c", "import time; time.sleep(120)")
+# Trains a few mini-batches (it came up), then ignores its yields and SIGTERM.
+STUBBORN = (
+    JOB_PYTHON,
+    "-c",
+    "import signal, time\n"
+    "from gfair.sdk import Job\n"
+    "job = Job.from_env()\n"
+    "for step in range(10):\n"
+    "    time.sleep(0.05)\n"
+    "    job.report(step)\n"
+    "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "time.sleep(120)\n",
+)
 JOB_EVENTS = (JobStarted, JobResumed, JobProgress, JobCheckpointed, JobSuspended, JobMigrated)
 
 
@@ -289,8 +303,8 @@ async def test_commands_on_other_gpus_run_beside_a_slow_suspend_and_a_start_wait
     node: Node, tmp_path: Path
 ) -> None:
     # A job that ignores its yield holds its GPU until the grace runs out and it is killed.
-    await node.send(start_command(tmp_path, "stubborn", SLEEPER, (0,)))
-    await node.wait_for(JobStarted)
+    await node.send(start_command(tmp_path, "stubborn", STUBBORN, (0,)))
+    await node.wait_for(JobProgress, job_id="stubborn")  # it came up
     await node.send(
         SuspendCommand(node_id=NODE, user="alice", job_id="stubborn", attempt=1, yield_grace_s=2)
     )
@@ -531,26 +545,32 @@ async def test_commands_of_an_earlier_attempt_are_ignored(node: Node, tmp_path: 
     assert len(await node.events(JobStarted, JobSuspended)) == 1
 
 
-async def test_suspend_then_resume_with_the_last_start_command(node: Node, tmp_path: Path) -> None:
+async def test_a_job_still_coming_up_is_frozen_at_its_slices_end_and_goes_on_at_its_next(
+    node: Node, tmp_path: Path
+) -> None:
+    # The sleeper never reports a mini-batch: it has nothing to yield with, and no GPU memory
+    # (simulated GPUs), so it is frozen where it is instead of killed at the grace's end.
     await node.send(start_command(tmp_path, "sliced", SLEEPER, (0,)))
     await node.wait_for(JobStarted)
+    (process,) = node.executor.runs()
     suspend = SuspendCommand(node_id=NODE, user="alice", job_id="sliced", attempt=1)
     first = await node.send(suspend)
     (suspended,) = await node.wait_for(JobSuspended)
     assert isinstance(suspended, JobSuspended)
-    # The sleeper never checkpoints: it was stopped after the timeout, with nothing to resume.
-    assert suspended.checkpoint_step is None
+    assert suspended.in_place and not suspended.forced
+    assert suspended.duration_s is not None and suspended.duration_s < 1.0
     await node.executor.on_command(first, suspend)  # a redelivery restates, under the same id
     assert len(await node.events(JobSuspended)) == 1
 
     await node.send(
         ResumeCommand(node_id=NODE, user="alice", job_id="sliced", attempt=1, gpu_indices=(1,))
     )
-    started = await node.wait_for(JobStarted, count=2)
-    assert isinstance(started[-1], JobStarted)
-    assert started[-1].gpu_indices == (1,)
+    (resumed,) = await node.wait_for(JobResumed)
+    assert isinstance(resumed, JobResumed) and resumed.in_place
+    assert resumed.gpu_indices == (1,)
     (run,) = node.executor.running()
-    assert run.gpu_indices == (1,)
+    assert run.gpu_indices == (1,) and run.alive and run is process  # the same process
+    assert len(await node.events(JobStarted)) == 1
 
 
 async def test_migrate_checkpoints_and_announces_the_move(node: Node, tmp_path: Path) -> None:
@@ -856,11 +876,13 @@ async def test_a_parked_job_over_the_nodes_budget_checkpoints_and_exits(
 
 
 async def test_a_job_forced_off_while_it_still_comes_up_is_reported_as_starting(
-    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
+    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Its import takes longer than the slice's grace: killed then, it would import again at
     # its next slice, and again, and never train; the report tells the scheduler so (it
-    # prepares such a job's next start, gfair.core.split_stride.preparing).
+    # prepares such a job's next start, gfair.core.split_stride.preparing). Killed, not frozen
+    # in place: its GPUs say they hold memory (a process that made its CUDA context early).
+    monkeypatch.setattr(gpus, "compute_processes", lambda indices: len(indices))
     async for node in running_node(memory_bus, make_settings(tmp_path), gpus):
         await node.send(start_command(tmp_path, "slow", prepared_job(import_s=1.5), (0,)))
         await node.wait_for(JobStarted)

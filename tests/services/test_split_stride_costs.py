@@ -99,11 +99,11 @@ async def test_a_jobs_measured_switches_are_what_the_kernel_weighs(
         assert job.move_s == 20.0
         assert job.resume_s == pytest.approx(1.25)
 
-    # A restarted split-stride keeps them (it forgets only that the job is parked).
+    # A restarted split-stride keeps them, and that the job's process waits parked in place.
     async with split_stride(bus, settings) as state:
         job = charged(state)
         assert job.move_s == 20.0
-        assert job.resume_s == pytest.approx(5.0)
+        assert job.resume_s == pytest.approx(1.25)
 
 
 async def test_part_measured_costs_fall_back_to_the_operators(

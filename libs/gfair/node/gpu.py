@@ -64,4 +64,9 @@ class GpuBackend(Protocol):
         """XID errors since the last poll; never blocks."""
         ...
 
+    def compute_processes(self, indices: Sequence[int]) -> int | None:
+        """How many processes hold a compute context (GPU memory) on these GPUs; None when
+        the GPUs cannot tell."""
+        ...
+
     def close(self) -> None: ...

@@ -33,6 +33,9 @@ OFF = "off"
 # cgroup), then becomes the job with stdin from /dev/null; without that line it runs nothing.
 _GATE = 'read -r _ && exec "$@" </dev/null'
 _KILL_WAIT_S = 5.0
+# The kernel freezes a cgroup's processes as each next leaves the kernel: at once but for one
+# stuck in uninterruptible I/O.
+_FREEZE_WAIT_S = 2.0
 
 
 class CgroupError(RuntimeError):
@@ -130,6 +133,33 @@ class JobCgroup:
         except FileNotFoundError:
             return False
         return "populated 1" in events
+
+    def freeze(self, wait_s: float = _FREEZE_WAIT_S) -> bool:
+        """Stop every process inside where it is (``cgroup.freeze``: none can leave or undo
+        it); whether the kernel said all are frozen within `wait_s` (Linux 5.2 and later)."""
+        return self._set_frozen(True, wait_s)
+
+    def thaw(self, wait_s: float = _FREEZE_WAIT_S) -> bool:
+        """Let the processes inside go on where they stopped; whether they did."""
+        return self._set_frozen(False, wait_s)
+
+    def frozen(self) -> bool:
+        try:
+            return "frozen 1" in (self.path / "cgroup.events").read_text()
+        except FileNotFoundError:
+            return False
+
+    def _set_frozen(self, frozen: bool, wait_s: float) -> bool:
+        try:
+            (self.path / "cgroup.freeze").write_text("1\n" if frozen else "0\n")
+        except OSError:
+            return False  # gone, or a kernel without the freezer
+        deadline = time.monotonic() + wait_s
+        while self.frozen() != frozen:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
 
     def kill(self) -> None:
         """SIGKILL every process inside (``cgroup.kill``; one by one before Linux 5.14)."""

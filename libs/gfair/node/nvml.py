@@ -42,6 +42,7 @@ class NvmlApi(Protocol):
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any: ...
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int: ...
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> Sequence[Any]: ...
     def nvmlEventSetCreate(self) -> Any: ...
     def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None: ...
     def nvmlEventSetWait(self, event_set: Any, timeout_ms: int) -> Any: ...
@@ -109,6 +110,15 @@ class NvmlGpus:
                 )
             )
         return errors
+
+    def compute_processes(self, indices: Sequence[int]) -> int | None:
+        nvml = self._nvml
+        try:
+            return sum(
+                len(nvml.nvmlDeviceGetComputeRunningProcesses(self._handles[i])) for i in indices
+            )
+        except (nvml.NVMLError, IndexError):
+            return None
 
     def close(self) -> None:
         nvml = self._nvml

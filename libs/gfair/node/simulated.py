@@ -146,5 +146,9 @@ class SimulatedGpus:
         errors, self._pending_xids = self._pending_xids, []
         return errors
 
+    def compute_processes(self, indices: Sequence[int]) -> int | None:
+        del indices
+        return 0  # nothing runs on a GPU that does not exist
+
     def close(self) -> None:
         pass

@@ -75,6 +75,9 @@ class SupervisedJob:
     parked: int | None = None
     parked_at: float | None = None
     parked_since: float | None = None
+    # Frozen in place while it still came up (`JobSupervisor.suspend`): since when (monotonic
+    # clock); None while it runs.
+    frozen_since: float | None = None
     # After an in-place resume: when it said it resumed, and when its first step after that
     # ended (wall time, the job's clock); what the resume cost is measured by.
     resumed_at: float | None = None
@@ -85,6 +88,16 @@ class SupervisedJob:
     news: anyio.Event = field(default_factory=anyio.Event)
     # Someone waits for this job's records: read its progress file often.
     eager: bool = False
+
+    @property
+    def holds_gpus(self) -> bool:
+        """Whether its processes hold its GPUs: not while parked or frozen in place."""
+        return self.parked is None and self.frozen_since is None
+
+    @property
+    def in_place_since(self) -> float | None:
+        """Since when it waits in place (parked or frozen), holding host memory only."""
+        return self.parked_since if self.frozen_since is None else self.frozen_since
 
     def absorb(self, records: list[ProgressRecord]) -> list[JobEvent]:
         """Update from the job's records; return the lifecycle events they imply."""

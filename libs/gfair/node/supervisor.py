@@ -24,7 +24,7 @@ import signal
 import subprocess
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -124,6 +124,10 @@ class SupervisorConfig:
     # One GPU's share of the node's CPUs: a job's math libraries start that many threads per
     # GPU it holds (job_threads.py), unless it says otherwise; None: the libraries' defaults.
     threads_per_gpu: float | None = None
+    # How many processes hold GPU memory on these of the node's GPUs (`GpuBackend.
+    # compute_processes`; None from it: cannot tell). Without it (None), a job still coming up
+    # when its slice ends is never frozen in place (`suspend`).
+    gpu_processes: Callable[[Sequence[int]], int | None] | None = None
 
 
 # What of the host's environment a job may see (see `host_environment`).
@@ -233,22 +237,22 @@ class JobSupervisor:
         return [job.handle for job in self._jobs.values()]
 
     def busy_gpus(self) -> frozenset[int]:
-        """GPUs held by jobs' processes; a job parked in place holds none."""
+        """GPUs held by jobs' processes; a job parked or frozen in place holds none."""
         return frozenset(
-            i for job in self._jobs.values() if job.parked is None for i in job.handle.gpu_indices
+            i for job in self._jobs.values() if job.holds_gpus for i in job.handle.gpu_indices
         )
 
     def parked(self) -> list[ParkedJob]:
-        """Jobs parked in place, longest-parked first, with their host memory (RSS)."""
+        """Jobs parked or frozen in place, longest first, with their host memory (RSS)."""
         found = [
             ParkedJob(
                 job.handle.job_id,
                 job.handle.gpu_indices,
-                job.parked_since,
+                since,
                 _resident_bytes(job.sdk_pid or job.handle.pid),
             )
             for job in self._jobs.values()
-            if job.parked is not None and job.parked_since is not None and not job.terminating
+            if (since := job.in_place_since) is not None and not job.terminating
         ]
         return sorted(found, key=lambda p: p.since)
 
@@ -397,6 +401,10 @@ class JobSupervisor:
         if job is None:
             finished = self._finished_exit(job_id)
             return SuspendResult(job_id, finished.checkpoint, False, None, 0.0, finished)
+        if job.frozen_since is not None:
+            return await self._let_go_frozen(job)
+        if park and (took := await self._freeze(job)) is not None:
+            return SuspendResult(job_id, job.checkpoint, False, None, took, None, parked=True)
         requested_at, requested_wall = time.monotonic(), time.time()
         # Read before asking, or a quick job's fresh checkpoint would count as the old one.
         before = await anyio.to_thread.run_sync(job.store.latest)
@@ -474,7 +482,11 @@ class JobSupervisor:
         elsewhere meanwhile: its state is stale). The caller then stops it (`suspend`/`kill`)
         and starts it anew from its checkpoint."""
         job = self._jobs.get(job_id)
-        if job is None or job.parked is None or job.exited.is_set() or job.terminating:
+        if job is None or job.exited.is_set() or job.terminating:
+            return None
+        if job.frozen_since is not None:
+            return await self._thaw(job, gpu_indices)
+        if job.parked is None:
             return None
         latest = await anyio.to_thread.run_sync(job.own_latest)
         if latest is not None and (job.checkpoint is None or latest.seq > job.checkpoint.seq):
@@ -611,6 +623,66 @@ class JobSupervisor:
         )
         return env
 
+    async def _freeze(self, job: SupervisedJob) -> float | None:
+        """Freeze a job still coming up (no mini-batch yet, not parked) where it is, when
+        nothing of it holds GPU memory; the seconds it took, or None (it is not frozen).
+
+        Its start-up (imports, a checkpoint's load) then goes on where it stopped at its next
+        slice here, instead of beginning again at every slice: one longer than a slice would
+        never end. It has nothing to yield with yet, and a frozen process holds no GPU, so
+        its GPUs are free at once; what it holds of the host counts as a parked job's does.
+        Only where the job has a cgroup (no process of it can leave or undo the freeze) and
+        the GPUs can say that no process holds memory on its own; that is asked once it is
+        frozen, when nothing of it can make a context any more."""
+        probe = self.config.gpu_processes
+        cgroup = job.cgroup
+        if cgroup is None or probe is None or job.exited.is_set() or job.terminating:
+            return None
+        if not self.coming_up(job.handle.job_id):
+            return None
+        began = time.monotonic()
+        if not await anyio.to_thread.run_sync(cgroup.freeze):
+            await anyio.to_thread.run_sync(cgroup.thaw)
+            return None
+        if await anyio.to_thread.run_sync(probe, job.handle.gpu_indices) != 0:
+            await anyio.to_thread.run_sync(cgroup.thaw)
+            return None
+        job.frozen_since = time.monotonic()
+        return job.frozen_since - began
+
+    async def _thaw(self, job: SupervisedJob, gpu_indices: tuple[int, ...] | None) -> float | None:
+        """Let a frozen job go on coming up (`resume_in_place`); None when it cannot: a newer
+        checkpoint than it started from was written meanwhile (it ran elsewhere), or the
+        kernel did not thaw it. The caller then stops it and starts it anew."""
+        assert job.cgroup is not None
+        latest = await anyio.to_thread.run_sync(job.own_latest)
+        stale = latest is not None and (job.checkpoint is None or latest.seq > job.checkpoint.seq)
+        began = time.monotonic()
+        if stale or not await anyio.to_thread.run_sync(job.cgroup.thaw):
+            await self._terminate(job, "frozen while newer state was written", forced_yield=True)
+            return None
+        job.frozen_since = None
+        if gpu_indices is not None:
+            job.handle = dataclasses.replace(job.handle, gpu_indices=gpu_indices)
+        return time.monotonic() - began
+
+    async def _let_go_frozen(self, job: SupervisedJob) -> SuspendResult:
+        """Asked to stop a job frozen while it came up: it has nothing to save, it goes."""
+        began = time.monotonic()
+        job.yield_requested = True  # its end is the stop it was asked for
+        escalation = await self._terminate(
+            job, "let go while frozen in its start-up", forced_yield=True
+        )
+        assert job.exit is not None
+        return SuspendResult(
+            job_id=job.handle.job_id,
+            checkpoint=job.exit.checkpoint,
+            fresh=False,
+            escalation=escalation,
+            switch_s=time.monotonic() - began,
+            exited=job.exit,
+        )
+
     def _request_yield(self, job: SupervisedJob, *, park: bool = False) -> None:
         if job.yield_requested or job.exited.is_set():
             return
@@ -653,6 +725,8 @@ class JobSupervisor:
         job.forced_yield = forced_yield
         job.reason = reason
         grace = self.config.term_grace_s if term_grace_s is None else term_grace_s
+        if job.frozen_since is not None:
+            grace = 0.0  # frozen, it could not act on SIGTERM; SIGKILL reaches it
         if grace > 0:
             job.terminated_by = "SIGTERM"
             signal_group(job.handle.pgid, signal.SIGTERM)

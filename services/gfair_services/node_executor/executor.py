@@ -187,6 +187,7 @@ class NodeExecutor:
             account=self._account(user),
             cgroups=(cgroups := self._cgroup_tree(user)),
             limits=self._limit_tree(user, cgroups),
+            gpu_processes=self._gpus.compute_processes,
             threads_per_gpu=(
                 None
                 if self.settings.job_threads == "off"
