@@ -4,7 +4,7 @@ accounts; events in (`apply`), plans out (`tick`). See the package's docstring."
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gfair.core import accounts
 from gfair.core.kernel import PoolState, Snapshot, UserState
@@ -422,8 +422,10 @@ class SplitStride:
     # -- queries ------------------------------------------------------------------------------
 
     def snapshot(self, now: float) -> Snapshot:
-        """What the kernel would decide from at `now` (`snapshot`; it refreshes entitlements)."""
-        return snapshot.snapshot(self, now)
+        """What the kernel would decide from at `now` (`snapshot`; it refreshes entitlements),
+        its job queues copied: the machine's own change as inputs arrive."""
+        view = snapshot.snapshot(self, now)
+        return replace(view, jobs={user: tuple(queue) for user, queue in view.jobs.items()})
 
     @property
     def last_tick_at(self) -> float | None:
