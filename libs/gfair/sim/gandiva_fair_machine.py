@@ -42,19 +42,16 @@ from gfair.core.pools import pools_of, shares
 from gfair.core.scheduler import Admission, SchedulerConfig
 from gfair.core.split_stride import (
     Admitted,
+    CarriedOut,
     Config,
     Ended,
     EntitlementsPublished,
-    Migrated,
     Node,
-    Releases,
     Reply,
     ServersChanged,
     SplitStride,
     Start,
     Stop,
-    StopReason,
-    Suspended,
     TypeProfiled,
 )
 from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
@@ -307,17 +304,17 @@ class GandivaFairMachine:
     def _confirm(
         self, stops: Sequence[Stop], starts: Sequence[Start], now: float, *, between_ticks: bool
     ) -> None:
-        """The nodes run the stops, then the starts, and report them in that order: the stops'
-        reports handed in together (`Releases`: the machine fills the GPUs they leave idle
-        once, after the last), then each start; what the releases let start is carried out in
-        turn."""
-        reports = tuple(report for stop in stops if (report := _report(stop, now)) is not None)
-        released = self.machine.apply(Releases(reports)) if reports else None
-        for start in starts:
-            self.machine.apply(start.started(now))
-            if between_ticks:
+        """The nodes run the stops, then the starts, and report them at once in that order
+        (`CarriedOut`: the stops' reports together, the machine filling the GPUs they leave
+        idle once, after the last; then each start's); what the releases let start is carried
+        out in turn."""
+        if not stops and not starts:
+            return
+        released = self.machine.apply(CarriedOut(now, tuple(stops), tuple(starts)))
+        if between_ticks:
+            for start in starts:
                 self._filled[self._ids[start.key]] = start.servers
-        if released is not None:
+        if released.changed:
             self._carry_out(released, now)
 
     def _runs(self) -> dict[str, tuple[str, ...]]:
@@ -329,13 +326,3 @@ class GandivaFairMachine:
                 if stay.holds_gpus:
                     runs.setdefault(node_id, []).append(self._ids[job.key])
         return {node_id: tuple(sorted(jobs)) for node_id, jobs in runs.items()}
-
-
-def _report(stop: Stop, now: float) -> Suspended | Migrated | None:
-    """A node's report of a stop it ran; none for a kill (of a job that ended) or a parked
-    process let go: nothing waits for those."""
-    if stop.kill or stop.reason is StopReason.RELEASE:
-        return None
-    if stop.reason is StopReason.MIGRATION:
-        return Migrated(user=stop.user, job_id=stop.job_id, now=now, node_id=stop.node_id, at=now)
-    return stop.suspended(now)

@@ -24,6 +24,7 @@ reference split stride (per-server and central strides) is `gfair.core.paper_spl
 from .config import Config
 from .events import (
     Admitted,
+    CarriedOut,
     Ended,
     EntitlementsPublished,
     Event,
@@ -61,6 +62,7 @@ from .residency import Job, Phase, Stay, Switches
 
 __all__ = [
     "Admitted",
+    "CarriedOut",
     "Config",
     "Ended",
     "EntitlementsPublished",

@@ -14,6 +14,7 @@ from . import preparing, reports, snapshot, turns
 from .config import Config
 from .events import (
     Admitted,
+    CarriedOut,
     Ended,
     EntitlementsPublished,
     Event,
@@ -167,6 +168,8 @@ class SplitStride:
         match event:  # (the most frequent first: the inputs are of distinct types)
             case Started():
                 return CHANGED if reports.confirmed(self, event) else UNCHANGED
+            case CarriedOut():
+                return self._carried_out(event)
             case Releases():
                 return self._released(event.reports)
             case Suspended() | Migrated() | Exited():
@@ -272,9 +275,8 @@ class SplitStride:
                 ignored.append(reply.ignored)
             if reply.changed:
                 changed = True
-                after = turns.start_at_once(self, report.key, report.now, arrival=False)
-                if after.turns:
-                    starts += after
+                if report.key in self._held_back:  # (no other job starts on a release)
+                    starts += turns.start_at_once(self, report.key, report.now, arrival=False)
             if isinstance(report, Suspended) and job is not None and not superseded:
                 if report.starting:
                     coming_up.append(report)
@@ -293,6 +295,42 @@ class SplitStride:
             and (prepared := preparing.after_start_up(self, job, report)) is not None
         )
         return Reply(True, starts=starts, prepares=prepares, ignored=why)
+
+    def _carried_out(self, event: CarriedOut) -> Reply:
+        """Nodes that act at once ran `event.stops`, then `event.starts`: folded in as their
+        reports would be (`CarriedOut`), without making them. What the releases let start is
+        the answer, as `Releases`'s."""
+        now = event.now
+        jobs = self.jobs
+        changed = False
+        starts = Starts()
+        for stop in event.stops:
+            reason = stop.reason
+            if not isinstance(reason, StopReason) or reason is StopReason.RELEASE:
+                continue  # a kill, or a parked process let go: nothing waits for those
+            key = job_key(stop.user, stop.job_id)
+            job = jobs.get(key)
+            if job is None:
+                continue
+            # (As `_released`, for a `Suspended` not in place nor coming up, or a `Migrated`.)
+            suspended = reason is not StopReason.MIGRATION
+            stay = job.stays.get(stop.node_id)
+            superseded = stay is not None and stay.pending_suspends > 1
+            if reports.let_go(self, job, stop.node_id, now, now, suspended, False, False).changed:
+                changed = True
+                if key in self._held_back:
+                    starts += turns.start_at_once(self, key, now, arrival=False)
+            if suspended and not superseded and preparing.came_up(self, job):
+                changed = True
+        if changed:
+            starts += turns.fill(self, now)
+        for start in event.starts:
+            job = jobs.get(job_key(start.user, start.job_id))
+            if job is not None:
+                reports.started(
+                    self, job, start.node_id, start.attempt, start.gpu_indices, now, now
+                )
+        return Reply(True, starts=starts) if changed else UNCHANGED
 
     def next_seq(self) -> int:
         self.seq += 1
