@@ -320,9 +320,8 @@ class GandivaFairMachine:
     def _runs(self) -> dict[str, tuple[str, ...]]:
         """Server -> the jobs holding GPUs there (by trace id, sorted: an unchanged server
         compares equal to the last decision's)."""
-        runs: dict[str, list[str]] = {}
-        for job in self.machine.residents():
-            for node_id, stay in job.stays.items():
-                if stay.holds_gpus:
-                    runs.setdefault(node_id, []).append(self._ids[job.key])
-        return {node_id: tuple(sorted(jobs)) for node_id, jobs in runs.items()}
+        ids = self._ids
+        return {
+            node_id: tuple(sorted(ids[key] for key in keys))
+            for node_id, keys in self.machine.holding().items()
+        }

@@ -38,6 +38,8 @@ from .queues import Queues
 from .residency import Job, Phase, Stay, Switches, job_key
 from .usage import Meter
 
+_NO_STAYS: Mapping[str, Stay] = {}
+
 Journal = Callable[[Event | Tick, Reply | QuantumPlan], None]
 Profiles = dict[str, dict[str | None, Mapping[str, float]]]  # user -> job type -> pool -> speed
 
@@ -511,7 +513,7 @@ class SplitStride:
             return False
         if (until := job.waits_until) is not None and until > now:
             return False
-        return all(node in job.servers for node in job.stays)
+        return all(map(job.servers.__contains__, job.stays))
 
     def touch(self, key: str) -> None:
         """Something `key`'s kernel state is made of changed (or the job came or went): its
@@ -622,6 +624,20 @@ class SplitStride:
                 self._residents.discard(key)
             else:
                 found.append(job)
+        return found
+
+    def stays_on(self, node_id: str) -> Mapping[str, Stay]:
+        """Job key -> its residency on `node_id`, for every job resident there (the machine's
+        own: read it, never change it)."""
+        return self._on_node.get(node_id, _NO_STAYS)
+
+    def holding(self) -> dict[str, list[str]]:
+        """Server -> the jobs holding GPUs there, for the servers where any does."""
+        found: dict[str, list[str]] = {}
+        for node_id, here in self._on_node.items():
+            keys = [key for key, stay in here.items() if stay.holds_gpus]
+            if keys:
+                found[node_id] = keys
         return found
 
     def holders(self, node_id: str) -> dict[str, Stay]:

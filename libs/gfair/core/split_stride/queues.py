@@ -77,6 +77,9 @@ class _Queue:
 
     def repass(self, state: JobState, before: float) -> None:
         """`state`'s pass moved on from `before`: it takes its new place."""
+        if len(self._order) == 1:  # (most users have one runnable job)
+            self._order[0] = (state.pass_, state.seq)
+            return
         at = bisect_left(self._order, (before, state.seq))
         del self._order[at]
         del self.states[at]

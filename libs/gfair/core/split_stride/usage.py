@@ -57,7 +57,12 @@ class Meter:
         """`stay` held its GPUs until `until` (since the last tick, or since it took them)."""
         if stay.phase is Phase.STARTING:
             return  # it holds its GPUs from its start report on (`started_late`)
-        _add(self.seconds, job.user, pool, len(stay.gpu_indices) * self._elapsed(stay, until))
+        # (`_elapsed`, inline: every running residency at every tick.)
+        last, since = self.last_tick_at, stay.since
+        if last is not None and last > since:
+            since = last
+        elapsed = max(0.0, min(until - since, self.gap_s))
+        _add(self.seconds, job.user, pool, len(stay.gpu_indices) * elapsed)
 
     def overran(self, job: Job, stay: Stay, pool: str, until: float) -> None:
         """A suspending stay's GPU time up to `until` (since its suspend, or the last tick):
