@@ -101,6 +101,7 @@ class SplitStride:
         self.jobs = saved.jobs
         # The kernel's job input, kept up to date (`queues`): every change to a job touches it.
         self.queues = Queues()
+        self._touched = self.queues.touched  # (`touch` adds to it at every turn)
         # Jobs changed since `take_changed`, which a driver saves (a restored machine's jobs
         # are as saved).
         self._changed: set[str] = set()
@@ -518,7 +519,7 @@ class SplitStride:
     def touch(self, key: str) -> None:
         """Something `key`'s kernel state is made of changed (or the job came or went): its
         state is made again (`Queues.touch`), and the job is saved again (`changed`)."""
-        self.queues.touch(key)
+        self._touched.add(key)  # (`Queues.touch`, inline)
         self._changed.add(key)
         if key in self._held_back:
             self._promised_on = None  # its servers may have changed, or it went
@@ -552,42 +553,49 @@ class SplitStride:
 
     def reside(self, job: Job, stay: Stay) -> None:
         """Record a residency of `job` (the only way one is added or replaced)."""
+        key = job.key
         old = job.stays.get(stay.node_id)
         if old is not None:
-            self._unindex(job.key, old)
+            self._unindex(key, old)
         job.stays[stay.node_id] = stay
-        self._residents.add(job.key)
-        self._index(job.key, stay)
-        self.touch(job.key)
+        self._residents.add(key)
+        self._index(key, stay)
+        self.touch(key)
 
     def unreside(self, job: Job, node_id: str) -> Stay | None:
         """Drop `job`'s residency on `node_id` (the only way one is removed); what it was."""
         stay = job.stays.pop(node_id, None)
         if stay is not None:
-            self._unindex(job.key, stay)
-            self.touch(job.key)
+            key = job.key
+            self._unindex(key, stay)
+            self.touch(key)
         return stay
 
     def suspend(self, job: Job, stay: Stay) -> None:
         """`job`'s residency `stay` is told to stop: it holds no GPUs from now on (the only way
         a residency lets its GPUs go while it lasts)."""
-        if stay.holds_gpus:
+        if stay.phase is not Phase.SUSPENDING:
             self._hold(stay.node_id, -len(stay.gpu_indices))
         stay.phase = Phase.SUSPENDING
         self.touch(job.key)
 
     def _index(self, key: str, stay: Stay) -> None:
-        self._on_node.setdefault(stay.node_id, {})[key] = stay
-        if stay.holds_gpus:
-            self._hold(stay.node_id, len(stay.gpu_indices))
+        node_id = stay.node_id
+        here = self._on_node.get(node_id)
+        if here is None:
+            here = self._on_node[node_id] = {}
+        here[key] = stay
+        if stay.phase is not Phase.SUSPENDING:  # (`Stay.holds_gpus`)
+            self._hold(node_id, len(stay.gpu_indices))
 
     def _unindex(self, key: str, stay: Stay) -> None:
-        here = self._on_node[stay.node_id]
+        node_id = stay.node_id
+        here = self._on_node[node_id]
         del here[key]
         if not here:
-            del self._on_node[stay.node_id]
-        if stay.holds_gpus:
-            self._hold(stay.node_id, -len(stay.gpu_indices))
+            del self._on_node[node_id]
+        if stay.phase is not Phase.SUSPENDING:
+            self._hold(node_id, -len(stay.gpu_indices))
 
     def _hold(self, node_id: str, gpus: int) -> None:
         self._held[node_id] = self._held.get(node_id, 0) + gpus
@@ -651,7 +659,13 @@ class SplitStride:
         node = self.nodes.get(node_id)
         if node is None:
             return []
-        held = {i for stay in self.holders(node_id).values() for i in stay.gpu_indices}
+        here = self._on_node.get(node_id)
+        if not here:
+            return list(node.gpu_indices)
+        held: set[int] = set()
+        for stay in here.values():
+            if stay.phase is not Phase.SUSPENDING:
+                held.update(stay.gpu_indices)
         return [i for i in node.gpu_indices if i not in held]
 
     def parked_on(self, node_id: str) -> dict[str, tuple[int, ...]]:

@@ -94,7 +94,9 @@ class Queues:
     def __init__(self) -> None:
         self._states: dict[str, JobState] = {}  # runnable job -> its state
         self._queues: dict[str, _Queue] = {}
-        self._touched: set[str] = set()
+        # The jobs `touch` marked since the last refresh (the machine adds to it at once: it
+        # marks a job at every turn).
+        self.touched: set[str] = set()
         self._delayed: set[str] = set()  # jobs with a retry delay: runnable from a time on
         self._speeds: dict[Shape, dict[str, float]] = {}
         self._pool_gpus: dict[str, int] | None = None
@@ -109,7 +111,7 @@ class Queues:
 
     def touch(self, key: str) -> None:
         """Something `key`'s state is made of changed (or the job came or went)."""
-        self._touched.add(key)
+        self.touched.add(key)
 
     def profiled(self, user: str, job_type: str | None, keys: Iterable[str]) -> None:
         """`user`'s profile of `job_type` changed: the speeds of its gangs of that type are
@@ -118,7 +120,7 @@ class Queues:
         type only), so nobody else's state changes."""
         for shape in [s for s in self._speeds if s[0] == user and s[1] == job_type]:
             del self._speeds[shape]
-        self._touched.update(keys)
+        self.touched.update(keys)
 
     def repass(self, ran: Sequence[JobState], before: Sequence[float]) -> None:
         """The booking of a quantum advanced the passes of the states `ran` (the machine's
@@ -139,13 +141,12 @@ class Queues:
         if pool_gpus != self._pool_gpus:
             self._speeds.clear()
             self._pool_gpus = dict(pool_gpus)
-            self._touched.update(jobs)
-        touched = self._touched
+            self.touched.update(jobs)
+        touched = self.touched
         if self._delayed:
             touched |= self._delayed
         if not touched:
             return self._ordered() if self._reorder else self._answer
-        self._touched = set()
         positions = machine.positions
         operator = machine.config.operator_costs
         states, running, waiting = self._states, self._running, self._waiting
@@ -191,6 +192,7 @@ class Queues:
                 else:
                     running[key] = old
                     waiting[old.gpus] -= 1
+        touched.clear()  # (nothing above marks a job)
         return self._ordered() if self._reorder else self._answer
 
     def _drop(self, key: str, state: JobState) -> None:

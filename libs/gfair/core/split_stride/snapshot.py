@@ -140,7 +140,9 @@ def _entitle(machine: SplitStride, pool_gpus: dict[str, int]) -> None:
     # The same users (`entitled_for` is forgotten as users come and go), demand, pools and
     # published shares as when last entitled: each user is entitled as it is (`entitle` again
     # would give each the same and find no newcomer to a pool).
-    key = (machine.entitlements_revision, tuple(demand.items()), tuple(pool_gpus.items()))
+    # (The machine's own demand and pools, kept until they change: compared by identity first,
+    # they cost nothing to compare when they did not.)
+    key = (machine.entitlements_revision, demand, pool_gpus)
     if key == machine.entitled_for:
         return
     machine.entitled_for = key

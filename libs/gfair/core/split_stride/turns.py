@@ -83,6 +83,7 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
     short: list[tuple[str, str]] = []
     # The gangs across servers (the kernel places every job that runs: `Decision.placed`).
     wide = {key for key, servers in decision.placed.items() if len(servers) > 1}
+    suspending = Phase.SUSPENDING
     for node in scheduled:
         node_id = node.node_id
         run = runs.get(node_id, ())
@@ -90,27 +91,28 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
         for key in run:
             job = jobs[key]
             stay = job.stays.get(node_id)
-            if stay is not None and stay.holds_gpus and stay.attempt == job.attempt:
+            if stay is not None and stay.phase is not suspending and stay.attempt == job.attempt:
                 continue  # keeps running on its GPUs
             if key not in held_back:
                 entering.append(job)
+        central = bool(wide) and not wide.isdisjoint(run)
+        if not entering:  # (a server where nothing enters needs none of its indices looked up)
+            turns.append(ServerTurn(node_id, quantum, central, tuple(stops[node_id]), (), run))
+            continue
         starts: list[Start] = []
-        # (A server where nothing enters needs none of its indices looked up.)
-        free = machine.free_indices(node_id) if entering else []
-        parked = machine.parked_on(node_id) if entering else {}
+        free = machine.free_indices(node_id)
+        parked = machine.parked_on(node_id)
         # Jobs parked in place here pick first, so that their own GPUs are still free for them.
         if len(entering) > 1 and any(job.parked_on(node_id) for job in entering):
             entering.sort(key=lambda job: not job.parked_on(node_id))
         for job in entering:
-            key = job.key
             need = job.gpus_on(node_id, sizes)
             if len(free) < need:
-                short.append((key, node_id))
+                short.append((job.key, node_id))
                 continue
             picked = _pick_indices(job, node_id, free, need, parked)
-            free = [i for i in free if i not in picked]
+            free = free[need:] if picked == free[:need] else [i for i in free if i not in picked]
             starts.append(_start(machine, job, node_id, tuple(picked), now, quantum))
-        central = bool(wide) and not wide.isdisjoint(run)
         turns.append(
             ServerTurn(node_id, quantum, central, tuple(stops[node_id]), tuple(starts), run)
         )

@@ -47,7 +47,8 @@ class Meter:
         # The jobs the last booked quantum charged (run on entitlement), and what of that
         # charge may still be given back.
         self.charged_jobs: frozenset[str] = frozenset()
-        self.refundable: Seconds = {}
+        self._charged: Mapping[str, Mapping[str, float]] = {}  # user -> pool -> GPUs
+        self.refundable: Seconds = {}  # (by user as asked: `_refundable`)
 
     def _elapsed(self, stay: Stay, until: float) -> float:
         since = stay.since if self.last_tick_at is None else max(stay.since, self.last_tick_at)
@@ -86,7 +87,7 @@ class Meter:
         if job.key not in self.charged_jobs or self.last_tick_at is None:
             return
         late = stay.since - self.last_tick_at
-        left = self.refundable.get(job.user, {})
+        left = self._refundable(job.user)
         given = min(len(stay.gpu_indices) * min(late, self.quantum_s), left.get(pool, 0))
         if given <= 0.0:
             return
@@ -110,11 +111,16 @@ class Meter:
         self.overrun.clear()
         self.unheld.clear()
         self.charged_jobs = decision.entitled if booked else frozenset()
-        self.refundable = (
-            {
-                user: {pool: gpus * self.quantum_s for pool, gpus in pools.items()}
-                for user, pools in decision.charged.items()
+        self._charged = decision.charged if booked else {}
+        self.refundable = {}
+
+    def _refundable(self, user: str) -> dict[str, float]:
+        """Pool -> what of the last booked quantum's charge to `user` may still be given back
+        (worked out when first asked: most users start nothing late)."""
+        left = self.refundable.get(user)
+        if left is None:
+            charged = self._charged.get(user, {})
+            left = self.refundable[user] = {
+                pool: gpus * self.quantum_s for pool, gpus in charged.items()
             }
-            if booked
-            else {}
-        )
+        return left
