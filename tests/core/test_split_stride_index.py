@@ -101,6 +101,11 @@ def _check(m: SplitStride, now: float) -> None:
     assert {user: list(queue) for user, queue in view.jobs.items()} == expected
     asked = accounts.demand((job.user, job.gpus, job.member) for job in m.jobs.values())
     assert list(m.demand().items()) == list(asked.items())
+    largest = {
+        user: accounts.ceiling(job.gpus for job in m.jobs.values() if job.user == user)
+        for user in asked
+    }
+    assert m.ceilings() == largest
     held_total = 0
     for node in m.nodes.values():
         holders = {key: stay.gpu_indices for key, stay in m.holders(node.node_id).items()}

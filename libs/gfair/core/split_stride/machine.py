@@ -254,8 +254,7 @@ class SplitStride:
         self.jobs[key] = job
         mine[key] = None
         self._arrive(key)
-        self._gangs.pop(user, None)
-        self._demand = self._ceilings = None
+        self._jobs_changed(user, first_changed=False)  # (a user's first job is its earliest)
         self.touch(key)
         starts = turns.start_at_once(self, key, event.now, arrival=True)
         prepared = preparing.prepare(self, job, event.now) if event.prepare else None
@@ -363,19 +362,19 @@ class SplitStride:
         key, user = event.key, event.user
         job = self.jobs.pop(key, None)
         mine = self._of_user.get(user, {})
+        earliest = next(iter(mine), None) == key
         mine.pop(key, None)
         self._min_pass.pop(user, None)
         if job is None:
             return UNCHANGED
         self._forget(job)
         self.positions.pop(key, None)
-        self._gangs.pop(user, None)
-        self._demand = self._ceilings = None
         self.touch(key)
         if not mine:
             self.users.pop(user, None)
             self.entitled_for = None
             self._of_user.pop(user, None)
+        self._jobs_changed(user, first_changed=earliest and bool(mine))
         reason = f"the job is {event.state}"
         kills = [
             Stop(job.user, job.job_id, node_id, stay.attempt, reason)
@@ -411,6 +410,7 @@ class SplitStride:
 
     def _set_nodes(self, nodes: tuple[Node, ...]) -> None:
         self.nodes = {node.node_id: node for node in nodes}
+        self._generations = {node.node_id: node.generation for node in nodes}
         self._schedulable = sorted(
             (node for node in nodes if node.schedulable), key=lambda n: n.node_id
         )
@@ -427,6 +427,19 @@ class SplitStride:
     def _arrive(self, key: str) -> None:
         self.positions[key] = self._arrivals
         self._arrivals += 1
+
+    def _jobs_changed(self, user: str, *, first_changed: bool) -> None:
+        """`user`'s jobs came or went (`first_changed`: its earliest one went, and it has
+        others): its demand and largest gang are found again, and in the users' `demand` and
+        `ceilings` (made anew, never changed in place: `entitled_for` holds the last) it takes
+        its new values, or leaves, or comes last (its first job is the latest to arrive), or,
+        when its place among the users may have changed, they are all found again."""
+        self._gangs.pop(user, None)
+        gang = self._gang(user) if self._of_user.get(user) else None
+        if self._demand is not None:
+            self._demand = None if first_changed else _with(self._demand, user, gang, 0)
+        if self._ceilings is not None:
+            self._ceilings = _with(self._ceilings, user, gang, 1)
 
     def _gang(self, user: str) -> tuple[float, float]:
         """`user`'s demand (`accounts.demand`) and largest gang (`accounts.ceiling`)."""
@@ -495,6 +508,11 @@ class SplitStride:
     def sizes(self) -> dict[str, int]:
         """Server -> its GPUs (the machine's own: read it, never change it)."""
         return self._sizes
+
+    def generations(self) -> dict[str, str]:
+        """Server -> its pool, for every server known (the machine's own: read it, never
+        change it)."""
+        return self._generations
 
     def names(self) -> frozenset[str]:
         """The names of the servers jobs run on."""
@@ -719,3 +737,16 @@ class SplitStride:
             entitlements=self.entitlements,
             entitlements_revision=self.entitlements_revision,
         )
+
+
+def _with(
+    kept: dict[str, float], user: str, gang: tuple[float, float] | None, part: int
+) -> dict[str, float]:
+    """A copy of `kept` (user -> a part of its gang: `SplitStride.demand`, `ceilings`) with
+    `user`'s part of `gang`, or without `user` (None: it has no jobs left)."""
+    found = dict(kept)
+    if gang is None:
+        found.pop(user, None)
+    else:
+        found[user] = gang[part]
+    return found

@@ -133,10 +133,6 @@ def costs(job: Job, operator: SwitchCosts) -> SwitchCosts:
 def _entitle(machine: SplitStride, pool_gpus: dict[str, int]) -> None:
     demand = machine.demand()
     users = machine.users
-    for user in sorted(demand.keys() - users.keys()):
-        # Saved before accounts were kept: its users arrive now.
-        users[user] = UserState(user, machine.next_seq())
-        machine.entitled_for = None
     # The same users (`entitled_for` is forgotten as users come and go), demand, pools and
     # published shares as when last entitled: each user is entitled as it is (`entitle` again
     # would give each the same and find no newcomer to a pool).
@@ -144,7 +140,10 @@ def _entitle(machine: SplitStride, pool_gpus: dict[str, int]) -> None:
     # they cost nothing to compare when they did not.)
     key = (machine.entitlements_revision, demand, pool_gpus)
     if key == machine.entitled_for:
-        return
+        return  # (every user with demand had an account then, and none left since)
+    for user in sorted(demand.keys() - users.keys()):
+        # Saved before accounts were kept: its users arrive now.
+        users[user] = UserState(user, machine.next_seq())
     machine.entitled_for = key
     published = machine.entitlements if machine.entitlements_revision >= 0 else {}
     if demand and all(user in published for user in demand):

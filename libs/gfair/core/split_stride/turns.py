@@ -203,25 +203,7 @@ def fill(machine: SplitStride, now: float) -> Starts:
 def _account(machine: SplitStride, now: float) -> list[tuple[Job, Stay]]:
     """Charge the GPUs held since the last tick (or since they were taken, if later) to their
     users, per pool; the residencies not running (told to start or to stop, unconfirmed)."""
-    meter = machine.meter
-    nodes = machine.nodes
-    unsettled: list[tuple[Job, Stay]] = []
-    for job in machine.residents():
-        for stay in job.stays.values():
-            # (`SplitStride.pool`, inline: every residency at every tick.)
-            node = nodes.get(stay.node_id)
-            pool = node.generation if node is not None else job.generation or "unknown"
-            phase = stay.phase
-            if phase is Phase.RUNNING:
-                meter.held(job, stay, pool, now)
-                continue
-            unsettled.append((job, stay))
-            if phase is Phase.STARTING:
-                meter.held(job, stay, pool, now)
-            else:
-                meter.overran(job, stay, pool, now)
-    meter.last_tick_at = now
-    return unsettled
+    return machine.meter.tick(machine.residents(), machine.generations(), now)
 
 
 def _expire(
