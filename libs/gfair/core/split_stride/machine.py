@@ -530,7 +530,8 @@ class SplitStride:
         node let go)."""
         if job.exited:
             return False
-        if (until := job.waits_until) is not None and until > now:
+        waits = job.runnable_at is not None or job.coming_up_until is not None
+        if waits and (until := job.waits_until) is not None and until > now:
             return False
         return all(map(job.servers.__contains__, job.stays))
 
@@ -680,10 +681,10 @@ class SplitStride:
         here = self._on_node.get(node_id)
         if not here:
             return list(node.gpu_indices)
-        held: set[int] = set()
-        for stay in here.values():
-            if stay.phase is not Phase.SUSPENDING:
-                held.update(stay.gpu_indices)
+        suspending = Phase.SUSPENDING
+        held = [
+            i for stay in here.values() if stay.phase is not suspending for i in stay.gpu_indices
+        ]
         return [i for i in node.gpu_indices if i not in held]
 
     def parked_on(self, node_id: str) -> dict[str, tuple[int, ...]]:

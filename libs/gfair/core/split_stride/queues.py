@@ -152,8 +152,8 @@ class Queues:
         states, running, waiting = self._states, self._running, self._waiting
         for key in touched:
             job = jobs.get(key)
-            if job is None or job.waits_until is None:
-                self._delayed.discard(key)
+            if job is None or (job.runnable_at is None and job.coming_up_until is None):
+                self._delayed.discard(key)  # (`Job.waits_until` is None)
             else:
                 self._delayed.add(key)
             old = states.get(key)

@@ -47,7 +47,9 @@ def started(
     if stay.phase is Phase.STARTING and stay.attempt == attempt:
         stay.phase = Phase.RUNNING  # (it held its GPUs starting too: the job's state is alike)
         machine.changed(job.key)
-        machine.meter.started_late(job, stay, machine.pool(job, stay), min(at, now))
+        # (`SplitStride.pool`, of the node looked up above.)
+        pool = node.generation if node is not None else job.generation or "unknown"
+        machine.meter.started_late(job, stay, pool, min(at, now))
         return True
     if stay.attempt == attempt and stay.unconfirmed:
         stay.unconfirmed = False  # it did start: its stop will be confirmed in turn
@@ -104,10 +106,10 @@ def let_go(
         machine.changed(job.key)
         if stay.holds_gpus:
             return CHANGED  # an older suspend; the start sent after it is still in force
-    pool = machine.pool(job, stay)
     if stay.holds_gpus:
-        machine.meter.held(job, stay, pool, at)  # it ended mid-quantum: its part
-    else:
-        machine.meter.overran(job, stay, pool, now)  # held until now, told to stop or not
+        machine.meter.held(job, stay, machine.pool(job, stay), at)  # it ended mid-quantum
+    elif now > stay.since:  # (else it overran by nothing: the common stop heard at once)
+        # Held until now, told to stop or not.
+        machine.meter.overran(job, stay, machine.pool(job, stay), now)
     machine.unreside(job, node_id)
     return CHANGED

@@ -243,7 +243,7 @@ def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
 
 def _place(machine: SplitStride, decision: Decision) -> list[Job]:
     """Take the decision's placements; the jobs placed on other servers than before."""
-    pool_of = {node.node_id: node.generation for node in machine.schedulable()}
+    pool_of = machine.generations()
     moved: list[Job] = []
     for key, servers in decision.placed.items():
         job = machine.jobs[key]
