@@ -322,6 +322,6 @@ class GandivaFairMachine:
         compares equal to the last decision's)."""
         ids = self._ids
         return {
-            node_id: tuple(sorted(ids[key] for key in keys))
+            node_id: tuple(sorted(map(ids.__getitem__, keys)))
             for node_id, keys in self.machine.holding().items()
         }

@@ -605,7 +605,11 @@ class SplitStride:
             here = self._on_node[node_id] = {}
         here[key] = stay
         if stay.phase is not Phase.SUSPENDING:  # (`Stay.holds_gpus`)
-            self._hold(node_id, len(stay.gpu_indices))
+            # (`_hold`, inline: every start.)
+            gpus = len(stay.gpu_indices)
+            self._held[node_id] = self._held.get(node_id, 0) + gpus
+            if node_id in self._names:
+                self._held_schedulable += gpus
 
     def _unindex(self, key: str, stay: Stay) -> None:
         node_id = stay.node_id
@@ -661,8 +665,9 @@ class SplitStride:
     def holding(self) -> dict[str, list[str]]:
         """Server -> the jobs holding GPUs there, for the servers where any does."""
         found: dict[str, list[str]] = {}
+        suspending = Phase.SUSPENDING  # (a stay holds its GPUs unless suspending)
         for node_id, here in self._on_node.items():
-            keys = [key for key, stay in here.items() if stay.holds_gpus]
+            keys = [key for key, stay in here.items() if stay.phase is not suspending]
             if keys:
                 found[node_id] = keys
         return found
