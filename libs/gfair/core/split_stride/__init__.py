@@ -3,7 +3,8 @@
 
 `SplitStride` holds the servers, the admitted jobs and where they run (`residency`), and the
 users' accounts. A driver feeds it what happened (`events`: a job admitted, retried, started,
-suspended, migrated, exited or ended, several such releases at once; the servers changed;
+suspended, migrated, exited or ended, several such releases at once, the commands of a plan
+carried out by nodes that act at once; the servers changed;
 entitlements, profiles and switch costs published) through `apply`, which answers what changed
 and what to do about it (`plan`: starts between ticks, kills, a prepared start), and calls
 `tick` at every quantum boundary for the quantum's plan: per server, who stops and why, who
