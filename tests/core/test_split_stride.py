@@ -7,7 +7,6 @@ import copy
 
 import pytest
 
-from gfair.core.kernel import JobState
 from gfair.core.split_stride import (
     Admitted,
     Config,
@@ -443,20 +442,21 @@ def test_a_moved_job_starts_once_its_old_node_let_go_or_in_the_plan_when_nodes_l
     assert set(m.jobs["bob.b"].stays) == {"v100-0"}
 
 
-def test_a_profile_remakes_only_the_states_of_its_users_jobs_of_its_type() -> None:
+def test_a_profile_works_out_again_only_the_speeds_of_its_users_jobs_of_its_type() -> None:
     m = machine(("v100-0", 1), ("k80-0", 1))
     for user, job_id, job_type in (("ann", "a", "big"), ("ann", "b", None), ("bob", "c", "big")):
         m.apply(Admitted(user=user, job_id=job_id, now=0.0, gpus=1, weight=1.0, job_type=job_type))
 
-    def states() -> dict[str, JobState]:
-        return {state.id: state for queue in m.snapshot(0.0).jobs.values() for state in queue}
+    def speeds() -> dict[str, dict[str, float]]:
+        jobs = m.snapshot(0.0).jobs
+        return {state.id: state.speeds for queue in jobs.values() for state in queue}
 
-    before = states()
-    assert before["ann.a"].speeds == before["bob.c"].speeds  # the same type, nobody profiled
+    before = speeds()
+    assert before["ann.a"] == before["bob.c"]  # the same type, nobody profiled
     m.apply(TypeProfiled("ann", "big", {"v100": 1.0, "k80": 0.9}))
-    after = states()
-    assert after["ann.a"].speeds["k80"] / after["ann.a"].speeds["v100"] == pytest.approx(0.9)
+    after = speeds()
+    assert after["ann.a"]["k80"] / after["ann.a"]["v100"] == pytest.approx(0.9)
     assert after["ann.a"] is not before["ann.a"]
-    # ann's job of another type and bob's of this one are as they were, not made again.
+    # ann's job of another type and bob's of this one keep theirs, not worked out again.
     assert after["ann.b"] is before["ann.b"] and after["bob.c"] is before["bob.c"]
-    assert after["bob.c"].speeds != after["ann.a"].speeds
+    assert after["bob.c"] != after["ann.a"]

@@ -61,9 +61,9 @@ def _brute_parked(m: SplitStride, node_id: str) -> dict[str, tuple[int, ...]]:
     }
 
 
-def _rebuilt(m: SplitStride, now: float) -> dict[str, list[JobState]]:
+def _rebuilt(m: SplitStride, now: float) -> tuple[dict[str, list[JobState]], list[JobState]]:
     """The snapshot's jobs from every job, in the machine's order (users by their earliest
-    runnable job, each user's by pass, then arrival)."""
+    runnable job, each user's by pass, then arrival); and every runnable job's state."""
     pool_gpus = m.pools[1]
     queues: dict[str, list[JobState]] = {}
     members: dict[str, arrays.ArrayMember] = {}
@@ -78,12 +78,19 @@ def _rebuilt(m: SplitStride, now: float) -> dict[str, list[JobState]]:
     for queue in queues.values():
         queue.sort(key=lambda state: (state.pass_, state.seq))
     limited = arrays.limit_arrays(queues, members) if members else queues
-    return {user: list(queue) for user, queue in limited.items()}
+    every = [state for queue in queues.values() for state in queue]
+    return {user: list(queue) for user, queue in limited.items()}, every
 
 
 def _check(m: SplitStride, now: float) -> None:
-    expected = _rebuilt(m, now)
+    expected, every = _rebuilt(m, now)
     view = m.snapshot(now)
+    # What a fill between ticks asks of the kept queues: the jobs whose whole gang runs, and
+    # the fewest GPUs a job that does not run asks.
+    running = {state.id: state for state in m.queues.running()}
+    assert running == {state.id: state for state in every if state.running}
+    waiting = [s.gpus for s in every if not s.running]
+    assert m.queues.least_waiting() == (min(waiting) if waiting else None)
     # Users the snapshot left as they were (nothing they are entitled from changed) are as
     # entitling them again makes them.
     accounts_kept = {name: (u.entitled, u.credit) for name, u in copy.deepcopy(m.users).items()}
@@ -94,6 +101,11 @@ def _check(m: SplitStride, now: float) -> None:
     assert {user: list(queue) for user, queue in view.jobs.items()} == expected
     asked = accounts.demand((job.user, job.gpus, job.member) for job in m.jobs.values())
     assert list(m.demand().items()) == list(asked.items())
+    largest = {
+        user: accounts.ceiling(job.gpus for job in m.jobs.values() if job.user == user)
+        for user in asked
+    }
+    assert m.ceilings() == largest
     held_total = 0
     for node in m.nodes.values():
         holders = {key: stay.gpu_indices for key, stay in m.holders(node.node_id).items()}

@@ -13,11 +13,12 @@ decides nothing itself:
   what they held);
 - the profiler: every measured rate folds into its estimator, and the user's rates of the job
   type, on the generations measured, go out as `TypeProfiled`;
-- the nodes: every command is confirmed at once, in command order: the stops (`Suspended`, or
-  `Migrated` when the job moves) handed in together (`Releases`), then the starts (`Started`);
-  what the releases let start (idle GPUs filled) is carried out in turn. Since they let go at
-  once, the machine is told so (`Config.moves_at_once`): a job a quantum moves starts in the
-  quantum's own plan, after the stops, not once per release report.
+- the nodes: every command is carried out and confirmed at once, in command order, in one
+  input (`CarriedOut`: what the stops' reports, `Suspended` or `Migrated` when the job moves,
+  handed in together, then the starts' `Started` would say); what the releases let start (idle
+  GPUs filled) is carried out in turn. Since they let go at once, the machine is told so
+  (`Config.moves_at_once`): a job a quantum moves starts in the quantum's own plan, after the
+  stops, not once per release report.
 
 Jobs the machine starts between ticks (an arrival or an end filled idle GPUs) are what `fill`
 hands the simulator; each quantum's `runs` are where jobs hold GPUs once its plan is carried out.
@@ -39,19 +40,16 @@ from gfair.core.pools import pools_of, shares
 from gfair.core.scheduler_config import SchedulerConfig
 from gfair.core.split_stride import (
     Admitted,
+    CarriedOut,
     Config,
     Ended,
     EntitlementsPublished,
-    Migrated,
     Node,
-    Releases,
     Reply,
     ServersChanged,
     SplitStride,
     Start,
     Stop,
-    StopReason,
-    Suspended,
     TypeProfiled,
 )
 from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
@@ -309,35 +307,24 @@ class GandivaFairMachine:
     def _confirm(
         self, stops: Sequence[Stop], starts: Sequence[Start], now: float, *, between_ticks: bool
     ) -> None:
-        """The nodes run the stops, then the starts, and report them in that order: the stops'
-        reports handed in together (`Releases`: the machine fills the GPUs they leave idle
-        once, after the last), then each start; what the releases let start is carried out in
-        turn."""
-        reports = tuple(report for stop in stops if (report := _report(stop, now)) is not None)
-        released = self.machine.apply(Releases(reports)) if reports else None
-        for start in starts:
-            self.machine.apply(start.started(now))
-            if between_ticks:
+        """The nodes run the stops, then the starts, and report them at once in that order
+        (`CarriedOut`: the stops' reports together, the machine filling the GPUs they leave
+        idle once, after the last; then each start's); what the releases let start is carried
+        out in turn."""
+        if not stops and not starts:
+            return
+        released = self.machine.apply(CarriedOut(now, tuple(stops), tuple(starts)))
+        if between_ticks:
+            for start in starts:
                 self._filled[self._ids[start.key]] = start.servers
-        if released is not None:
+        if released.changed:
             self._carry_out(released, now)
 
     def _runs(self) -> dict[str, tuple[str, ...]]:
         """Server -> the jobs holding GPUs there (by trace id, sorted: an unchanged server
         compares equal to the last decision's)."""
-        runs: dict[str, list[str]] = {}
-        for job in self.machine.residents():
-            for node_id, stay in job.stays.items():
-                if stay.holds_gpus:
-                    runs.setdefault(node_id, []).append(self._ids[job.key])
-        return {node_id: tuple(sorted(jobs)) for node_id, jobs in runs.items()}
-
-
-def _report(stop: Stop, now: float) -> Suspended | Migrated | None:
-    """A node's report of a stop it ran; none for a kill (of a job that ended) or a parked
-    process let go: nothing waits for those."""
-    if stop.kill or stop.reason is StopReason.RELEASE:
-        return None
-    if stop.reason is StopReason.MIGRATION:
-        return Migrated(user=stop.user, job_id=stop.job_id, now=now, node_id=stop.node_id, at=now)
-    return stop.suspended(now)
+        ids = self._ids
+        return {
+            node_id: tuple(sorted(map(ids.__getitem__, keys)))
+            for node_id, keys in self.machine.holding().items()
+        }

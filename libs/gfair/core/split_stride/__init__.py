@@ -3,7 +3,8 @@
 
 `SplitStride` holds the servers, the admitted jobs and where they run (`residency`), and the
 users' accounts. A driver feeds it what happened (`events`: a job admitted, retried, started,
-suspended, migrated, exited or ended, several such releases at once; the servers changed;
+suspended, migrated, exited or ended, several such releases at once, the commands of a plan
+carried out by nodes that act at once; the servers changed;
 entitlements, profiles and switch costs published) through `apply`, which answers what changed
 and what to do about it (`plan`: starts between ticks, kills, a prepared start), and calls
 `tick` at every quantum boundary for the quantum's plan: per server, who stops and why, who
@@ -23,6 +24,7 @@ two feed it alike. The paper's reference split stride (per-server and central st
 from .config import Config
 from .events import (
     Admitted,
+    CarriedOut,
     Ended,
     EntitlementsPublished,
     Event,
@@ -61,6 +63,7 @@ from .residency import Job, Phase, Stay, Switches
 
 __all__ = [
     "Admitted",
+    "CarriedOut",
     "Config",
     "Ended",
     "EntitlementsPublished",

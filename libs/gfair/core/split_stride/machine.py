@@ -4,7 +4,7 @@ accounts; events in (`apply`), plans out (`tick`). See the package's docstring."
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gfair.core import accounts
 from gfair.core.kernel import PoolState, Snapshot, UserState
@@ -14,6 +14,7 @@ from . import preparing, reports, snapshot, turns
 from .config import Config
 from .events import (
     Admitted,
+    CarriedOut,
     Ended,
     EntitlementsPublished,
     Event,
@@ -36,6 +37,8 @@ from .plan import CHANGED, UNCHANGED, QuantumPlan, Reply, Starts, Stop, StopReas
 from .queues import Queues
 from .residency import Job, Phase, Stay, Switches, job_key
 from .usage import Meter
+
+_NO_STAYS: Mapping[str, Stay] = {}
 
 Journal = Callable[[Event | Tick, Reply | QuantumPlan], None]
 Profiles = dict[str, dict[str | None, Mapping[str, float]]]  # user -> job type -> pool -> speed
@@ -98,6 +101,7 @@ class SplitStride:
         self.jobs = saved.jobs
         # The kernel's job input, kept up to date (`queues`): every change to a job touches it.
         self.queues = Queues()
+        self._touched = self.queues.touched  # (`touch` adds to it at every turn)
         # Jobs changed since `take_changed`, which a driver saves (a restored machine's jobs
         # are as saved).
         self._changed: set[str] = set()
@@ -169,6 +173,8 @@ class SplitStride:
         match event:  # (the most frequent first: the inputs are of distinct types)
             case Started():
                 return CHANGED if reports.confirmed(self, event) else UNCHANGED
+            case CarriedOut():
+                return self._carried_out(event)
             case Releases():
                 return self._released(event.reports)
             case Suspended() | Migrated() | Exited():
@@ -251,8 +257,7 @@ class SplitStride:
         self.jobs[key] = job
         mine[key] = None
         self._arrive(key)
-        self._gangs.pop(user, None)
-        self._demand = self._ceilings = None
+        self._jobs_changed(user, first_changed=False)  # (a user's first job is its earliest)
         self.touch(key)
         starts = turns.start_at_once(self, key, event.now, arrival=True)
         prepared = preparing.prepare(self, job, event.now) if event.prepare else None
@@ -275,9 +280,8 @@ class SplitStride:
                 ignored.append(reply.ignored)
             if reply.changed:
                 changed = True
-                after = turns.start_at_once(self, report.key, report.now, arrival=False)
-                if after.turns:
-                    starts += after
+                if report.key in self._held_back:  # (no other job starts on a release)
+                    starts += turns.start_at_once(self, report.key, report.now, arrival=False)
             if isinstance(report, Suspended) and job is not None and not superseded:
                 if report.starting:
                     coming_up.append(report)
@@ -296,6 +300,42 @@ class SplitStride:
             and (prepared := preparing.after_start_up(self, job, report)) is not None
         )
         return Reply(True, starts=starts, prepares=prepares, ignored=why)
+
+    def _carried_out(self, event: CarriedOut) -> Reply:
+        """Nodes that act at once ran `event.stops`, then `event.starts`: folded in as their
+        reports would be (`CarriedOut`), without making them. What the releases let start is
+        the answer, as `Releases`'s."""
+        now = event.now
+        jobs = self.jobs
+        changed = False
+        starts = Starts()
+        for stop in event.stops:
+            reason = stop.reason
+            if not isinstance(reason, StopReason) or reason is StopReason.RELEASE:
+                continue  # a kill, or a parked process let go: nothing waits for those
+            key = job_key(stop.user, stop.job_id)
+            job = jobs.get(key)
+            if job is None:
+                continue
+            # (As `_released`, for a `Suspended` not in place nor coming up, or a `Migrated`.)
+            suspended = reason is not StopReason.MIGRATION
+            stay = job.stays.get(stop.node_id)
+            superseded = stay is not None and stay.pending_suspends > 1
+            if reports.let_go(self, job, stop.node_id, now, now, suspended, False, False).changed:
+                changed = True
+                if key in self._held_back:
+                    starts += turns.start_at_once(self, key, now, arrival=False)
+            if suspended and not superseded and preparing.came_up(self, job):
+                changed = True
+        if changed:
+            starts += turns.fill(self, now)
+        for start in event.starts:
+            job = jobs.get(job_key(start.user, start.job_id))
+            if job is not None:
+                reports.started(
+                    self, job, start.node_id, start.attempt, start.gpu_indices, now, now
+                )
+        return Reply(True, starts=starts) if changed else UNCHANGED
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -325,19 +365,19 @@ class SplitStride:
         key, user = event.key, event.user
         job = self.jobs.pop(key, None)
         mine = self._of_user.get(user, {})
+        earliest = next(iter(mine), None) == key
         mine.pop(key, None)
         self._min_pass.pop(user, None)
         if job is None:
             return UNCHANGED
         self._forget(job)
         self.positions.pop(key, None)
-        self._gangs.pop(user, None)
-        self._demand = self._ceilings = None
         self.touch(key)
         if not mine:
             self.users.pop(user, None)
             self.entitled_for = None
             self._of_user.pop(user, None)
+        self._jobs_changed(user, first_changed=earliest and bool(mine))
         reason = f"the job is {event.state}"
         kills = [
             Stop(job.user, job.job_id, node_id, stay.attempt, reason)
@@ -373,6 +413,7 @@ class SplitStride:
 
     def _set_nodes(self, nodes: tuple[Node, ...]) -> None:
         self.nodes = {node.node_id: node for node in nodes}
+        self._generations = {node.node_id: node.generation for node in nodes}
         self._schedulable = sorted(
             (node for node in nodes if node.schedulable), key=lambda n: n.node_id
         )
@@ -389,6 +430,19 @@ class SplitStride:
     def _arrive(self, key: str) -> None:
         self.positions[key] = self._arrivals
         self._arrivals += 1
+
+    def _jobs_changed(self, user: str, *, first_changed: bool) -> None:
+        """`user`'s jobs came or went (`first_changed`: its earliest one went, and it has
+        others): its demand and largest gang are found again, and in the users' `demand` and
+        `ceilings` (made anew, never changed in place: `entitled_for` holds the last) it takes
+        its new values, or leaves, or comes last (its first job is the latest to arrive), or,
+        when its place among the users may have changed, they are all found again."""
+        self._gangs.pop(user, None)
+        gang = self._gang(user) if self._of_user.get(user) else None
+        if self._demand is not None:
+            self._demand = None if first_changed else _with(self._demand, user, gang, 0)
+        if self._ceilings is not None:
+            self._ceilings = _with(self._ceilings, user, gang, 1)
 
     def _gang(self, user: str) -> tuple[float, float]:
         """`user`'s demand (`accounts.demand`) and largest gang (`accounts.ceiling`)."""
@@ -425,8 +479,10 @@ class SplitStride:
     # -- queries ------------------------------------------------------------------------------
 
     def snapshot(self, now: float) -> Snapshot:
-        """What the kernel would decide from at `now` (`snapshot`; it refreshes entitlements)."""
-        return snapshot.snapshot(self, now)
+        """What the kernel would decide from at `now` (`snapshot`; it refreshes entitlements),
+        its job queues copied: the machine's own change as inputs arrive."""
+        view = snapshot.snapshot(self, now)
+        return replace(view, jobs={user: tuple(queue) for user, queue in view.jobs.items()})
 
     @property
     def last_tick_at(self) -> float | None:
@@ -456,6 +512,11 @@ class SplitStride:
         """Server -> its GPUs (the machine's own: read it, never change it)."""
         return self._sizes
 
+    def generations(self) -> dict[str, str]:
+        """Server -> its pool, for every server known (the machine's own: read it, never
+        change it)."""
+        return self._generations
+
     def names(self) -> frozenset[str]:
         """The names of the servers jobs run on."""
         return self._names
@@ -472,14 +533,15 @@ class SplitStride:
         node let go)."""
         if job.exited:
             return False
-        if (until := job.waits_until) is not None and until > now:
+        waits = job.runnable_at is not None or job.coming_up_until is not None
+        if waits and (until := job.waits_until) is not None and until > now:
             return False
-        return all(node in job.servers for node in job.stays)
+        return all(map(job.servers.__contains__, job.stays))
 
     def touch(self, key: str) -> None:
         """Something `key`'s kernel state is made of changed (or the job came or went): its
         state is made again (`Queues.touch`), and the job is saved again (`changed`)."""
-        self.queues.touch(key)
+        self._touched.add(key)  # (`Queues.touch`, inline)
         self._changed.add(key)
         if key in self._held_back:
             self._promised_on = None  # its servers may have changed, or it went
@@ -513,42 +575,53 @@ class SplitStride:
 
     def reside(self, job: Job, stay: Stay) -> None:
         """Record a residency of `job` (the only way one is added or replaced)."""
+        key = job.key
         old = job.stays.get(stay.node_id)
         if old is not None:
-            self._unindex(job.key, old)
+            self._unindex(key, old)
         job.stays[stay.node_id] = stay
-        self._residents.add(job.key)
-        self._index(job.key, stay)
-        self.touch(job.key)
+        self._residents.add(key)
+        self._index(key, stay)
+        self.touch(key)
 
     def unreside(self, job: Job, node_id: str) -> Stay | None:
         """Drop `job`'s residency on `node_id` (the only way one is removed); what it was."""
         stay = job.stays.pop(node_id, None)
         if stay is not None:
-            self._unindex(job.key, stay)
-            self.touch(job.key)
+            key = job.key
+            self._unindex(key, stay)
+            self.touch(key)
         return stay
 
     def suspend(self, job: Job, stay: Stay) -> None:
         """`job`'s residency `stay` is told to stop: it holds no GPUs from now on (the only way
         a residency lets its GPUs go while it lasts)."""
-        if stay.holds_gpus:
+        if stay.phase is not Phase.SUSPENDING:
             self._hold(stay.node_id, -len(stay.gpu_indices))
         stay.phase = Phase.SUSPENDING
         self.touch(job.key)
 
     def _index(self, key: str, stay: Stay) -> None:
-        self._on_node.setdefault(stay.node_id, {})[key] = stay
-        if stay.holds_gpus:
-            self._hold(stay.node_id, len(stay.gpu_indices))
+        node_id = stay.node_id
+        here = self._on_node.get(node_id)
+        if here is None:
+            here = self._on_node[node_id] = {}
+        here[key] = stay
+        if stay.phase is not Phase.SUSPENDING:  # (`Stay.holds_gpus`)
+            # (`_hold`, inline: every start.)
+            gpus = len(stay.gpu_indices)
+            self._held[node_id] = self._held.get(node_id, 0) + gpus
+            if node_id in self._names:
+                self._held_schedulable += gpus
 
     def _unindex(self, key: str, stay: Stay) -> None:
-        here = self._on_node[stay.node_id]
+        node_id = stay.node_id
+        here = self._on_node[node_id]
         del here[key]
         if not here:
-            del self._on_node[stay.node_id]
-        if stay.holds_gpus:
-            self._hold(stay.node_id, -len(stay.gpu_indices))
+            del self._on_node[node_id]
+        if stay.phase is not Phase.SUSPENDING:
+            self._hold(node_id, -len(stay.gpu_indices))
 
     def _hold(self, node_id: str, gpus: int) -> None:
         self._held[node_id] = self._held.get(node_id, 0) + gpus
@@ -587,6 +660,21 @@ class SplitStride:
                 found.append(job)
         return found
 
+    def stays_on(self, node_id: str) -> Mapping[str, Stay]:
+        """Job key -> its residency on `node_id`, for every job resident there (the machine's
+        own: read it, never change it)."""
+        return self._on_node.get(node_id, _NO_STAYS)
+
+    def holding(self) -> dict[str, list[str]]:
+        """Server -> the jobs holding GPUs there, for the servers where any does."""
+        found: dict[str, list[str]] = {}
+        suspending = Phase.SUSPENDING  # (a stay holds its GPUs unless suspending)
+        for node_id, here in self._on_node.items():
+            keys = [key for key, stay in here.items() if stay.phase is not suspending]
+            if keys:
+                found[node_id] = keys
+        return found
+
     def holders(self, node_id: str) -> dict[str, Stay]:
         """Job key -> its residency on `node_id`, for jobs holding GPUs there."""
         here = self._on_node.get(node_id)
@@ -598,7 +686,13 @@ class SplitStride:
         node = self.nodes.get(node_id)
         if node is None:
             return []
-        held = {i for stay in self.holders(node_id).values() for i in stay.gpu_indices}
+        here = self._on_node.get(node_id)
+        if not here:
+            return list(node.gpu_indices)
+        suspending = Phase.SUSPENDING
+        held = [
+            i for stay in here.values() if stay.phase is not suspending for i in stay.gpu_indices
+        ]
         return [i for i in node.gpu_indices if i not in held]
 
     def parked_on(self, node_id: str) -> dict[str, tuple[int, ...]]:
@@ -652,3 +746,16 @@ class SplitStride:
             entitlements=self.entitlements,
             entitlements_revision=self.entitlements_revision,
         )
+
+
+def _with(
+    kept: dict[str, float], user: str, gang: tuple[float, float] | None, part: int
+) -> dict[str, float]:
+    """A copy of `kept` (user -> a part of its gang: `SplitStride.demand`, `ceilings`) with
+    `user`'s part of `gang`, or without `user` (None: it has no jobs left)."""
+    found = dict(kept)
+    if gang is None:
+        found.pop(user, None)
+    else:
+        found[user] = gang[part]
+    return found

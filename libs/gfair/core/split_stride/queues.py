@@ -10,10 +10,16 @@ jobs' states of that type (`profiled`); a change of the pools, every one.
 A job whose retry delay runs, or whose prepared process it waits for, is looked at again at
 every snapshot, since whether it may run depends on the time.
 
-The states handed out are the machine's own: the kernel's `decide` and `backfill` read them,
-and the booking of a quantum (`turns`) lets the kernel's `settle` advance the passes of those
-that ran, then puts them in their new places (`repass`) before anything reads the queues again:
-a job that runs on is not made again every quantum.
+A touched job that was runnable and still is keeps its state, brought up to date in place
+(`restate`): most touches are a job stopped or started, which changes where it runs, not its
+place in its user's queue, nor its user's among the users. The queues and the users' order
+are handed out as kept, and only what an event moved is put in its new place: a state that
+took or left its user's queue, or whose pass moved.
+
+The states and queues handed out are the machine's own: the kernel's `decide` and `backfill`
+read them, and the booking of a quantum (`turns`) lets the kernel's `settle` advance the passes
+of those that ran, then puts them in their new places (`repass`) before anything reads the
+queues again: a job that runs on is not made again every quantum.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from gfair.core.kernel import JobState
 
-from .snapshot import job_state
+from .snapshot import job_state, restate
 
 if TYPE_CHECKING:
     from .machine import SplitStride
@@ -36,41 +42,49 @@ class _Queue:
     """One user's runnable jobs by (pass, arrival number), and its position among the users
     (the arrival position of its earliest runnable job)."""
 
-    __slots__ = ("_order", "_states", "_view", "first")
+    __slots__ = ("_order", "_positions", "first", "states")
 
     def __init__(self) -> None:
         self._order: list[tuple[float, int]] = []
-        self._states: list[JobState] = []
-        self._view: tuple[JobState, ...] | None = ()
+        self.states: list[JobState] = []  # (handed out as kept: read it, never change it)
+        self._positions: dict[str, int] = {}  # job -> its arrival position
         self.first = 0
 
-    def add(self, state: JobState) -> None:
+    def add(self, state: JobState, position: int) -> bool:
+        """Whether the user's position changed."""
         at = bisect_left(self._order, (state.pass_, state.seq))
         self._order.insert(at, (state.pass_, state.seq))
-        self._states.insert(at, state)
-        self._view = None
+        self.states.insert(at, state)
+        self._positions[state.id] = position
+        if len(self.states) == 1 or position < self.first:
+            self.first = position
+            return True
+        return False
 
-    def remove(self, state: JobState) -> None:
+    def remove(self, state: JobState) -> bool:
+        """Whether the user's position changed (or it has no runnable job left)."""
         at = bisect_left(self._order, (state.pass_, state.seq))
         del self._order[at]
-        del self._states[at]
-        self._view = None
+        del self.states[at]
+        position = self._positions.pop(state.id)
+        if not self.states:
+            return True
+        if position == self.first:
+            self.first = min(self._positions.values())
+            return self.first != position
+        return False
 
     def repass(self, state: JobState, before: float) -> None:
         """`state`'s pass moved on from `before`: it takes its new place."""
+        if len(self._order) == 1:  # (most users have one runnable job)
+            self._order[0] = (state.pass_, state.seq)
+            return
         at = bisect_left(self._order, (before, state.seq))
         del self._order[at]
-        del self._states[at]
-        self.add(state)
-
-    def __len__(self) -> int:
-        return len(self._states)
-
-    def view(self, positions: Mapping[str, int]) -> tuple[JobState, ...]:
-        if self._view is None:
-            self._view = tuple(self._states)
-            self.first = min((positions[s.id] for s in self._states), default=0)
-        return self._view
+        del self.states[at]
+        at = bisect_left(self._order, (state.pass_, state.seq))
+        self._order.insert(at, (state.pass_, state.seq))
+        self.states.insert(at, state)
 
 
 class Queues:
@@ -79,21 +93,24 @@ class Queues:
     def __init__(self) -> None:
         self._states: dict[str, JobState] = {}  # runnable job -> its state
         self._queues: dict[str, _Queue] = {}
-        self._touched: set[str] = set()
+        # The jobs `touch` marked since the last refresh (the machine adds to it at once: it
+        # marks a job at every turn).
+        self.touched: set[str] = set()
         self._delayed: set[str] = set()  # jobs with a retry delay: runnable from a time on
         self._speeds: dict[Shape, dict[str, float]] = {}
         self._pool_gpus: dict[str, int] | None = None
         self._in_arrays: dict[str, set[str]] = {}  # user -> its runnable jobs in job arrays
         self._running: dict[str, JobState] = {}  # the runnable jobs running (whole gangs)
-        # Each user's queue as last handed out, the users whose queues changed since, and the
-        # last answer (users in order), until one does.
-        self._views: dict[str, tuple[JobState, ...]] = {}
-        self._stale: set[str] = set()
-        self._answer: dict[str, tuple[JobState, ...]] = {}
+        # GPUs asked -> how many runnable jobs asking that many do not run (`least_waiting`).
+        self._waiting: dict[int, int] = {}
+        # The last answer (users in order), until a user's queue comes, goes, or its earliest
+        # runnable job changes.
+        self._answer: dict[str, Sequence[JobState]] = {}
+        self._reorder = False
 
     def touch(self, key: str) -> None:
         """Something `key`'s state is made of changed (or the job came or went)."""
-        self._touched.add(key)
+        self.touched.add(key)
 
     def profiled(self, user: str, job_type: str | None, keys: Iterable[str]) -> None:
         """`user`'s profile of `job_type` changed: the speeds of its gangs of that type are
@@ -102,20 +119,20 @@ class Queues:
         type only), so nobody else's state changes."""
         for shape in [s for s in self._speeds if s[0] == user and s[1] == job_type]:
             del self._speeds[shape]
-        self._touched.update(keys)
+        self.touched.update(keys)
 
     def repass(self, ran: Sequence[JobState], before: Sequence[float]) -> None:
         """The booking of a quantum advanced the passes of the states `ran` (the machine's
         own, handed out by the last `refresh`) from `before`: they take their new places in
         their users' queues. Nothing else a state is made of changes when its job runs on, so
         the state is kept rather than made again."""
+        queues = self._queues
         for state, was in zip(ran, before, strict=True):
-            self._queues[state.user].repass(state, was)
-            self._stale.add(state.user)
+            queues[state.user].repass(state, was)
 
     def refresh(
         self, machine: SplitStride, now: float, pool_gpus: dict[str, int]
-    ) -> dict[str, tuple[JobState, ...]]:
+    ) -> Mapping[str, Sequence[JobState]]:
         """User -> its runnable jobs' states in its order, the users in the order of their
         earliest runnable job's arrival (`machine.positions`), as of `now`. (The machine's
         own: read it, never change it.)"""
@@ -123,25 +140,25 @@ class Queues:
         if pool_gpus != self._pool_gpus:
             self._speeds.clear()
             self._pool_gpus = dict(pool_gpus)
-            self._touched.update(jobs)
-        touched = self._touched | self._delayed
-        self._touched = set()
+            self.touched.update(jobs)
+        touched = self.touched
+        if self._delayed:
+            touched |= self._delayed
+        if not touched:
+            return self._ordered() if self._reorder else self._answer
         positions = machine.positions
         operator = machine.config.operator_costs
-        stale = self._stale
+        states, running, waiting = self._states, self._running, self._waiting
         for key in touched:
-            old = self._states.pop(key, None)
-            if old is not None:
-                self._queues[old.user].remove(old)
-                stale.add(old.user)
-                self._in_arrays.get(old.user, set()).discard(key)
-                self._running.pop(key, None)
             job = jobs.get(key)
-            if job is None or job.waits_until is None:
-                self._delayed.discard(key)
+            if job is None or (job.runnable_at is None and job.coming_up_until is None):
+                self._delayed.discard(key)  # (`Job.waits_until` is None)
             else:
                 self._delayed.add(key)
+            old = states.get(key)
             if job is None or not machine.runnable(job, now):
+                if old is not None:
+                    self._drop(key, old)
                 continue
             shape = (job.user, job.job_type, job.gpus)
             speeds = self._speeds.get(shape)
@@ -149,26 +166,52 @@ class Queues:
                 speeds = self._speeds[shape] = machine.estimator.gang_speeds(
                     key, job.user, job.job_type, job.gpus, pool_gpus
                 )
-            state = self._states[key] = job_state(job, speeds, operator)
-            self._queues.setdefault(job.user, _Queue()).add(state)
-            stale.add(job.user)
-            if job.array is not None:
-                self._in_arrays.setdefault(job.user, set()).add(key)
-            if state.running:
-                self._running[key] = state
-        if not stale:
-            return self._answer
-        views, queues = self._views, self._queues
-        for user in stale:
-            queue = queues.get(user)
-            if queue:
-                views[user] = queue.view(positions)
-            else:
-                queues.pop(user, None)
-                views.pop(user, None)
-        stale.clear()
-        ordered = sorted((queues[user].first, user) for user in views)
-        self._answer = {user: views[user] for _, user in ordered}
+            if old is None:
+                state = states[key] = job_state(job, speeds, operator)
+                queue = self._queues.get(job.user)
+                if queue is None:
+                    queue = self._queues[job.user] = _Queue()
+                if queue.add(state, positions[key]):
+                    self._reorder = True
+                if job.array is not None:
+                    self._in_arrays.setdefault(job.user, set()).add(key)
+                if state.running:
+                    running[key] = state
+                else:
+                    waiting[state.gpus] = waiting.get(state.gpus, 0) + 1
+                continue
+            ran, before = bool(old.running), old.pass_
+            restate(old, job, speeds, operator)
+            if old.pass_ != before:
+                self._queues[job.user].repass(old, before)
+            if bool(old.running) != ran:
+                if ran:
+                    del running[key]
+                    waiting[old.gpus] = waiting.get(old.gpus, 0) + 1
+                else:
+                    running[key] = old
+                    waiting[old.gpus] -= 1
+        touched.clear()  # (nothing above marks a job)
+        return self._ordered() if self._reorder else self._answer
+
+    def _drop(self, key: str, state: JobState) -> None:
+        del self._states[key]
+        queue = self._queues[state.user]
+        if queue.remove(state):
+            self._reorder = True
+        if not queue.states:
+            del self._queues[state.user]
+        self._in_arrays.get(state.user, set()).discard(key)
+        if state.running:
+            del self._running[key]
+        else:
+            self._waiting[state.gpus] -= 1
+
+    def _ordered(self) -> Mapping[str, Sequence[JobState]]:
+        queues = self._queues
+        ordered = sorted((queue.first, user) for user, queue in queues.items())
+        self._answer = {user: queues[user].states for _, user in ordered}
+        self._reorder = False
         return self._answer
 
     def states(self, keys: Iterable[str]) -> list[JobState]:
@@ -179,7 +222,7 @@ class Queues:
     def least_waiting(self) -> int | None:
         """The fewest GPUs a runnable job that does not run asks, as of the last `refresh`
         (None: every one runs)."""
-        return min((s.gpus for s in self._states.values() if not s.running), default=None)
+        return min((gpus for gpus, count in self._waiting.items() if count), default=None)
 
     def running(self) -> list[JobState]:
         """The states of the runnable jobs whose whole gang runs, as of the last `refresh`."""

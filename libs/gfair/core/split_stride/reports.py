@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from .events import Exited, Migrated, NodeHealth, Started, Suspended
 from .plan import CHANGED, UNCHANGED, Reply
-from .residency import Phase, Stay
+from .residency import Job, Phase, Stay
 
 if TYPE_CHECKING:
     from .machine import SplitStride
@@ -19,32 +19,39 @@ def confirmed(machine: SplitStride, event: Started) -> bool:
     job = machine.jobs.get(event.key)
     if job is None:
         return False
-    node = machine.nodes.get(event.node_id)
+    return started(
+        machine, job, event.node_id, event.attempt, event.gpu_indices, event.at, event.now
+    )
+
+
+def started(
+    machine: SplitStride,
+    job: Job,
+    node_id: str,
+    attempt: int,
+    gpu_indices: tuple[int, ...],
+    at: float,
+    now: float,
+) -> bool:
+    """`confirmed`, of `job` (a `Started` report's fields, or a start's carried out at once)."""
+    node = machine.nodes.get(node_id)
     if node is not None and node.health is NodeHealth.FAILED:
         return False  # reported before the node was declared dead; it died with it
-    stay = job.stays.get(event.node_id)
+    stay = job.stays.get(node_id)
     if stay is None:
         # A start the machine does not remember asking for: track what really runs.
-        machine.reside(
-            job,
-            Stay(
-                event.node_id,
-                Phase.RUNNING,
-                event.attempt,
-                event.gpu_indices,
-                event.at,
-                machine.quantum,
-            ),
-        )
+        machine.reside(job, Stay(node_id, Phase.RUNNING, attempt, gpu_indices, at, machine.quantum))
         return True
-    if job.parked_on(event.node_id):
+    if job.parked_on(node_id):
         machine.park(job, None)  # resumed there, in place or not
-    if stay.phase is Phase.STARTING and stay.attempt == event.attempt:
+    if stay.phase is Phase.STARTING and stay.attempt == attempt:
         stay.phase = Phase.RUNNING  # (it held its GPUs starting too: the job's state is alike)
         machine.changed(job.key)
-        machine.meter.started_late(job, stay, machine.pool(job, stay), min(event.at, event.now))
+        # (`SplitStride.pool`, of the node looked up above.)
+        pool = node.generation if node is not None else job.generation or "unknown"
+        machine.meter.started_late(job, stay, pool, min(at, now))
         return True
-    if stay.attempt == event.attempt and stay.unconfirmed:
+    if stay.attempt == attempt and stay.unconfirmed:
         stay.unconfirmed = False  # it did start: its stop will be confirmed in turn
         machine.changed(job.key)
         return True
@@ -58,14 +65,32 @@ def released(machine: SplitStride, event: Suspended | Migrated | Exited) -> Repl
     job = machine.jobs.get(event.key)
     if job is None:
         return UNCHANGED
-    node_id = event.node_id
-    changed = False
+    suspended = isinstance(event, Suspended)
+    in_place = isinstance(event, Suspended) and event.in_place
+    exited = isinstance(event, Exited) and event.attempt >= job.attempt
+    return let_go(machine, job, event.node_id, event.now, event.at, suspended, in_place, exited)
+
+
+def let_go(
+    machine: SplitStride,
+    job: Job,
+    node_id: str,
+    now: float,
+    at: float,
+    suspended: bool,
+    in_place: bool,
+    exited: bool,
+) -> Reply:
+    """`released`, of `job` on `node_id` (a report's fields, or a stop's carried out at once):
+    `suspended` (in place or not), else moved away or ended; `exited`: its process of the
+    current attempt (or a later one) ended."""
     stay = job.stays.get(node_id)
-    if isinstance(event, Suspended) and event.in_place and stay is not None:
+    changed = False
+    if in_place and stay is not None:
         machine.park(job, (node_id, stay.gpu_indices))
     elif job.parked_on(node_id):
         machine.park(job, None)  # its process there checkpointed and left, or ended
-    if isinstance(event, Exited) and event.attempt >= job.attempt:
+    if exited:
         if stay is None and any(s.holds_gpus for s in job.stays.values()):
             # A copy left where the job no longer runs (its node was declared failed, and
             # the job started elsewhere): the failure detector ignores its end too, so
@@ -75,16 +100,16 @@ def released(machine: SplitStride, event: Suspended | Migrated | Exited) -> Repl
         machine.touch(job.key)
         changed = True
     if stay is None:
-        return Reply(changed)
-    if isinstance(event, Suspended) and stay.pending_suspends > 0:
+        return CHANGED if changed else UNCHANGED
+    if suspended and stay.pending_suspends > 0:
         stay.pending_suspends -= 1
         machine.changed(job.key)
         if stay.holds_gpus:
             return CHANGED  # an older suspend; the start sent after it is still in force
-    pool = machine.pool(job, stay)
     if stay.holds_gpus:
-        machine.meter.held(job, stay, pool, event.at)  # it ended mid-quantum: its part
-    else:
-        machine.meter.overran(job, stay, pool, event.now)  # held until now, told to stop or not
+        machine.meter.held(job, stay, machine.pool(job, stay), at)  # it ended mid-quantum
+    elif now > stay.since:  # (else it overran by nothing: the common stop heard at once)
+        # Held until now, told to stop or not.
+        machine.meter.overran(job, stay, machine.pool(job, stay), now)
     machine.unreside(job, node_id)
     return CHANGED

@@ -31,7 +31,7 @@ class Phase(StrEnum):
     SUSPENDING = "suspending"  # a suspend was sent; the node has not confirmed it yet
 
 
-@dataclass
+@dataclass(slots=True)
 class Stay:
     """Where the job was told to run (times in seconds since the epoch)."""
 
@@ -123,8 +123,10 @@ class Job:
     @property
     def waits_until(self) -> float | None:
         """Until when it may not run: a retry's delay, or a wait for its prepared process."""
-        times = [t for t in (self.runnable_at, self.coming_up_until) if t is not None]
-        return max(times) if times else None
+        retry, coming_up = self.runnable_at, self.coming_up_until
+        if retry is None or coming_up is None:
+            return coming_up if retry is None else retry
+        return max(retry, coming_up)
 
     @property
     def member(self) -> arrays.ArrayMember | None:

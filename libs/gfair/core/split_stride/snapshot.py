@@ -14,7 +14,7 @@ their admitted, unfinished jobs, less what arrays ask beyond their limits).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gfair.core import accounts, arrays, pools
@@ -23,7 +23,7 @@ from gfair.core.kernel import JobState, PoolState, Snapshot, UserState
 from gfair.core.switch_costs import SwitchCosts
 
 from .events import Node
-from .residency import Job
+from .residency import Job, Phase
 
 if TYPE_CHECKING:
     from .machine import SplitStride
@@ -32,12 +32,14 @@ if TYPE_CHECKING:
 def snapshot(machine: SplitStride, now: float, *, entitle: bool = True) -> Snapshot:
     """What the kernel decides from at `now` (module doc); users' entitlements are refreshed
     on the way unless `entitle` is False (then they are as the last refresh left them). The job
-    states come from the machine's queues (`queues`), kept up to date."""
+    states and queues are the machine's queues' own (`queues`), kept up to date: the snapshot
+    is read at once, before the next input changes them."""
     pool_states, pool_gpus = machine.pools
     if entitle:
         _entitle(machine, pool_gpus)
-    queues: dict[str, Sequence[JobState]] = dict(machine.queues.refresh(machine, now, pool_gpus))
+    queues: Mapping[str, Sequence[JobState]] = machine.queues.refresh(machine, now, pool_gpus)
     if in_arrays := machine.queues.in_arrays():
+        limited = dict(queues)
         # Only the queues with array members are cut (`limit_arrays` keeps the others).
         members = {
             key: member
@@ -46,7 +48,8 @@ def snapshot(machine: SplitStride, now: float, *, entitle: bool = True) -> Snaps
             if (member := machine.jobs[key].member) is not None
         }
         cut = arrays.limit_arrays({user: queues[user] for user in in_arrays}, members)
-        queues.update((user, tuple(queue)) for user, queue in cut.items())
+        limited.update((user, tuple(queue)) for user, queue in cut.items())
+        queues = limited
     overrun, unheld = machine.meter.quanta()
     return Snapshot(pool_states, machine.users, queues, overrun, unheld, machine.config.quantum_s)
 
@@ -68,13 +71,6 @@ def server_pools(schedulable: Sequence[Node]) -> tuple[tuple[PoolState, ...], di
 def job_state(job: Job, speeds: dict[str, float], operator: SwitchCosts) -> JobState:
     """A runnable `job` as the kernel sees it, running only where its whole gang holds GPUs in
     its current attempt."""
-    running = tuple(
-        node
-        for node in job.servers
-        if (stay := job.stays.get(node)) is not None
-        and stay.holds_gpus
-        and stay.attempt == job.attempt
-    )
     charged = costs(job, operator)
     return JobState(
         job.key,
@@ -84,11 +80,36 @@ def job_state(job: Job, speeds: dict[str, float], operator: SwitchCosts) -> JobS
         speeds,
         job.stride_pass,
         job.weight,
-        running=running if len(running) == len(job.servers) else (),
+        running=_running(job),
         home=job.servers,
         move_s=charged.migration_s,
         resume_s=charged.resume_s,
     )
+
+
+def restate(state: JobState, job: Job, speeds: dict[str, float], operator: SwitchCosts) -> None:
+    """Bring `state`, made by `job_state` for `job`, up to date with it (what `job_state` would
+    make now; a job's key, user, GPUs and arrival never change)."""
+    charged = costs(job, operator)
+    state.speeds = speeds
+    state.pass_ = job.stride_pass
+    state.weight = job.weight
+    state.running = _running(job)
+    state.home = job.servers
+    state.move_s = charged.migration_s
+    state.resume_s = charged.resume_s
+
+
+def _running(job: Job) -> tuple[str, ...]:
+    """The job's servers when its whole gang holds GPUs there in its current attempt, else
+    none."""
+    servers = job.servers
+    stays = job.stays
+    for node in servers:
+        stay = stays.get(node)
+        if stay is None or stay.phase is Phase.SUSPENDING or stay.attempt != job.attempt:
+            return ()
+    return servers
 
 
 def costs(job: Job, operator: SwitchCosts) -> SwitchCosts:
@@ -112,16 +133,17 @@ def costs(job: Job, operator: SwitchCosts) -> SwitchCosts:
 def _entitle(machine: SplitStride, pool_gpus: dict[str, int]) -> None:
     demand = machine.demand()
     users = machine.users
-    for user in sorted(demand.keys() - users.keys()):
-        # Saved before accounts were kept: its users arrive now.
-        users[user] = UserState(user, machine.next_seq())
-        machine.entitled_for = None
     # The same users (`entitled_for` is forgotten as users come and go), demand, pools and
     # published shares as when last entitled: each user is entitled as it is (`entitle` again
     # would give each the same and find no newcomer to a pool).
-    key = (machine.entitlements_revision, tuple(demand.items()), tuple(pool_gpus.items()))
+    # (The machine's own demand and pools, kept until they change: compared by identity first,
+    # they cost nothing to compare when they did not.)
+    key = (machine.entitlements_revision, demand, pool_gpus)
     if key == machine.entitled_for:
-        return
+        return  # (every user with demand had an account then, and none left since)
+    for user in sorted(demand.keys() - users.keys()):
+        # Saved before accounts were kept: its users arrive now.
+        users[user] = UserState(user, machine.next_seq())
     machine.entitled_for = key
     published = machine.entitlements if machine.entitlements_revision >= 0 else {}
     if demand and all(user in published for user in demand):

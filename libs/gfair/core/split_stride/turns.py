@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 
 def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> QuantumPlan:
-    _account(machine, now)
-    forgotten = _expire(machine, min(now, heard_until))
+    unsettled = _account(machine, now)
+    forgotten = _expire(machine, unsettled, min(now, heard_until))
     view = snapshot(machine, now)
     decision = decide(view)
     _settle(machine, view, decision)
@@ -51,13 +51,21 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
     quantum = machine.quantum
     machine.quantum += 1
     scheduled = machine.schedulable()
+    jobs = machine.jobs
+    runs = decision.runs
     stops: dict[str, list[Stop]] = {}
     for node in scheduled:
         node_id = node.node_id
-        chosen = set(decision.runs.get(node_id, ()))
         leaving = stops[node_id] = []
-        for key, held in machine.holders(node_id).items():
-            job = machine.jobs[key]
+        here = machine.stays_on(node_id)
+        if not here:
+            continue
+        chosen = runs.get(node_id, ())
+        # (A copy: a superseded attempt's stay is dropped as it is stopped.)
+        for key, held in list(here.items()):
+            if held.phase is Phase.SUSPENDING:
+                continue  # (holds no GPUs)
+            job = jobs[key]
             if key not in chosen or key in moved or held.attempt != job.attempt:
                 leaving.append(_stop(machine, job, held, now, quantum))
     # Moved jobs still resident anywhere start once their old nodes let go (unless the nodes
@@ -73,33 +81,38 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
     sizes = machine.sizes()
     turns: list[ServerTurn] = []
     short: list[tuple[str, str]] = []
+    # The gangs across servers (the kernel places every job that runs: `Decision.placed`).
+    wide = {key for key, servers in decision.placed.items() if len(servers) > 1}
+    suspending = Phase.SUSPENDING
     for node in scheduled:
         node_id = node.node_id
-        run = decision.runs.get(node_id, ())
+        run = runs.get(node_id, ())
         entering: list[Job] = []
         for key in run:
-            job = machine.jobs[key]
+            job = jobs[key]
             stay = job.stays.get(node_id)
-            if stay is not None and stay.holds_gpus and stay.attempt == job.attempt:
+            if stay is not None and stay.phase is not suspending and stay.attempt == job.attempt:
                 continue  # keeps running on its GPUs
             if key not in held_back:
                 entering.append(job)
+        central = bool(wide) and not wide.isdisjoint(run)
+        if not entering:  # (a server where nothing enters needs none of its indices looked up)
+            turns.append(ServerTurn(node_id, quantum, central, tuple(stops[node_id]), (), run))
+            continue
         starts: list[Start] = []
-        # (A server where nothing enters needs none of its indices looked up.)
-        free = machine.free_indices(node_id) if entering else []
-        parked = machine.parked_on(node_id) if entering else {}
+        free = machine.free_indices(node_id)
+        parked = machine.parked_on(node_id)
         # Jobs parked in place here pick first, so that their own GPUs are still free for them.
-        entering.sort(key=lambda job: not job.parked_on(node_id))
+        if len(entering) > 1 and any(job.parked_on(node_id) for job in entering):
+            entering.sort(key=lambda job: not job.parked_on(node_id))
         for job in entering:
-            key = job.key
             need = job.gpus_on(node_id, sizes)
             if len(free) < need:
-                short.append((key, node_id))
+                short.append((job.key, node_id))
                 continue
             picked = _pick_indices(job, node_id, free, need, parked)
-            free = [i for i in free if i not in picked]
+            free = free[need:] if picked == free[:need] else [i for i in free if i not in picked]
             starts.append(_start(machine, job, node_id, tuple(picked), now, quantum))
-        central = any(len(machine.jobs[key].servers) > 1 for key in run)
         turns.append(
             ServerTurn(node_id, quantum, central, tuple(stops[node_id]), tuple(starts), run)
         )
@@ -153,18 +166,19 @@ def fill(machine: SplitStride, now: float) -> Starts:
     a held-back job, and only on the servers it is still suspending on, if any; nothing is booked
     for it until the next tick."""
     if machine.free_gpus() <= 0:
-        return Starts()
-    # Shares as of the last tick: they only order the waiting users here. A user new since
-    # joins its pools at the next tick, with every other newcomer of the quantum: joined one
-    # by one between ticks, a newcomer would join at the credit of an earlier one measured
-    # against that one's since-shrunk share, ever further ahead (`accounts.entitle`).
-    view = snapshot(machine, now, entitle=False)
+        return _NO_STARTS
+    machine.queues.refresh(machine, now, machine.pools[1])
     least = machine.queues.least_waiting()
     if least is None or least > machine.free_gpus():
         # No job that holds no GPUs fits in what is idle. (`backfill` could name only a job
         # already running, and only on servers off the ones it runs on, which the loop below
         # passes over.)
         return _NO_STARTS
+    # Shares as of the last tick: they only order the waiting users here. A user new since
+    # joins its pools at the next tick, with every other newcomer of the quantum: joined one
+    # by one between ticks, a newcomer would join at the credit of an earlier one measured
+    # against that one's since-shrunk share, ever further ahead (`accounts.entitle`).
+    view = snapshot(machine, now, entitle=False)  # (the queues are as just refreshed)
     # The running jobs the snapshot holds: an array's beyond its limit are not in it.
     in_arrays = machine.queues.in_arrays()
     holding = [state for state in machine.queues.running() if state.user not in in_arrays]
@@ -186,34 +200,26 @@ def fill(machine: SplitStride, now: float) -> Starts:
     return Starts(tuple(turns), tuple(placed))
 
 
-def _account(machine: SplitStride, now: float) -> None:
+def _account(machine: SplitStride, now: float) -> list[tuple[Job, Stay]]:
     """Charge the GPUs held since the last tick (or since they were taken, if later) to their
-    users, per pool."""
-    meter = machine.meter
-    for job in machine.residents():
-        for stay in job.stays.values():
-            pool = machine.pool(job, stay)
-            if stay.holds_gpus:
-                meter.held(job, stay, pool, now)
-            else:
-                meter.overran(job, stay, pool, now)
-    meter.last_tick_at = now
+    users, per pool; the residencies not running (told to start or to stop, unconfirmed)."""
+    return machine.meter.tick(machine.residents(), machine.generations(), now)
 
 
-def _expire(machine: SplitStride, heard_until: float) -> tuple[Forgotten, ...]:
-    """Drop starts and suspends no node confirmed in time; what was dropped. Timed by what was
-    heard (`Tick.heard_until`): a confirmation sent but not read yet is no silence, and a
-    command forgotten while its node carries it out would put the job on two servers."""
+def _expire(
+    machine: SplitStride, unsettled: list[tuple[Job, Stay]], heard_until: float
+) -> tuple[Forgotten, ...]:
+    """Drop starts and suspends no node confirmed in time (of the `unsettled` residencies);
+    what was dropped. Timed by what was heard (`Tick.heard_until`): a confirmation sent but not
+    read yet is no silence, and a command forgotten while its node carries it out would put
+    the job on two servers."""
     config = machine.config
     dropped: list[Forgotten] = []
-    for job in machine.residents():
-        for node_id, stay in list(job.stays.items()):
-            if stay.phase is Phase.RUNNING:
-                continue
-            wait = config.unconfirmed_release_s if stay.unconfirmed else config.release_timeout_s
-            if heard_until - stay.since > wait:
-                machine.unreside(job, node_id)
-                dropped.append(Forgotten(job.key, node_id, stay.phase, not stay.unconfirmed))
+    for job, stay in unsettled:
+        wait = config.unconfirmed_release_s if stay.unconfirmed else config.release_timeout_s
+        if heard_until - stay.since > wait:
+            machine.unreside(job, stay.node_id)
+            dropped.append(Forgotten(job.key, stay.node_id, stay.phase, not stay.unconfirmed))
     return tuple(dropped)
 
 
@@ -237,7 +243,7 @@ def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
 
 def _place(machine: SplitStride, decision: Decision) -> list[Job]:
     """Take the decision's placements; the jobs placed on other servers than before."""
-    pool_of = {node.node_id: node.generation for node in machine.schedulable()}
+    pool_of = machine.generations()
     moved: list[Job] = []
     for key, servers in decision.placed.items():
         job = machine.jobs[key]
@@ -259,6 +265,8 @@ def _pick_indices(
         own = [i for i in job.parked[1] if i in free]
         if len(own) == need:
             return own
+    if not parked:
+        return free[:need]  # (the common case: nothing parked here)
     reserved = {i for key, indices in parked.items() if key != job.key for i in indices}
     unclaimed = [i for i in free if i not in reserved]
     claimed = [i for i in free if i in reserved]

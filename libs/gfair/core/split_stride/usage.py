@@ -14,7 +14,7 @@ Overrun and unheld are in memory only: a restart forgets at most one tick's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from gfair.core.kernel import Decision
 
@@ -47,17 +47,54 @@ class Meter:
         # The jobs the last booked quantum charged (run on entitlement), and what of that
         # charge may still be given back.
         self.charged_jobs: frozenset[str] = frozenset()
-        self.refundable: Seconds = {}
+        self._charged: Mapping[str, Mapping[str, float]] = {}  # user -> pool -> GPUs
+        self.refundable: Seconds = {}  # (by user as asked: `_refundable`)
 
     def _elapsed(self, stay: Stay, until: float) -> float:
         since = stay.since if self.last_tick_at is None else max(stay.since, self.last_tick_at)
         return max(0.0, min(until - since, self.gap_s))
 
+    def tick(
+        self, residents: Iterable[Job], generations: Mapping[str, str], now: float
+    ) -> list[tuple[Job, Stay]]:
+        """A tick at `now`: each residency of `residents` is charged as `held` (running) or
+        `overran` (suspending) says, in its server's pool (`generations`: server -> pool; else
+        the job's); what is not running (told to start or to stop, unconfirmed), in order."""
+        unsettled: list[tuple[Job, Stay]] = []
+        seconds, last, gap = self.seconds, self.last_tick_at, self.gap_s
+        running = Phase.RUNNING
+        for job in residents:
+            for stay in job.stays.values():
+                pool = generations.get(stay.node_id)
+                if pool is None:
+                    pool = job.generation or "unknown"
+                if stay.phase is not running:
+                    unsettled.append((job, stay))
+                    if stay.phase is Phase.SUSPENDING:
+                        self.overran(job, stay, pool, now)
+                    continue  # (a start holds its GPUs from its report on: `held`)
+                # (`held`, inline: every running residency at every tick.)
+                since = stay.since
+                if last is not None and last > since:
+                    since = last
+                elapsed = max(0.0, min(now - since, gap))
+                per_pool = seconds.get(job.user)
+                if per_pool is None:
+                    per_pool = seconds[job.user] = {}
+                per_pool[pool] = per_pool.get(pool, 0.0) + len(stay.gpu_indices) * elapsed
+        self.last_tick_at = now
+        return unsettled
+
     def held(self, job: Job, stay: Stay, pool: str, until: float) -> None:
         """`stay` held its GPUs until `until` (since the last tick, or since it took them)."""
         if stay.phase is Phase.STARTING:
             return  # it holds its GPUs from its start report on (`started_late`)
-        _add(self.seconds, job.user, pool, len(stay.gpu_indices) * self._elapsed(stay, until))
+        # (`_elapsed`, inline: every running residency at every tick.)
+        last, since = self.last_tick_at, stay.since
+        if last is not None and last > since:
+            since = last
+        elapsed = max(0.0, min(until - since, self.gap_s))
+        _add(self.seconds, job.user, pool, len(stay.gpu_indices) * elapsed)
 
     def overran(self, job: Job, stay: Stay, pool: str, until: float) -> None:
         """A suspending stay's GPU time up to `until` (since its suspend, or the last tick):
@@ -81,7 +118,9 @@ class Meter:
         if job.key not in self.charged_jobs or self.last_tick_at is None:
             return
         late = stay.since - self.last_tick_at
-        left = self.refundable.get(job.user, {})
+        if late <= 0.0:
+            return  # (nothing to give back: started at the tick)
+        left = self._refundable(job.user)
         given = min(len(stay.gpu_indices) * min(late, self.quantum_s), left.get(pool, 0))
         if given <= 0.0:
             return
@@ -105,11 +144,16 @@ class Meter:
         self.overrun.clear()
         self.unheld.clear()
         self.charged_jobs = decision.entitled if booked else frozenset()
-        self.refundable = (
-            {
-                user: {pool: gpus * self.quantum_s for pool, gpus in pools.items()}
-                for user, pools in decision.charged.items()
+        self._charged = decision.charged if booked else {}
+        self.refundable = {}
+
+    def _refundable(self, user: str) -> dict[str, float]:
+        """Pool -> what of the last booked quantum's charge to `user` may still be given back
+        (worked out when first asked: most users start nothing late)."""
+        left = self.refundable.get(user)
+        if left is None:
+            charged = self._charged.get(user, {})
+            left = self.refundable[user] = {
+                pool: gpus * self.quantum_s for pool, gpus in charged.items()
             }
-            if booked
-            else {}
-        )
+        return left
