@@ -98,8 +98,10 @@ def _drained(bus: object, consumers: Sequence[tuple[str, str]]) -> bool:
 
 async def _measure(args: argparse.Namespace) -> dict[str, object]:
     from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from gfair.bus.logs import configure_logging
     from gfair.bus.memory_bus import InMemoryBus
     from gfair.bus.publisher import EventPublisher
     from gfair.bus.runner import RunnerSettings
@@ -110,13 +112,9 @@ async def _measure(args: argparse.Namespace) -> dict[str, object]:
     from gfair.events.nodes import GpuInfo, NodeRegistered
     from gfair.gavel import load_throughputs
     from gfair_services import failure_detector, profiler
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     folder = Path(tempfile.mkdtemp(prefix="bench-progress-"))
-    # As `gfair up` runs a service: its spans to a file, its logs at info (to nowhere here).
-    configure_logging("bench", level="INFO", fmt="json", stream=open(os.devnull, "w"))  # noqa: SIM115
+    # As `gfair up` runs a service: its spans to a file, its logs at info (`main`, to nowhere).
     provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
     if not args.no_spans:
         provider.add_span_processor(BatchSpanProcessor(JsonlSpanExporter(folder / "spans.jsonl")))
@@ -178,7 +176,8 @@ async def _measure(args: argparse.Namespace) -> dict[str, object]:
         for name, build in builds.items()
     }
     every = [key for keys in consumers.values() for key in keys]
-    while not _drained(bus, every):
+    # The in-memory bus signals no acknowledgement: polled.
+    while not _drained(bus, every):  # noqa: ASYNC110
         await asyncio.sleep(0.05)
     for runtime in runtimes:
         await runtime.stop()
@@ -219,7 +218,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, object]:
         cpu, wall = time.process_time(), time.perf_counter()
         if profile is not None:
             profile.enable()
-        while not _drained(bus, consumers[name]):
+        while not _drained(bus, consumers[name]):  # noqa: ASYNC110
             await asyncio.sleep(0.02)
         provider.force_flush()
         if profile is not None:
@@ -271,9 +270,7 @@ def _tree_of(ref: str, into: Path) -> Path:
 
 def _run_tree(tree: Path, args: argparse.Namespace) -> dict[str, object]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(tree / "libs"), str(tree / "services"), str(ROOT)]
-    )
+    env["PYTHONPATH"] = os.pathsep.join([str(tree / "libs"), str(tree / "services"), str(ROOT)])
     command = [
         sys.executable,
         "-m",
@@ -289,7 +286,9 @@ def _run_tree(tree: Path, args: argparse.Namespace) -> dict[str, object]:
     return result
 
 
-def _row(label: str, results: Sequence[dict[str, object]], cell: Callable[[dict[str, object]], str]) -> str:
+def _row(
+    label: str, results: Sequence[dict[str, object]], cell: Callable[[dict[str, object]], str]
+) -> str:
     return f"| {label} | " + " | ".join(cell(r) for r in results) + " |"
 
 
@@ -361,7 +360,11 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child or args.profile:
-        result = asyncio.run(_measure(args))
+        from gfair.bus.logs import configure_logging
+
+        with open(os.devnull, "w") as nowhere:
+            configure_logging("bench", level="INFO", fmt="json", stream=nowhere)
+            result = asyncio.run(_measure(args))
         print(json.dumps(result), flush=True)
         return
     with tempfile.TemporaryDirectory(prefix="bench-progress-tree-") as scratch:
