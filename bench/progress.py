@@ -313,7 +313,7 @@ def _table(names: Sequence[str], results: Sequence[dict[str, object]]) -> str:
         assert isinstance(counts, dict)
         return " / ".join(
             str(counts.get(kind, 0))
-            for kind in ("gfair.sched.profile.v1", "gfair.sched.switch_costs.v1")
+            for kind in ("gfair.profile.updated.v1", "gfair.switch_costs.updated.v1")
         )
 
     lines = [
