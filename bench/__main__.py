@@ -15,6 +15,7 @@ BENCHMARKS = (
     "bench.switching",
     "bench.stride_store",
     "bench.heartbeat_backlog",
+    "bench.progress",
     "bench.scale",
 )
 

@@ -24,7 +24,7 @@ from gfair.events.jobs import JobFailed, JobPlaced
 from gfair.events.reasons import FailureClass
 
 from .conftest import FAST, eventually
-from .events import STREAM, TEST_STREAM, Pinged, Ponged
+from .events import STREAM, TEST_STREAM, Noted, Pinged, Ponged
 
 PINGS = ConsumerSpec(stream=STREAM, durable="pinger", filter_subjects=("bustest.ping.*",))
 EXTRA = Topology(streams=(TEST_STREAM,))
@@ -230,3 +230,54 @@ def test_job_attributes_come_from_the_payload() -> None:
         attempt=2,
     )
     assert job_attributes(failed.model_dump(mode="json"))["gfair.failure_class"] == "user_error"
+
+
+async def test_untraced_events_get_no_span_and_their_outputs_join_the_producers_trace(
+    tracer_provider: TracerProvider, spans: InMemorySpanExporter
+) -> None:
+    tracer = tracer_provider.get_tracer("t")
+    service = Service("profiler-like")
+    failed_once: list[str] = []
+
+    async def on_event(envelope: Envelope, data: Pinged | Noted) -> list[Emit]:
+        if isinstance(data, Pinged) and data.key == "flaky" and not failed_once:
+            failed_once.append(envelope.id)
+            raise RuntimeError("the first attempt fails")
+        if isinstance(data, Pinged) and data.count > 0:
+            return [Emit(Ponged(key=data.key, count=data.count))]
+        return []
+
+    service.add_handler(
+        on_event,
+        ConsumerSpec(
+            stream=STREAM,
+            durable="quiet",
+            filter_subjects=("bustest.ping.*", "bustest.note.*"),
+            max_attempts=3,
+        ),
+        untraced=(Pinged,),
+    )
+    bus = InMemoryBus()
+    runtime = ServiceRuntime(service, bus, tracer=tracer, settings=FAST, extra_topology=EXTRA)
+    node = EventPublisher(bus, "node", tracer=tracer)
+    async with runtime:
+        with tracer.start_as_current_span("job started") as job:
+            await node.publish(Pinged(key="quiet"))
+            await node.publish(Pinged(key="decides", count=2))
+            await node.publish(Pinged(key="flaky"))
+        await node.publish(Noted(key="traced"))
+        await eventually(
+            lambda: bus.backlog() == 0 and len(named(spans, "process gfair.test.noted.v1")) == 1
+        )
+    assert failed_once  # the failed attempt was retried and then handled
+    assert named(spans, "process gfair.test.pinged.v1") == []  # none of the three had a span
+    (output,) = named(spans, "publish gfair.test.ponged.v1")
+    # Published in the job's trace, under the publish of the report that caused it.
+    (cause,) = [
+        s
+        for s in named(spans, "publish gfair.test.pinged.v1")
+        if s.attributes is not None
+        and s.attributes["messaging.destination.name"] == "bustest.ping.decides"
+    ]
+    assert ids(output)[0] == ids(job)[0]
+    assert output.parent is not None and output.parent.span_id == ids(cause)[1]

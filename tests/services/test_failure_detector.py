@@ -346,6 +346,56 @@ async def test_a_node_back_from_a_partition_stops_copies_running_elsewhere(
     assert (await harness.job("alice", "j1")).running_on == "n2"
 
 
+def progress(
+    job_id: str,
+    iterations: int,
+    checkpoint_step: int | None,
+    *,
+    node_id: str = "n1",
+    attempt: int = 1,
+) -> JobProgress:
+    return JobProgress(
+        user="alice",
+        job_id=job_id,
+        node_id=node_id,
+        generation="v100",
+        attempt=attempt,
+        minibatches_per_s=2.0,
+        iterations=iterations,
+        checkpoint_step=checkpoint_step,
+    )
+
+
+async def test_progress_reaches_the_record_with_its_next_change(harness: Harness) -> None:
+    # Progress is noted in memory only; the record takes the run's own latest steps and
+    # checkpoint in when it next changes (here: its node lost), not a stale copy's.
+    await harness.send(registered("n1"))
+    await harness.send(registered("n2"))
+    await harness.send(started("j9", "n1"))
+    await harness.send(progress("j9", 200, 150))
+    await harness.send(progress("j9", 350, None))  # no checkpoint since: 150 stays the last
+    await harness.send(progress("j9", 900, 880, node_id="n2"))  # a copy elsewhere
+    await harness.send(progress("j9", 990, 970, attempt=2))  # an attempt it never started
+    stored = await harness.job("alice", "j9")
+    assert (stored.iterations, stored.last_checkpoint_step) == (None, None)  # not written yet
+    harness.clock.at(65.0)
+    await harness.send(heartbeat("n2", 1))  # n2 is heard: n1's silence is n1's own
+    await harness.check(70.0)
+    record = await harness.job("alice", "j9")
+    assert (record.iterations, record.last_checkpoint_step) == (350, 150)
+    assert record.decisions[-1].outcome == "node_lost"
+    assert record.decisions[-1].resume_from_step == 150
+    # Then it is started again elsewhere and exits: its new run's progress counts.
+    harness.clock.at(75.0)
+    await harness.send(started("j9", "n2", attempt=2))
+    await harness.send(progress("j9", 400, 390, node_id="n2", attempt=2))
+    await harness.send(exited("j9", node_id="n2", attempt=2, exit_code=None, signal=9))
+    (retry,) = await harness.outputs(JobRetried)
+    assert isinstance(retry, JobRetried)
+    assert retry.resume_from_step == 390
+    assert (await harness.job("alice", "j9")).iterations == 400
+
+
 # ----- exit classification and retries ---------------------------------------------------------
 
 

@@ -7,6 +7,9 @@ for each acknowledgement, and lets a service store its state once per batch. A b
 settled early when it has been held for a quarter of the ack wait, so nothing is redelivered
 while it waits. A route with lanes (`Route.lanes`) is handled concurrently instead, each delivery
 after the earlier ones it shares a lane with, and settled alone (`_run_in_lanes`).
+Each delivery is handled in a consumer span of its own, except those of a route's untraced
+types (`Route.untraced`: a job's progress, every second), whose outputs join their producer's
+trace directly.
 
 Every delivery ends in exactly one of four ways:
 - handled: the outputs are stored, then the input is acked (a crash in between republishes the
@@ -37,9 +40,9 @@ from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import EventPublisher, derived_event_id
 from gfair.bus.service import Emit, InvalidInput, Route, Unprocessable
 from gfair.bus.subject_filter import covers
-from gfair.bus.tracing import annotate_event, process_span
+from gfair.bus.tracing import TRACEPARENT, annotate_event, process_span
 from gfair.bus.transport import Bus, BusError, Delivery, PubAck, PullConsumer
-from gfair.bus.wire import decode_envelope, server_timed, validated_data
+from gfair.bus.wire import EVENT_TYPE_HEADER, decode_envelope, server_timed, validated_data
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.errors import InvalidEvent
 from gfair.events.registry import UnknownEventType, model_for
@@ -80,6 +83,8 @@ class _Handled:
     outputs: list[tuple[Emit, Envelope]]
     # The context of its processing span, so that its outputs' publish spans are children.
     context: contextvars.Context
+    # An untraced delivery's producer's traceparent: its outputs join that trace instead.
+    trace_parent: str | None = None
 
 
 @dataclass(slots=True)
@@ -195,6 +200,7 @@ class HandlerRunner:
         self._settings = settings
         self._service = publisher.source
         self._accepted = route.accepted_types
+        self._untraced = route.untraced_types
         self._log = structlog.get_logger("gfair.bus.runner").bind(
             service=self._service, consumer=route.consumer.durable, handler=route.name
         )
@@ -327,6 +333,15 @@ class HandlerRunner:
 
         `decoded`: its event, decoded ahead (`_prepare`); else it is decoded here.
         """
+        if self._untraced and delivery.headers.get(EVENT_TYPE_HEADER) in self._untraced:
+            # The type header only picks the path: the body, decoded, must say the same.
+            decoded = decoded or self._decode(delivery)
+            if (
+                decoded is not None
+                and decoded[0].type in self._untraced
+                and delivery.num_delivered <= self._route.consumer.max_attempts
+            ):
+                return await self._handle_valid(delivery, None, batch, *decoded)
         with process_span(
             self._tracer,
             subject=delivery.subject,
@@ -382,24 +397,35 @@ class HandlerRunner:
         return await self._handle_valid(delivery, span, batch, envelope, data)
 
     async def _handle_valid(
-        self, delivery: Delivery, span: Span, batch: _Batch, envelope: Envelope, data: EventData
+        self,
+        delivery: Delivery,
+        span: Span | None,
+        batch: _Batch,
+        envelope: Envelope,
+        data: EventData,
     ) -> Outcome:
+        """`span` is None for an untraced delivery (`Route.untraced`)."""
         try:
             outputs = await self._call(envelope, data, delivery)
         except Unprocessable as exc:
             return await self._dead_letter(delivery, span, DeadLetterReason.REJECTED, str(exc))
         except Exception as exc:
-            span.record_exception(exc)
+            if span is not None:
+                span.record_exception(exc)
             return await self._retry(delivery, span, DeadLetterReason.HANDLER_FAILED, exc)
         try:
             envelopes = outputs_to_envelopes(envelope, outputs, self._service)
         except Exception as exc:
-            span.record_exception(exc)
+            if span is not None:
+                span.record_exception(exc)
             return await self._retry(delivery, span, DeadLetterReason.PUBLISH_FAILED, exc)
         batch.hold()
         batch.handled.append(
             _Handled(
-                delivery, list(zip(outputs, envelopes, strict=True)), contextvars.copy_context()
+                delivery,
+                list(zip(outputs, envelopes, strict=True)),
+                contextvars.copy_context(),
+                delivery.headers.get(TRACEPARENT) if span is None and outputs else None,
             )
         )
         self._log.debug("handled", event_id=envelope.id, event_type=envelope.type)
@@ -443,7 +469,7 @@ class HandlerRunner:
         return [
             loop.create_task(
                 self._publisher.publish_envelope(
-                    output, trace_parent=emit.trace_parent, links=emit.links
+                    output, trace_parent=emit.trace_parent or item.trace_parent, links=emit.links
                 ),
                 context=item.context.copy(),
             )
@@ -530,7 +556,8 @@ class HandlerRunner:
     async def _retry(
         self, delivery: Delivery, span: Span | None, reason: DeadLetterReason, exc: Exception
     ) -> Outcome:
-        """`span` is None when the delivery's processing span has ended (failed settling)."""
+        """`span` is None when the delivery's processing span has ended (failed settling), or
+        it has none (`Route.untraced`)."""
         error = f"{type(exc).__name__}: {exc}"
         if delivery.num_delivered >= self._route.consumer.max_attempts:
             return await self._dead_letter(delivery, span, reason, error)

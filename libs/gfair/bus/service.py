@@ -142,10 +142,19 @@ class Route:
     # Not with `settle` or `prepare` (there is no batch) nor with more than one worker (the
     # lanes are one process's).
     lanes: LanesHook | None = None
+    # Event types handled without a consumer span of their own: frequent reports of which a
+    # handler decides nothing nearly every time (a job's progress, every second). What such
+    # an event causes is still published in its producer's trace; a failure is logged and
+    # retried or dead-lettered as ever.
+    untraced: tuple[type[EventData], ...] = ()
 
     @property
     def accepted_types(self) -> frozenset[str]:
         return frozenset(model.EVENT_TYPE for model in self.accepts)
+
+    @property
+    def untraced_types(self) -> frozenset[str]:
+        return frozenset(model.EVENT_TYPE for model in self.untraced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +234,7 @@ class Service:
         settle: SettleHook | None = None,
         prepare: PrepareHook | None = None,
         lanes: LanesHook | None = None,
+        untraced: Sequence[type[EventData]] = (),
     ) -> Route:
         """Route a consumer's events to `handler`.
 
@@ -235,7 +245,8 @@ class Service:
         one), whether the consumer is derived or given. `on_invalid` answers refused inputs
         (see `Route.on_invalid`); `settle` completes a batch's deferred writes (`Route.settle`)
         and `prepare` reads ahead for it (`Route.prepare`); `lanes` handles the consumer's
-        events concurrently where they do not touch the same things (`Route.lanes`).
+        events concurrently where they do not touch the same things (`Route.lanes`);
+        `untraced` names frequent event types handled without a span each (`Route.untraced`).
         """
         if workers < 1:
             raise ValueError("workers must be >= 1")
@@ -262,6 +273,7 @@ class Service:
             settle=settle,
             prepare=prepare,
             lanes=lanes,
+            untraced=tuple(untraced),
         )
         if any(
             r.consumer.durable == consumer.durable and r.consumer.stream == consumer.stream

@@ -63,6 +63,10 @@ class JobBook:
         # Progress is too frequent to write down: it lives here, and a restart grants every
         # running job a fresh `hang_after_s` from `restore`.
         self._last_progress: dict[str, float] = {}
+        # The steps and checkpoint a running job's progress last reported, not yet in its
+        # record: a report a second per job is a dict update, and the record takes them in
+        # only when it is read to be changed (`_live`), so they are written with its next change.
+        self._progress: dict[str, tuple[int, int | None]] = {}
 
     # ----- state -------------------------------------------------------------------------
 
@@ -80,7 +84,23 @@ class JobBook:
         return job_key(user, job_id) in self._records
 
     def get(self, user: str, job_id: str) -> JobFailureRecord | None:
-        return self._records.get(job_key(user, job_id))
+        return self._current(job_key(user, job_id))
+
+    def _current(self, key: str) -> JobFailureRecord | None:
+        """The record of `key` with the progress reported since it last changed."""
+        record = self._records.get(key)
+        progress = self._progress.pop(key, None)
+        if record is None or progress is None:
+            return record
+        iterations, step = progress
+        record = record.model_copy(
+            update={
+                "iterations": iterations,
+                "last_checkpoint_step": _later(record.last_checkpoint_step, step),
+            }
+        )
+        self._records[key] = record
+        return record
 
     def apply(self, change: Change, now: datetime) -> None:
         for record in change.jobs:
@@ -89,6 +109,7 @@ class JobBook:
                 # Done: kept in the bucket; a late event for it is looked up there again.
                 self._records.pop(record.key, None)
                 self._last_progress.pop(record.key, None)
+                self._progress.pop(record.key, None)
                 continue
             self._records[record.key] = record
             started = previous is None or record.running_since != previous.running_since
@@ -137,17 +158,19 @@ class JobBook:
         return Change(jobs=(record.model_copy(update=update),))
 
     def progressed(self, data: JobProgress, now: datetime) -> None:
-        record = self._live(data.user, data.job_id)
-        if record is None or record.running_on != data.node_id or data.attempt != record.attempt:
+        key = job_key(data.user, data.job_id)
+        record = self._records.get(key)
+        if (
+            record is None
+            or record.terminal is not None
+            or record.running_on != data.node_id
+            or data.attempt != record.attempt
+        ):
             return
-        self._last_progress[record.key] = now.timestamp()
-        # Kept in memory only; written with the next change of the record.
-        self._records[record.key] = record.model_copy(
-            update={
-                "iterations": data.iterations,
-                "last_checkpoint_step": _later(record.last_checkpoint_step, data.checkpoint_step),
-            }
-        )
+        self._last_progress[key] = now.timestamp()
+        known = self._progress.get(key)
+        step = data.checkpoint_step if known is None else _later(known[1], data.checkpoint_step)
+        self._progress[key] = (data.iterations, step)
 
     def checkpointed(self, data: JobCheckpointed) -> Change:
         record = self._live(data.user, data.job_id)
@@ -198,9 +221,11 @@ class JobBook:
     def node_lost(self, node_id: str, now: datetime) -> Change:
         """The node failed: its jobs no longer run; placement re-places them."""
         records = []
-        for record in self._records.values():
-            if record.running_on != node_id or record.terminal is not None:
+        for key, stored in list(self._records.items()):
+            if stored.running_on != node_id or stored.terminal is not None:
                 continue
+            record = self._current(key)
+            assert record is not None
             step = record.last_checkpoint_step
             reason = f"node {node_id} failed; placement re-places the job, " + (
                 "from scratch" if step is None else f"resuming from step {step}"
@@ -306,21 +331,22 @@ class JobBook:
             silent = now.timestamp() - since
             if silent <= self._hang_after_s:
                 continue
+            record = self._current(key) or record
+            node_id = record.running_on
+            assert node_id is not None  # progress folded in moves no job
             reason = (
-                f"no progress for {silent:.0f}s while running on {record.running_on} "
+                f"no progress for {silent:.0f}s while running on {node_id} "
                 f"(hung after {self._hang_after_s:g}s)"
             )
             kill = KillCommand(
-                node_id=record.running_on,
+                node_id=node_id,
                 user=record.user,
                 job_id=record.job_id,
                 attempt=record.attempt,
                 reason=reason,
             )
             classification = Classification(CoreFailureClass.INFRASTRUCTURE, reason, "hang")
-            decided = decide_failure(
-                record, classification, record.running_on, now, self._policy, exit=None
-            )
+            decided = decide_failure(record, classification, node_id, now, self._policy, exit=None)
             started = record.running_since.isoformat() if record.running_since else "-"
             hangs.append(
                 Hang(
@@ -333,7 +359,7 @@ class JobBook:
         return hangs
 
     def _live(self, user: str, job_id: str) -> JobFailureRecord | None:
-        record = self._records.get(job_key(user, job_id))
+        record = self._current(job_key(user, job_id))
         if record is None:
             record = JobFailureRecord(user=user, job_id=job_id)
         return None if record.terminal is not None else record

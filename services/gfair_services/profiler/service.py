@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import structlog
-from opentelemetry import trace
 from pydantic import BaseModel
 
 from gfair.bus.key_value import KeyValue
@@ -58,7 +57,6 @@ from gfair_services.topology import cluster_topology
 SERVICE_NAME = "profiler"
 
 _log = structlog.get_logger("gfair.services.profiler")
-_tracer = trace.get_tracer("gfair.services.profiler")
 
 JobEventData = (
     JobAccepted | JobProgress | JobSuspended | JobResumed | JobCompleted | JobFailed | JobCancelled
@@ -124,21 +122,9 @@ class Profiler:
     async def _on_progress(self, envelope: Envelope, data: JobProgress) -> Sequence[Emit]:
         fold = self.book.replay(data.user, data.job_id, envelope.id)
         if fold is None:
-            if self.book.job(data.user, data.job_id) is None:
-                _log.debug("progress of an untracked job", job=str(data.job))
-                return []
-            with _tracer.start_as_current_span(
-                "profiler.observe",
-                attributes={
-                    "gfair.user": data.user,
-                    "gfair.job_id": data.job_id,
-                    "gfair.generation": data.generation,
-                    "gfair.server": data.node_id,
-                    "gfair.rate": data.minibatches_per_s,
-                },
-            ) as span:
-                fold = self.book.observe(data, envelope.id, envelope.time)
-                span.set_attribute("gfair.profiles_published", len(fold.profiles) if fold else 0)
+            # No span per report: a report a second per running job, and nearly every one only
+            # moves a running mean; a profile or costs it publishes go out in the job's trace.
+            fold = self.book.observe(data, envelope.id, envelope.time)
             if fold is None:
                 return []
         return self._folded(fold)
@@ -211,6 +197,7 @@ def build_service(settings: ProfilerSettings | None = None) -> Service:
         durable="profiler-jobs",
         ack_wait_s=settings.ack_wait_s,
         settle=profiler.writes.settle,
+        untraced=(JobProgress,),
     )
     service.add_handler(
         profiler.on_node_registered,
