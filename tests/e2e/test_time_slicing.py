@@ -31,7 +31,6 @@ from .test_job_life import finished, settled
 pytestmark = pytest.mark.nats
 
 PREPARED_JOB = Path(__file__).parents[1] / "node" / "prepared_job.py"
-SLOW_START_JOB = Path(__file__).parents[1] / "node" / "slow_start_job.py"
 PREPARED = SuspendReason.PREPARED
 
 
@@ -167,7 +166,7 @@ async def test_a_job_not_prepared_whose_start_up_outlasts_its_slice_is_frozen_an
     # against 1 s slices: killed at each slice's end, it would start anew at every slice and
     # never train. Frozen in place instead (it holds no GPU memory yet), each of its slices
     # goes on with its start-up where the last one stopped, until it comes up and trains.
-    slow = (JOB_PYTHON, str(SLOW_START_JOB), "3", "40", "0.05")
+    slow = (JOB_PYTHON, str(PREPARED_JOB), "3", "40", "0.05", "cpu")
     async with (
         start_cluster(cluster="v100:1x1", quantum_s=1.0) as cluster,
         client_of(cluster) as client,

@@ -10,20 +10,20 @@ elsewhere they are skipped with that reason.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 import pytest
 
-from gfair.node.job_cgroup import AUTO, CgroupTree, JobCgroup, locate
+from gfair.node.job_cgroup import CgroupTree, JobCgroup
 from gfair.node.launch import JobLaunch
 from gfair.node.supervisor import JobSupervisor
 
+from .conftest import needs_cgroups
 from .helpers import JOB_PYTHON, make_config
 
-BASE = locate(AUTO)
-pytestmark = pytest.mark.skipif(BASE is None, reason="no writable cgroup2 hierarchy here")
+pytestmark = needs_cgroups
 
 # Its start-up: CPU seconds of work (an import's), then it says it is up and ends.
 STARTING_UP = (
@@ -41,15 +41,6 @@ def no_gpu_memory(indices: Sequence[int]) -> int:
 
 def gpu_memory_held(indices: Sequence[int]) -> int:
     return len(indices)
-
-
-@pytest.fixture
-def tree(tmp_path: Path) -> Iterator[CgroupTree]:
-    assert BASE is not None
-    made = CgroupTree.under(BASE, "test", "alice", tmp_path)
-    yield made
-    made.sweep()
-    made.close()
 
 
 def starting_up(job_id: str, work_s: float, gpu: int = 2) -> JobLaunch:

@@ -11,18 +11,15 @@ import dataclasses
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gfair.node.job_cgroup import AUTO, OFF, CgroupError, CgroupTree, JobCgroup, empty, locate
+from gfair.node.job_cgroup import OFF, CgroupError, CgroupTree, JobCgroup, empty, locate
 from gfair.node.supervisor import JobSupervisor
 
+from .conftest import CGROUPS, needs_cgroups
 from .helpers import JOB_PYTHON, environ_of, make_config, synthetic, wait_for_text
-
-BASE = locate(AUTO)
-needs_cgroups = pytest.mark.skipif(BASE is None, reason="no writable cgroup2 hierarchy here")
 
 # A job whose child starts a new session with an empty environment (no marker variable to find
 # it by), writes its pid down, and trains.
@@ -35,16 +32,6 @@ VANISHER = (
     "os.execv(sys.executable, [sys.executable, '-m', 'gfair.sdk.synthetic', '--iterations',"
     " '100000', '--speed-scale', '0.01'])",
 )
-
-
-@pytest.fixture
-def tree(tmp_path: Path) -> Iterator[CgroupTree]:
-    assert BASE is not None
-    made = CgroupTree.under(BASE, "test", "alice", tmp_path)
-    yield made
-    made.sweep()
-    made.close()
-    assert not made.path.parent.exists()
 
 
 def sleeper() -> subprocess.Popen[bytes]:
@@ -123,9 +110,9 @@ def test_emptying_a_cgroup_kills_everything_inside_and_removes_it(tree: CgroupTr
 
 @needs_cgroups
 def test_two_executors_of_one_node_name_on_one_host_keep_apart(tmp_path: Path) -> None:
-    assert BASE is not None
-    one = CgroupTree.under(BASE, "v100-0", "alice", tmp_path / "cluster-1")
-    other = CgroupTree.under(BASE, "v100-0", "alice", tmp_path / "cluster-2")
+    assert CGROUPS is not None
+    one = CgroupTree.under(CGROUPS, "v100-0", "alice", tmp_path / "cluster-1")
+    other = CgroupTree.under(CGROUPS, "v100-0", "alice", tmp_path / "cluster-2")
     try:
         assert one.path != other.path
         cgroup = other.job("j1")

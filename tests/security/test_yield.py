@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
@@ -32,19 +33,7 @@ QUANTUM_S = 5.0
 GRACE_S = 2.0  # split-stride's default for this quantum: max(2 s, a quarter of it)
 # Its whole GPU-holding server for as long as it can: it trains a few mini-batches (it came
 # up), then ignores SIGUSR1 (the SDK's yield) and SIGTERM; only SIGKILL stops it.
-IGNORES_YIELDS = [
-    JOB_PYTHON,
-    "-c",
-    "import signal, time\n"
-    "from gfair.sdk import Job\n"
-    "job = Job.from_env()\n"
-    "for step in range(10):\n"
-    "    time.sleep(0.05)\n"
-    "    job.report(step)\n"
-    "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "time.sleep(600)\n",
-]
+IGNORES_YIELDS = [JOB_PYTHON, str(Path(__file__).parents[1] / "node" / "yield_ignoring_job.py")]
 # Never a mini-batch, every signal it can ignore ignored.
 NEVER_COMES_UP = ["sh", "-c", 'trap "" USR1 TERM; sleep 600']
 # Bob's job yields at its next mini-batch when told, as the SDK's jobs do.

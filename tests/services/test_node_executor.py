@@ -74,19 +74,7 @@ SYNTHETIC = (JOB_PYTHON, "-m", "gfair.sdk.synthetic", "--job-type", "ResNet-50 (
 # A process that ignores yield requests: it only stops when signalled.
 SLEEPER = (JOB_PYTHON, "-c", "import time; time.sleep(120)")
 # Trains a few mini-batches (it came up), then ignores its yields and SIGTERM.
-STUBBORN = (
-    JOB_PYTHON,
-    "-c",
-    "import signal, time\n"
-    "from gfair.sdk import Job\n"
-    "job = Job.from_env()\n"
-    "for step in range(10):\n"
-    "    time.sleep(0.05)\n"
-    "    job.report(step)\n"
-    "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "time.sleep(120)\n",
-)
+STUBBORN = (JOB_PYTHON, str(Path(__file__).parents[1] / "node" / "yield_ignoring_job.py"))
 JOB_EVENTS = (JobStarted, JobResumed, JobProgress, JobCheckpointed, JobSuspended, JobMigrated)
 
 
