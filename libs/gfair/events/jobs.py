@@ -247,9 +247,9 @@ class JobSuspended(NodeReport):
     )
     in_place: bool = Field(
         default=False,
-        description="Parked in place: its process waits in the node's host memory, holding no "
-        "GPU, and resumes there on the same GPUs without a checkpoint (`duration_s`: from the "
-        "command to its GPUs being free)",
+        description="Parked in place (or, still coming up, frozen there): its process waits in "
+        "the node's host memory, holding no GPU, and resumes there on the same GPUs without a "
+        "checkpoint (`duration_s`: from the command to its GPUs being free)",
     )
     checkpoint_bytes: Bytes | None = Field(
         default=None, description="Size of the checkpoint this suspend wrote"
