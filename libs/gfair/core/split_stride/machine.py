@@ -101,7 +101,6 @@ class SplitStride:
         self.jobs = saved.jobs
         # The kernel's job input, kept up to date (`queues`): every change to a job touches it.
         self.queues = Queues()
-        self._touched = self.queues.touched  # (`touch` adds to it at every turn)
         # Jobs changed since `take_changed`, which a driver saves (a restored machine's jobs
         # are as saved).
         self._changed: set[str] = set()
@@ -533,15 +532,14 @@ class SplitStride:
         node let go)."""
         if job.exited:
             return False
-        waits = job.runnable_at is not None or job.coming_up_until is not None
-        if waits and (until := job.waits_until) is not None and until > now:
+        if (until := job.waits_until) is not None and until > now:
             return False
         return all(map(job.servers.__contains__, job.stays))
 
     def touch(self, key: str) -> None:
         """Something `key`'s kernel state is made of changed (or the job came or went): its
         state is made again (`Queues.touch`), and the job is saved again (`changed`)."""
-        self._touched.add(key)  # (`Queues.touch`, inline)
+        self.queues.touch(key)
         self._changed.add(key)
         if key in self._held_back:
             self._promised_on = None  # its servers may have changed, or it went
@@ -596,7 +594,7 @@ class SplitStride:
     def suspend(self, job: Job, stay: Stay) -> None:
         """`job`'s residency `stay` is told to stop: it holds no GPUs from now on (the only way
         a residency lets its GPUs go while it lasts)."""
-        if stay.phase is not Phase.SUSPENDING:
+        if stay.holds_gpus:
             self._hold(stay.node_id, -len(stay.gpu_indices))
         stay.phase = Phase.SUSPENDING
         self.touch(job.key)
@@ -607,12 +605,8 @@ class SplitStride:
         if here is None:
             here = self._on_node[node_id] = {}
         here[key] = stay
-        if stay.phase is not Phase.SUSPENDING:  # (`Stay.holds_gpus`)
-            # (`_hold`, inline: every start.)
-            gpus = len(stay.gpu_indices)
-            self._held[node_id] = self._held.get(node_id, 0) + gpus
-            if node_id in self._names:
-                self._held_schedulable += gpus
+        if stay.holds_gpus:
+            self._hold(node_id, len(stay.gpu_indices))
 
     def _unindex(self, key: str, stay: Stay) -> None:
         node_id = stay.node_id
@@ -620,7 +614,7 @@ class SplitStride:
         del here[key]
         if not here:
             del self._on_node[node_id]
-        if stay.phase is not Phase.SUSPENDING:
+        if stay.holds_gpus:
             self._hold(node_id, -len(stay.gpu_indices))
 
     def _hold(self, node_id: str, gpus: int) -> None:
@@ -668,9 +662,8 @@ class SplitStride:
     def holding(self) -> dict[str, list[str]]:
         """Server -> the jobs holding GPUs there, for the servers where any does."""
         found: dict[str, list[str]] = {}
-        suspending = Phase.SUSPENDING  # (a stay holds its GPUs unless suspending)
         for node_id, here in self._on_node.items():
-            keys = [key for key, stay in here.items() if stay.phase is not suspending]
+            keys = [key for key, stay in here.items() if stay.holds_gpus]
             if keys:
                 found[node_id] = keys
         return found
@@ -689,10 +682,7 @@ class SplitStride:
         here = self._on_node.get(node_id)
         if not here:
             return list(node.gpu_indices)
-        suspending = Phase.SUSPENDING
-        held = [
-            i for stay in here.values() if stay.phase is not suspending for i in stay.gpu_indices
-        ]
+        held = [i for stay in here.values() if stay.holds_gpus for i in stay.gpu_indices]
         return [i for i in node.gpu_indices if i not in held]
 
     def parked_on(self, node_id: str) -> dict[str, tuple[int, ...]]:

@@ -23,7 +23,7 @@ from gfair.core.kernel import JobState, PoolState, Snapshot, UserState
 from gfair.core.switch_costs import SwitchCosts
 
 from .events import Node
-from .residency import Job, Phase
+from .residency import Job
 
 if TYPE_CHECKING:
     from .machine import SplitStride
@@ -107,7 +107,7 @@ def _running(job: Job) -> tuple[str, ...]:
     stays = job.stays
     for node in servers:
         stay = stays.get(node)
-        if stay is None or stay.phase is Phase.SUSPENDING or stay.attempt != job.attempt:
+        if stay is None or not stay.holds_gpus or stay.attempt != job.attempt:
             return ()
     return servers
 

@@ -63,8 +63,8 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
         chosen = runs.get(node_id, ())
         # (A copy: a superseded attempt's stay is dropped as it is stopped.)
         for key, held in list(here.items()):
-            if held.phase is Phase.SUSPENDING:
-                continue  # (holds no GPUs)
+            if not held.holds_gpus:
+                continue
             job = jobs[key]
             if key not in chosen or key in moved or held.attempt != job.attempt:
                 leaving.append(_stop(machine, job, held, now, quantum))
@@ -83,7 +83,6 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
     short: list[tuple[str, str]] = []
     # The gangs across servers (the kernel places every job that runs: `Decision.placed`).
     wide = {key for key, servers in decision.placed.items() if len(servers) > 1}
-    suspending = Phase.SUSPENDING
     for node in scheduled:
         node_id = node.node_id
         run = runs.get(node_id, ())
@@ -91,7 +90,7 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
         for key in run:
             job = jobs[key]
             stay = job.stays.get(node_id)
-            if stay is not None and stay.phase is not suspending and stay.attempt == job.attempt:
+            if stay is not None and stay.holds_gpus and stay.attempt == job.attempt:
                 continue  # keeps running on its GPUs
             if key not in held_back:
                 entering.append(job)

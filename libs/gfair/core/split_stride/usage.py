@@ -70,7 +70,7 @@ class Meter:
                     pool = job.generation or "unknown"
                 if stay.phase is not running:
                     unsettled.append((job, stay))
-                    if stay.phase is Phase.SUSPENDING:
+                    if not stay.holds_gpus:
                         self.overran(job, stay, pool, now)
                     continue  # (a start holds its GPUs from its report on: `held`)
                 # (`held`, inline: every running residency at every tick.)
