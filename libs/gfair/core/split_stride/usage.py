@@ -61,7 +61,6 @@ class Meter:
         `overran` (suspending) says, in its server's pool (`generations`: server -> pool; else
         the job's); what is not running (told to start or to stop, unconfirmed), in order."""
         unsettled: list[tuple[Job, Stay]] = []
-        seconds, last, gap = self.seconds, self.last_tick_at, self.gap_s
         running = Phase.RUNNING
         for job in residents:
             for stay in job.stays.values():
@@ -73,15 +72,7 @@ class Meter:
                     if not stay.holds_gpus:
                         self.overran(job, stay, pool, now)
                     continue  # (a start holds its GPUs from its report on: `held`)
-                # (`held`, inline: every running residency at every tick.)
-                since = stay.since
-                if last is not None and last > since:
-                    since = last
-                elapsed = max(0.0, min(now - since, gap))
-                per_pool = seconds.get(job.user)
-                if per_pool is None:
-                    per_pool = seconds[job.user] = {}
-                per_pool[pool] = per_pool.get(pool, 0.0) + len(stay.gpu_indices) * elapsed
+                self.held(job, stay, pool, now)
         self.last_tick_at = now
         return unsettled
 
@@ -89,12 +80,7 @@ class Meter:
         """`stay` held its GPUs until `until` (since the last tick, or since it took them)."""
         if stay.phase is Phase.STARTING:
             return  # it holds its GPUs from its start report on (`started_late`)
-        # (`_elapsed`, inline: every running residency at every tick.)
-        last, since = self.last_tick_at, stay.since
-        if last is not None and last > since:
-            since = last
-        elapsed = max(0.0, min(until - since, self.gap_s))
-        _add(self.seconds, job.user, pool, len(stay.gpu_indices) * elapsed)
+        _add(self.seconds, job.user, pool, len(stay.gpu_indices) * self._elapsed(stay, until))
 
     def overran(self, job: Job, stay: Stay, pool: str, until: float) -> None:
         """A suspending stay's GPU time up to `until` (since its suspend, or the last tick):
