@@ -320,7 +320,7 @@ class SplitStride:
             suspended = reason is not StopReason.MIGRATION
             stay = job.stays.get(stop.node_id)
             superseded = stay is not None and stay.pending_suspends > 1
-            if reports.let_go(self, job, stop.node_id, now, now, suspended, False, False).changed:
+            if reports.let_go(self, job, stop.node_id, now, now, suspended=suspended).changed:
                 changed = True
                 if key in self._held_back:
                     starts += turns.start_at_once(self, key, now, arrival=False)

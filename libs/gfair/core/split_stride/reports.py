@@ -68,7 +68,16 @@ def released(machine: SplitStride, event: Suspended | Migrated | Exited) -> Repl
     suspended = isinstance(event, Suspended)
     in_place = isinstance(event, Suspended) and event.in_place
     exited = isinstance(event, Exited) and event.attempt >= job.attempt
-    return let_go(machine, job, event.node_id, event.now, event.at, suspended, in_place, exited)
+    return let_go(
+        machine,
+        job,
+        event.node_id,
+        event.now,
+        event.at,
+        suspended=suspended,
+        in_place=in_place,
+        exited=exited,
+    )
 
 
 def let_go(
@@ -77,9 +86,10 @@ def let_go(
     node_id: str,
     now: float,
     at: float,
+    *,
     suspended: bool,
-    in_place: bool,
-    exited: bool,
+    in_place: bool = False,
+    exited: bool = False,
 ) -> Reply:
     """`released`, of `job` on `node_id` (a report's fields, or a stop's carried out at once):
     `suspended` (in place or not), else moved away or ended; `exited`: its process of the
