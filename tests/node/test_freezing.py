@@ -9,6 +9,7 @@ elsewhere they are skipped with that reason.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from gfair.node.launch import JobLaunch
 from gfair.node.supervisor import JobSupervisor
 
 from .conftest import needs_cgroups
-from .helpers import JOB_PYTHON, make_config
+from .helpers import JOB_PYTHON, make_config, wait_for_text
 
 pytestmark = needs_cgroups
 
@@ -31,6 +32,17 @@ STARTING_UP = (
     "while time.process_time() < float(os.environ['WORK_S']):\n"
     "    pass\n"
     "open(os.environ['GFAIR_CONTROL_DIR'] + '/up', 'w').write('up')\n"
+)
+
+
+# A job that never comes up and whose child leaves its process group (`setsid`) to go on
+# working: writes the child's pid down, then both burn CPU.
+ESCAPING = (
+    "import os, subprocess, sys\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'while True: pass'], start_new_session=True)\n"
+    "open(os.environ['GFAIR_CONTROL_DIR'] + '/child', 'w').write(str(child.pid))\n"
+    "while True:\n"
+    "    pass\n"
 )
 
 
@@ -51,6 +63,14 @@ def starting_up(job_id: str, work_s: float, gpu: int = 2) -> JobLaunch:
         generation="v100",
         env={"WORK_S": str(work_s)},
     )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def cpu_seconds(pid: int) -> float:
@@ -125,3 +145,29 @@ async def test_a_frozen_job_let_go_or_cancelled_ends_at_once(
     assert moved.exited.exit_code is None and cancelled.exit_code is None  # killed
     assert took < 2 * config.term_grace_s  # no SIGTERM grace a frozen process cannot use
     assert not (tree.path / "moved").exists() and not (tree.path / "cancelled").exists()
+
+
+async def test_a_frozen_job_s_process_that_left_its_group_is_frozen_too(
+    tmp_path: Path, tree: CgroupTree
+) -> None:
+    """A tenant's way around a frozen process group: a child in a session of its own. The
+    cgroup's freezer stops it as well, and nothing of the job runs until its next slice."""
+    config = make_config(tmp_path, cgroups=tree, gpu_processes=no_gpu_memory)
+    launch = JobLaunch(
+        job_id="escaping",
+        argv=(JOB_PYTHON, "-c", ESCAPING),
+        gpu_indices=(1,),
+        generation="v100",
+    )
+    async with JobSupervisor(config) as supervisor:
+        job = await supervisor.start(launch)
+        child_file = job.paths.control_dir / "child"
+        await wait_for_text(child_file, "")
+        child = int(child_file.read_text())
+        await anyio.sleep(0.3)
+        assert (await supervisor.suspend("escaping", 5, enforce=True, park=True)).parked
+        before = cpu_seconds(job.pid), cpu_seconds(child)
+        await anyio.sleep(0.5)
+        assert (cpu_seconds(job.pid), cpu_seconds(child)) == before
+        await supervisor.kill("escaping", "cancelled")
+    assert not alive(child)  # it went with the job
