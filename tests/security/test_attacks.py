@@ -25,7 +25,7 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.codec import encode, publish_headers
 from gfair.events.envelope import Envelope, EventData
-from gfair.events.jobs import JobAccepted, JobExited, JobRejected, JobStarted
+from gfair.events.jobs import JobAccepted, JobExited, JobLaunch, JobRejected, JobStarted
 from gfair.events.nodes import NodeFailed, NodeHeartbeat
 from gfair.events.reasons import RejectionCode
 from gfair.events.subjects import STREAMS, command_subject
@@ -175,6 +175,20 @@ async def test_a_tenant_beyond_its_pending_cap_is_rejected_with_the_reason(login
     assert all("max_pending_jobs 3" in r.reason for r in refused if r.job_id in over)
     kv = await operator.key_value(buckets.JOBS.name)
     assert await load_job(kv, "alice", "j4") is None  # no record: a flood grows no bucket
+
+
+async def test_a_tenant_cannot_announce_an_admission_carrying_a_command(logins: Logins) -> None:
+    """An admission carries the command a node runs as its job (`JobAccepted.launch`): only
+    placement may announce one, for any user, the tenant's own included."""
+    await services(logins)
+    alice = await logins.connection("alice")
+    for user in ("alice", "bob"):
+        data = JobAccepted(
+            user=user, job_id="j1", gpus=1, launch=JobLaunch(command=("sh", "-c", "id"))
+        )
+        envelope = Envelope.wrap(data, source="t")
+        await alice.nc.publish(envelope.subject, encode(envelope))
+        assert "permissions violation" in (await alice.refusal()).lower(), envelope.subject
 
 
 # --- node executors ------------------------------------------------------------------------------
