@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gfair.node.process_group import collect
+
 AUTO = "auto"
 OFF = "off"
 # The shell waits for one line on stdin (the executor writes it once the shell is in the job's
@@ -263,27 +265,18 @@ class CgroupTree:
 def empty(cgroup: JobCgroup, wait_s: float = _KILL_WAIT_S) -> bool:
     """Kill everything in `cgroup` and remove it; False if a process outlived `wait_s`."""
     deadline = time.monotonic() + wait_s
-    # A killed process leaves cgroup.procs as it dies; as a zombie it is still to be reaped.
+    # A killed process leaves cgroup.procs as it dies, before it is a zombie to be reaped: an
+    # empty cgroup can still have processes of ours on their way out, waited for here.
     seen: set[int] = set()
+    removed = False
     while True:
-        seen.update(cgroup.pids())
-        cgroup.kill()
-        _reap(seen)
-        if not cgroup.populated() and cgroup.remove():
-            _reap(seen)
+        if not removed:
+            seen.update(cgroup.pids())
+            cgroup.kill()
+        collect(seen)  # the executor is the subreaper of its jobs' orphans
+        removed = removed or (not cgroup.populated() and cgroup.remove())
+        if removed and not seen:
             return True
         if time.monotonic() > deadline:
-            return False
+            return removed
         time.sleep(0.01)
-
-
-def _reap(pids: set[int]) -> None:
-    # The executor is the subreaper of its jobs' orphans: killed ones are its to collect.
-    for pid in list(pids):
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pids.discard(pid)  # not ours, or already collected
-            continue
-        if done:
-            pids.discard(pid)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gfair.node.job_cgroup import CgroupTree, JobCgroup, cgroup2_mount
+from gfair.node.process_group import collect
 
 MEMORY = "memory"
 CPU = "cpu"
@@ -200,14 +201,15 @@ class JobLimitGroups:
         ``cgroup.kill``: a fork between listing and killing is caught by the next round, and the
         process limit bounds the rounds); False if one outlived `wait_s`."""
         deadline = time.monotonic() + wait_s
+        seen: set[int] = set()
         while True:
             pids = self.pids()
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitpid(pid, os.WNOHANG)  # the executor is the subreaper of orphans
-            if not pids:
+            seen |= pids
+            collect(seen)  # the executor is the subreaper of orphans
+            if not pids and not seen:
                 return True
             if time.monotonic() > deadline:
                 return False

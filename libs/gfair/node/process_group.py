@@ -136,6 +136,19 @@ def reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def collect(pids: set[int]) -> None:
+    """Forget those of `pids` that have died, reaping the ones that are this process's children.
+
+    A killed process leaves its cgroup and its group before it is a zombie: one is reaped only
+    once it is no longer running, or its zombie would outlive the job (the executor is the
+    subreaper of a job's orphans, so nobody else collects them).
+    """
+    for pid in list(pids):
+        if not running(pid):
+            reap(pid)
+            pids.discard(pid)
+
+
 def reap_zombies(members: list[Member]) -> int:
     """Collect the exit status of those of `members` that are this process's zombie children.
 

@@ -51,14 +51,13 @@ from gfair.node.lifecycle import (
 )
 from gfair.node.orphans import ReapedRun, reap_orphans
 from gfair.node.process_group import (
+    collect,
     enable_subreaper,
     group_exists,
     in_group,
     marked,
     read_tail,
-    reap,
     reap_zombie_members,
-    running,
     signal_group,
 )
 from gfair.node.progress import ProgressTail, RateWindow
@@ -794,10 +793,7 @@ class JobSupervisor:
                     escaped.add(member.pid)
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(member.pid, signal.SIGKILL)
-                for pid in list(escaped):
-                    reap(pid)  # as subreaper, orphans are ours to collect
-                    if not running(pid):
-                        escaped.discard(pid)
+                collect(escaped)  # as subreaper, orphans are ours to collect
                 if not escaped and not group_exists(pgid):
                     break
                 reap_zombie_members(pgid)
