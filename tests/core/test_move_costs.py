@@ -93,3 +93,43 @@ def test_dear_moves_do_not_bounce_and_every_job_still_gets_its_turns() -> None:
     assert dear <= 12
     # Four GPUs among six jobs: each runs about two quanta in three.
     assert all(40 <= count <= 66 for count in ran.values()), ran
+
+
+def _gang_whose_server_is_taken(also: list[JobState]) -> Snapshot:
+    # "g"'s 4-GPU gang left its checkpoint on v100-0, which "o1"'s jobs (more owed) keep
+    # running on; "g" is owed 3 GPU-quanta of K80 share, where "o2"'s new jobs would run. A
+    # move costs the gang a third of a quantum: 4/3 GPU-quanta, far less than it is owed, but
+    # worth the K80 share only 20 times over (`_PATIENCE`), or once "g" has saved up all it may.
+    users = {
+        "g": UserState("g", 1, {"v100": 2.0, "k80": 2.0}, {"v100": 0.0, "k80": 3.0}),
+        "o1": UserState("o1", 2, {"v100": 2.0, "k80": 0.0}, {"v100": 10.0}),
+        "o2": UserState("o2", 3, {"v100": 0.0, "k80": 2.0}),
+    }
+    speeds = {"v100": 1.0, "k80": 1.0}
+    gang = JobState("gang", "g", 4, 1, dict(speeds), home=("v100-0",), move_s=120.0)
+    jobs = {
+        "g": [gang, *also],
+        "o1": [
+            JobState(f"o1-{i}", "o1", 1, 10 + i, dict(speeds), running=("v100-0",))
+            for i in range(4)
+        ],
+        "o2": [JobState(f"o2-{i}", "o2", 1, 20 + i, dict(speeds)) for i in range(4)],
+    }
+    return Snapshot(_pools("v100:1x4,k80:1x4"), users, jobs, quantum_s=QUANTUM_S)
+
+
+def test_a_waiting_gang_moves_once_its_user_has_lost_the_move_to_waiting() -> None:
+    # All "g" asks is its share: what it is owed while the gang waits cannot be spent later,
+    # so waiting loses it; the gang moves once that loss covers the move.
+    decision = decide(_gang_whose_server_is_taken([]))
+    assert decision.placed["gang"] == ("k80-0",)
+    assert all(f"o1-{i}" in decision.placed for i in range(4))
+
+
+def test_a_waiting_gang_of_a_user_asking_more_than_its_share_saves_up() -> None:
+    # A fifth GPU asked (a job that runs on V100s only): "g" will run beyond its share later
+    # with what it is owed now, so the dear move waits until it has saved up all it may.
+    v100_only = JobState("v100-only", "g", 1, 2, {"v100": 1.0, "k80": 0.0}, pass_=1.0)
+    decision = decide(_gang_whose_server_is_taken([v100_only]))
+    assert "gang" not in decision.placed
+    assert sorted(decision.runs["k80-0"]) == [f"o2-{i}" for i in range(4)]

@@ -59,7 +59,10 @@ The rules, in order:
    share of a pool it cannot collect where it is: the user must be owed there, beyond what it
    is owed where the job lives, `gpus * c * min(_PATIENCE * c, _MOST_PATIENCE)` GPU-quanta for a
    move costing c of a quantum (`_owed_enough`), or, for a job whose own servers are taken,
-   have saved up all `settle` lets it. Cheap moves (Gandiva's 3 s of a 360 s quantum) are
+   have saved up all `settle` lets it; but a user asking for no more GPUs than its share can
+   never spend what it saves (it cannot run more than all its jobs), so its waiting job moves
+   once its credit there covers the move, `gpus * c`: what waiting has lost it then equals
+   what moving costs (ski rental). Cheap moves (Gandiva's 3 s of a 360 s quantum) are
    made about as soon as a user is owed a pool's share, dear ones (a minute or two) only once
    that share is worth many of them; and a job that moved for its share stays until its user
    is owed as much again elsewhere, so nothing bounces.
@@ -624,6 +627,7 @@ def _next_move(
     generation = pool.generation
     room = packing[generation]
     owed: dict[tuple[int, float, str, bool], bool] = {}  # the same for most of a user's jobs
+    saves: bool | None = None  # `_saves`, once a job waits
     # What the user is owed here and the GPUs free elsewhere only fall as the decision goes
     # on: jobs before the cursor are not looked at again.
     key = len(pools) + rank
@@ -641,8 +645,17 @@ def _next_move(
             case = (job.gpus, job.move_s, home.generation, free)
             enough = owed.get(case)
             if enough is None:
+                if not free and saves is None:
+                    saves = _saves(jobs, state)
                 enough = owed[case] = _owed_enough(
-                    job, state, spent, generation, home.generation, quantum_s, waits=not free
+                    job,
+                    state,
+                    spent,
+                    generation,
+                    home.generation,
+                    quantum_s,
+                    waits=not free,
+                    saves=bool(saves),
                 )
             if enough and fits[rank](job.gpus):
                 marks[key] = at
@@ -663,11 +676,15 @@ def _owed_enough(
     quantum_s: float,
     *,
     waits: bool,
+    saves: bool = True,
 ) -> bool:
     """Whether the job's user is owed enough in `generation` for a move there to pay: its
     credit there, in GPU-seconds, exceeds `_PATIENCE` times what moving costs the job; or, for
     a job that `waits` (its own servers are taken), it has saved up all it may there
-    (`settle`'s ceiling, at least), so that waiting longer would lose its share there. Cheap
+    (`settle`'s ceiling, at least), so that waiting longer would lose its share there; or, for
+    a waiting job whose user `saves` nothing (`_saves`: what it is owed is lost, not put by),
+    its credit there covers the move's cost, so that it has lost to waiting what moving
+    costs. Cheap
     moves are made as soon as a user is owed a pool's share, as if jobs were free to move; dear
     ones only once the share they collect is worth them, and a job that moved stays until its
     user is owed as much again elsewhere, so it does not bounce."""
@@ -679,8 +696,22 @@ def _owed_enough(
         # Owed as much where it lives, it is as well off running there.
         needed += max(0.0, state.credit.get(lives, 0.0) - spent.get(lives, 0.0))
     if waits:
-        needed = min(needed, max(float(job.gpus), entitled * _CREDIT_QUANTA))
+        lost = max(float(job.gpus), entitled * _CREDIT_QUANTA) if saves else job.gpus * cost
+        needed = min(needed, lost)
     return credit > _EPS and credit >= needed - _EPS
+
+
+def _saves(jobs: Sequence[JobState], state: UserState) -> bool:
+    """Whether the user's jobs ask for more GPUs than its share: only then can it spend later
+    (running beyond its share while others' jobs wait) the credit it is owed while a job of it
+    waits. Otherwise that credit is share lost: its jobs cannot run on more than they ask."""
+    share = sum(state.entitled.values())
+    asked = 0
+    for job in jobs:
+        asked += job.gpus
+        if asked > share + _EPS:
+            return True
+    return False
 
 
 def _faster(
