@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
 
 import pytest
 
@@ -19,13 +20,15 @@ from gfair.bus.publisher import EventPublisher
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.server import EmbeddedNatsServer
 from gfair.bus.service import Emit
-from gfair.bus.transport import Bus
+from gfair.bus.topology import ConsumerSpec
+from gfair.bus.transport import Bus, BusError
 from gfair.events.envelope import Envelope
 from gfair.events.nodes import NodeFailed, NodeSuspected
 from gfair_services.failure_detector.service import NodeInput
 
 from .test_failure_detector import (
     FAST,
+    T0,
     Clock,
     ObservedDetector,
     heartbeat,
@@ -119,4 +122,50 @@ async def test_a_node_silent_through_the_backlog_is_failed_once_it_is_read(bus: 
         clock.at(71)
         await detector.check()
         # Last read at 0 s: silent 71 s, past the 60 s to fail; the others read at 70 s.
+        assert await judged(bus) == [("failed", "n07")]
+
+
+class Unanswering(InMemoryBus):
+    """A broker too loaded to say how many messages wait on a consumer."""
+
+    async def unread(self, spec: ConsumerSpec) -> int:
+        raise BusError("timed out asking for the consumer's info")
+
+
+async def heard_at(tool: EventPublisher, node: str, seq: int, sent_s: float) -> Envelope:
+    """A heartbeat of `node` sent `sent_s` seconds into the test's clock."""
+    envelope = Envelope.wrap(
+        heartbeat(node, seq), source="node", time=T0 + timedelta(seconds=sent_s)
+    )
+    await tool.publish_envelope(envelope)
+    return envelope
+
+
+async def test_a_detector_whose_broker_cannot_count_its_backlog_judges_by_what_it_reads() -> None:
+    # The broker does not answer how many heartbeats wait: the heartbeats read tell how late
+    # the detector reads them. Held back after the first round, it has read nothing sent
+    # after 0 s by 70 s: it suspects nobody (before, it judged them as heard, and failed all).
+    bus = Unanswering()
+    clock = Clock()
+    detector = HeldDetector(settings(), clock=clock)
+    async with ServiceRuntime(detector.service, bus, settings=FAST):
+        tool = EventPublisher(bus, "node")
+        sent = [await tool.publish(registered(node)) for node in NODES]
+        sent += [await heard_at(tool, node, 1, 0.0) for node in NODES]
+        await until(lambda: all(e.id in detector.handled for e in sent), timeout_s=20.0)
+        detector.reading.clear()
+        for seq, at_s in ((2, 20.0), (3, 40.0), (4, 65.0)):
+            for node in NODES:
+                if node != "n07":
+                    await heard_at(tool, node, seq, at_s)
+        clock.at(70)
+        await detector.check()
+        assert detector.behind
+        assert await judged(bus) == []
+        # Caught up (read at 70 s, the freshest sent at 65 s), it judges again: the node that
+        # stopped, last read at 0 s, is failed (the others were read at 70 s).
+        detector.reading.set()
+        await until(lambda: len(detector.handled) == 5 * len(NODES) - 3, timeout_s=20.0)
+        await detector.check()
+        assert not detector.behind
         assert await judged(bus) == [("failed", "n07")]

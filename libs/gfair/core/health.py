@@ -14,7 +14,9 @@ Both are pure functions of the facts given (last heartbeat, failure history) and
 - Lag: silence is measured from when the detector *read* a node's heartbeat. A detector that
   has a heartbeat of every node still unread (`behind`) would take its own backlog for the
   nodes' silence; it judges no node until it has read them, and a node that really stopped
-  is then found from when its last heartbeat was read.
+  is then found from when its last heartbeat was read. Where the broker cannot say how many
+  wait (it is too loaded to answer), the heartbeats read say it themselves (`lagging`): the
+  freshest one read was sent long ago.
 - Quarantine: a node on which jobs failed with infrastructure errors at least `max_failures`
   times within the last `window_s` seconds is to be quarantined until an operator clears it.
   Other failure classes say nothing about the node and are not counted.
@@ -68,6 +70,16 @@ def behind(unread: int, nodes: int) -> bool:
     """Whether `unread` heartbeats waiting for the detector are a round of them or more: a
     heartbeat interval's lag at least, which silence measured on read times would count."""
     return nodes > 0 and unread >= nodes
+
+
+def lagging(newest_sent: float | None, now: float, policy: HeartbeatPolicy | None = None) -> bool:
+    """Whether the freshest heartbeat the detector has read (`newest_sent`: when its node sent
+    it) is more than half a suspicion old: the detector reads its feed late or not at all, and
+    would take its own lag for the nodes' silence. Any node sending keeps it fresh, so one node
+    that stopped is still judged; only the detector's own lag (or every node's silence, which
+    `unheard` holds from failing anyway) makes it stale."""
+    policy = policy or HeartbeatPolicy()
+    return newest_sent is not None and now - newest_sent > policy.suspect_after_s / 2
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ A timer every ``check_interval_s`` moves silent nodes to suspected, then failed 
 jobs that ran there), and kills and retries jobs that stopped making progress. Silence counts
 from when a heartbeat was read: while a heartbeat of every node still waits on
 ``failure-detector-nodes`` (the broker's count), the detector is behind, not the nodes
-silent, and it judges no node until it has read them (`gfair.core.health.behind`).
+silent, and it judges no node until it has read them (`gfair.core.health.behind`). Where the
+broker does not answer that count, the freshest heartbeat read tells it
+(`gfair.core.health.lagging`).
 
 Exactly-once effect on at-least-once delivery: every decision is published first, under ids
 derived from its cause (the input event, or the silence or hang it concerns), then written to
@@ -116,6 +118,8 @@ class FailureDetector:
         # Whether the last check found heartbeats waiting unread (and judged no node).
         self.behind = False
         self._backlog_unknown = False
+        # When the freshest heartbeat read was sent (its node's clock), for `health.lagging`.
+        self._newest_sent: float | None = None
         self.service = self._build()
 
     def _build(self) -> Service:
@@ -171,6 +175,9 @@ class FailureDetector:
             if isinstance(data, NodeRegistered):
                 change = self.nodes.registered(data, now)
             elif isinstance(data, NodeHeartbeat):
+                sent = envelope.time.timestamp()
+                if self._newest_sent is None or sent > self._newest_sent:
+                    self._newest_sent = sent
                 for job in data.running:
                     await self._ensure_job(job.user, job.job_id, now)
                 change = self.nodes.heartbeat(data, now) + self.jobs.fence(
@@ -239,7 +246,8 @@ class FailureDetector:
         async with self._lock:
             now = self._clock()
             deaf = self.nodes.deaf_since
-            lapses = [] if self._behind(unread) else self.nodes.check(now, self.jobs.running_on)
+            behind = self._behind(unread, now.timestamp())
+            lapses = [] if behind else self.nodes.check(now, self.jobs.running_on)
             if deaf is None and self.nodes.deaf_since is not None:
                 _log.warning(
                     "no node heard: declaring none failed until one is (the broker, or this "
@@ -276,18 +284,27 @@ class FailureDetector:
             # The broker unreachable: no heartbeat is heard either, and silence of every node
             # at once is the detector's own deafness (`gfair.core.health.unheard`).
             if not self._backlog_unknown:
-                _log.info("heartbeat backlog unknown: judging liveness as heard", error=repr(exc))
+                _log.info(
+                    "heartbeat backlog unknown: judging by the freshest heartbeat read",
+                    error=repr(exc),
+                )
             self._backlog_unknown = True
             return None
         self._backlog_unknown = False
         return unread
 
-    def _behind(self, unread: int | None) -> bool:
-        behind = unread is not None and health.behind(unread, len(self.nodes.records()))
+    def _behind(self, unread: int | None, now: float) -> bool:
+        if unread is None:
+            policy = self.settings.heartbeat_policy()
+            behind = health.lagging(self._newest_sent, now, policy)
+        else:
+            behind = health.behind(unread, len(self.nodes.records()))
         if behind and not self.behind:
+            lag = None if self._newest_sent is None else round(now - self._newest_sent, 1)
             _log.warning(
                 "heartbeats wait unread: judging no node's liveness until they are read",
                 unread=unread,
+                newest_heartbeat_age_s=lag,
                 nodes=len(self.nodes.records()),
             )
         elif self.behind and not behind:
