@@ -683,11 +683,10 @@ def _owed_enough(
     a job that `waits` (its own servers are taken), it has saved up all it may there
     (`settle`'s ceiling, at least), so that waiting longer would lose its share there; or, for
     a waiting job whose user `saves` nothing (`_saves`: what it is owed is lost, not put by),
-    its credit there covers the move's cost, so that it has lost to waiting what moving
-    costs. Cheap
-    moves are made as soon as a user is owed a pool's share, as if jobs were free to move; dear
-    ones only once the share they collect is worth them, and a job that moved stays until its
-    user is owed as much again elsewhere, so it does not bounce."""
+    its credit there covers the move's cost, so that it has lost to waiting what moving costs.
+    Cheap moves are made as soon as a user is owed a pool's share, as if jobs were free to move;
+    dear ones only once the share they collect is worth them, and a job that moved stays until
+    its user is owed as much again elsewhere, so it does not bounce."""
     entitled = state.entitled.get(generation, 0.0)
     credit = state.credit.get(generation, 0.0) - spent.get(generation, 0.0)
     cost = job.move_s / quantum_s  # of a quantum's progress
