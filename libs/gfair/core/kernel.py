@@ -61,11 +61,11 @@ The rules, in order:
    move costing c of a quantum (`_owed_enough`), or, for a job whose own servers are taken,
    have saved up all `settle` lets it; but a user asking for no more GPUs than its share can
    never spend what it saves (it cannot run more than all its jobs), so its waiting job moves
-   once its credit there covers the move, `gpus * c`: what waiting has lost it then equals
-   what moving costs (ski rental). Cheap moves (Gandiva's 3 s of a 360 s quantum) are
-   made about as soon as a user is owed a pool's share, dear ones (a minute or two) only once
-   that share is worth many of them; and a job that moved for its share stays until its user
-   is owed as much again elsewhere, so nothing bounces.
+   once its credit there covers the move, `gpus * c` (beyond what it is owed where the job
+   lives): what waiting has lost it then equals what moving costs (ski rental). Cheap moves
+   (Gandiva's 3 s of a 360 s quantum) are made about as soon as a user is owed a pool's share,
+   dear ones (a minute or two) only once that share is worth many of them; and a job that moved
+   for its share stays until its user is owed as much again elsewhere, so nothing bounces.
 
 Jobs are visited within their user by (pass, arrival), as the snapshot lists them; at most
 `_SCAN_LIMIT` of a user's jobs that do not fit are passed over per visit, so a quantum costs what
@@ -683,7 +683,8 @@ def _owed_enough(
     a job that `waits` (its own servers are taken), it has saved up all it may there
     (`settle`'s ceiling, at least), so that waiting longer would lose its share there; or, for
     a waiting job whose user `saves` nothing (`_saves`: what it is owed is lost, not put by),
-    its credit there covers the move's cost, so that it has lost to waiting what moving costs.
+    its credit there covers the move's cost (beyond what it is owed where it lives), so that it
+    has lost to waiting what moving costs.
     Cheap moves are made as soon as a user is owed a pool's share, as if jobs were free to move;
     dear ones only once the share they collect is worth them, and a job that moved stays until
     its user is owed as much again elsewhere, so it does not bounce."""
@@ -691,12 +692,13 @@ def _owed_enough(
     credit = state.credit.get(generation, 0.0) - spent.get(generation, 0.0)
     cost = job.move_s / quantum_s  # of a quantum's progress
     needed = job.gpus * cost * min(_PATIENCE * cost, _MOST_PATIENCE)
-    if generation != lives:
-        # Owed as much where it lives, it is as well off running there.
-        needed += max(0.0, state.credit.get(lives, 0.0) - spent.get(lives, 0.0))
+    # Owed as much where it lives, it is as well off running there.
+    at_home = 0.0 if generation == lives else state.credit.get(lives, 0.0) - spent.get(lives, 0.0)
+    needed += max(0.0, at_home)
     if waits:
-        lost = max(float(job.gpus), entitled * _CREDIT_QUANTA) if saves else job.gpus * cost
-        needed = min(needed, lost)
+        needed = min(needed, max(float(job.gpus), entitled * _CREDIT_QUANTA))
+        if not saves:
+            needed = min(needed, job.gpus * cost + max(0.0, at_home))
     return credit > _EPS and credit >= needed - _EPS
 
 
