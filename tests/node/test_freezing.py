@@ -9,7 +9,6 @@ elsewhere they are skipped with that reason.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from gfair.node.job_cgroup import CgroupTree, JobCgroup
 from gfair.node.launch import JobLaunch
+from gfair.node.process_group import process_exists
 from gfair.node.supervisor import JobSupervisor
 
 from .conftest import needs_cgroups
@@ -63,14 +63,6 @@ def starting_up(job_id: str, work_s: float, gpu: int = 2) -> JobLaunch:
         generation="v100",
         env={"WORK_S": str(work_s)},
     )
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def cpu_seconds(pid: int) -> float:
@@ -170,4 +162,4 @@ async def test_a_frozen_job_s_process_that_left_its_group_is_frozen_too(
         await anyio.sleep(0.5)
         assert (cpu_seconds(job.pid), cpu_seconds(child)) == before
         await supervisor.kill("escaping", "cancelled")
-    assert not alive(child)  # it went with the job
+    assert not process_exists(child)  # it went with the job

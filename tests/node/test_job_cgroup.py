@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gfair.node.job_cgroup import OFF, CgroupError, CgroupTree, JobCgroup, empty, locate
+from gfair.node.process_group import process_exists
 from gfair.node.supervisor import JobSupervisor
 
 from .conftest import CGROUPS, needs_cgroups
@@ -38,14 +39,6 @@ def sleeper() -> subprocess.Popen[bytes]:
     return subprocess.Popen(["sleep", "600"], start_new_session=True)
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @needs_cgroups
 @pytest.mark.parametrize("stop", ["kill", "suspend"])
 async def test_a_process_that_left_the_group_and_cleared_its_environment_goes_with_the_job(
@@ -65,7 +58,7 @@ async def test_a_process_that_left_the_group_and_cleared_its_environment_goes_wi
             await supervisor.kill("vanisher", "cancelled")
         else:
             await supervisor.suspend("vanisher", 5.0)
-        assert not alive(escapee)
+        assert not process_exists(escapee)
         assert not cgroup.path.exists()  # removed once empty
 
 
@@ -78,7 +71,7 @@ async def test_without_a_cgroup_such_a_process_escapes(tmp_path: Path) -> None:
         escapee = int((job.paths.control_dir / "escapee").read_text())
         await supervisor.kill("vanisher", "cancelled")
     try:
-        assert alive(escapee)
+        assert process_exists(escapee)
     finally:
         os.kill(escapee, signal.SIGKILL)
 
@@ -92,7 +85,7 @@ async def test_a_new_executor_kills_what_an_earlier_ones_jobs_left_in_their_cgro
     leftover.add(straggler.pid)
     async with JobSupervisor(make_config(tmp_path, cgroups=tree)):
         # Killed, and reaped by the executor (the subreaper of whatever its jobs leave).
-        assert not alive(straggler.pid)
+        assert not process_exists(straggler.pid)
     assert not leftover.path.exists()
 
 
@@ -104,7 +97,7 @@ def test_emptying_a_cgroup_kills_everything_inside_and_removes_it(tree: CgroupTr
         cgroup.add(process.pid)
     assert cgroup.populated()
     assert empty(cgroup)
-    assert not any(alive(s.pid) for s in sleepers)  # killed and reaped
+    assert not any(process_exists(s.pid) for s in sleepers)  # killed and reaped
     assert not cgroup.path.exists()
 
 
@@ -119,7 +112,7 @@ def test_two_executors_of_one_node_name_on_one_host_keep_apart(tmp_path: Path) -
         process = sleeper()
         cgroup.add(process.pid)
         one.sweep()  # the first executor starting again
-        assert alive(process.pid)
+        assert process_exists(process.pid)
     finally:
         other.sweep()
         one.close()

@@ -676,7 +676,7 @@ def _owed_enough(
     quantum_s: float,
     *,
     waits: bool,
-    saves: bool = True,
+    saves: bool,
 ) -> bool:
     """Whether the job's user is owed enough in `generation` for a move there to pay: its
     credit there, in GPU-seconds, exceeds `_PATIENCE` times what moving costs the job; or, for

@@ -209,7 +209,7 @@ class JobLimitGroups:
                     os.kill(pid, signal.SIGKILL)
             seen |= pids
             collect(seen)  # the executor is the subreaper of orphans
-            if not pids and not seen:
+            if not seen:  # (it holds every pid listed)
                 return True
             if time.monotonic() > deadline:
                 return False

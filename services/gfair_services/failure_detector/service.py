@@ -99,8 +99,9 @@ class FailureDetector:
     ) -> None:
         self.settings = settings or FailureDetectorSettings()
         self._clock = clock
+        self._heartbeat = self.settings.heartbeat_policy()
         self.nodes = NodeBook(
-            self.settings.heartbeat_policy(),
+            self._heartbeat,
             self.settings.quarantine_policy(),
             heartbeat_record_s=self.settings.heartbeat_record_s,
         )
@@ -295,8 +296,7 @@ class FailureDetector:
 
     def _behind(self, unread: int | None, now: float) -> bool:
         if unread is None:
-            policy = self.settings.heartbeat_policy()
-            behind = health.lagging(self._newest_sent, now, policy)
+            behind = health.lagging(self._newest_sent, now, self._heartbeat)
         else:
             behind = health.behind(unread, len(self.nodes.records()))
         if behind and not self.behind:
