@@ -87,6 +87,39 @@ async def test_a_timer_publishes_into_the_trace_it_is_given(
     assert alone.parent is None and ids(alone)[0] != ids(job_span)[0]  # a trace of its own
 
 
+async def test_an_untraced_emit_goes_out_without_a_span_or_trace_context(
+    tracer_provider: TracerProvider, spans: InMemorySpanExporter
+) -> None:
+    tracer = tracer_provider.get_tracer("t")
+    with tracer.start_as_current_span("submission handled") as job_span:
+        job_trace = current_traceparent()
+    ticker = Service("ticker")
+    emitted = [Emit(Pinged(key="beat"), trace_parent=job_trace, traced=False)]
+
+    @ticker.timer(0.01)
+    async def tick() -> list[Emit]:
+        outputs, emitted[:] = list(emitted), []
+        return outputs
+
+    reader = Service("reader")
+    seen: list[str] = []
+
+    @reader.handler(PINGS)
+    async def on_ping(envelope: Envelope, data: Pinged) -> list[Emit]:
+        seen.append(data.key)
+        return []
+
+    bus = InMemoryBus()
+    producer = ServiceRuntime(ticker, bus, tracer=tracer, settings=FAST, extra_topology=EXTRA)
+    consumer = ServiceRuntime(reader, bus, tracer=tracer, settings=FAST, extra_topology=EXTRA)
+    async with producer, consumer:
+        await eventually(lambda: seen == ["beat"])
+    assert named(spans, "publish gfair.test.pinged.v1") == []
+    (process,) = named(spans, "process gfair.test.pinged.v1")
+    # The reader's span starts a trace of its own: nothing was carried to continue.
+    assert process.parent is None and ids(process)[0] != ids(job_span)[0]
+
+
 async def test_a_handler_output_for_another_trace_joins_it_and_links_its_cause(
     tracer_provider: TracerProvider, spans: InMemorySpanExporter
 ) -> None:

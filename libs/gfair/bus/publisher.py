@@ -83,12 +83,14 @@ class EventPublisher:
         event_id: str | None = None,
         trace_parent: str | None = None,
         links: Sequence[str | None] = (),
+        traced: bool = True,
     ) -> Envelope:
         """Wrap `data` in an envelope from this source and publish it; returns the envelope.
 
         `subject` defaults to where the payload says it belongs (`data.subject()`).
         `trace_parent` (a W3C traceparent) makes the publish part of that trace, e.g. the
         job's, when it is not caused by one of the job's events; `links` names related traces.
+        Untraced (`traced` False), it goes out without a producer span or trace context.
         """
         envelope = Envelope.wrap(
             data,
@@ -98,7 +100,7 @@ class EventPublisher:
             causation=causation,
             event_id=event_id,
         )
-        await self.publish_envelope(envelope, trace_parent=trace_parent, links=links)
+        await self.publish_envelope(envelope, trace_parent=trace_parent, links=links, traced=traced)
         return envelope
 
     def send(
@@ -135,8 +137,13 @@ class EventPublisher:
         *,
         trace_parent: str | None = None,
         links: Sequence[str | None] = (),
+        traced: bool = True,
     ) -> PubAck:
         payload, headers = encode(envelope)
+        if not traced:
+            return await self._bus.publish(
+                envelope.subject, payload, headers=headers, msg_id=envelope.id
+            )
         with publish_span(
             self._tracer,
             envelope.subject,

@@ -218,7 +218,7 @@ class HandlerRunner:
         hold_s = self._route.consumer.ack_wait_s / 4
         try:
             while not stopping.is_set():
-                deliveries = await self._fetch(consumer)
+                deliveries = await self._fetch(consumer, stopping)
                 decoded = await self._prepare(deliveries)
                 batch = _Batch()
                 for index, delivery in enumerate(deliveries):
@@ -244,7 +244,7 @@ class HandlerRunner:
                 if room <= 0:
                     await asyncio.wait(lanes.running, return_when=asyncio.FIRST_COMPLETED)
                     continue
-                for delivery in await self._fetch(consumer, room):
+                for delivery in await self._fetch(consumer, stopping, room):
                     decoded = self._decode(delivery)
                     lanes.start(
                         self._lanes_of(decoded),
@@ -285,11 +285,27 @@ class HandlerRunner:
         await self.handle(delivery, batch, decoded)
         await self._settle(batch)
 
-    async def _fetch(self, consumer: PullConsumer, most: int | None = None) -> list[Delivery]:
+    async def _fetch(
+        self, consumer: PullConsumer, stopping: asyncio.Event, most: int | None = None
+    ) -> list[Delivery]:
+        """What the consumer has, waiting up to the fetch timeout for one; nothing once
+        `stopping` is set, so that a long wait (a node's, for commands) does not hold a stop."""
+        fetching = asyncio.ensure_future(
+            consumer.fetch(most or self._settings.batch, self._settings.fetch_timeout_s)
+        )
+        stopped = asyncio.ensure_future(stopping.wait())
         try:
-            return await consumer.fetch(
-                most or self._settings.batch, self._settings.fetch_timeout_s
-            )
+            await asyncio.wait((fetching, stopped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not fetching.done():
+                # What it would have brought stays unacknowledged and is delivered again.
+                fetching.cancel()
+                await asyncio.gather(fetching, return_exceptions=True)
+        if fetching.cancelled():
+            return []
+        try:
+            return fetching.result()
         except BusError:
             raise
         except Exception as exc:
@@ -469,7 +485,10 @@ class HandlerRunner:
         return [
             loop.create_task(
                 self._publisher.publish_envelope(
-                    output, trace_parent=emit.trace_parent or item.trace_parent, links=emit.links
+                    output,
+                    trace_parent=emit.trace_parent or item.trace_parent,
+                    links=emit.links,
+                    traced=emit.traced,
                 ),
                 context=item.context.copy(),
             )

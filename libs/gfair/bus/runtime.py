@@ -130,6 +130,7 @@ class ServiceRuntime:
                         event_id=emit.event_id,
                         trace_parent=emit.trace_parent,
                         links=emit.links,
+                        traced=emit.traced,
                     )
             except Exception as exc:
                 self._log.error("timer failed", timer=timer.name, error=repr(exc))

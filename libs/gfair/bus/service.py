@@ -62,6 +62,10 @@ class Emit:
     # Traceparents of other traces to link the publish to (the jobs a per-server decision
     # is about, say).
     links: tuple[str, ...] = ()
+    # False: published without a span, outside any trace. For periodic reports (a heartbeat of
+    # every node every few seconds), where a trace each would cost more than the report and
+    # bury the traces that say something.
+    traced: bool = True
 
 
 class Unprocessable(Exception):

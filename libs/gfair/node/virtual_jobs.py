@@ -26,8 +26,10 @@ checkpoint files).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import functools
 import io
 import json
 import math
@@ -125,6 +127,13 @@ class _Plan:
     unrunnable: bool = False
 
 
+@functools.cache
+def _synthetic_parser() -> argparse.ArgumentParser:
+    """Built once: a node starts hundreds of runs a quantum, and building it cost more than
+    parsing with it (it measures the terminal, among other things)."""
+    return synthetic.build_parser()
+
+
 def _plan(launch: JobLaunch, table: ThroughputTable) -> _Plan:
     argv = list(launch.argv)
     found = [i for i in range(len(argv) - 1) if argv[i] == "-m" and argv[i + 1] == SYNTHETIC_MODULE]
@@ -133,7 +142,7 @@ def _plan(launch: JobLaunch, table: ThroughputTable) -> _Plan:
             f"job {launch.job_id}: a virtual node runs only `python -m {SYNTHETIC_MODULE}` "
             f"jobs, not {argv[0]!r}"
         )
-    parser = synthetic.build_parser()
+    parser = _synthetic_parser()
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):

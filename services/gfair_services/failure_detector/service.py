@@ -133,6 +133,8 @@ class FailureDetector:
             durable="failure-detector-nodes",
             ack_wait_s=ack_wait_s,
             settle=self._writes.settle,
+            # A heartbeat of every node every few seconds, published untraced: no span each.
+            untraced=(NodeHeartbeat,),
         )
         service.add_handler(
             self.on_job_event,

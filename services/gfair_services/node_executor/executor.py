@@ -339,7 +339,8 @@ class NodeExecutor:
         seq = self._heartbeat_seq
         self._heartbeat_seq += 1
         running = tuple(run.job for run in self.running())
-        return [Emit(NodeHeartbeat(node_id=self.node_id, seq=seq, running=running))]
+        heartbeat = NodeHeartbeat(node_id=self.node_id, seq=seq, running=running)
+        return [Emit(heartbeat, traced=False)]
 
     async def telemetry(self) -> Sequence[Emit]:
         samples, xids = await anyio.to_thread.run_sync(self._read_gpus, self._runs.busy_gpus())
@@ -349,7 +350,7 @@ class NodeExecutor:
         gpus = telemetry_samples(samples, self._xids.take_unreported(self._inventory))
         if not gpus:
             return []
-        return [Emit(NodeTelemetry(node_id=self.node_id, gpus=gpus))]
+        return [Emit(NodeTelemetry(node_id=self.node_id, gpus=gpus), traced=False)]
 
     def _record_utilization(self, samples: Sequence[GpuSample]) -> None:
         gauge = gfair_metrics().gpu_utilization

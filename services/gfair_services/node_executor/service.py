@@ -52,7 +52,7 @@ async def serve(
                 bus,
                 tracer=observability.tracer,
                 settings=RunnerSettings(
-                    batch=COMMANDS_IN_FLIGHT, fetch_timeout_s=bus_settings.fetch_timeout_s
+                    batch=COMMANDS_IN_FLIGHT, fetch_timeout_s=settings.command_wait_s
                 ),
             )
             shipper = OutputShipper(

@@ -69,6 +69,13 @@ class NodeExecutorSettings(BaseSettings):
     )
     heartbeat_s: float = Field(default=5.0, gt=0, description="Heartbeat interval")
     telemetry_s: float = Field(default=10.0, gt=0, description="GPU telemetry interval")
+    command_wait_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long a pull for this node's commands waits at the broker. A command "
+        "answers it at once, so this sets only the traffic of an idle node (a pull this often) "
+        "and how soon a command consumer deleted under it is noticed (a second after)",
+    )
     suspend_timeout_s: float = Field(
         default=30.0,
         gt=0,

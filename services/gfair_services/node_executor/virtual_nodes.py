@@ -113,7 +113,7 @@ async def serve_virtual(
         started: list[ServiceRuntime] = []
         try:
             runner = RunnerSettings(
-                batch=COMMANDS_IN_FLIGHT, fetch_timeout_s=bus_settings.fetch_timeout_s
+                batch=COMMANDS_IN_FLIGHT, fetch_timeout_s=settings.command_wait_s
             )
             for executor in executors:
                 runtime = ServiceRuntime(
