@@ -192,7 +192,7 @@ def _memory_mib(pid: int | None, key: str) -> float:
     return 0.0
 
 
-def _spec(servers: int) -> str:
+def cluster_spec(servers: int) -> str:
     """`servers` servers of 8 GPUs, the generations in equal parts (the first ones get the
     remainder)."""
     parts = []
@@ -295,7 +295,7 @@ async def measure(servers: int, plan: Plan) -> Result:
     with tempfile.TemporaryDirectory(prefix="gfair-scale-") as tmp:
         os.chmod(tmp, 0o711)  # an executor running as root wants its roots open to passage
         options = ClusterOptions(
-            cluster=_spec(servers),
+            cluster=cluster_spec(servers),
             quantum_s=quantum_s,
             data_dir=Path(tmp) / "gfair",
             virtual=True,

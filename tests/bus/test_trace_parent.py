@@ -87,14 +87,17 @@ async def test_a_timer_publishes_into_the_trace_it_is_given(
     assert alone.parent is None and ids(alone)[0] != ids(job_span)[0]  # a trace of its own
 
 
-async def test_an_untraced_emit_goes_out_without_a_span_or_trace_context(
+async def test_an_untraced_emit_has_no_span_of_its_own_and_stays_in_its_trace(
     tracer_provider: TracerProvider, spans: InMemorySpanExporter
 ) -> None:
     tracer = tracer_provider.get_tracer("t")
-    with tracer.start_as_current_span("submission handled") as job_span:
-        job_trace = current_traceparent()
+    with tracer.start_as_current_span("run") as run_span:
+        run_trace = current_traceparent()
     ticker = Service("ticker")
-    emitted = [Emit(Pinged(key="beat"), trace_parent=job_trace, traced=False)]
+    emitted = [
+        Emit(Pinged(key="report"), trace_parent=run_trace, traced=False),
+        Emit(Pinged(key="heartbeat"), traced=False),
+    ]
 
     @ticker.timer(0.01)
     async def tick() -> list[Emit]:
@@ -113,11 +116,19 @@ async def test_an_untraced_emit_goes_out_without_a_span_or_trace_context(
     producer = ServiceRuntime(ticker, bus, tracer=tracer, settings=FAST, extra_topology=EXTRA)
     consumer = ServiceRuntime(reader, bus, tracer=tracer, settings=FAST, extra_topology=EXTRA)
     async with producer, consumer:
-        await eventually(lambda: seen == ["beat"])
+        await eventually(lambda: sorted(seen) == ["heartbeat", "report"])
     assert named(spans, "publish gfair.test.pinged.v1") == []
-    (process,) = named(spans, "process gfair.test.pinged.v1")
-    # The reader's span starts a trace of its own: nothing was carried to continue.
-    assert process.parent is None and ids(process)[0] != ids(job_span)[0]
+    read = {
+        s.attributes["messaging.destination.name"]: s
+        for s in named(spans, "process gfair.test.pinged.v1")
+        if s.attributes is not None
+    }
+    report, heartbeat = read["bustest.ping.report"], read["bustest.ping.heartbeat"]
+    # The report's reader is in the run's trace, right under the run: no publish between.
+    assert report.parent is not None and report.parent.span_id == ids(run_span)[1]
+    assert ids(report)[0] == ids(run_span)[0]
+    # Published in no trace at all, the heartbeat's reader starts one of its own.
+    assert heartbeat.parent is None and ids(heartbeat)[0] != ids(run_span)[0]
 
 
 async def test_a_handler_output_for_another_trace_joins_it_and_links_its_cause(

@@ -88,7 +88,6 @@ async def test_a_job_that_starts_at_once_is_one_trace_across_the_services(
         "publish gfair.job.placed.v1",
         "publish gfair.cmd.start.v1",
         "node_executor.run",
-        "publish gfair.job.progress.v1",
         "publish gfair.job.exited.v1",
         "publish gfair.job.completed.v1",
     ):
@@ -97,10 +96,13 @@ async def test_a_job_that_starts_at_once_is_one_trace_across_the_services(
     assert run["attributes"]["gfair.run.end"] == "completed"
     assert run["attributes"]["gfair.job.id"] == "once"
     assert run["attributes"]["gfair.generation"] == "v100"
-    # The run's reports are published under its span: progress and exit are its children.
-    for name in ("publish gfair.job.progress.v1", "publish gfair.job.exited.v1"):
-        reports = [s for s in spans if s["name"] == name]
-        assert reports and all(s["parent_span_id"] == run["span_id"] for s in reports)
+    # The run's reports are published under its span; its progress, one a second, without a
+    # span each: what the profiler publishes of it hangs from the run directly.
+    (exited,) = [s for s in spans if s["name"] == "publish gfair.job.exited.v1"]
+    assert exited["parent_span_id"] == run["span_id"]
+    assert "publish gfair.job.progress.v1" not in names
+    profiles = [s for s in spans if s["name"] == "publish gfair.profile.updated.v1"]
+    assert profiles and all(s["parent_span_id"] == run["span_id"] for s in profiles)
 
 
 async def test_a_time_sliced_job_keeps_one_trace_through_suspends_and_resumes(

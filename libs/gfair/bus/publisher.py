@@ -21,6 +21,7 @@ from opentelemetry.trace import Tracer
 from gfair.bus.tracing import (
     default_tracer,
     inject_context,
+    join_trace,
     propagated_context,
     publish_span,
 )
@@ -90,7 +91,8 @@ class EventPublisher:
         `subject` defaults to where the payload says it belongs (`data.subject()`).
         `trace_parent` (a W3C traceparent) makes the publish part of that trace, e.g. the
         job's, when it is not caused by one of the job's events; `links` names related traces.
-        Untraced (`traced` False), it goes out without a producer span or trace context.
+        Untraced (`traced` False), it goes out without a span of its own: for reports so
+        frequent that a span each would outweigh them and bury a trace's decisions.
         """
         envelope = Envelope.wrap(
             data,
@@ -141,6 +143,9 @@ class EventPublisher:
     ) -> PubAck:
         payload, headers = encode(envelope)
         if not traced:
+            # No span of its own, but its readers still join the trace it goes out in (a
+            # progress report: its run's), if any: what they publish of it lands there.
+            inject_context(headers, join_trace(trace_parent)[0])
             return await self._bus.publish(
                 envelope.subject, payload, headers=headers, msg_id=envelope.id
             )

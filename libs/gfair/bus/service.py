@@ -62,9 +62,9 @@ class Emit:
     # Traceparents of other traces to link the publish to (the jobs a per-server decision
     # is about, say).
     links: tuple[str, ...] = ()
-    # False: published without a span, outside any trace. For periodic reports (a heartbeat of
-    # every node every few seconds), where a trace each would cost more than the report and
-    # bury the traces that say something.
+    # False: published without a span of its own (in `trace_parent`'s trace, if given). For
+    # periodic reports (a heartbeat of every node every few seconds), where a span each would
+    # cost more than the report and bury the traces that say something.
     traced: bool = True
 
 

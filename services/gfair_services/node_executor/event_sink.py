@@ -73,20 +73,24 @@ class EventSink:
         cause: Envelope | None = None,
         key: str | None = None,
         correlation_id: str | None = None,
+        traced: bool = True,
     ) -> None:
         async with self.holding(data.job if isinstance(data, JobEvent) else None):
-            await self.send(data, cause=cause, key=key, correlation_id=correlation_id)
+            await self.send(
+                data, cause=cause, key=key, correlation_id=correlation_id, traced=traced
+            )
 
     async def publish_for(
-        self, run: LocalJob | None, data: EventData, *, key: str | None = None
+        self, run: LocalJob | None, data: EventData, *, key: str | None = None, traced: bool = True
     ) -> None:
-        """A report of `run`, in the trace and correlation of the command that started it."""
+        """A report of `run`, in the trace and correlation of the command that started it
+        (untraced: in its trace, without a span of its own)."""
         if run is None:
-            await self.publish(data, key=key)
+            await self.publish(data, key=key, traced=traced)
             return
         token = otel_context.attach(run.trace_context)
         try:
-            await self.publish(data, key=key, correlation_id=run.correlation_id)
+            await self.publish(data, key=key, correlation_id=run.correlation_id, traced=traced)
         finally:
             otel_context.detach(token)
 
@@ -97,6 +101,7 @@ class EventSink:
         cause: Envelope | None = None,
         key: str | None = None,
         correlation_id: str | None = None,
+        traced: bool = True,
     ) -> None:
         """Publish now; the caller holds the job's lock (`holding`)."""
         if self._runtime is None:
@@ -110,7 +115,11 @@ class EventSink:
         self._sending += 1
         try:
             await self._runtime.publisher.publish(
-                data, event_id=event_id, causation=cause, correlation_id=correlation_id
+                data,
+                event_id=event_id,
+                causation=cause,
+                correlation_id=correlation_id,
+                traced=traced,
             )
         finally:
             self._sending -= 1
