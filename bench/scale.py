@@ -1,7 +1,7 @@
 """The live control plane on clusters of virtual nodes, two sizes side by side.
 
 Run: ``.venv/bin/python -m bench.scale [--servers 100 1000] [--jobs-per-gpu 2.5] [--quantum 60]
-[--quanta 3] [--warmup 1] [--heartbeat 5] [--progress 1] [--max-payload 64]``; for a quick look:
+[--quanta 3] [--warmup 1] [--heartbeat 5] [--progress S] [--max-payload 64]``; for a quick look:
 ``--servers 5 20 --quantum 10 --quanta 2``.
 
 For each size, a whole cluster as `gfair up --virtual` starts it (embedded nats-server, the
@@ -12,7 +12,8 @@ servers of four generations: 8 x V100, P100, K80 and A100 each in turn, jobs vir
 100) from 100 users (mostly one GPU, some gangs of 2 and 4), so that every quantum
 time-slices: it suspends some jobs and starts others. Executors heartbeat every
 ``--heartbeat`` seconds (the executor's default, 5) and every job reports its progress every
-``--progress`` seconds (the executor's default, 1). The broker takes messages of up to
+``--progress`` seconds (default: the executor's, a sixth of the quantum from 1 to 10 s: 10 s at
+60 s quanta; it was 1 s until 2026-11-29). The broker takes messages of up to
 ``--max-payload`` MiB (split-stride stored its whole state as one message, which outgrew
 nats-server's default 1 MiB from about 2,000 jobs on; it now stores a key per job, and the
 default 64 keeps runs comparable with the earlier ones). Once every job is admitted and
@@ -85,6 +86,7 @@ from gfair.events.nodes import NodeFailed, NodeSuspected
 from gfair.events.scheduling import QuantumTicked
 from gfair.events.subjects import STREAMS
 from gfair.events.submission import JobCancelRequested, JobSubmitted
+from gfair_services.node_executor.settings import progress_interval_for
 
 USERS = 100
 GENERATIONS = ("v100", "p100", "k80", "a100")
@@ -279,7 +281,7 @@ class Plan:
     quanta: int
     warmup: int
     heartbeat_s: float
-    progress_s: float
+    progress_s: float  # the executor's progress interval
     max_payload_mib: int
     # How long admitting every job, and cancelling every job, may take.
     stage_timeout_s: float
@@ -523,7 +525,7 @@ async def main_async(args: argparse.Namespace) -> None:
         quanta=args.quanta,
         warmup=args.warmup,
         heartbeat_s=args.heartbeat,
-        progress_s=args.progress,
+        progress_s=args.progress or progress_interval_for(args.quantum),
         max_payload_mib=args.max_payload,
         stage_timeout_s=args.stage_timeout,
     )
@@ -555,7 +557,9 @@ def main() -> None:
     parser.add_argument("--quanta", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--heartbeat", type=float, default=5.0)
-    parser.add_argument("--progress", type=float, default=1.0)
+    parser.add_argument(
+        "--progress", type=float, default=None, help="default: the executor's for the quantum"
+    )
     parser.add_argument("--max-payload", type=int, default=64, help="the broker's, MiB")
     parser.add_argument(
         "--stage-timeout", type=float, default=300.0, help="admitting, cancelling: seconds"

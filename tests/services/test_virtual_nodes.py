@@ -329,6 +329,18 @@ def test_a_part_gets_the_settings_given_to_the_process_that_starts_it(tmp_path: 
     assert env.get("GFAIR_WORK_ROOT") == os.environ.get("GFAIR_WORK_ROOT")
 
 
+def test_progress_is_reported_a_few_times_a_slice_unless_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # At 60 s quanta every 10 s, at gfair up's 3 s every second, within 1 to 10 s.
+    every = {q: NodeExecutorSettings(quantum_s=q).progress_every_s for q in (3, 12, 60, 600)}
+    assert every == {3: 1.0, 12: 2.0, 60: 10.0, 600: 10.0}
+    monkeypatch.setenv("GFAIR_QUANTUM_S", "30")  # what gfair up and compose give every child
+    assert NodeExecutorSettings().progress_every_s == 5.0
+    monkeypatch.setenv("GFAIR_PROGRESS_INTERVAL_S", "0.5")
+    assert NodeExecutorSettings().progress_every_s == 0.5
+
+
 def test_a_checkpoint_taken_by_one_process_virtual_node_is_found_by_another_process(
     tmp_path: Path,
 ) -> None:

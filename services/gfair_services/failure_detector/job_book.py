@@ -68,7 +68,7 @@ class JobBook:
         # running job a fresh `hang_after_s` from `restore`.
         self._last_progress: dict[str, float] = {}
         # The steps and checkpoint a running job's progress last reported, not yet in its
-        # record: a report a second per job is a dict update, and the record takes them in
+        # record: a report every few seconds per job is a dict update, and the record takes them in
         # only when it is read to be changed (`_live`), so they are written with its next change.
         self._progress: dict[str, tuple[int, int | None]] = {}
 

@@ -141,7 +141,7 @@ class FailureDetector:
             durable="failure-detector-jobs",
             ack_wait_s=ack_wait_s,
             settle=self._writes.settle,
-            # A report a second per running job, which only notes the job alive: no span each.
+            # Several reports a slice per running job, each only noting it alive: no span each.
             untraced=(JobProgress,),
         )
         service.add_timer(self.settings.check_interval_s, self.check, name="failure-check")

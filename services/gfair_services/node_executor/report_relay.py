@@ -91,7 +91,7 @@ class ReportRelay:
                 window_s=report.window_s or None,
                 first_step_s=first_step_s,
             ),
-            # One a second per running job: a span each would be most of a long job's trace.
+            # Several a slice per running job: a span each would be most of a long job's trace.
             traced=False,
         )
 

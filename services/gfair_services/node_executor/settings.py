@@ -42,6 +42,11 @@ def default_node_id() -> str:
     return token or "node"
 
 
+def progress_interval_for(quantum_s: float) -> float:
+    """The default progress interval at `quantum_s` quanta: a sixth of it, from 1 to 10 s."""
+    return min(max(quantum_s / 6, 1.0), 10.0)
+
+
 class NodeExecutorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
@@ -100,8 +105,17 @@ class NodeExecutorSettings(BaseSettings):
     term_grace_s: float = Field(
         default=5.0, gt=0, description="Between SIGTERM and SIGKILL when a job must stop"
     )
-    progress_interval_s: float = Field(
-        default=1.0, gt=0, description="At most one progress report per job this often"
+    quantum_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="The scheduler's quantum (split-stride's GFAIR_QUANTUM_S): how often a job "
+        "reports its progress follows it, unless progress_interval_s says",
+    )
+    progress_interval_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="At most one progress report per job this often (default: a sixth of the "
+        "quantum, from 1 to 10 s)",
     )
     output_interval_s: float = Field(
         default=1.0, gt=0, description="How often jobs' new stdout/stderr is shipped to NATS"
@@ -232,6 +246,15 @@ class NodeExecutorSettings(BaseSettings):
         except (LimitError, CgroupError) as error:
             raise ValueError(str(error)) from None
         return self
+
+    @property
+    def progress_every_s(self) -> float:
+        """How often a running job reports its progress: a few times a slice. Every report is
+        read by the profiler and the failure detector: at a thousand servers, one a second
+        per job was more than the services of a small control plane could read."""
+        if self.progress_interval_s is not None:
+            return self.progress_interval_s
+        return progress_interval_for(self.quantum_s)
 
     @property
     def job_limits(self) -> JobLimits:

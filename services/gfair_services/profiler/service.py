@@ -122,7 +122,7 @@ class Profiler:
     async def _on_progress(self, envelope: Envelope, data: JobProgress) -> Sequence[Emit]:
         fold = self.book.replay(data.user, data.job_id, envelope.id)
         if fold is None:
-            # No span per report: a report a second per running job, and nearly every one only
+            # No span per report: several a slice per running job, and nearly every one only
             # moves a running mean; a profile or costs it publishes go out in the job's trace.
             fold = self.book.observe(data, envelope.id, envelope.time)
             if fold is None:
