@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Collection, Coroutine, Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
 import structlog
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
@@ -208,17 +209,20 @@ class HandlerRunner:
     async def run(self, stopping: asyncio.Event) -> None:
         """Fetch and handle until `stopping` is set; the deliveries handled are always settled."""
         consumer = await self._bus.consume(self._route.consumer)
+        # One waiter for the whole run, which each fetch races (not one more task per fetch).
+        stopped = asyncio.ensure_future(stopping.wait())
         if self._route.lanes is not None:
             try:
-                await self._run_in_lanes(consumer, stopping)
+                await self._run_in_lanes(consumer, stopping, stopped)
             finally:
+                stopped.cancel()
                 await consumer.close()
             return
         # Held this long, a batch is settled before the server would think it lost.
         hold_s = self._route.consumer.ack_wait_s / 4
         try:
             while not stopping.is_set():
-                deliveries = await self._fetch(consumer, stopping)
+                deliveries = await self._fetch(consumer, stopped)
                 decoded = await self._prepare(deliveries)
                 batch = _Batch()
                 for index, delivery in enumerate(deliveries):
@@ -231,9 +235,15 @@ class HandlerRunner:
                         batch = _Batch()
                 await self._settle(batch)
         finally:
+            stopped.cancel()
             await consumer.close()
 
-    async def _run_in_lanes(self, consumer: PullConsumer, stopping: asyncio.Event) -> None:
+    async def _run_in_lanes(
+        self,
+        consumer: PullConsumer,
+        stopping: asyncio.Event,
+        stopped: asyncio.Future[Literal[True]],
+    ) -> None:
         """Fetch while up to `batch` deliveries are handled, each in its lanes (`_Lanes`) and
         settled alone."""
         lanes = _Lanes()
@@ -244,7 +254,7 @@ class HandlerRunner:
                 if room <= 0:
                     await asyncio.wait(lanes.running, return_when=asyncio.FIRST_COMPLETED)
                     continue
-                for delivery in await self._fetch(consumer, stopping, room):
+                for delivery in await self._fetch(consumer, stopped, room):
                     decoded = self._decode(delivery)
                     lanes.start(
                         self._lanes_of(decoded),
@@ -286,18 +296,19 @@ class HandlerRunner:
         await self._settle(batch)
 
     async def _fetch(
-        self, consumer: PullConsumer, stopping: asyncio.Event, most: int | None = None
+        self,
+        consumer: PullConsumer,
+        stopped: asyncio.Future[Literal[True]],
+        most: int | None = None,
     ) -> list[Delivery]:
         """What the consumer has, waiting up to the fetch timeout for one; nothing once
-        `stopping` is set, so that a long wait (a node's, for commands) does not hold a stop."""
+        `stopped` is done, so that a long wait (a node's, for commands) does not hold a stop."""
         fetching = asyncio.ensure_future(
             consumer.fetch(most or self._settings.batch, self._settings.fetch_timeout_s)
         )
-        stopped = asyncio.ensure_future(stopping.wait())
         try:
             await asyncio.wait((fetching, stopped), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stopped.cancel()
             if not fetching.done():
                 # What it would have brought stays unacknowledged and is delivered again.
                 fetching.cancel()
