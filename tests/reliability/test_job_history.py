@@ -47,6 +47,19 @@ def test_a_job_over_for_good_frees_its_gpus_though_its_kill_reports_nothing() ->
     assert len(gpu_overlaps(early)[0]) == 1
 
 
+def test_a_start_reported_after_its_jobs_end_is_killed_before_the_next_start_there() -> None:
+    # The start was on its way to n1 when the cancel was read; the kill sent with the
+    # cancel runs after it, and b's start after the kill.
+    cancelled = JobCancelled(user="u", job_id="a", previous_state=JobState.RUNNING)
+    late = events(cancelled, started("a", "n1", 0), started("b", "n1", 0))
+    overlaps, intervals = gpu_overlaps(late)
+    assert overlaps == []
+    assert intervals == 2
+    # It still may not start on GPUs another job holds.
+    onto = events(started("b", "n1", 0), cancelled, started("a", "n1", 0))
+    assert [(o.holder, o.intruder) for o in gpu_overlaps(onto)[0]] == [("u/b", "u/a")]
+
+
 def test_suspends_and_migrations_free_gpus_on_their_own_node_only() -> None:
     moved = JobMigrated(
         user="u",

@@ -157,10 +157,16 @@ def gpu_overlaps(events: list[DecodedEvent]) -> tuple[list[Overlap], int]:
     runs is then either killed by a fence (a kill reports nothing) or, if another job's start
     comes first, suspended by the executor (reported). Each node's executor reports its own
     GPUs in order, so the stream order is the order on every GPU.
+
+    A start reported after its job's end for good was already on its way when the end was
+    read: the kill split-stride sent with the end runs after it on that node (a node runs a
+    job's commands in order, and a later start on the same GPUs after the kill), so it holds
+    nothing past its own report.
     """
     held: dict[tuple[str, int], str] = {}
     holding: dict[str, dict[str, tuple[int, ...]]] = {}  # job -> node -> its GPUs there
     size: dict[str, int] = {}
+    over: set[str] = set()
     overlaps: list[Overlap] = []
     intervals = 0
     for index, event in enumerate(events):
@@ -177,8 +183,10 @@ def gpu_overlaps(events: list[DecodedEvent]) -> tuple[list[Overlap], int]:
                 holder = held.get((data.node_id, gpu))
                 if holder is not None and holder != job:
                     overlaps.append(Overlap(data.node_id, gpu, holder, job, index))
-                held[(data.node_id, gpu)] = job
-            holding.setdefault(job, {})[data.node_id] = data.gpu_indices
+                if job not in over:
+                    held[(data.node_id, gpu)] = job
+            if job not in over:
+                holding.setdefault(job, {})[data.node_id] = data.gpu_indices
             intervals += len(data.gpu_indices)
         elif isinstance(data, JobSuspended | JobExited | JobMigrated):
             job = f"{data.user}/{data.job_id}"
@@ -189,6 +197,7 @@ def gpu_overlaps(events: list[DecodedEvent]) -> tuple[list[Overlap], int]:
             # sends later, to the same GPUs, comes after each kill on its node (a kill reports
             # nothing).
             job = f"{data.user}/{data.job_id}"
+            over.add(job)
             for node in list(holding.get(job, {})):
                 _release(held, holding, job, node)
     return overlaps, intervals
