@@ -4,17 +4,21 @@ costs per event at scale, without the bus: one admission, one release report and
 
 The machine is restored with its jobs (as after a restart), ticked once and every start
 confirmed, so that the measured events meet a running cluster. Each cost is the median of
-`--repeat` events (a tick's: of three). Run it on two trees in one shell command to compare
-them (the numbers of one run only compare with each other).
+`--repeat` events (a tick's: of three). Beside them, in the same run, an admission and a release
+with the kernel's `backfill` placing every running job again, one by one, as it did before
+2026-11-29 (its baseline). Run it on two trees in one shell command to compare them (the numbers
+of one run only compare with each other).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+from gfair.core import kernel
 from gfair.core.split_stride import (
     Admitted,
     Config,
@@ -71,11 +75,19 @@ def _timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - began
 
 
-def measure(servers: int, jobs: int, repeat: int) -> dict[str, float]:
-    """Median seconds of an admission, a release report and a tick."""
-    machine = build(servers, jobs)
-    now = 2 * QUANTUM_S
-    admissions = [
+@contextlib.contextmanager
+def _placed_one_by_one() -> Iterator[None]:
+    """The baseline: `backfill` places every running job again before it fills."""
+    kept = kernel._held_in_place
+    kernel._held_in_place = lambda pools, holding: None
+    try:
+        yield
+    finally:
+        kernel._held_in_place = kept
+
+
+def _admissions(machine: SplitStride, now: float, first: int, repeat: int) -> list[float]:
+    return [
         _timed(
             lambda i=i: machine.apply(
                 Admitted(
@@ -88,8 +100,11 @@ def measure(servers: int, jobs: int, repeat: int) -> dict[str, float]:
                 )
             )
         )
-        for i in range(repeat)
+        for i in range(first, first + repeat)
     ]
+
+
+def _releases(machine: SplitStride, now: float, repeat: int) -> list[float]:
     # A node reports a running job's process ended: its GPUs go to waiting jobs (a fill).
     running = [
         (job, stay)
@@ -97,7 +112,7 @@ def measure(servers: int, jobs: int, repeat: int) -> dict[str, float]:
         for stay in job.stays.values()
         if stay.phase is Phase.RUNNING
     ][:repeat]
-    releases = [
+    return [
         _timed(
             lambda job=job, stay=stay: machine.apply(
                 Exited(
@@ -112,6 +127,18 @@ def measure(servers: int, jobs: int, repeat: int) -> dict[str, float]:
         )
         for job, stay in running
     ]
+
+
+def measure(servers: int, jobs: int, repeat: int) -> dict[str, float]:
+    """Median seconds of an admission, a release report and a tick; of an admission and a
+    release with the baseline's `backfill`."""
+    machine = build(servers, jobs)
+    now = 2 * QUANTUM_S
+    with _placed_one_by_one():
+        admissions_before = _admissions(machine, now, 0, repeat)
+        releases_before = _releases(machine, now, repeat)
+    admissions = _admissions(machine, now, repeat, repeat)
+    releases = _releases(machine, now, repeat)
     ticks = []
     for k in range(3):
         at = now + QUANTUM_S * (k + 1)
@@ -119,7 +146,9 @@ def measure(servers: int, jobs: int, repeat: int) -> dict[str, float]:
         _confirm(machine, at + 1)
     return {
         "admission": statistics.median(admissions),
+        "admission before": statistics.median(admissions_before),
         "release": statistics.median(releases),
+        "release before": statistics.median(releases_before),
         "tick": statistics.median(ticks),
     }
 
@@ -128,18 +157,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", type=int, default=1000)
     parser.add_argument(
-        "--jobs", type=lambda t: [int(n) for n in t.split(",")], default=[2000, 20000]
+        "--jobs", type=lambda t: [int(n) for n in t.split(",")], default=[2000, 2450, 20000]
     )
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    print(f"{'servers':>8} {'jobs':>7} {'admission ms':>13} {'release ms':>11} {'tick ms':>9}")
+    heads = ("admission", "admission before", "release", "release before", "tick")
+    print(f"{'servers':>8} {'jobs':>7}" + "".join(f" {h + ' ms':>19}" for h in heads))
     for jobs in args.jobs:
         got = measure(args.servers, jobs, args.repeat)
-        print(
-            f"{args.servers:>8} {jobs:>7} {got['admission'] * 1e3:>13.1f}"
-            f" {got['release'] * 1e3:>11.1f} {got['tick'] * 1e3:>9.1f}",
-            flush=True,
-        )
+        cells = "".join(f" {got[h] * 1e3:>19.1f}" for h in heads)
+        print(f"{args.servers:>8} {jobs:>7}{cells}", flush=True)
 
 
 if __name__ == "__main__":

@@ -202,3 +202,62 @@ def test_a_gang_larger_than_a_server_takes_the_first_idle_servers_in_server_orde
     assert packing.place(12, ()) is None
     assert packing.place(8, ()) == ("v100-2", "v100-3")
     assert packing.total == 0
+
+
+def _holding(seed: int, *, consistent: bool) -> tuple[list[PoolState], list[JobState]]:
+    """Running jobs on a cluster of two pools: one-server jobs in any order, gangs holding
+    whole servers; unless `consistent`, some overbook a server or share a gang's."""
+    rng = random.Random(seed)
+    cluster = parse_cluster_spec("v100:6x4,k80:2x8,k80:3x4")
+    pools = [PoolState(g, cluster.by_generation(g), rank) for rank, g in enumerate(("v100", "k80"))]
+    size = {s.id: s.gpus for s in cluster.servers}
+    free = dict(size)
+    pool_of = {s.id: s.generation for s in cluster.servers}
+    jobs: list[JobState] = []
+    for n in range(rng.randint(0, 40)):
+        if rng.random() < 0.15:
+            generation = rng.choice(("v100", "k80"))
+            idle = [s for s, f in free.items() if pool_of[s] == generation and f == size[s]]
+            if len(idle) < 2:
+                continue
+            servers = tuple(sorted(rng.sample(idle, 2)))
+            gpus = rng.randint(
+                sum(size[s] for s in servers) // 2 + 1, sum(size[s] for s in servers)
+            )
+        else:
+            roomy = [s for s, f in free.items() if f > 0]
+            if not roomy:
+                break
+            servers = (rng.choice(roomy),)
+            gpus = rng.randint(1, free[servers[0]])
+        if not consistent and rng.random() < 0.1:
+            servers = (rng.choice(list(free)),)
+            gpus = rng.randint(1, 4)
+        for server in servers:
+            free[server] = max(0, free[server] - (gpus if len(servers) == 1 else size[server]))
+        jobs.append(JobState(f"j{n}", "u", gpus, n, {"v100": 1.0, "k80": 1.0}, running=servers))
+    if rng.random() < 0.3:
+        jobs.append(JobState("gone", "u", 1, 99, {"v100": 1.0}, running=("elsewhere",)))
+    rng.shuffle(jobs)
+    return pools, jobs
+
+
+def _packings(packing: dict[str, Packing]) -> dict[str, tuple[object, ...]]:
+    return {g: (p.free, p.total, [list(b) for b in p.buckets]) for g, p in packing.items()}
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_running_jobs_held_in_place_pack_as_placed_one_by_one(seed: int) -> None:
+    # `backfill` marks the running jobs' GPUs taken without placing each: the free GPUs, and
+    # the order of equally free servers best fit picks from, are those placing them gives.
+    pools, jobs = _holding(seed, consistent=seed % 4 != 0)
+    in_order, chosen = kernel._held_in_order(pools, jobs)
+    in_place = kernel._held_in_place(pools, jobs)
+    if in_place is None:
+        # Only when some job could not stay where it runs.
+        assert seed % 4 == 0
+        return
+    packing, placed = in_place
+    assert _packings(packing) == _packings(in_order)
+    assert sorted(placed) == sorted(chosen)
+    assert all(chosen[j].servers == chosen[j].job.running for j in chosen)

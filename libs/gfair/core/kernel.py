@@ -198,6 +198,10 @@ class _Choice:
     servers: tuple[str, ...]
 
 
+# Stands for every running job `backfill` leaves where it is (only whether one is chosen is read).
+_RUNNING = _Choice(JobState("", "", 0, 0, {}), "", ())
+
+
 # What a decision derives from its pools alone, kept for the pools decided last (by identity,
 # holding them so that no other object takes their ids): drivers pass the same pools, immutable,
 # quantum after quantum, and a decision packs each pool several times.
@@ -208,11 +212,13 @@ _KEPT = 64  # layouts kept at most: a driver whose pools change each quantum sti
 
 @dataclass(frozen=True, slots=True)
 class _ServerPools:
-    """Server id -> its pool: as the pool's index (fastest first), generation and state."""
+    """Server id -> its pool: as the pool's index (fastest first), generation and state; and
+    its GPUs."""
 
     rank: dict[str, int]
     generation: dict[str, str]
     state: dict[str, PoolState]
+    size: dict[str, int]
 
 
 def _empty(pool: PoolState) -> Packing:
@@ -235,6 +241,7 @@ def _server_pools(pools: Sequence[PoolState]) -> _ServerPools:
             {server.id: rank for rank, pool in enumerate(pools) for server in pool.servers},
             {server.id: pool.generation for pool in pools for server in pool.servers},
             {server.id: pool for pool in pools for server in pool.servers},
+            {server.id: server.gpus for pool in pools for server in pool.servers},
         )
         kept = _SERVERS[key] = (tuple(pools), maps)
     return kept[1]
@@ -282,11 +289,31 @@ def backfill(snapshot: Snapshot, holding: Iterable[JobState]) -> dict[str, tuple
     are; nothing is charged (as for any surplus). Returns the placements of the jobs that start.
     """
     pools = list(snapshot.pools)
+    holding = list(holding)
+    held = _held_in_place(pools, holding)
+    if held is None:
+        packing, chosen = _held_in_order(pools, holding)
+    else:
+        packing, running_ids = held
+        # Running jobs keep their servers, and `_surplus_runs` without repacks only asks
+        # whether a job is chosen: one placeholder stands for all of them.
+        chosen = dict.fromkeys(running_ids, _RUNNING)
+    running = set(chosen)
+    order = {user: jobs for user, jobs in snapshot.jobs.items() if jobs}
+    _surplus_runs(snapshot, pools, packing, order, chosen, {}, repack=False)
+    return {job_id: c.servers for job_id, c in chosen.items() if job_id not in running}
+
+
+def _held_in_order(
+    pools: list[PoolState], holding: list[JobState]
+) -> tuple[dict[str, Packing], dict[str, _Choice]]:
+    """The pools' free GPUs once `holding` is placed on its servers one job at a time, and
+    the jobs placed. In an order of the kernel's own: best fit picks among equally free servers
+    by the order they became so, and the drivers hold their running jobs in orders of their
+    own. A job whose servers are taken is placed elsewhere, as any."""
     packing = {p.generation: _empty(p) for p in pools}
     pool_of = _server_pools(pools).generation
     chosen: dict[str, _Choice] = {}
-    # In an order of the kernel's own: best fit picks among equally free servers by the order
-    # they became so, and the drivers hold their running jobs in orders of their own.
     for job in sorted(holding, key=_WHERE_RUNNING):
         pool = pool_of.get(job.running[0]) if job.running else None
         if pool is None:
@@ -294,10 +321,57 @@ def backfill(snapshot: Snapshot, holding: Iterable[JobState]) -> dict[str, tuple
         servers = packing[pool].place(job.gpus, (job.running,))
         if servers is not None:
             chosen[job.id] = _Choice(job, pool, servers)
-    running = set(chosen)
-    order = {user: jobs for user, jobs in snapshot.jobs.items() if jobs}
-    _surplus_runs(snapshot, pools, packing, order, chosen, {}, repack=False)
-    return {job_id: c.servers for job_id, c in chosen.items() if job_id not in running}
+    return packing, chosen
+
+
+def _held_in_place(
+    pools: list[PoolState], holding: list[JobState]
+) -> tuple[dict[str, Packing], list[str]] | None:
+    """What `_held_in_order` gives, without sorting and placing every running job, when every
+    job fits where it runs (a consistent cluster: the drivers never start a job on GPUs still
+    held): the GPUs taken on each server, and each server's place among equally free ones
+    from the last job, in that order, to take its GPUs. None when some job does not fit where
+    it runs (`_held_in_order` then says where it goes)."""
+    server_pools = _server_pools(pools)
+    pool_of, size = server_pools.generation, server_pools.size
+    taken: dict[str, int] = {}
+    gangs: dict[str, tuple[str, ...]] = {}  # server -> the gang holding it whole
+    placed: list[str] = []
+    for job in holding:
+        running = job.running
+        if not running:
+            continue
+        pool = pool_of.get(running[0])
+        if pool is None:
+            continue
+        if len(running) == 1:
+            server = running[0]
+            if server in gangs:
+                return None
+            now = taken.get(server, 0) + job.gpus
+            if now > size[server]:
+                return None
+            taken[server] = now
+        else:
+            for server in running:
+                if pool_of.get(server) != pool or server in taken:
+                    return None
+                taken[server] = size[server]
+                gangs[server] = running
+            if sum(map(size.__getitem__, running)) < job.gpus:
+                return None
+        placed.append(job.id)
+
+    def last_taken(server: str) -> tuple[tuple[str, ...], int]:
+        # `_held_in_order` places by (servers, id): a server is last taken by its own jobs, or
+        # by the gang holding it, whose servers are taken in their order.
+        gang = gangs.get(server)
+        return (gang, gang.index(server)) if gang is not None else ((server,), 0)
+
+    packing = {p.generation: _empty(p) for p in pools}
+    for server in sorted(taken, key=last_taken):
+        packing[pool_of[server]].take(server, taken[server])
+    return packing, placed
 
 
 def _prefer(job: JobState) -> tuple[tuple[str, ...], ...]:

@@ -42,6 +42,14 @@ class Packing:
             self.buckets[before + share][server_id] = None
             self.total += share
 
+    def take(self, server_id: str, gpus: int) -> None:
+        """Take `gpus` of `server_id`, which has them free."""
+        before = self.free[server_id]
+        del self.buckets[before][server_id]
+        self.free[server_id] = before - gpus
+        self.buckets[before - gpus][server_id] = None
+        self.total -= gpus
+
     def _shares(self, servers: tuple[str, ...], gpus: int) -> list[tuple[str, int]]:
         if len(servers) == 1:
             return [(servers[0], gpus)]

@@ -13,6 +13,7 @@ from gfair.core.throughput import ThroughputEstimator
 from . import preparing, reports, snapshot, turns
 from .config import Config
 from .events import (
+    Admissions,
     Admitted,
     CarriedOut,
     Ended,
@@ -115,10 +116,11 @@ class SplitStride:
         # on their new servers, whose GPUs are promised to them meanwhile. In memory only: after
         # a restart the next quantum decides anew.
         self._held_back: set[str] = set()
-        # Node -> the held-back jobs placed on it, until the held-back jobs or their servers
-        # change (`promised`, asked for every server a fill tries: a pass over every held-back
-        # job each time was most of an admission's cost with thousands of them).
-        self._promised_on: dict[str, dict[str, None]] | None = None
+        # Node -> the held-back jobs placed on it (`promised`, asked for every server a fill
+        # tries: a pass over every held-back job each time was most of an admission's cost with
+        # thousands of them), and each such job's servers there; kept as they change.
+        self._promised_on: dict[str, dict[str, None]] = {}
+        self._promised_by: dict[str, tuple[str, ...]] = {}
         # Node -> jobs prepared there (held to its GPUs in number, `preparing`).
         self.preparing: dict[str, set[str]] = {}
         # Jobs that may hold residencies (a superset: pruned as it is read), and each user's
@@ -180,6 +182,8 @@ class SplitStride:
                 return self._released((event,))
             case Admitted():
                 return self._admitted(event)
+            case Admissions():
+                return self._admissions(event.admitted)
             case Parked():
                 return self._parked(event)
             case Retried():
@@ -228,9 +232,33 @@ class SplitStride:
     def _admitted(self, event: Admitted) -> Reply:
         """A newly admitted job (and its user's account when it is the user's first): it starts
         at once where GPUs are idle, else, opted in, its process starts prepared somewhere."""
+        job = self._admit(event)
+        if job is None:
+            return UNCHANGED
+        starts = turns.start_at_once(self, job.key, event.now, arrival=True)
+        prepared = preparing.prepare(self, job, event.now) if event.prepare else None
+        return Reply(True, starts=starts, prepares=() if prepared is None else (prepared,))
+
+    def _admissions(self, given: tuple[Admitted, ...]) -> Reply:
+        """Admissions together: one fill after the last, then the prepared starts."""
+        admitted = [(event, job) for event in given if (job := self._admit(event)) is not None]
+        if not admitted:
+            return UNCHANGED
+        # What `start_at_once` does for an arrival that never ran: a fill, if it may run now.
+        runnable = any(self.runnable(job, event.now) for event, job in admitted)
+        starts = turns.fill(self, given[-1].now) if runnable else Starts()
+        prepares = tuple(
+            prepared
+            for event, job in admitted
+            if event.prepare and (prepared := preparing.prepare(self, job, event.now))
+        )
+        return Reply(True, starts=starts, prepares=prepares)
+
+    def _admit(self, event: Admitted) -> Job | None:
+        """The job of `event` registered (None: already known)."""
         key, user = event.key, event.user
         if key in self.jobs:
-            return UNCHANGED
+            return None
         if user not in self.users:
             self.users[user] = UserState(user, self.next_seq())
             self.entitled_for = None
@@ -258,9 +286,7 @@ class SplitStride:
         self._arrive(key)
         self._jobs_changed(user, first_changed=False)  # (a user's first job is its earliest)
         self.touch(key)
-        starts = turns.start_at_once(self, key, event.now, arrival=True)
-        prepared = preparing.prepare(self, job, event.now) if event.prepare else None
-        return Reply(True, starts=starts, prepares=() if prepared is None else (prepared,))
+        return job
 
     def _released(self, given: tuple[Suspended | Migrated | Exited, ...]) -> Reply:
         """Processes let go: a job that waited for its old node to let go may start at once
@@ -542,7 +568,7 @@ class SplitStride:
         self.queues.touch(key)
         self._changed.add(key)
         if key in self._held_back:
-            self._promised_on = None  # its servers may have changed, or it went
+            self._promise(key)  # its servers may have changed, or it went
 
     @property
     def held_back(self) -> set[str]:
@@ -553,12 +579,27 @@ class SplitStride:
     @held_back.setter
     def held_back(self, keys: set[str]) -> None:
         self._held_back = keys
-        self._promised_on = None
+        self._promised_on, self._promised_by = {}, {}
+        for key in keys:
+            self._promise(key)
 
     def let_go(self, key: str) -> None:
         """`key` waits no more: the GPUs promised to it are free to others."""
         self._held_back.discard(key)
-        self._promised_on = None
+        self._promise(key)
+
+    def _promise(self, key: str) -> None:
+        """Promise `key`'s servers to it while it is held back, and no others."""
+        for server in self._promised_by.pop(key, ()):
+            promised = self._promised_on[server]
+            del promised[key]
+            if not promised:
+                del self._promised_on[server]
+        job = self.jobs.get(key)
+        if key in self._held_back and job is not None and job.servers:
+            self._promised_by[key] = job.servers
+            for server in job.servers:
+                self._promised_on.setdefault(server, {})[key] = None
 
     def changed(self, key: str) -> None:
         """Something persisted of `key` changed (`Job.signature`), or the job came or went:
@@ -697,13 +738,6 @@ class SplitStride:
 
     def promised(self, node_id: str, sizes: dict[str, int]) -> int:
         """GPUs of `node_id` promised to held-back jobs."""
-        if self._promised_on is None:
-            on: dict[str, dict[str, None]] = {}
-            for key in self._held_back:
-                job = self.jobs.get(key)
-                for server in job.servers if job is not None else ():
-                    on.setdefault(server, {})[key] = None
-            self._promised_on = on
         jobs = self.jobs
         return sum(jobs[key].gpus_on(node_id, sizes) for key in self._promised_on.get(node_id, ()))
 
