@@ -5,7 +5,7 @@ from __future__ import annotations
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.publisher import EventPublisher
@@ -15,6 +15,7 @@ from gfair.bus.topology import ConsumerSpec, Topology
 from gfair.bus.tracing import (
     current_traceparent,
     job_attributes,
+    publish_span,
     span_in_trace,
     traceparent_span_context,
 )
@@ -325,3 +326,23 @@ async def test_untraced_events_get_no_span_and_their_outputs_join_the_producers_
     ]
     assert ids(output)[0] == ids(job)[0]
     assert output.parent is not None and output.parent.span_id == ids(cause)[1]
+
+
+def test_a_failed_publish_span_says_why_without_a_traceback(
+    tracer_provider: TracerProvider, spans: InMemorySpanExporter
+) -> None:
+    envelope = Envelope.wrap(Noted(key="x"), source="test")
+    try:
+        with publish_span(tracer_provider.get_tracer("t"), "bustest.noted", envelope, 3):
+            raise TimeoutError("not acknowledged")
+    except TimeoutError:
+        pass
+    (span,) = named(spans, f"publish {envelope.type}")
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "TimeoutError: not acknowledged"
+    (event,) = span.events
+    assert event.name == "exception"
+    assert dict(event.attributes or {}) == {
+        "exception.type": "TimeoutError",
+        "exception.message": "not acknowledged",
+    }

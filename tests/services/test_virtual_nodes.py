@@ -21,7 +21,7 @@ from gfair.bus.history import read_history
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.runtime import ServiceRuntime
-from gfair.bus.transport import BusError, PubAck
+from gfair.bus.transport import BusError, PubAck, PublishFailed
 from gfair.events.commands import KillCommand, SuspendCommand
 from gfair.events.envelope import EventData
 from gfair.events.jobs import (
@@ -288,6 +288,37 @@ async def test_a_busy_node_lets_progress_reports_go_rather_than_hold_up_a_suspen
     # Every job was heard of all the same.
     reporting = {e.data["job_id"] for e in history if e.type == JobProgress.EVENT_TYPE}
     assert reporting == set(users)
+
+
+class _UnacknowledgingBroker(InMemoryBus):
+    """A broker too busy to acknowledge the first `refusals` publishes on `subject_part`."""
+
+    def __init__(self, subject_part: str, refusals: int) -> None:
+        super().__init__()
+        self.subject_part, self.refusals = subject_part, refusals
+
+    async def publish(self, subject: str, payload: bytes, **options: Any) -> PubAck:
+        if self.subject_part in subject and self.refusals > 0:
+            self.refusals -= 1
+            raise PublishFailed(f"publish to {subject!r} not acknowledged")
+        return await super().publish(subject, payload, **options)
+
+
+async def test_a_report_the_broker_does_not_acknowledge_is_published_again_not_lost(
+    tmp_path: Path,
+) -> None:
+    bus = _UnacknowledgingBroker(".exited.", refusals=2)
+    argv = (*SYNTHETIC, "--iterations", "3")
+    try:
+        async for node in started_node(bus, tmp_path, virtual=True):
+            await node.send(start_command(tmp_path, "alice", argv, (0,)))
+            (exited,) = await node.wait_for(JobExited, timeout_s=30.0)
+            kinds = [e.type for e in await node.envelopes(*JOB_EVENTS, JobExited)]
+    finally:
+        await bus.close()
+    assert bus.refusals == 0  # it was refused twice, then stored once
+    assert isinstance(exited, JobExited) and exited.exit_code == 0
+    assert kinds.count(JobExited.EVENT_TYPE) == 1
 
 
 def test_a_spec_runs_in_parts_of_servers_per_process_each_process_its_own() -> None:

@@ -37,6 +37,7 @@ from gfair.bus.transport import (
     BusError,
     NoStreamForSubject,
     PubAck,
+    PublishFailed,
     PullConsumer,
     StoredMessage,
     TopologyConflict,
@@ -532,19 +533,21 @@ class NatsBus:
                 if await self._stream_exists_for(subject) is False:
                     raise NoStreamForSubject(f"no stream stores subject {subject!r}") from exc
                 if elapsed >= options.publish_deadline_s:
-                    raise BusError(f"stream for {subject!r} not answering") from exc
+                    raise PublishFailed(f"stream for {subject!r} not answering") from exc
             except nats.js.errors.ServiceUnavailableError as exc:
                 if elapsed >= options.publish_deadline_s:
-                    raise BusError(f"JetStream unavailable for {subject!r}") from exc
+                    raise PublishFailed(f"JetStream unavailable for {subject!r}") from exc
             except (nats.errors.TimeoutError, nats.errors.ConnectionReconnectingError) as exc:
                 # Without a message id a retry could store the event twice.
                 if msg_id is None or elapsed >= options.publish_deadline_s:
-                    raise BusError(f"publish to {subject!r} not acknowledged: {exc!r}") from exc
+                    raise PublishFailed(
+                        f"publish to {subject!r} not acknowledged: {exc!r}"
+                    ) from exc
             except nats.js.errors.APIError as exc:
                 if exc.err_code != _DUPLICATE_IN_PROCESS:
                     raise
                 if elapsed >= options.publish_deadline_s:
-                    raise BusError(f"publish to {subject!r} still in process") from exc
+                    raise PublishFailed(f"publish to {subject!r} still in process") from exc
             _log.debug("publish retry", subject=subject, attempt=attempt)
             await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
 
