@@ -837,6 +837,32 @@ async def test_a_redelivered_start_does_not_resume_a_job_stopped_since(
     await node.wait_for(JobStarted, count=2)
 
 
+async def test_a_start_in_place_suspends_another_job_still_on_its_gpus(
+    node: Node, tmp_path: Path
+) -> None:
+    # "p" parks in place on GPU 0, "q" starts there; then a start of "p" on GPU 0 comes (one
+    # sent before q's and delayed, as after a broker failover): p resumes in place only once q
+    # let go of the GPU, as a cold start would.
+    await node.send(start_command(tmp_path, "p", PARKING, (0,)))
+    await node.wait_for(JobProgress, job_id="p")
+    await node.send(
+        SuspendCommand(node_id=NODE, user="alice", job_id="p", attempt=1, yield_grace_s=5)
+    )
+    await node.wait_for(JobSuspended, job_id="p")
+    await node.send(start_command(tmp_path, "q", PARKING, (0,)))
+    await node.wait_for(JobProgress, job_id="q")
+    await node.send(start_command(tmp_path, "p", PARKING, (0,)))
+    (resumed,) = await node.wait_for(JobResumed, job_id="p")
+    assert isinstance(resumed, JobResumed) and resumed.in_place
+    assert [run.job.job_id for run in node.executor.running()] == ["p"]
+    kinds = [
+        (e.type, e.data["job_id"])
+        for e in await node.envelopes(JobSuspended, JobResumed)
+        if e.data["job_id"] == "q" or e.type == JobResumed.EVENT_TYPE
+    ]
+    assert kinds == [(JobSuspended.EVENT_TYPE, "q"), (JobResumed.EVENT_TYPE, "p")]
+
+
 async def test_a_parked_job_over_the_nodes_budget_checkpoints_and_exits(
     memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
 ) -> None:

@@ -241,6 +241,7 @@ class JobCommands:
             if self._may_resume_on(current, indices) and command.attempt == current.attempt:
                 if await self._guard.outdated(command, envelope.time) is not None:
                     return
+                await self._free(envelope, command)
                 resumed = await self._control.resume_in_place(
                     envelope, current, command.attempt, indices
                 )
@@ -267,6 +268,13 @@ class JobCommands:
             return
         generation = self.generation_of(tuple(command.gpu_indices))
         self._check_checkpoint_dir(command)
+        await self._free(envelope, command)
+        await self._control.launch(envelope, command, generation)
+
+    async def _free(self, envelope: Envelope, command: StartCommand) -> None:
+        """Suspend another job still on the GPUs `command` takes: a start sent before a later
+        one on the same GPUs can arrive after it (redelivered, or delayed by a broker failover),
+        and two jobs on one GPU is never right, whether the start is cold or in place."""
         wanted = set(command.gpu_indices)
         for occupant in self._runs.running():
             held = wanted & set(occupant.gpu_indices)
@@ -277,7 +285,6 @@ class JobCommands:
                     gpus=sorted(held),
                 )
                 await self._suspend_run(envelope, occupant, SuspendReason.TIME_SLICE)
-        await self._control.launch(envelope, command, generation)
 
     async def _prepare(self, envelope: Envelope, command: PrepareCommand) -> None:
         current = self._current(command)
