@@ -8,7 +8,6 @@ import copy
 import pytest
 
 from gfair.core.split_stride import (
-    Admissions,
     Admitted,
     Config,
     Ended,
@@ -255,37 +254,6 @@ def test_releases_handed_in_together_give_their_gpus_to_waiting_jobs_once() -> N
     # Reports the machine has no use for (jobs it does not know) change nothing.
     again = Exited(user="eve", job_id="x", now=6.0, node_id="v100-0", attempt=1, at=6.0)
     assert m.apply(Releases((again, again))) == Reply(False)
-
-
-def admitted(user: str, job_id: str, now: float, *, prepare: bool = False) -> Admitted:
-    return Admitted(
-        user=user, job_id=job_id, now=now, gpus=1, weight=1.0, job_type=None, prepare=prepare
-    )
-
-
-def test_admissions_handed_in_together_fill_once_then_prepare_what_did_not_start() -> None:
-    one, batch = machine(("v100-0", 2), ("k80-0", 1)), machine(("v100-0", 2), ("k80-0", 1))
-    given = (
-        admitted("alice", "a", 0.0),
-        admitted("bob", "b", 0.0),
-        admitted("alice", "a", 0.0),  # delivered again: known by then
-        admitted("carol", "c", 1.0),
-        admitted("dave", "d", 1.0, prepare=True),
-    )
-    reply = batch.apply(Admissions(given))
-    # One fill, after the last: the three GPUs go to three of the four jobs.
-    starts = [(t.node_id, s.job_id, s.gpu_indices) for t in reply.starts.turns for s in t.starts]
-    assert starts == [("v100-0", "a", (0,)), ("v100-0", "b", (1,)), ("k80-0", "c", (0,))]
-    assert set(batch.jobs) == {"alice.a", "bob.b", "carol.c", "dave.d"}
-    # The job that opted in did not start: it is prepared, after the fill.
-    assert [(prepare.job_id, prepare.node_id) for _, prepare in reply.prepares] == [("d", "v100-0")]
-    # One at a time, the same jobs start: each arrival fills what is left.
-    each = [one.apply(event) for event in given]
-    assert each[2] == Reply(False)
-    one_by_one = [s.job_id for r in each for t in r.starts.turns for s in t.starts]
-    assert sorted(one_by_one) == ["a", "b", "c"]
-    # Nothing new: nothing changes.
-    assert batch.apply(Admissions(given[:2])) == Reply(False)
 
 
 def killed_coming_up(m: SplitStride, stop: Stop, at: float) -> Reply:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from gfair.core.split_stride import (
-    Admissions,
     Admitted,
     QuantumPlan,
     Recording,
@@ -53,9 +52,7 @@ async def test_a_live_runs_recorded_inputs_give_the_same_plans_again(
     # reports, and quanta that stopped jobs and started others.
     inputs = recording.inputs
     assert sum(isinstance(given, Tick) for given in inputs) == QUANTA
-    # A batch's admissions come in together (one fill for them all).
-    admitted = [a for given in inputs if isinstance(given, Admissions) for a in given.admitted]
-    assert admitted and all(isinstance(a, Admitted) for a in admitted)
+    assert any(isinstance(given, Admitted) for given in inputs)
     assert any(isinstance(given, Started) for given in inputs)
     # The nodes' reports of what let go come in together (split-stride hands in a batch's).
     released = [r for given in inputs if isinstance(given, Releases) for r in given.reports]

@@ -42,8 +42,7 @@ The nodes' reports that processes let go (suspended, migrated, exited) are hande
 machine together (`Releases`: one fill of the GPUs they leave idle instead of one per report):
 a batch's run of them is held until another event of the batch, its settling or a tick comes,
 and then applied in the order received. A quantum's suspends, hundreds at once on a large
-cluster, so cost one fill per batch. Admissions are held and handed in alike (`Admissions`),
-so a burst of submissions costs one fill per batch, not one per job.
+cluster, so cost one fill per batch.
 """
 
 from __future__ import annotations
@@ -68,7 +67,6 @@ from gfair.bus.topology import consumer_for
 from gfair.bus.tracing import current_traceparent
 from gfair.bus.transport import BusError, PubAck
 from gfair.core.split_stride import (
-    Admissions,
     Admitted,
     Ended,
     EntitlementsPublished,
@@ -166,8 +164,6 @@ JOB_EVENTS: tuple[type[EventData], ...] = (
     JobCancelled,
 )
 _TERMINAL = (JobCompleted, JobFailed, JobCancelled)
-# What a batch hands in together, each kind at once: reports of processes let go, admissions.
-Held = Suspended | Migrated | Exited | Admitted
 JOBS_CONSUMER = consumer_for(JOB_EVENTS, durable="split-stride-jobs")
 # Job events waiting unread below this are a batch or two (a second's reading): heard, as far as
 # forgetting a command goes (it waits `unconfirmed_release_s`, 15 s, at least).
@@ -217,9 +213,8 @@ class SplitStrideService:
         self._batch_began: dict[str, int] = {}
         # Job records read ahead for the placements of the batch in hand (None: no record).
         self._prefetched: dict[str, StoredJob | None] = {}
-        # Reports of processes let go, or admissions, not yet handed in (`_hand_in_held`), with
-        # their events.
-        self._held: list[tuple[Envelope, Held]] = []
+        # Reports of processes let go, not yet handed in (`_release_held`), with their events.
+        self._held: list[tuple[Envelope, Suspended | Migrated | Exited]] = []
         # When the nodes' reports were last read up to (`_heard_until`); none yet.
         self._heard_at = -math.inf
 
@@ -323,18 +318,11 @@ class SplitStrideService:
             self._batch_began.setdefault("jobs", self._loads)
             if envelope.id in self._applied or not isinstance(data, JobEvent):
                 return []
-            now = record.seconds(self.clock())
-            given = _job_input(envelope, data, now)
+            given = _job_input(envelope, data, record.seconds(self.clock()))
             if isinstance(given, Suspended | Migrated | Exited):
-                await self._hold(envelope, given)
+                self._held.append((envelope, given))
                 return []
-            if isinstance(data, JobAccepted):
-                if job_key(data.user, data.job_id) not in self.machine.jobs:
-                    admitted = await self._admitted(envelope, data, now)
-                    if admitted is not None:
-                        await self._hold(envelope, admitted)
-                return []
-            await self._hand_in_held()
+            await self._release_held()
             outputs = await self._job_event(envelope, data, given)
             if outputs is None:
                 return []
@@ -344,11 +332,15 @@ class SplitStrideService:
     async def _job_event(
         self, envelope: Envelope, data: JobEvent, given: MachineJobEvent | None
     ) -> list[EventData] | None:
-        """The events to publish for `data` (the machine's input `given`), or None when nothing
-        changed."""
+        """The events to publish for `data` (the machine's input `given`, an admission's read
+        here), or None when nothing changed."""
+        key = job_key(data.user, data.job_id)
+        if isinstance(data, JobAccepted):
+            if key in self.machine.jobs:
+                return None
+            given = await self._admitted(envelope, data, record.seconds(self.clock()))
         if given is None:
             return None
-        key = job_key(data.user, data.job_id)
         if isinstance(data, _TERMINAL):
             self._launches.pop(key, None)
         reply = self.machine.apply(given)
@@ -358,24 +350,15 @@ class SplitStrideService:
             return None
         return await self._reply_events(reply)
 
-    async def _hold(self, envelope: Envelope, given: Held) -> None:
-        """Keep `given` to hand in with the batch's next ones of its kind; hold the lock."""
-        if self._held and isinstance(self._held[0][1], Admitted) != isinstance(given, Admitted):
-            await self._hand_in_held()
-        self._held.append((envelope, given))
-
-    async def _hand_in_held(self) -> None:
-        """Hand in the reports or admissions held (`Releases`, `Admissions`), their outputs sent
-        under the last one's id; hold the lock."""
+    async def _release_held(self) -> None:
+        """Hand in the reports held (`Releases`), their outputs sent under the last one's id;
+        hold the lock."""
         if not self._held:
             return
         held, self._held = self._held, []
-        given = [input_ for _, input_ in held]
-        admitted = tuple(input_ for input_ in given if isinstance(input_, Admitted))
-        reports = tuple(input_ for input_ in given if not isinstance(input_, Admitted))
-        reply = self.machine.apply(Admissions(admitted) if admitted else Releases(reports))
+        reply = self.machine.apply(Releases(tuple(report for _, report in held)))
         if reply.ignored is not None:
-            _log.info(reply.ignored, inputs=len(held))
+            _log.info(reply.ignored, reports=len(held))
         if not reply.changed:
             return
         outputs = await self._reply_events(reply)
@@ -479,7 +462,7 @@ class SplitStrideService:
 
     async def on_tick(self) -> list[Emit]:
         async with self._lock:
-            await self._hand_in_held()  # the quantum is decided from what let go before it
+            await self._release_held()  # the quantum is decided from what let go before it
             now = self.clock()
             # Asked of the broker before the decision, which is timed without it.
             heard_until = await self._heard_until(now)
@@ -704,7 +687,7 @@ class SplitStrideService:
         async def settle() -> None:
             async with self._lock:
                 began = self._batch_began.pop(route, self._loads)
-                await self._hand_in_held()
+                await self._release_held()
                 await self._store()
                 if began != self._loads:
                     raise RuntimeError(

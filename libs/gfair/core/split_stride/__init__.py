@@ -23,7 +23,6 @@ two feed it alike. The paper's reference split stride (per-server and central st
 
 from .config import Config
 from .events import (
-    Admissions,
     Admitted,
     CarriedOut,
     Ended,
@@ -63,7 +62,6 @@ from .plan import (
 from .residency import Job, Phase, Stay, Switches
 
 __all__ = [
-    "Admissions",
     "Admitted",
     "CarriedOut",
     "Config",

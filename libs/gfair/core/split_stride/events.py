@@ -178,15 +178,6 @@ class Releases:
 
 
 @dataclass(frozen=True, slots=True)
-class Admissions:
-    """Admissions handed in together: each is folded in as alone, the GPUs idle go to waiting
-    jobs once, after the last (at its `now`), instead of once per admission, and then those
-    that opted in to a prepared start and did not start are prepared, each at its `now`."""
-
-    admitted: tuple[Admitted, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class CarriedOut:
     """Nodes that act at once (`Config.moves_at_once`: the simulator's) ran a plan's or a
     reply's `stops`, then its `starts`, at `now`, and reported each at once: the same as the
@@ -253,7 +244,6 @@ JobEvent: TypeAlias = (
 Event: TypeAlias = (
     JobEvent
     | Releases
-    | Admissions
     | CarriedOut
     | ServersChanged
     | EntitlementsPublished

@@ -13,7 +13,6 @@ from gfair.core.throughput import ThroughputEstimator
 from . import preparing, reports, snapshot, turns
 from .config import Config
 from .events import (
-    Admissions,
     Admitted,
     CarriedOut,
     Ended,
@@ -182,8 +181,6 @@ class SplitStride:
                 return self._released((event,))
             case Admitted():
                 return self._admitted(event)
-            case Admissions():
-                return self._admissions(event.admitted)
             case Parked():
                 return self._parked(event)
             case Retried():
@@ -232,33 +229,9 @@ class SplitStride:
     def _admitted(self, event: Admitted) -> Reply:
         """A newly admitted job (and its user's account when it is the user's first): it starts
         at once where GPUs are idle, else, opted in, its process starts prepared somewhere."""
-        job = self._admit(event)
-        if job is None:
-            return UNCHANGED
-        starts = turns.start_at_once(self, job.key, event.now, arrival=True)
-        prepared = preparing.prepare(self, job, event.now) if event.prepare else None
-        return Reply(True, starts=starts, prepares=() if prepared is None else (prepared,))
-
-    def _admissions(self, given: tuple[Admitted, ...]) -> Reply:
-        """Admissions together: one fill after the last, then the prepared starts."""
-        admitted = [(event, job) for event in given if (job := self._admit(event)) is not None]
-        if not admitted:
-            return UNCHANGED
-        # What `start_at_once` does for an arrival that never ran: a fill, if it may run now.
-        runnable = any(self.runnable(job, event.now) for event, job in admitted)
-        starts = turns.fill(self, given[-1].now) if runnable else Starts()
-        prepares = tuple(
-            prepared
-            for event, job in admitted
-            if event.prepare and (prepared := preparing.prepare(self, job, event.now))
-        )
-        return Reply(True, starts=starts, prepares=prepares)
-
-    def _admit(self, event: Admitted) -> Job | None:
-        """The job of `event` registered (None: already known)."""
         key, user = event.key, event.user
         if key in self.jobs:
-            return None
+            return UNCHANGED
         if user not in self.users:
             self.users[user] = UserState(user, self.next_seq())
             self.entitled_for = None
@@ -286,7 +259,9 @@ class SplitStride:
         self._arrive(key)
         self._jobs_changed(user, first_changed=False)  # (a user's first job is its earliest)
         self.touch(key)
-        return job
+        starts = turns.start_at_once(self, key, event.now, arrival=True)
+        prepared = preparing.prepare(self, job, event.now) if event.prepare else None
+        return Reply(True, starts=starts, prepares=() if prepared is None else (prepared,))
 
     def _released(self, given: tuple[Suspended | Migrated | Exited, ...]) -> Reply:
         """Processes let go: a job that waited for its old node to let go may start at once
