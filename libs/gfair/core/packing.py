@@ -123,13 +123,8 @@ class Packing:
 
     def _take_whole(self, servers: tuple[str, ...]) -> None:
         """Take every GPU of `servers`, all idle (a gang larger than a server holds them)."""
-        free, buckets, size = self.free, self.buckets, self.size
         for server_id in servers:
-            gpus = size[server_id]
-            del buckets[gpus][server_id]
-            free[server_id] = 0
-            buckets[0][server_id] = None
-            self.total -= gpus
+            self.take(server_id, self.size[server_id])
 
     def free_for(self, servers: tuple[str, ...], gpus: int) -> bool:
         """Whether `servers` (one, or whole servers for a gang larger than one) hold `gpus` free."""

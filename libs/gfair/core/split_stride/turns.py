@@ -289,7 +289,6 @@ def _start_on(
             free = free[: max(0, len(free) - machine.promised(node_id, sizes))]
         if len(free) < need:
             job.servers = before[0]
-            machine.touch(key)  # (held back, it is promised its servers again)
             return None
         parked = machine.parked_on(node_id)
         picks[node_id] = tuple(_pick_indices(job, node_id, free, need, parked))
