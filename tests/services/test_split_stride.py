@@ -13,11 +13,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gfair.bus import publisher
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
+from gfair.bus.transport import PubAck, PublishFailed
 from gfair.core.split_stride import Exited, Job, Phase, Recording, Releases
 from gfair.events.commands import KillCommand, PrepareCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData
@@ -1050,3 +1053,45 @@ async def test_a_batch_of_reports_that_let_go_is_handed_in_together_with_one_fil
     assert sorted(r.job_id for given in handed for r in given.reports) == ["a0", "a1", "a2", "a3"]
     # One fill for the batch: its reply starts all four waiting jobs.
     assert len(handed) == 1 and len(handed[0].reports) == 4
+
+
+class _BusyBroker(InMemoryBus):
+    """A broker too busy to acknowledge the first `refusals` publishes of commands."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusals = 0
+
+    async def publish(self, subject: str, payload: bytes, **options: Any) -> PubAck:
+        if ".cmd." in subject and self.refusals > 0:
+            self.refusals -= 1
+            raise PublishFailed(f"publish to {subject!r} not acknowledged")
+        return await super().publish(subject, payload, **options)
+
+
+async def test_a_command_the_broker_is_slow_to_store_is_sent_again_not_decided_again(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A quantum whose commands the broker did not acknowledge in time was decided again from
+    # the last record: under overload, twice the work the broker was already short of.
+    monkeypatch.setattr(publisher, "AGAIN_AFTER_S", 0.01)
+    bus = _BusyBroker()
+    probe = Probe(bus)
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1))
+        await admit(probe, state, "alice", "a")
+        await admit(probe, state, "bob", "b")
+        await started(probe, (await probe.wait_for(COMMANDS, StartCommand))[0])
+        await eventually(lambda: not state._dirty)
+        loads = state._loads
+        bus.refusals = 2
+        for _ in range(4):  # until a's turn ends
+            await state.on_tick()
+            if suspends(probe):
+                break
+        assert state._loads == loads  # not reloaded from the record
+    assert bus.refusals == 0  # refused twice, then stored
+    (suspend,) = suspends(probe)  # each command stored once
+    assert (suspend.job_id, suspend.reason) == ("a", SuspendReason.TIME_SLICE)
+    ticks = [t.quantum for t in probe.payloads(SCHED, QuantumTicked)]
+    assert ticks == list(range(len(ticks)))  # each quantum decided once

@@ -4,6 +4,11 @@
 task that waits for it, so that several events go out back to back (one write, one round trip
 for all) while the caller goes on. Sends leave in the order they were made: each task reaches
 the connection's buffer in its first step, and tasks take their first step in creation order.
+
+A publish made with `persist` is not given up when the broker does not acknowledge it (after the
+bus's own retries, `PublishFailed`): it goes out again under the same id while its publisher's
+process runs, and JetStream drops the repeat if the first was stored after all. A busy broker
+then delays an output instead of failing the work that made it.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ import hashlib
 import hmac
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import structlog
 from opentelemetry.trace import Tracer
 
 from gfair.bus.tracing import (
@@ -25,13 +31,17 @@ from gfair.bus.tracing import (
     propagated_context,
     publish_span,
 )
-from gfair.bus.transport import Bus, PubAck
+from gfair.bus.transport import Bus, PubAck, PublishFailed
 from gfair.bus.wire import encode
 from gfair.events.envelope import Envelope, EventData
 
 # Namespace of the ids derived for a handler's outputs from the id of the event that caused them.
 _DERIVED_ID_NAMESPACE = uuid.UUID("5b0c1f0e-7c1a-4f52-9a3e-6f1a2b9d0c11")
 EVENT_ID_KEY_VARIABLE = "GFAIR_EVENT_ID_KEY"
+# Pause before publishing again an event the broker did not acknowledge (`persist`).
+AGAIN_AFTER_S = 1.0
+
+_log = structlog.get_logger("gfair.bus.publisher")
 
 
 @functools.cache
@@ -65,10 +75,20 @@ def derived_event_id(cause_id: str, index: int, event_type: str, subject: str) -
 
 
 class EventPublisher:
-    def __init__(self, bus: Bus, source: str, *, tracer: Tracer | None = None) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        source: str,
+        *,
+        tracer: Tracer | None = None,
+        running: Callable[[], bool] | None = None,
+    ) -> None:
         self._bus = bus
         self._source = source
         self._tracer = tracer or default_tracer()
+        # While it says so, a `persist` publish is made again until stored (module doc);
+        # without it, never: a tool's publish fails for its user to see.
+        self._running = running
 
     @property
     def source(self) -> str:
@@ -85,6 +105,7 @@ class EventPublisher:
         trace_parent: str | None = None,
         links: Sequence[str | None] = (),
         traced: bool = True,
+        persist: bool = False,
     ) -> Envelope:
         """Wrap `data` in an envelope from this source and publish it; returns the envelope.
 
@@ -102,7 +123,9 @@ class EventPublisher:
             causation=causation,
             event_id=event_id,
         )
-        await self.publish_envelope(envelope, trace_parent=trace_parent, links=links, traced=traced)
+        await self.publish_envelope(
+            envelope, trace_parent=trace_parent, links=links, traced=traced, persist=persist
+        )
         return envelope
 
     def send(
@@ -115,6 +138,7 @@ class EventPublisher:
         event_id: str | None = None,
         trace_parent: str | None = None,
         links: Sequence[str | None] = (),
+        persist: bool = False,
     ) -> asyncio.Task[PubAck]:
         """`publish` without waiting: the task ends when the event is stored (or failed).
 
@@ -130,7 +154,7 @@ class EventPublisher:
             event_id=event_id,
         )
         return asyncio.get_running_loop().create_task(
-            self.publish_envelope(envelope, trace_parent=trace_parent, links=links)
+            self.publish_envelope(envelope, trace_parent=trace_parent, links=links, persist=persist)
         )
 
     async def publish_envelope(
@@ -140,6 +164,28 @@ class EventPublisher:
         trace_parent: str | None = None,
         links: Sequence[str | None] = (),
         traced: bool = True,
+        persist: bool = False,
+    ) -> PubAck:
+        while True:
+            try:
+                return await self._publish_once(envelope, trace_parent, links, traced)
+            except PublishFailed as exc:
+                if not persist or self._running is None or not self._running():
+                    raise
+                _log.warning(
+                    "event not stored yet: publishing it again",
+                    event_type=envelope.type,
+                    subject=envelope.subject,
+                    error=repr(exc),
+                )
+                await asyncio.sleep(AGAIN_AFTER_S)
+
+    async def _publish_once(
+        self,
+        envelope: Envelope,
+        trace_parent: str | None,
+        links: Sequence[str | None],
+        traced: bool,
     ) -> PubAck:
         payload, headers = encode(envelope)
         if not traced:

@@ -51,8 +51,10 @@ class ServiceRuntime:
             self._topology = self._topology.merge(Topology(streams=(dead_letter_stream(),)))
         if extra_topology is not None:
             self._topology = self._topology.merge(extra_topology)
-        self._publisher = EventPublisher(bus, service.name, tracer=self._tracer)
         self._stopping = asyncio.Event()
+        self._publisher = EventPublisher(
+            bus, service.name, tracer=self._tracer, running=lambda: not self._stopping.is_set()
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._log = _log.bind(service=service.name)
 

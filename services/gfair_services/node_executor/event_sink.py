@@ -20,7 +20,6 @@ from opentelemetry import context as otel_context
 from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
-from gfair.bus.transport import PublishFailed
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.fields import JobRef
 from gfair.events.jobs import JobEvent
@@ -28,8 +27,6 @@ from gfair.events.reasons import MigrationReason, SuspendReason
 from gfair_services.node_executor.local_job import LocalJob
 
 _log = structlog.get_logger("gfair.services.node_executor")
-# Pause before publishing an event again that the broker did not acknowledge.
-_AGAIN_AFTER_S = 1.0
 
 
 def count_suspend(node_id: str, reason: SuspendReason) -> None:
@@ -120,28 +117,15 @@ class EventSink:
             correlation_id = cause.correlation_id or cause.id
         self._sending += 1
         try:
-            while True:
-                try:
-                    await self._runtime.publisher.publish(
-                        data,
-                        event_id=event_id,
-                        causation=cause,
-                        correlation_id=correlation_id,
-                        traced=traced,
-                    )
-                    return
-                except PublishFailed as exc:
-                    # Under its id the same event again is dropped as a duplicate: a broker too
-                    # busy to acknowledge (after the bus's own retries) delays a report while
-                    # the node runs, and loses none (the job's later events wait behind it).
-                    if event_id is None or self._runtime.stopping:
-                        raise
-                    _log.warning(
-                        "event not stored yet: publishing it again",
-                        event_type=data.EVENT_TYPE,
-                        subject=subject,
-                        error=repr(exc),
-                    )
-                    await asyncio.sleep(_AGAIN_AFTER_S)
+            # Under its id, a report the broker is too busy to acknowledge is published again
+            # while the node runs: delayed (the job's later events wait behind it), never lost.
+            await self._runtime.publisher.publish(
+                data,
+                event_id=event_id,
+                causation=cause,
+                correlation_id=correlation_id,
+                traced=traced,
+                persist=event_id is not None,
+            )
         finally:
             self._sending -= 1

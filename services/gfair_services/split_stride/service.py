@@ -31,8 +31,10 @@ nothing to the runtime.
 Handlers send their outputs without waiting for each to be stored and leave the record to their
 batch's settling (`settle`), which waits for everything sent, then writes the record once for
 the whole batch, before the runtime acknowledges the inputs: the jobs and servers the batch
-changed, and the cluster-wide key. If sending or writing fails, the machine is reloaded from
-the record and the batch redelivered: it is handled again from what was stored. The job
+changed, and the cluster-wide key. An output the broker does not acknowledge is published
+again under its id until stored (a busy broker delays a quantum's commands; it does not have the
+quantum decided twice). If sending fails otherwise, or writing fails, the machine is reloaded
+from the record and the batch redelivered: it is handled again from what was stored. The job
 admission (`JobAccepted`) carries what the job's starts need (its `launch`), which the machine
 keeps with the job and the record with it; only an admission announced without one, by an older
 placement, is completed from the job's record in placement's bucket, read together with the
@@ -638,6 +640,9 @@ class SplitStrideService:
                     event_id=derived_event_id(seed, 0, data.EVENT_TYPE, _identity(data)),
                     trace_parent=launch.trace_parent if launch is not None else None,
                     links=[self._trace_parent(job_key(r.user, r.job_id)) for r in running],
+                    # A busy broker delays a quantum's commands; it does not make the quantum
+                    # be decided again (a reload and a redo double the work under overload).
+                    persist=True,
                 )
             )
         if cause is not None:
@@ -648,7 +653,9 @@ class SplitStrideService:
         """Wait for everything sent to be stored, then write the record; hold the lock.
 
         On failure the machine is reloaded from the record: it must not keep changes whose
-        outputs may never have gone out, or that the record does not hold.
+        outputs may never have gone out, or that the record does not hold. (Outputs the broker
+        is only slow to acknowledge are published again until stored, `persist`; they fail
+        only as the service stops or for a cause no repeat mends, a missing stream.)
         """
         assert self._stride_kv is not None
         sends, self._sends = self._sends, []
