@@ -14,7 +14,10 @@ job types drawn from the Gavel table. Measured in the same run:
 - ``kernel.decide()`` alone, on the machine's snapshot after the last quantum;
 - baseline: one gang-aware stride over all jobs of the cluster, sorting every job by pass every
   quantum and packing gangs first-fit onto servers, with no regard for where a job ran before;
-  besides its time it reports how many jobs land on a different server than the quantum before.
+  besides its time it reports how many jobs land on a different server than the quantum before;
+- the paper's split stride (the simulator's `paper-split-stride` baseline: a stride per server,
+  a central one for gangs spanning servers, load balancing), its whole quantum, and how many jobs
+  its load balancing moves per quantum.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from gfair.core.kernel import decide
 from gfair.core.split_stride import QuantumPlan
 from gfair.gavel import load_throughputs
 from gfair.sim.gandiva_fair_machine import GandivaFairMachine
+from gfair.sim.policies.paper_split_stride import PaperSplitStride
+from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
 
 QUANTUM_S = 60.0
@@ -156,6 +161,22 @@ def main() -> None:
         where.update(now)
 
     base = _time(baseline, args.repeat)
+
+    paper = PaperSplitStride(cluster, SpeedModel.from_rates(table), {})
+    for spec in specs:
+        paper.submit(spec, 0.0)
+    homes: dict[str, tuple[str, ...]] = {}
+    paper_moved: list[int] = []
+
+    def paper_quantum() -> None:
+        paper.plan(0.0)
+        now = paper.homes()
+        paper_moved.append(
+            sum(1 for job, servers in now.items() if homes.get(job, servers) != servers)
+        )
+        homes.update(now)
+
+    paper_times = _time(paper_quantum, args.repeat)
     busy = len(first.runs)
 
     def row(name: str, times: list[float], note: str = "") -> None:
@@ -182,6 +203,11 @@ def main() -> None:
         "baseline: cluster-wide gang-aware stride",
         base,
         f"{statistics.median(moved[1:] or moved):.0f} jobs change server per quantum (median)",
+    )
+    row(
+        "the paper's split stride, its quantum",
+        paper_times,
+        f"{statistics.median(paper_moved[1:] or paper_moved):.0f} jobs moved per quantum (median)",
     )
 
 

@@ -92,6 +92,7 @@ USERS = 100
 GENERATIONS = ("v100", "p100", "k80", "a100")
 JOB_TYPES = ("ResNet-50 (batch size 32)", "Transformer (batch size 64)", "LM (batch size 20)")
 COMMANDS = {c.EVENT_TYPE for c in (StartCommand, ResumeCommand, SuspendCommand, MigrateCommand)}
+SUSPENDED = SuspendCommand.EVENT_TYPE
 APPLIED = (JobStarted, JobResumed, JobSuspended, JobMigrated)
 _APPLIED_TYPES = {e.EVENT_TYPE for e in APPLIED}
 SPLIT_STRIDE = "split_stride"
@@ -107,6 +108,10 @@ class Recorder:
     ticks: list[datetime] = field(default_factory=list)
     commands: dict[str, datetime] = field(default_factory=dict)  # command id -> time
     applied: dict[str, datetime] = field(default_factory=dict)  # command id -> applied at
+    kinds: dict[str, str] = field(default_factory=dict)  # command id -> its event type
+    # command id -> how long the job took to carry it out, by its node's report (a suspend:
+    # from the command to its GPUs free, the job finishing its mini-batch and checkpointing)
+    job_s: dict[str, float] = field(default_factory=dict)
     accepted: set[str] = field(default_factory=set)
     cancelled: set[str] = field(default_factory=set)
     suspected: list[str] = field(default_factory=list)  # "<node> suspected|failed"
@@ -128,6 +133,7 @@ class Recorder:
             self.ticks.append(at)
         elif kind in COMMANDS:
             self.commands[envelope["id"]] = at
+            self.kinds[envelope["id"]] = kind
         elif kind == JobAccepted.EVENT_TYPE:
             self.accepted.add(data.get("job_id", ""))
         elif kind == JobCancelled.EVENT_TYPE:
@@ -137,6 +143,8 @@ class Recorder:
             self.suspected.append(f"{data.get('node_id')} {verdict}")
         elif kind in _APPLIED_TYPES and envelope.get("causation_id"):
             self.applied.setdefault(envelope["causation_id"], at)
+            if isinstance(data.get("duration_s"), int | float):
+                self.job_s.setdefault(envelope["causation_id"], float(data["duration_s"]))
         self.changed.set()
 
     async def until(self, check: Callable[[], object], timeout_s: float) -> bool:
@@ -162,8 +170,11 @@ class Result:
     jobs: int
     tick_to_applied_s: list[float]
     tick_to_sent_s: list[float]
-    # Each command of the measured quanta, from sent to applied by its node.
+    # Each command of the measured quanta, from sent to applied by its node; the suspends
+    # among them, and how long each job took to yield by its node's report.
     sent_to_applied_s: list[float]
+    suspend_s: list[float]
+    yield_s: list[float]
     decision_s: list[float]
     commands_per_quantum: list[int]
     unapplied: int
@@ -369,6 +380,8 @@ async def measure(servers: int, plan: Plan) -> Result:
     latencies: list[float] = []
     sending: list[float] = []
     applying: list[float] = []
+    suspending: list[float] = []
+    yielding: list[float] = []
     deciding: list[float] = []
     per_quantum: list[int] = []
     unapplied = 0
@@ -387,6 +400,11 @@ async def measure(servers: int, plan: Plan) -> Result:
             for c in sent
             if c in recorder.applied
         ]
+        suspends = [c for c in sent if c in recorder.applied and recorder.kinds[c] == SUSPENDED]
+        suspending += [
+            (recorder.applied[c] - recorder.commands[c]).total_seconds() for c in suspends
+        ]
+        yielding += [recorder.job_s[c] for c in suspends if c in recorder.job_s]
         # The export after the tick and before the next holds this quantum's decision.
         deciding += [seconds for at, seconds in decisions if begin <= at < end][:1]
     timings["total"] = time.monotonic() - began
@@ -397,6 +415,8 @@ async def measure(servers: int, plan: Plan) -> Result:
         tick_to_applied_s=latencies,
         tick_to_sent_s=sending,
         sent_to_applied_s=applying,
+        suspend_s=suspending,
+        yield_s=yielding,
         decision_s=deciding,
         commands_per_quantum=per_quantum,
         unapplied=unapplied,
@@ -474,6 +494,11 @@ def report(results: list[Result], plan: Plan, out: TextIO = sys.stdout) -> None:
         ("a command, sent to applied by its node: median / p99",
          [f"{_quantile_ms(r.sent_to_applied_s, 0.5)} / {_quantile_ms(r.sent_to_applied_s, 0.99)}"
           for r in results]),
+        ("a suspend, sent to applied: median / p99",
+         [f"{_quantile_ms(r.suspend_s, 0.5)} / {_quantile_ms(r.suspend_s, 0.99)}"
+          for r in results]),
+        ("of which the job yielding (its node's report): median / p99",
+         [f"{_quantile_ms(r.yield_s, 0.5)} / {_quantile_ms(r.yield_s, 0.99)}" for r in results]),
         ("of which the decision (kernel), median",
          [_ms(r.decision_s, "median") for r in results]),
         ("commands per quantum (mean)",

@@ -24,6 +24,8 @@ from gfair.sim.gandiva_fair_machine import GandivaFairMachine
 from gfair.sim.ledger import ShareSeries
 from gfair.sim.policies.fifo import Fifo
 from gfair.sim.policies.max_min_fairness import MaxMinFairness
+from gfair.sim.policies.paper_split_stride import NAME as PAPER_SPLIT_STRIDE
+from gfair.sim.policies.paper_split_stride import PaperSplitStride
 from gfair.sim.policies.static_partition import StaticPartition
 from gfair.sim.policies.tiresias import Tiresias
 from gfair.sim.policy import Policy
@@ -41,6 +43,7 @@ POLICY_NAMES: Final = (
     "static-partition",
     "tiresias",
     MAX_MIN_FAIRNESS,
+    PAPER_SPLIT_STRIDE,
 )
 
 
@@ -113,6 +116,8 @@ def build_policy(
         return Tiresias(cluster, speeds)
     if name == MAX_MIN_FAIRNESS:
         return MaxMinFairness(cluster, speeds, tickets, options.default_tickets)
+    if name == PAPER_SPLIT_STRIDE:
+        return PaperSplitStride(cluster, speeds, tickets, options.default_tickets)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
 
 
