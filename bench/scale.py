@@ -1,8 +1,9 @@
 """The live control plane on clusters of virtual nodes, two sizes side by side.
 
 Run: ``.venv/bin/python -m bench.scale [--servers 100 1000] [--jobs-per-gpu 2.5] [--quantum 60]
-[--quanta 3] [--warmup 1] [--heartbeat 5] [--progress S] [--max-payload 64]``; for a quick look:
-``--servers 5 20 --quantum 10 --quanta 2``.
+[--quanta 3] [--warmup 1] [--heartbeat 5] [--progress S] [--max-payload 64] [--logs DIR]``;
+for a quick look: ``--servers 5 20 --quantum 10 --quanta 2``. ``--logs`` keeps each cluster's
+logs (`<DIR>/<servers>/`).
 
 For each size, a whole cluster as `gfair up --virtual` starts it (embedded nats-server, the
 five scheduler services, the query service, and processes running an executor per server
@@ -48,6 +49,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -296,6 +298,8 @@ class Plan:
     max_payload_mib: int
     # How long admitting every job, and cancelling every job, may take.
     stage_timeout_s: float
+    # Where to keep each size's cluster logs (`<dir>/<servers>/`), if anywhere.
+    logs: Path | None = None
 
 
 async def measure(servers: int, plan: Plan) -> Result:
@@ -372,6 +376,8 @@ async def measure(servers: int, plan: Plan) -> Result:
             decisions = _decisions(cluster.span_file.with_name("metrics.jsonl"))
             await bus.close()
             await connection.close()
+        if plan.logs is not None:
+            shutil.copytree(Path(tmp) / "gfair" / "logs", plan.logs / str(servers))
     outcomes = Outcomes.of(history)
     expected = {(job.user, job.job_id) for job in jobs}
     ends = [len(outcomes.terminal.get(job, [])) for job in expected]
@@ -553,6 +559,7 @@ async def main_async(args: argparse.Namespace) -> None:
         progress_s=args.progress or progress_interval_for(args.quantum),
         max_payload_mib=args.max_payload,
         stage_timeout_s=args.stage_timeout,
+        logs=args.logs,
     )
     results = []
     failed: list[str] = []
@@ -586,6 +593,9 @@ def main() -> None:
         "--progress", type=float, default=None, help="default: the executor's for the quantum"
     )
     parser.add_argument("--max-payload", type=int, default=64, help="the broker's, MiB")
+    parser.add_argument(
+        "--logs", type=Path, help="keep each size's cluster logs here, in <servers>/"
+    )
     parser.add_argument(
         "--stage-timeout", type=float, default=300.0, help="admitting, cancelling: seconds"
     )
