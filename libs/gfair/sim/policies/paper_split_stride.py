@@ -13,16 +13,18 @@ Jobs live on servers and time-slice there, as the paper describes, with
   central stride decides the servers gangs spanning servers are placed on.
 - **Load balancing** (moves, at most `budget` of the cluster's servers' worth a quantum). First
   idle GPUs: a server asked for fewer GPUs than it has takes one-server jobs that fit from the
-  servers asked for most beyond theirs, of any generation, and a gang spanning servers that
-  shares one with other jobs moves to servers of its generation nobody asked for. Then faster
-  GPUs: GPUs nobody asked for take one-server jobs of slower generations that run faster there,
-  the largest speed-up first (the paper places a job "on the fastest GPU subject to
-  contention"). Then tickets: within each generation, while the most loaded server (tickets
-  per GPU) is more than `threshold` of the generation's mean above the least loaded, one of its
-  one-server jobs moves there, the one that evens the two most.
+  servers asked for most beyond theirs, of any generation; a gang spanning servers moves to
+  whole servers nobody asked for, of a generation faster for it, or of its own when other jobs
+  ask for its servers too. Then faster GPUs: GPUs nobody asked for take one-server jobs of
+  slower generations that run faster there, the largest speed-up first (the paper places a
+  job "on the fastest GPU subject to contention"). Then tickets: within each generation, while
+  the most loaded server (tickets per GPU) is more than `threshold` of the generation's mean
+  above the least loaded, one of its one-server jobs moves there, the one that evens the two
+  most.
 
-No trading and no profiling: a job's generation is the one its home was chosen in. The
-kernel that gfair runs (`gfair.core.kernel`) is measured against this in `gfair compare`.
+No trading and no profiling: a job's generation is where its home is: chosen when it arrives,
+and changed only by the moves above. The kernel that gfair runs (`gfair.core.kernel`) is
+measured against this in `gfair compare`.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class PaperSplitStride:
             self._by_generation[server.generation].append(server)
         self._jobs: dict[str, TraceJob] = {}
         self._users: dict[str, list[str]] = defaultdict(list)  # user -> its active jobs
+        self._gangs: set[str] = set()  # jobs spanning servers
 
     def submit(self, job: TraceJob, now: float) -> Admission:
         servers = self._home(job)
@@ -76,12 +79,15 @@ class PaperSplitStride:
         self._jobs[job.id] = job
         self._users[job.user].append(job.id)
         self._stride.add(job.id, servers, job.gpus, self._share(job.user))
+        if len(servers) > 1:
+            self._gangs.add(job.id)
         self._retick(job.user)
         return Admission(True)
 
     def finish(self, job_id: str, now: float) -> None:
         job = self._jobs.pop(job_id)
         self._stride.remove(job_id)
+        self._gangs.discard(job_id)
         jobs = self._users[job.user]
         jobs.remove(job_id)
         if jobs:
@@ -189,25 +195,34 @@ class PaperSplitStride:
         return moved
 
     def _spread_gangs(self, budget: int) -> int:
-        """Move gangs spanning servers off servers other jobs ask for too, onto servers of
-        their generation nobody asks for; how many moved."""
+        """Move gangs spanning servers onto whole servers nobody asks for: of a generation
+        faster for them, else of their own when other jobs ask for theirs too; how many
+        moved."""
         asked = self._stride.asked()
         moved = 0
-        for job_id, servers in list(self._stride.placements().items()):
+        for job_id in sorted(self._gangs):
             if moved == budget:
                 break
-            if len(servers) < 2:
-                continue
-            size = self._cluster.server(servers[0]).gpus
-            if all(asked[s] == size for s in servers):
-                continue  # it has its servers to itself
-            generation = self._cluster.server(servers[0]).generation
-            empty = [
-                s.id for s in self._by_generation[generation] if asked[s.id] == 0 and s.gpus == size
-            ]
-            if len(empty) >= len(servers):
-                self._stride.move(job_id, empty[: len(servers)], self._jobs[job_id].gpus)
-                moved += 1
+            servers = self._stride.placement(job_id)
+            job = self._jobs[job_id]
+            here = self._cluster.server(servers[0])
+            shared = any(asked[s] > here.gpus for s in servers)
+            speed = self._speeds.speed(job.job_type, here.generation)
+            for generation in self._speeds.ranked(job.job_type, self._cluster.generations):
+                faster = self._speeds.speed(job.job_type, generation) > speed
+                if not faster and not (shared and generation == here.generation):
+                    continue
+                size = max(s.gpus for s in self._by_generation[generation])
+                empty = [
+                    s.id
+                    for s in self._by_generation[generation]
+                    if asked[s.id] == 0 and s.gpus == size
+                ]
+                count = math.ceil(job.gpus / size)
+                if count > 1 and len(empty) >= count:
+                    self._stride.move(job_id, empty[:count], job.gpus)
+                    moved += 1
+                    break
         return moved
 
     def _fill_faster(self, budget: int) -> int:
