@@ -37,7 +37,10 @@ class SplitStride:
         self._where: dict[str, tuple[str, ...]] = {}  # job id -> servers
         self._multi: dict[str, StrideEntry] = {}  # central entries of multi-server jobs
         self._aggregates: dict[str, StrideEntry] = {}  # central entries of contested servers
-        self._multi_on: dict[str, set[str]] = {}  # server id -> multi-server jobs placed on it
+        # Server id -> multi-server jobs placed on it, in the order they came (a server's ticket
+        # load sums their tickets: in a set's order, the sum's last bits changed with the hash
+        # seed, and with them which of two equally loaded servers a job was given).
+        self._multi_on: dict[str, dict[str, None]] = {}
         self._central_floor = 0.0
         self._central_seq = 0
         self._load: dict[str, float] = dict.fromkeys(self._local, 0.0)  # `server_tickets`
@@ -147,7 +150,7 @@ class SplitStride:
         tickets = check_tickets(job_id, tickets)
         for server_id in servers:
             if server_id not in self._multi_on:
-                self._multi_on[server_id] = set()
+                self._multi_on[server_id] = {}
                 self._aggregates[server_id] = StrideEntry(
                     server_id,
                     1.0,
@@ -155,7 +158,7 @@ class SplitStride:
                     self._next_central_seq(),
                     self.cluster.server(server_id).gpus,
                 )
-            self._multi_on[server_id].add(job_id)
+            self._multi_on[server_id][job_id] = None
         self._multi[job_id] = StrideEntry(
             job_id,
             tickets,
@@ -182,7 +185,7 @@ class SplitStride:
         self._central_floor = max(self._central_floor, floor)
         for server_id in servers:
             jobs = self._multi_on[server_id]
-            jobs.discard(job_id)
+            del jobs[job_id]
             if not jobs:
                 del self._multi_on[server_id]
                 del self._aggregates[server_id]
@@ -285,14 +288,14 @@ class SplitStride:
             for job_id in local[server_id].job_ids():
                 where[job_id] = (server_id,)
         multi: dict[str, StrideEntry] = {}
-        multi_on: dict[str, set[str]] = {}
+        multi_on: dict[str, dict[str, None]] = {}
         for raw in data["multi"]:
             entry = StrideEntry.from_dict(raw)
             servers = tuple(str(s) for s in raw["servers"])
             for server_id in servers:
                 if server_id not in local:
                     raise ValueError(f"snapshot names unknown server {server_id!r}")
-                multi_on.setdefault(server_id, set()).add(entry.id)
+                multi_on.setdefault(server_id, {})[entry.id] = None
             multi[entry.id] = entry
             where[entry.id] = servers
         aggregates = {e.id: e for e in map(StrideEntry.from_dict, data["aggregates"])}

@@ -136,16 +136,12 @@ class PaperSplitStride:
             servers = self._by_generation[generation]
             size = max(s.gpus for s in servers)
             if job.gpus <= size:
-                fitting = [s for s in servers if s.gpus >= job.gpus]
-                server = min(
-                    fitting, key=lambda s: (self._full(s, job.gpus), self._per_gpu(s), s.id)
+                full, load, server_id = min(
+                    (self._full(s, job.gpus), self._per_gpu(s), s.id)
+                    for s in servers
+                    if s.gpus >= job.gpus
                 )
-                choice: Choice = (
-                    self._full(server, job.gpus),
-                    self._per_gpu(server),
-                    rank,
-                    (server.id,),
-                )
+                choice: Choice = (full, load, rank, (server_id,))
             else:
                 whole = [s for s in servers if s.gpus == size]
                 count = math.ceil(job.gpus / size)
@@ -230,28 +226,39 @@ class PaperSplitStride:
         on them, the largest speed-up first; how many moved."""
         asked = self._stride.asked()
         moved = 0
+        # Generation -> `_faster_on` it, looked for once until a move changes the homes.
+        ranked: dict[str, list[tuple[float, str]]] = {}
         for target in self._cluster.servers:
-            free = target.gpus - asked[target.id]
-            if free <= 0:
+            if target.gpus <= asked[target.id]:
                 continue
-            candidates: list[tuple[float, str]] = []
-            for job_id, servers in self._stride.placements().items():
-                job = self._jobs[job_id]
-                if len(servers) > 1 or job.gpus > free:
-                    continue
-                here = self._cluster.server(servers[0]).generation
-                gain = self._speeds.speed(job.job_type, target.generation) / self._speeds.speed(
-                    job.job_type, here
-                )
-                if gain > 1.0:
-                    candidates.append((-gain, job_id))
-            for _, job_id in sorted(candidates):
+            candidates = ranked.get(target.generation)
+            if candidates is None:
+                candidates = ranked[target.generation] = self._faster_on(target.generation)
+            for _, job_id in candidates:
                 if moved == budget:
                     return moved
                 if self._jobs[job_id].gpus <= target.gpus - asked[target.id]:
                     self._stride.move(job_id, (target.id,), self._jobs[job_id].gpus)
                     moved += 1
+                    ranked.clear()
         return moved
+
+    def _faster_on(self, generation: str) -> list[tuple[float, str]]:
+        """One-server jobs that run faster on `generation` than where they live, as
+        (-speed-up, job id), the largest speed-up first."""
+        faster: list[tuple[float, str]] = []
+        for job_id, servers in self._stride.placements().items():
+            if len(servers) > 1:
+                continue
+            job = self._jobs[job_id]
+            here = self._cluster.server(servers[0]).generation
+            gain = self._speeds.speed(job.job_type, generation) / self._speeds.speed(
+                job.job_type, here
+            )
+            if gain > 1.0:
+                faster.append((-gain, job_id))
+        faster.sort()
+        return faster
 
     def _balance_generation(self, servers: list[Server], budget: int) -> int:
         """Even out the tickets per GPU of `servers` (module doc); how many jobs moved."""
