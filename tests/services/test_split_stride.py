@@ -38,7 +38,7 @@ from gfair.events.jobs import (
 from gfair.events.nodes import NodeFailed, NodeQuarantined
 from gfair.events.reasons import FailureClass, SuspendReason
 from gfair.events.scheduling import QuantumTicked, ScheduleDecided
-from gfair.events.states import JobState
+from gfair.events.states import JobState, NodeState
 from gfair.state.buckets import JOBS, STRIDE
 from gfair.state.job_record import JobRecord, save_job
 from gfair.state.stride_record import STATE_KEY, StrideRecord, load_stride
@@ -592,6 +592,44 @@ async def test_a_restarted_split_stride_continues_where_it_stopped(
     assert holders[0] != holders[1] != holders[2] != holders[3]
     stored = await load_stride(await bus.key_value(STRIDE.name))
     assert stored is not None and stored.record.quantum == 4
+
+
+async def test_a_batch_writes_the_part_of_the_server_it_changed_and_of_no_other(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    async with split_stride(bus, settings) as state:
+        await register(probe, state, ("v100-0", 1), ("v100-1", 1), ("v100-2", 1))
+        await admit(probe, state, "alice", "j1")
+        (start,) = await probe.wait_for(COMMANDS, StartCommand)
+        await started(probe, start)
+        kv = await bus.key_value(STRIDE.name)
+
+        async def revisions() -> dict[str, int]:
+            found = {}
+            for key in await kv.keys():
+                entry = await kv.get(key)
+                if entry is not None:
+                    found[key] = entry.revision
+            return found
+
+        await eventually(lambda: state.machine.jobs["alice.j1"].stays[start.node_id].holds_gpus)
+        await probe.settle(0.1)
+        before = await revisions()
+        lost = next(n for n in ("v100-0", "v100-1", "v100-2") if n != start.node_id)
+        await probe.publish(NodeFailed(node_id=lost, reason="no heartbeats"))
+        await eventually(lambda: state.inventory.get(lost).state is NodeState.FAILED)  # type: ignore[union-attr]
+        await probe.settle(0.1)
+        after = await revisions()
+        held = state.to_record(state.clock())
+    rewritten = {key for key in after if after[key] != before.get(key)}
+    assert f"server.{lost}" in rewritten
+    assert not {key for key in rewritten if key.startswith(("server.", "job."))} - {
+        f"server.{lost}"
+    }
+    stored = await load_stride(kv)
+    assert stored is not None
+    assert stored.record.servers == held.servers
+    assert stored.record.servers[lost].state is NodeState.FAILED
 
 
 async def test_a_job_waiting_across_a_restart_starts_from_what_its_admission_carried(

@@ -411,6 +411,8 @@ def _changed(
     """The parts of `new` that differ from `old`'s (None: deleted); with `among`, only those
     keys are looked at (the caller vouches that no other differs)."""
     found: dict[str, bytes | None] = {}
+    if new is old:  # the writer passes the very parts it wrote when none changed
+        return found
     keys = among if among is not None else itertools.chain(new, old.keys() - new.keys())
     for k in keys:
         part, was = new.get(k), old.get(k)

@@ -49,10 +49,7 @@ def nodes(inventory: NodeInventory) -> tuple[Node, ...]:
 
 
 def inventory(record: StrideRecord) -> NodeInventory:
-    return NodeInventory(
-        NodeEntry(s.node_id, s.generation, s.gpu_indices, s.state, s.changed_at, s.hostname)
-        for s in record.servers.values()
-    )
+    return NodeInventory(_entry(s) for s in record.servers.values())
 
 
 def saved(record: StrideRecord) -> Saved:
@@ -92,6 +89,12 @@ class Records:
         self._profiles: dict[
             tuple[str, str | None], tuple[Mapping[str, float], tuple[str, TypeProfile]]
         ] = {}
+        # The servers' parts as last built, and the inventory's entries they were built from
+        # (an entry is replaced, never changed): the same dict while they are the same, which a
+        # write then passes over at once.
+        self._entries: list[NodeEntry] = []
+        self._servers: dict[str, ServerRecord] = {}
+        self._users: dict[str, StrideUser] = {}
 
     @property
     def changed_jobs(self) -> Collection[str] | None:
@@ -124,41 +127,50 @@ class Records:
                     self._jobs[key] = _record(job)
             if self._unstored is not None:
                 self._unstored |= changed
-        return StrideRecord(
+        # Built without validation: every part is a record already (validated as it was
+        # made), and validating them all again cost each batch's write a look at every job.
+        return StrideRecord.model_construct(
             epoch=epoch,
             quantum=state.quantum,
             last_tick_at=None if state.last_tick_at is None else moment(state.last_tick_at),
             seq=state.seq,
-            users={
-                name: StrideUser(seq=user.seq, credit=user.credit)
-                for name, user in state.users.items()
-            },
+            users={name: self._user(name, user) for name, user in state.users.items()},
             profiles={
                 user: dict(
                     self._profile_record(user, job_type, rates) for job_type, rates in types.items()
                 )
                 for user, types in state.profiles.items()
             },
-            servers={
-                e.node_id: ServerRecord(
-                    node_id=e.node_id,
-                    generation=e.generation,
-                    gpu_indices=e.gpu_indices,
-                    state=e.state,
-                    changed_at=e.changed_at,
-                    hostname=e.hostname,
-                )
-                for e in servers.nodes.values()
-            },
+            servers=self._server_records(servers),
             # A dict of its own: the write compares it with the one it wrote last.
             jobs=dict(self._jobs),
-            usage=state.usage,
+            # Copies: the machine goes on changing its own.
+            usage={user: dict(pools) for user, pools in state.usage.items()},
             usage_since=moment(state.usage_since),
-            entitlements=state.entitlements,
+            entitlements={user: dict(pools) for user, pools in state.entitlements.items()},
             entitlements_revision=state.entitlements_revision,
             applied_event_ids=tuple(applied),
             updated_at=now,
         )
+
+    def _user(self, name: str, user: UserState) -> StrideUser:
+        cached = self._users.get(name)
+        if cached is None or cached.seq != user.seq or cached.credit != user.credit:
+            cached = self._users[name] = StrideUser(seq=user.seq, credit=user.credit)
+        return cached
+
+    def _server_records(self, servers: NodeInventory) -> dict[str, ServerRecord]:
+        entries = list(servers.nodes.values())
+        if entries != self._entries:  # compares by identity first, in C
+            self._entries = entries
+            made = self._servers
+            self._servers = {
+                e.node_id: made[e.node_id]
+                if e.node_id in made and _entry(made[e.node_id]) == e
+                else _server_record(e)
+                for e in entries
+            }
+        return self._servers
 
     def _profile_record(
         self, user: str, job_type: str | None, rates: Mapping[str, float]
@@ -196,6 +208,28 @@ def _residency(stay: Stay) -> Residency:
         quantum=stay.quantum,
         pending_suspends=stay.pending_suspends,
         unconfirmed=stay.unconfirmed,
+    )
+
+
+def _server_record(entry: NodeEntry) -> ServerRecord:
+    return ServerRecord(
+        node_id=entry.node_id,
+        generation=entry.generation,
+        gpu_indices=entry.gpu_indices,
+        state=entry.state,
+        changed_at=entry.changed_at,
+        hostname=entry.hostname,
+    )
+
+
+def _entry(record: ServerRecord) -> NodeEntry:
+    return NodeEntry(
+        record.node_id,
+        record.generation,
+        record.gpu_indices,
+        record.state,
+        record.changed_at,
+        record.hostname,
     )
 
 
