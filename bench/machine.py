@@ -1,23 +1,29 @@
 """`python -m bench.machine`: what the split-stride state machine (`gfair.core.split_stride`)
 costs per event at scale, without the bus: one admission, one release report and one tick on
-1,000 servers of 8 GPUs with 2,000 and 20,000 jobs admitted (docs/benchmarks.md).
+1,000 servers of 8 GPUs with 2,000 and 20,000 jobs admitted (docs/benchmarks.md); and what the
+split-stride service then pays to write its record after a batch of events that changed ten
+jobs (`gfair_services.split_stride.record`, stored with `save_stride` in an in-memory bucket).
 
 The machine is restored with its jobs (as after a restart), ticked once and every start
 confirmed, so that the measured events meet a running cluster. Each cost is the median of
 `--repeat` events (a tick's: of three). Beside them, in the same run, an admission and a release
 with the kernel's `backfill` placing every running job again, one by one, as it did before
 2026-11-29 (its baseline). Run it on two trees in one shell command to compare them (the numbers
-of one run only compare with each other).
+of one run only compare with each other; the record write has no baseline of its own).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
+from gfair.bus.memory_kv import InMemoryKeyValue
+from gfair.bus.topology import BucketSpec
 from gfair.core import kernel
 from gfair.core.split_stride import (
     Admitted,
@@ -31,8 +37,14 @@ from gfair.core.split_stride import (
     Started,
 )
 from gfair.core.throughput import ThroughputEstimator
+from gfair.events import NodeState
+from gfair.state.buckets import STRIDE
+from gfair.state.stride_record import save_stride
+from gfair_services.inventory import NodeEntry, NodeInventory
+from gfair_services.split_stride.record import Records
 
 QUANTUM_S = 60.0
+T0 = datetime(2026, 11, 29, tzinfo=UTC)
 GANGS = (1, 1, 2, 4, 8)  # GPUs of the jobs in turn
 USERS = 50
 
@@ -129,9 +141,41 @@ def _releases(machine: SplitStride, now: float, repeat: int) -> list[float]:
     ]
 
 
+def _writes(machine: SplitStride, repeat: int) -> list[float]:
+    """Seconds to build and store the record after each of `repeat` batches that changed ten
+    jobs (the first write, of every job, not counted)."""
+    inventory = NodeInventory(
+        NodeEntry(node.node_id, node.generation, node.gpu_indices, NodeState.READY, T0)
+        for node in machine.nodes.values()
+    )
+
+    async def run() -> list[float]:
+        bucket = InMemoryKeyValue(BucketSpec(name=STRIDE.name))
+        records = Records()
+        stored = await save_stride(
+            bucket, records.record(machine, inventory, "bench", (), T0), None, None
+        )
+        records.stored()
+        keys = list(machine.jobs)[:10]
+        took = []
+        for _ in range(repeat):
+            for key in keys:
+                machine.touch(key)
+            began = time.perf_counter()
+            built = records.record(machine, inventory, "bench", (), T0)
+            stored = await save_stride(
+                bucket, built, stored.revision, stored.record, changed_jobs=records.changed_jobs
+            )
+            records.stored()
+            took.append(time.perf_counter() - began)
+        return took
+
+    return asyncio.run(run())
+
+
 def measure(servers: int, jobs: int, repeat: int) -> dict[str, float]:
-    """Median seconds of an admission, a release report and a tick; of an admission and a
-    release with the baseline's `backfill`."""
+    """Median seconds of an admission, a release report, a tick and a record write; of an
+    admission and a release with the baseline's `backfill`."""
     machine = build(servers, jobs)
     now = 2 * QUANTUM_S
     with _placed_one_by_one():
@@ -150,6 +194,7 @@ def measure(servers: int, jobs: int, repeat: int) -> dict[str, float]:
         "release": statistics.median(releases),
         "release before": statistics.median(releases_before),
         "tick": statistics.median(ticks),
+        "record write": statistics.median(_writes(machine, repeat)),
     }
 
 
@@ -161,7 +206,14 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    heads = ("admission", "admission before", "release", "release before", "tick")
+    heads = (
+        "admission",
+        "admission before",
+        "release",
+        "release before",
+        "tick",
+        "record write",
+    )
     print(f"{'servers':>8} {'jobs':>7}" + "".join(f" {h + ' ms':>19}" for h in heads))
     for jobs in args.jobs:
         got = measure(args.servers, jobs, args.repeat)

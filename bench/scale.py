@@ -1,13 +1,14 @@
 """The live control plane on clusters of virtual nodes, two sizes side by side.
 
 Run: ``.venv/bin/python -m bench.scale [--servers 100 1000] [--jobs-per-gpu 2.5] [--quantum 60]
-[--quanta 3] [--warmup 1] [--heartbeat 5] [--progress S] [--max-payload 64] [--logs DIR]``;
+[--quanta 3] [--warmup 1] [--heartbeat 5] [--progress S] [--max-payload 64] [--logs DIR]
+[--per-process 100]``;
 for a quick look: ``--servers 5 20 --quantum 10 --quanta 2``. ``--logs`` keeps each cluster's
 logs (`<DIR>/<servers>/`).
 
 For each size, a whole cluster as `gfair up --virtual` starts it (embedded nats-server, the
 five scheduler services, the query service, and processes running an executor per server
-(100 servers each, `GFAIR_VIRTUAL_NODES_PER_PROCESS`),
+(``--per-process`` servers each, 100 by default, `GFAIR_VIRTUAL_NODES_PER_PROCESS`),
 servers of four generations: 8 x V100, P100, K80 and A100 each in turn, jobs virtual),
 ``--jobs-per-gpu`` long synthetic jobs per GPU (2.5: 20,000 jobs on 1,000 servers, 2,000 on
 100) from 100 users (mostly one GPU, some gangs of 2 and 4), so that every quantum
@@ -88,7 +89,10 @@ from gfair.events.nodes import NodeFailed, NodeSuspected
 from gfair.events.scheduling import QuantumTicked
 from gfair.events.subjects import STREAMS
 from gfair.events.submission import JobCancelRequested, JobSubmitted
-from gfair_services.node_executor.settings import progress_interval_for
+from gfair_services.node_executor.settings import (
+    DEFAULT_VIRTUAL_NODES_PER_PROCESS,
+    progress_interval_for,
+)
 
 USERS = 100
 GENERATIONS = ("v100", "p100", "k80", "a100")
@@ -300,6 +304,8 @@ class Plan:
     stage_timeout_s: float
     # Where to keep each size's cluster logs (`<dir>/<servers>/`), if anywhere.
     logs: Path | None = None
+    # Servers per virtual-nodes process.
+    per_process: int = DEFAULT_VIRTUAL_NODES_PER_PROCESS
 
 
 async def measure(servers: int, plan: Plan) -> Result:
@@ -316,6 +322,7 @@ async def measure(servers: int, plan: Plan) -> Result:
             quantum_s=quantum_s,
             data_dir=Path(tmp) / "gfair",
             virtual=True,
+            virtual_per_process=plan.per_process,
             log_level="WARNING",
             ready_timeout_s=600.0,
             heartbeat_s=plan.heartbeat_s,
@@ -560,6 +567,7 @@ async def main_async(args: argparse.Namespace) -> None:
         max_payload_mib=args.max_payload,
         stage_timeout_s=args.stage_timeout,
         logs=args.logs,
+        per_process=args.per_process,
     )
     results = []
     failed: list[str] = []
@@ -574,6 +582,7 @@ async def main_async(args: argparse.Namespace) -> None:
     print(
         f"\nquantum {plan.quantum_s:g} s, {plan.quanta} quanta measured after {plan.warmup}; "
         f"heartbeats every {plan.heartbeat_s:g} s, progress every {plan.progress_s:g} s, "
+        f"{plan.per_process} servers per virtual-nodes process, "
         f"broker's max payload {plan.max_payload_mib} MiB"
     )
     report(results, plan)
@@ -598,6 +607,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--stage-timeout", type=float, default=300.0, help="admitting, cancelling: seconds"
+    )
+    parser.add_argument(
+        "--per-process",
+        type=int,
+        default=DEFAULT_VIRTUAL_NODES_PER_PROCESS,
+        help="servers per virtual-nodes process",
     )
     asyncio.run(main_async(parser.parse_args()))
 
