@@ -109,12 +109,6 @@ NODE_EXECUTOR = "node_executor"
 VIRTUAL_NODES = "virtual-nodes"
 
 
-# Virtual nodes stand in for servers of their own: they run below the broker and the services,
-# which on a real cluster never share cores with the nodes' work, so that a load test on one
-# machine measures the control plane rather than simulated nodes crowding it off the cores.
-VIRTUAL_NODES_NICE = 10
-
-
 def virtual_nodes_child(part: int) -> str:
     """The name of the child that runs part `part` of the virtual nodes."""
     return f"{VIRTUAL_NODES}-{part}"
@@ -251,14 +245,11 @@ class ClusterOptions:
 class Child:
     """One child process: how to start it, and its current incarnation."""
 
-    def __init__(
-        self, name: str, module: str, env: Mapping[str, str], log_path: Path, *, nice: int = 0
-    ) -> None:
+    def __init__(self, name: str, module: str, env: Mapping[str, str], log_path: Path) -> None:
         self.name = name
         self.module = module
         self.env = dict(env)
         self.log_path = log_path
-        self.nice = nice  # how far below `gfair up`'s priority it runs
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.started_at: datetime | None = None  # when the current process was started
@@ -300,15 +291,6 @@ class Child:
             # reach, the executors open to them explicitly.
             umask=0o077,
         )
-        if self.nice:
-            # Set before the new process starts a thread of its own (it is still importing):
-            # its threads are made with its priority.
-            with contextlib.suppress(OSError):
-                os.setpriority(
-                    os.PRIO_PROCESS,
-                    self.process.pid,
-                    os.getpriority(os.PRIO_PROCESS, 0) + self.nice,
-                )
         self.starts += 1
         self.started_at = datetime.now(UTC)
         self.exit_seen = False
@@ -595,9 +577,7 @@ class EmbeddedCluster:
                 "GFAIR_WORK_BASE": str(self.data_dir / "nodes"),
             }
             name = virtual_nodes_child(part)
-            self.children[name] = Child(
-                name, NODE_EXECUTOR, env, self.logs_dir / f"{name}.log", nice=VIRTUAL_NODES_NICE
-            )
+            self.children[name] = Child(name, NODE_EXECUTOR, env, self.logs_dir / f"{name}.log")
             for server in servers:
                 self._virtual_child[server.id] = name
         for server in () if self.options.virtual else self.servers.servers:
