@@ -22,7 +22,7 @@ live service can keep passes in a key-value bucket.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from gfair.core.cluster import Cluster
@@ -62,6 +62,10 @@ class SplitStride:
 
     def placements(self) -> Mapping[str, tuple[str, ...]]:
         return self._where
+
+    def spanning(self) -> Collection[str]:
+        """The jobs placed on several servers (the central stride's)."""
+        return self._multi.keys()
 
     def local_jobs(self, server_id: str) -> tuple[str, ...]:
         return self._local[server_id].job_ids()

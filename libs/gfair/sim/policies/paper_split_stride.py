@@ -70,7 +70,6 @@ class PaperSplitStride:
             self._by_generation[server.generation].append(server)
         self._jobs: dict[str, TraceJob] = {}
         self._users: dict[str, list[str]] = defaultdict(list)  # user -> its active jobs
-        self._gangs: set[str] = set()  # jobs spanning servers
 
     def submit(self, job: TraceJob, now: float) -> Admission:
         servers = self._home(job)
@@ -79,15 +78,12 @@ class PaperSplitStride:
         self._jobs[job.id] = job
         self._users[job.user].append(job.id)
         self._stride.add(job.id, servers, job.gpus, self._share(job.user))
-        if len(servers) > 1:
-            self._gangs.add(job.id)
         self._retick(job.user)
         return Admission(True)
 
     def finish(self, job_id: str, now: float) -> None:
         job = self._jobs.pop(job_id)
         self._stride.remove(job_id)
-        self._gangs.discard(job_id)
         jobs = self._users[job.user]
         jobs.remove(job_id)
         if jobs:
@@ -196,7 +192,7 @@ class PaperSplitStride:
         moved."""
         asked = self._stride.asked()
         moved = 0
-        for job_id in sorted(self._gangs):
+        for job_id in sorted(self._stride.spanning()):
             if moved == budget:
                 break
             servers = self._stride.placement(job_id)
