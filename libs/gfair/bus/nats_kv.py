@@ -30,10 +30,14 @@ def _entry(key: str, value: bytes | None, revision: int | None, operation: str |
 
 
 class _NatsWatch:
-    def __init__(self, watcher: NatsKeyValueBucket.KeyWatcher, skip_through: int) -> None:
+    def __init__(
+        self, watcher: NatsKeyValueBucket.KeyWatcher, skip_through: int, initial_through: int
+    ) -> None:
         self._watcher = watcher
         # Entries at or below this revision existed before the watch (updates_only); 0 keeps all.
         self._skip_through = skip_through
+        # The bucket's last revision as the watch began: a tombstone at or below it is no change.
+        self._initial_through = initial_through
         self._stopped = False
 
     async def _entries(self) -> AsyncIterator[KvEntry]:
@@ -46,8 +50,12 @@ class _NatsWatch:
             entry = _entry(item.key, item.value, item.revision, item.operation)
             if entry.revision <= self._skip_through:
                 continue
-            if not caught_up and entry.operation is KvOperation.DELETE:
-                # The initial snapshot lists current values; a tombstone is not one.
+            if entry.operation is KvOperation.DELETE and (
+                not caught_up or entry.revision <= self._initial_through
+            ):
+                # The initial snapshot lists current values; a tombstone is not one. (nats-py may
+                # mark the snapshot's end before its last entries, when it asked the consumer's
+                # pending count before they were counted: hence the revision too.)
                 continue
             yield entry
 
@@ -141,11 +149,9 @@ class NatsKeyValue:
 
     async def watch(self, pattern: str = ">", *, updates_only: bool = False) -> KvWatch:
         validate_pattern(pattern)
-        skip_through = 0
-        if updates_only:
-            status = await self._kv.status()
-            skip_through = status.stream_info.state.last_seq
+        status = await self._kv.status()
+        last = status.stream_info.state.last_seq
         watcher = await self._kv.watch(pattern)
         # Let the watcher's subscription start before the caller writes.
         await asyncio.sleep(0)
-        return _NatsWatch(watcher, skip_through)
+        return _NatsWatch(watcher, last if updates_only else 0, last)
