@@ -53,9 +53,9 @@ class _NatsWatch:
             if entry.operation is KvOperation.DELETE and (
                 not caught_up or entry.revision <= self._initial_through
             ):
-                # The initial snapshot lists current values; a tombstone is not one. (nats-py may
-                # mark the snapshot's end before its last entries, when it asked the consumer's
-                # pending count before they were counted: hence the revision too.)
+                # The initial snapshot lists current values; a tombstone is not one. (nats-py
+                # marks the snapshot's end before its entries when the consumer had sent them all
+                # and none was read yet as it asked: hence the revision too.)
                 continue
             yield entry
 
