@@ -137,6 +137,36 @@ def test_a_stop_of_a_start_never_confirmed_is_forgotten_soon() -> None:
     assert [(f.job, f.start_confirmed) for f in plan.forgotten] == [("alice.a", False)]
 
 
+def test_a_node_letting_go_of_an_earlier_process_leaves_a_start_it_has_yet_to_carry_out() -> None:
+    # alice's job is parked in place and told to resume there; before the node reads that
+    # start, its executor restarts and stops the parked process: a drain no stop asked for.
+    m = machine(("v100-0", 1))
+    started(m, only_start(admit(m, "alice", "a", 0.0).starts.turns), 0.0)
+    admit(m, "bob", "b", 0.0)
+    now = 0.0
+    resume: Start | None = None
+    while resume is None and now < 10 * QUANTUM_S:
+        now += QUANTUM_S
+        turns = m.tick(now).turns
+        for turn in turns:
+            for stop in turn.stops:
+                suspended(m, stop, now, in_place=True)
+        starts = [s for turn in turns for s in turn.starts]
+        resume = next((s for s in starts if s.job_id == "a" and m.jobs["alice.a"].parked), None)
+        for start in starts:
+            if start is not resume:
+                started(m, start, now)
+    assert resume is not None and m.jobs["alice.a"].parked == ("v100-0", resume.gpu_indices)
+    drain = Stop("alice", "a", resume.node_id, 1, StopReason.DRAIN).suspended(now + 1)
+    assert m.apply(drain).changed
+    job = m.jobs["alice.a"]
+    assert job.parked is None  # that process is gone: the start brings it back from a checkpoint
+    assert list(job.stays) == [resume.node_id]
+    assert job.stays[resume.node_id].phase is Phase.STARTING  # and it still stands
+    started(m, resume, now + 2)
+    assert job.stays[resume.node_id].phase is Phase.RUNNING
+
+
 def test_a_command_is_not_forgotten_while_its_nodes_reports_wait_unread() -> None:
     # The driver has read its nodes' reports only up to `heard_until` (a backlog): a start's
     # confirmation may wait in it, and forgetting the start would put the job on two servers.

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gfair.node.orphans import RunEnd
 from gfair.node.run_directory import RunDirectory
 from gfair.node.supervisor import JobSupervisor, SupervisorConfig
 from gfair.sdk import YIELD_EXIT_CODE, JobEnvironment
@@ -61,7 +63,7 @@ def launch_as_dead_executor(
     spawned.append(process)
     run.write_launch(
         {"node_id": node_id, "job_id": job_id, "attempt": 1, "pid": process.pid,
-         "pgid": process.pid}
+         "pgid": process.pid, "started_at": time.time()}
     )  # fmt: skip
     return run, process
 
@@ -91,9 +93,44 @@ async def test_restarted_executor_checkpoints_and_kills_its_predecessors_jobs(
     assert foreign.poll() is None
     assert orphan_run.has_exited() and gone_run.has_exited()
 
-    # Reaped runs are settled: the next restart does not report them again.
+    # Until their executor says the scheduler was told, a restart reports them again; after
+    # that, never.
+    async with JobSupervisor(config) as supervisor:
+        again = {r.job_id: r for r in supervisor.reaped}
+    assert set(again) == {"orphan", "gone"} and not again["orphan"].found_alive
+    for run in again.values():
+        run.told()
     async with JobSupervisor(config) as supervisor:
         assert supervisor.reaped == []
+
+
+async def test_a_run_its_executor_saw_end_but_never_reported_is_found_with_its_end(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    config = make_config(tmp_path)
+    ends = {
+        "yielded": {"exit_code": YIELD_EXIT_CODE, "yielded": True, "terminated_by": None},
+        "crashed": {"exit_code": 3, "signal": None, "yielded": False, "terminated_by": None},
+        "killed": {"exit_code": None, "signal": 9, "yielded": False, "terminated_by": "kill"},
+    }
+    for job_id, end in ends.items():
+        run, process = launch_as_dead_executor(config, job_id, ["true"], spawned)
+        process.wait(timeout=10)
+        run.stderr.write_text("Traceback ...\nValueError: bad batch\n")
+        run.write_exit(end)  # its executor saw it end, and died before saying so
+
+    async with JobSupervisor(config) as supervisor:
+        found = {r.job_id: r for r in supervisor.reaped}
+
+    assert {job: run.end for job, run in found.items()} == {
+        "yielded": RunEnd.STOPPED,
+        "crashed": RunEnd.EXITED,
+        "killed": RunEnd.KILLED,
+    }
+    crashed = found["crashed"]
+    assert crashed.exit_code == 3 and crashed.stderr_tail.endswith("ValueError: bad batch\n")
+    assert crashed.started_at is not None and crashed.ended_at is not None
+    assert found["killed"].signal == 9 and found["yielded"].stderr_tail == ""
 
 
 async def test_a_recycled_pid_is_not_mistaken_for_an_orphan(

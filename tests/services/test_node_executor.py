@@ -499,7 +499,10 @@ async def test_a_fence_kills_only_a_copy_older_than_the_start_it_names(
     await eventually(lambda: _now(not node.executor.running()))
 
 
-async def test_commands_for_jobs_not_here_change_nothing(node: Node, tmp_path: Path) -> None:
+async def test_stops_of_jobs_not_here_are_answered_and_change_nothing(
+    node: Node, tmp_path: Path
+) -> None:
+    # (As after a restart of this executor: what its predecessor stopped, it never heard of.)
     for command in (
         SuspendCommand(node_id=NODE, user="alice", job_id="nobody", attempt=1),
         KillCommand(node_id=NODE, user="alice", job_id="nobody", attempt=1, reason="x"),
@@ -519,7 +522,32 @@ async def test_commands_for_jobs_not_here_change_nothing(node: Node, tmp_path: P
     await eventually(lambda: _count_at_least(node.dead_letters(), 1))
     (letter,) = await node.dead_letters()
     assert "never started" in letter.error
-    assert await node.events(*JOB_EVENTS, JobExited) == []
+    suspended, migrated = await node.events(*JOB_EVENTS, JobExited)
+    assert isinstance(suspended, JobSuspended) and isinstance(migrated, JobMigrated)
+    assert (suspended.node_id, suspended.attempt, suspended.checkpoint_step) == (NODE, 1, None)
+    assert (migrated.from_node, migrated.to_node, migrated.checkpoint_step) == (NODE, "n2", None)
+    assert node.executor.runs() == []
+
+
+async def test_a_second_suspend_of_a_suspended_job_is_answered_again(
+    node: Node, tmp_path: Path
+) -> None:
+    await node.send(start_command(tmp_path, "twice", SYNTHETIC))
+    await node.wait_for(JobProgress, job_id="twice")
+    move = SuspendReason.MIGRATION  # (not a time slice: it checkpoints and exits, no park)
+    await node.send(
+        SuspendCommand(node_id=NODE, user="alice", job_id="twice", attempt=1, reason=move)
+    )
+    (first,) = await node.wait_for(JobSuspended, job_id="twice")
+    # A scheduler restored from an older record stops it again: unanswered, the job could run
+    # nowhere until the scheduler gave up waiting.
+    await node.send(
+        SuspendCommand(node_id=NODE, user="alice", job_id="twice", attempt=1, reason=move)
+    )
+    _, again = await node.wait_for(JobSuspended, job_id="twice", count=2)
+    assert isinstance(first, JobSuspended) and isinstance(again, JobSuspended)
+    assert again.checkpoint_step == first.checkpoint_step and not again.in_place
+    assert node.executor.running() == []
 
 
 async def test_commands_of_an_earlier_attempt_are_ignored(node: Node, tmp_path: Path) -> None:
@@ -632,6 +660,69 @@ async def test_restart_stops_orphans_and_reports_them_suspended(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+async def test_a_restart_reports_the_ends_its_predecessor_saw_and_died_before_reporting(
+    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
+) -> None:
+    settings = make_settings(tmp_path)
+    ends = {
+        "yielded": {"exit_code": 75, "signal": None, "yielded": True, "terminated_by": None},
+        "crashed": {"exit_code": 3, "signal": None, "yielded": False, "terminated_by": None},
+        "killed": {"exit_code": None, "signal": 9, "yielded": False, "terminated_by": "kill"},
+    }
+    for job_id, end in ends.items():
+        run = RunDirectory.create(settings.work_dir / "runs" / "carol", job_id)
+        run.write_launch(
+            {"node_id": NODE, "job_id": job_id, "attempt": 2, "pid": 1, "pgid": 1,
+             "started_at": time.time() - 30}
+        )  # fmt: skip
+        run.stderr.write_text("ValueError: bad batch\n")
+        run.write_exit(end)
+    async for node in running_node(memory_bus, settings, gpus):
+        (suspended,) = await node.wait_for(JobSuspended)
+        (exited,) = await node.wait_for(JobExited)
+        await settle(node)
+        assert len(await node.events(*JOB_EVENTS, JobExited)) == 2  # the kill: no one's to tell
+    assert isinstance(suspended, JobSuspended) and isinstance(exited, JobExited)
+    assert (suspended.job_id, suspended.reason, suspended.attempt) == (
+        "yielded",
+        SuspendReason.DRAIN,
+        2,
+    )
+    assert (exited.job_id, exited.exit_code, exited.attempt) == ("crashed", 3, 2)
+    assert exited.stderr_tail == "ValueError: bad batch\n" and exited.runtime_s >= 29
+    # Told once: the next restart has nothing to report.
+    async for node in running_node(memory_bus, settings, gpus):
+        await node.wait_for(NodeRegistered, count=2)
+        await settle(node)
+        assert len(await node.events(*JOB_EVENTS, JobExited)) == 2
+
+
+async def test_ends_already_reported_are_not_reported_again_after_a_restart(
+    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus
+) -> None:
+    settings = make_settings(tmp_path)
+    async for node in running_node(memory_bus, settings, gpus):
+        await node.send(start_command(tmp_path, "moved", SYNTHETIC, (0,)))
+        await node.send(start_command(tmp_path, "done", (JOB_PYTHON, "-c", "pass"), (1,)))
+        await node.wait_for(JobProgress, job_id="moved")
+        await node.send(
+            SuspendCommand(
+                node_id=NODE,
+                user="alice",
+                job_id="moved",
+                attempt=1,
+                reason=SuspendReason.MIGRATION,
+            )
+        )
+        await node.wait_for(JobSuspended, job_id="moved")
+        await node.wait_for(JobExited, job_id="done")
+        reported = len(await node.envelopes(JobSuspended, JobExited))
+    async for node in running_node(memory_bus, settings, gpus):
+        await node.wait_for(NodeRegistered, count=2)
+        await settle(node)
+        assert len(await node.envelopes(JobSuspended, JobExited)) == reported == 2
 
 
 # ----- on a real nats-server ------------------------------------------------------------------

@@ -66,6 +66,11 @@ class JobRunner(Protocol):
 
     async def kill(self, job_id: str, reason: str) -> JobExited: ...
 
+    def told(self, job: RunningJob) -> None:
+        """The scheduler was told how `job`'s run ended (or needs no telling): a restart after
+        this finds nothing of it to report."""
+        ...
+
 
 class JobHost(Protocol):
     def runner(self, config: SupervisorConfig) -> JobRunner:

@@ -29,6 +29,9 @@ from gfair.sdk.environment import PARK_FILE, PROGRESS_FILE, YIELD_FILE
 
 LAUNCH_RECORD = "launch.json"
 EXIT_RECORD = "exit.json"
+# Written once the scheduler was told how the run ended (or that it needed no telling): a run
+# without it after its executor died is announced by the next one (`orphans`).
+TOLD_RECORD = "told"
 PASSAGE_MODE = 0o711  # searchable, not listable: a job reaches its own directories only
 _PRIVATE_FILE = 0o600
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -114,15 +117,22 @@ class RunDirectory:
     def launch_record(self) -> dict[str, Any] | None:
         return _read_json(self.path / LAUNCH_RECORD)
 
+    def exit_record(self) -> dict[str, Any] | None:
+        return _read_json(self.path / EXIT_RECORD)
+
     def has_exited(self) -> bool:
         return (self.path / EXIT_RECORD).exists()
 
+    def mark_told(self) -> None:
+        _write_json_atomically(self.path / TOLD_RECORD, {})
+
     @staticmethod
-    def unfinished(run_root: Path) -> Iterator[RunDirectory]:
-        """Runs that were launched and never recorded an exit."""
+    def untold(run_root: Path) -> Iterator[RunDirectory]:
+        """Runs that were launched and whose end the scheduler was never told of: still
+        running, or ended as their executor died."""
         for launch in sorted(run_root.glob(f"*/run-*/{LAUNCH_RECORD}")):
             run = RunDirectory(launch.parent)
-            if not run.has_exited():
+            if not (run.path / TOLD_RECORD).exists():
                 yield run
 
 

@@ -199,6 +199,7 @@ class JobSupervisor:
             node_id=self.config.node_id,
             checkpoint_root=self.config.checkpoint_root,
             grace_s=self.config.term_grace_s,
+            tail_bytes=self.config.stderr_tail_bytes,
         )
         if self.config.cgroups is not None:
             # Whatever an earlier executor's jobs left once they were stopped (escapees).
@@ -530,6 +531,9 @@ class JobSupervisor:
         if resumed is None:
             return None
         return max(0.0, resumed - requested_wall)
+
+    def told(self, job: RunningJob) -> None:
+        RunDirectory(job.paths.run_dir).mark_told()
 
     async def kill(self, job_id: str, reason: str) -> JobExited:
         """Stop the job now (SIGTERM, then SIGKILL after the grace period); no checkpoint."""

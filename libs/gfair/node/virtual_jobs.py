@@ -370,6 +370,9 @@ class VirtualSupervisor:
     ) -> Literal["parked", "exited", "timeout"]:
         return "exited"  # never started prepared
 
+    def told(self, job: RunningJob) -> None:
+        pass  # (a virtual job leaves nothing behind to report: it dies with its executor)
+
     async def kill(self, job_id: str, reason: str) -> JobExited:
         run = self._jobs.get(job_id)
         if run is None:

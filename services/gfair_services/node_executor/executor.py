@@ -40,8 +40,8 @@ from gfair.bus.service import Emit, Service, Unprocessable
 from gfair.bus.topology import ConsumerSpec
 from gfair.events.commands import ResumeCommand, StartCommand
 from gfair.events.envelope import Envelope
-from gfair.events.fields import JobRef
-from gfair.events.jobs import JobSuspended
+from gfair.events.fields import MAX_STDERR_TAIL_CHARS, JobRef
+from gfair.events.jobs import JobExited, JobSuspended
 from gfair.events.nodes import NodeHeartbeat, NodeRegistered, NodeTelemetry
 from gfair.events.reasons import SuspendReason
 from gfair.events.subjects import node_commands_pattern, stream_for_subject
@@ -52,7 +52,7 @@ from gfair.node.job_cgroup import AUTO, CgroupError, CgroupTree, locate, tenant_
 from gfair.node.job_host import JobHost, ProcessHost
 from gfair.node.job_limits import LimitTree, v1_hierarchies
 from gfair.node.job_threads import threads_per_gpu
-from gfair.node.orphans import ReapedRun
+from gfair.node.orphans import ReapedRun, RunEnd
 from gfair.node.run_directory import PASSAGE_MODE
 from gfair.node.supervisor import SupervisorConfig
 from gfair.state.buckets import JOBS
@@ -261,24 +261,48 @@ class NodeExecutor:
         )
 
     async def _announce_reaped(self, user: str, run: ReapedRun) -> None:
-        # The scheduler may still think it runs here: it is off its GPUs now, with its
-        # checkpoint, exactly as after a drain, so the next quantum can start it again.
-        _log.warning(
-            "stopped a job an earlier executor left running",
-            user=user,
-            job_id=run.job_id,
-            found_alive=run.found_alive,
-            checkpoint_step=run.checkpoint.step if run.checkpoint else None,
-        )
-        suspended = JobSuspended(
-            user=user,
-            job_id=run.job_id,
-            node_id=self.node_id,
-            attempt=max(run.attempt, 1),
-            reason=SuspendReason.DRAIN,
-            checkpoint_step=run.checkpoint.step if run.checkpoint else None,
-        )
-        await self._sink.publish(suspended, key=f"{self.node_id}/reaped/{run.run_dir}")
+        if run.end is RunEnd.EXITED:
+            # It ended on its own as the earlier executor died, unreported: the failure
+            # detector classifies it as any exit (under the key that executor would have used).
+            exited = JobExited(
+                user=user,
+                job_id=run.job_id,
+                node_id=self.node_id,
+                attempt=max(run.attempt, 1),
+                exit_code=run.exit_code,
+                signal=run.signal,
+                runtime_s=run.ran_s,
+                stderr_tail=run.stderr_tail[-MAX_STDERR_TAIL_CHARS:],
+            )
+            key = f"{self.node_id}/exit/{user}/{run.job_id}/{run.attempt}/{run.started_at!r}"
+            _log.warning(
+                "reported the exit of a job an earlier executor saw end",
+                user=user,
+                job_id=run.job_id,
+                exit_code=run.exit_code,
+            )
+            await self._sink.publish(exited, key=key)
+        elif run.end is RunEnd.STOPPED:
+            # The scheduler may still think it runs here: it is off its GPUs now, with its
+            # checkpoint, exactly as after a drain, so the next quantum can start it again.
+            _log.warning(
+                "stopped a job an earlier executor left running",
+                user=user,
+                job_id=run.job_id,
+                found_alive=run.found_alive,
+                checkpoint_step=run.checkpoint.step if run.checkpoint else None,
+            )
+            suspended = JobSuspended(
+                user=user,
+                job_id=run.job_id,
+                node_id=self.node_id,
+                attempt=max(run.attempt, 1),
+                reason=SuspendReason.DRAIN,
+                checkpoint_step=run.checkpoint.step if run.checkpoint else None,
+            )
+            await self._sink.publish(suspended, key=f"{self.node_id}/reaped/{run.run_dir}")
+        # (A kill is reported by no one: whoever asked for it decided what follows.)
+        run.told()
 
     async def close(self) -> None:
         """Checkpoint and stop every job (reported `suspended`, reason drain), then let go.
@@ -306,6 +330,7 @@ class NodeExecutor:
         if result is not None:
             drained = run.suspended(self.node_id, SuspendReason.DRAIN, result)
             await self._sink.publish_for(run, drained, key=key)
+            run.told()
             count_suspend(self.node_id, SuspendReason.DRAIN)
 
     # ----- commands ----------------------------------------------------------------------

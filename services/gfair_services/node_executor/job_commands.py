@@ -21,10 +21,13 @@
 
 Commands run concurrently where they touch neither the same job nor the same GPUs (`lanes`):
 the suspends of a quantum together, then each start once the suspends of its GPUs are done.
-A command about an attempt older than the run here is ignored. Commands for jobs not running
-here change nothing, except a resume of a job never started here and starts that cannot be
-carried out (GPUs this node lacks, a mix of generations, a checkpoint directory outside this
-node's root), which are dead-lettered with the reason: they are scheduler or configuration bugs.
+A command about an attempt older than the run here is ignored. A suspend or migrate of a job
+with nothing running here (stopped before, by an earlier executor of this node too, or never
+started here) is answered as done: every stop gets its answer. A kill of a job not running here,
+and a stop of one that ended here (its exit was reported), change nothing. A resume of a job
+never started here and starts that cannot be carried out (GPUs this node lacks, a mix of
+generations, a checkpoint directory outside this node's root) are dead-lettered with the reason:
+they are scheduler or configuration bugs.
 """
 
 from __future__ import annotations
@@ -253,6 +256,7 @@ class JobCommands:
                 await self._control.kill_run(current, f"superseded by attempt {command.attempt}")
             else:
                 await self._control.yield_run(current, current.stop_event_id)
+                current.told()  # (its park was reported; the start speaks for it from here)
         if current is not None and current.running and await self._control.still_running(current):
             same = sorted(current.gpu_indices) == sorted(command.gpu_indices)
             if same and command.attempt == current.attempt:
@@ -327,16 +331,35 @@ class JobCommands:
             await self._sink.publish(
                 run.suspended(self._node_id, command.reason, None), cause=envelope
             )
+            run.told()
             return
         if run is not None and run.parked:
             # Parked here, and wanted elsewhere (the scheduler moves it): it checkpoints and
             # exits, so the node it starts on takes its newest state along.
             await self._suspend_run(envelope, run, command.reason, None)
             return
-        if run is None or not run.running:
-            _log.info("suspend of a job not running here ignored", job=str(command.job))
+        if run is None or run.status is RunStatus.STOPPED:
+            # Nothing of it runs here (it was stopped before, by an earlier executor of this
+            # node too, or never started here): said so, as a stop that took effect. A stop
+            # left unanswered keeps the job from running anywhere until the scheduler gives up
+            # on it (`release_timeout_s`).
+            await self._sink.publish(self._not_here(command, run), cause=envelope)
+            return
+        if not run.running:
+            _log.info("suspend of a job that ended here ignored", job=str(command.job))
             return
         await self._suspend_run(envelope, run, command.reason, command.yield_grace_s)
+
+    def _not_here(self, command: SuspendCommand, run: LocalJob | None) -> events.JobSuspended:
+        if run is not None:
+            return run.suspended(self._node_id, command.reason, None)
+        return events.JobSuspended(
+            user=command.user,
+            job_id=command.job_id,
+            node_id=self._node_id,
+            attempt=command.attempt,
+            reason=command.reason,
+        )
 
     async def _suspend_run(
         self,
@@ -352,33 +375,37 @@ class JobCommands:
         if result is not None:
             await self._sink.publish(run.suspended(self._node_id, reason, result), cause=envelope)
             count_suspend(self._node_id, reason)
-            if result.parked:
+            if not result.parked:
+                run.told()
+            else:
                 # After the report: reading the parked processes' memory takes a round trip
                 # to each tenant's supervisor, and the scheduler waits for the GPUs.
                 await self._control.within_parked_memory(run.job)
 
     async def _migrate(self, envelope: Envelope, command: MigrateCommand) -> None:
         run = self._current(command)
-        if run is None or run.status is RunStatus.EXITED:
-            _log.info("migrate of a job not here ignored", job=str(command.job))
+        if run is not None and run.status is RunStatus.EXITED:
+            _log.info("migrate of a job that ended here ignored", job=str(command.job))
             return
-        if run.alive:
+        if run is not None and run.alive:
             result = await self._control.yield_run(run, envelope.id)
             if result is None:
                 return  # it ended on its own meanwhile; its exit was reported
             run.checkpoint_step = result.checkpoint.step if result.checkpoint else None
-        # A job already suspended here needs nothing but the announcement: its checkpoint is
-        # in the shared directory the target node reads.
+        # A job already suspended here, or not here at all, needs nothing but the announcement:
+        # its checkpoint is in the shared directory the target node reads.
         migrated = events.JobMigrated(
             user=command.user,
             job_id=command.job_id,
             from_node=self._node_id,
             to_node=command.to_node,
             reason=command.reason,
-            attempt=run.attempt,
-            checkpoint_step=run.checkpoint_step,
+            attempt=command.attempt if run is None else run.attempt,
+            checkpoint_step=None if run is None else run.checkpoint_step,
         )
         await self._sink.publish(migrated, cause=envelope)
+        if run is not None:
+            run.told()
         # A redelivered migrate announces again and counts again: metrics are not the record.
         count_migration(self._node_id, command.reason)
 

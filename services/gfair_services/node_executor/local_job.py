@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -72,6 +73,9 @@ class LocalJob:
     # Set by the report relay once the run's exit (its last report) has been published, or
     # recognised as the stop that was asked for.
     exit_handled: asyncio.Event = field(default_factory=asyncio.Event)
+    # Says, where the run is kept, that its end was reported (`JobRunner.told`): else the next
+    # executor of this node, should this one die first, reports it (`gfair.node.orphans`).
+    told: Callable[[], None] = field(default=lambda: None, compare=False)
 
     @property
     def running(self) -> bool:

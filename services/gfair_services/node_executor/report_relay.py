@@ -136,9 +136,12 @@ class ReportRelay:
                 drained = run.suspended(self._node_id, SuspendReason.DRAIN, None)
                 key = f"{self._node_id}/yield/{run.job}/{run.started_at!r}"
                 await self._sink.publish_for(run, drained, key=key)
+                run.told()
                 count_suspend(self._node_id, SuspendReason.DRAIN)
                 return
             await self._report_exit(user, run, report)
+            if run is not None:
+                run.told()
         finally:
             if run is not None:
                 run.end_span(report)

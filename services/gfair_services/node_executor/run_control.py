@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import anyio.to_thread
@@ -130,6 +131,7 @@ class RunControl:
                 checkpoint_step=resume.step if resume else None,
                 resumed_from=resume.step if resume else None,
                 commanded_at=commanded_at,
+                told=partial(supervisor.told, handle),
             )
             self._runs.put(run)
             token = otel_context.attach(run.trace_context)
@@ -187,6 +189,7 @@ class RunControl:
                 checkpoint_step=resume.step if resume else None,
                 resumed_from=resume.step if resume else None,
                 commanded_at=time.time(),
+                told=partial(supervisor.told, handle),
             )
             self._runs.put(run)
         run.preparing = asyncio.create_task(
@@ -378,6 +381,7 @@ class RunControl:
         supervisor = await self._supervisors.get(run.job.user)
         await supervisor.kill(run.job.job_id, reason)
         await self._exit_handled(run)
+        run.told()  # (a kill is reported by no one)
         _log.info("job killed", job=str(run.job), reason=reason)
 
     async def still_running(self, run: LocalJob) -> bool:

@@ -111,6 +111,12 @@ def let_go(
         changed = True
     if stay is None:
         return CHANGED if changed else UNCHANGED
+    if suspended and stay.phase is Phase.STARTING and stay.pending_suspends == 0:
+        # It answers no stop of ours: the node let go of an earlier process of the job (a
+        # restarted executor stopped what its predecessor left, parked or running). The start
+        # is still to be carried out there, after this report (a node runs a job's commands
+        # in order): let go of the stay now and the job could start elsewhere meanwhile.
+        return CHANGED
     if suspended and stay.pending_suspends > 0:
         stay.pending_suspends -= 1
         machine.changed(job.key)
