@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gfair.node.launch import JobPaths, RunningJob
 from gfair.node.orphans import RunEnd
 from gfair.node.run_directory import RunDirectory
 from gfair.node.supervisor import JobSupervisor, SupervisorConfig
@@ -150,3 +151,12 @@ async def test_a_recycled_pid_is_not_mistaken_for_an_orphan(
 
     assert reaped.job_id == "old" and not reaped.found_alive
     assert stranger.poll() is None
+
+
+async def test_a_run_whose_directory_went_is_marked_told_without_failing(tmp_path: Path) -> None:
+    gone = tmp_path / "runs" / "x" / "run-0001"
+    paths = JobPaths(gone, gone, gone / "control", gone / "o", gone / "e", tmp_path / "ckpt")
+    handle = RunningJob("x", 1, 0, 0, (0,), "v100", 0.0, paths)
+    async with JobSupervisor(make_config(tmp_path)) as supervisor:
+        supervisor.told(handle)  # (an operator cleaned the runs up: the command goes on)
+    assert not gone.exists()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import subprocess
@@ -67,6 +68,8 @@ from gfair.sdk.checkpoint import Checkpoint, CheckpointError, CheckpointStore, r
 from gfair.sdk.environment import ENV_CONTROL_DIR, PARKED_MARKER, JobEnvironment
 from gfair.sdk.parking import ANSWER_SIGNAL
 from gfair.sdk.progress import ProgressRecord
+
+_log = logging.getLogger("gfair.node")
 
 # How often a job's records are read while someone waits on them (a suspend, a resume).
 _EAGER_POLL_S = 0.005
@@ -533,7 +536,12 @@ class JobSupervisor:
         return max(0.0, resumed - requested_wall)
 
     def told(self, job: RunningJob) -> None:
-        RunDirectory(job.paths.run_dir).mark_told()
+        try:
+            RunDirectory(job.paths.run_dir).mark_told()
+        except OSError as exc:
+            # Its directory went (an operator's clean-up): at worst a restart reports its end
+            # again, which every reader takes as said already.
+            _log.warning("run of %s not marked told: %s", job.job_id, exc)
 
     async def kill(self, job_id: str, reason: str) -> JobExited:
         """Stop the job now (SIGTERM, then SIGKILL after the grace period); no checkpoint."""
