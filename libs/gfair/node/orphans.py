@@ -102,7 +102,7 @@ async def reap_orphans(
         checkpoint = CheckpointRef.of(latest) if latest is not None else None
         ended = run.exit_record()
         if ended is not None and not ended.get("reaped"):
-            reaped.append(_ended(run, record, ended, checkpoint, tail_bytes))
+            reaped.append(_ended(run, record, ended, alive, checkpoint, tail_bytes))
             continue
         if ended is None:
             run.write_exit({"reaped": True, "found_alive": alive})
@@ -123,6 +123,7 @@ def _ended(
     run: RunDirectory,
     launch: dict[str, Any],
     ended: dict[str, Any],
+    alive: bool,
     checkpoint: CheckpointRef | None,
     tail_bytes: int,
 ) -> ReapedRun:
@@ -140,7 +141,7 @@ def _ended(
         attempt=int(launch.get("attempt", 0)),
         run_dir=run.path,
         pgid=int(launch["pgid"]),
-        found_alive=False,  # (its executor saw it end)
+        found_alive=alive,  # (what its group left behind: the run itself had ended)
         checkpoint=checkpoint,
         end=end,
         exit_code=exit_code if isinstance(exit_code, int) else None,
