@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -12,7 +13,7 @@ import pytest
 
 from gfair.node.launch import JobPaths, RunningJob
 from gfair.node.orphans import RunEnd
-from gfair.node.run_directory import RunDirectory
+from gfair.node.run_directory import EXIT_RECORD, TOLD_RECORD, RunDirectory
 from gfair.node.supervisor import JobSupervisor, SupervisorConfig
 from gfair.sdk import YIELD_EXIT_CODE, JobEnvironment
 
@@ -160,3 +161,17 @@ async def test_a_run_whose_directory_went_is_marked_told_without_failing(tmp_pat
     async with JobSupervisor(make_config(tmp_path)) as supervisor:
         supervisor.told(handle)  # (an operator cleaned the runs up: the command goes on)
     assert not gone.exists()
+
+
+async def test_an_exit_recorded_before_ends_were_marked_told_is_not_reported_again(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    config = make_config(tmp_path)
+    run, process = launch_as_dead_executor(config, "legacy", ["true"], spawned)
+    process.wait(timeout=10)
+    # As an executor of an earlier version left every run it reported: no `told` field.
+    (run.path / EXIT_RECORD).write_text(json.dumps({"exit_code": 0, "yielded": False}))
+
+    async with JobSupervisor(config) as supervisor:
+        assert supervisor.reaped == []
+    assert (run.path / TOLD_RECORD).exists()  # settled once: no later restart reads it again

@@ -112,7 +112,8 @@ class RunDirectory:
         _write_json_atomically(self.path / LAUNCH_RECORD, record)
 
     def write_exit(self, record: dict[str, Any]) -> None:
-        _write_json_atomically(self.path / EXIT_RECORD, record)
+        """How the run ended, its end not yet reported (`mark_told` says once it is)."""
+        _write_json_atomically(self.path / EXIT_RECORD, {**record, "told": False})
 
     def launch_record(self) -> dict[str, Any] | None:
         return _read_json(self.path / LAUNCH_RECORD)
@@ -129,11 +130,18 @@ class RunDirectory:
     @staticmethod
     def untold(run_root: Path) -> Iterator[RunDirectory]:
         """Runs that were launched and whose end the scheduler was never told of: still
-        running, or ended as their executor died."""
+        running, or ended as their executor died (an exit record with `told: false`). An exit
+        recorded without that field was written before ends were marked told, and reported
+        then: it is marked told here once, so that no restart reads it again."""
         for launch in sorted(run_root.glob(f"*/run-*/{LAUNCH_RECORD}")):
             run = RunDirectory(launch.parent)
-            if not (run.path / TOLD_RECORD).exists():
+            if (run.path / TOLD_RECORD).exists():
+                continue
+            ended = run.exit_record()
+            if ended is None or ended.get("told") is False:
                 yield run
+            else:
+                run.mark_told()
 
 
 def _write_json_atomically(path: Path, record: dict[str, Any], mode: int = _PRIVATE_FILE) -> None:
