@@ -4,9 +4,9 @@ The production authorization (`deploy/nats/`, `gfair.tenancy`) applied to one ma
 tenants file is rendered into the cluster's own ``<data-dir>/auth/auth.conf``, exactly as
 `gfair tenants render` would, and every login gets a fresh random password, handed to the
 nats-server through its environment (the rendered file holds none). The services log in as
-``gfair-services``, the query service as ``gfair-query`` (it may only read and answer on the
-askers' inboxes, `gfair.tenancy.query_permissions`), each node executor as ``node-<id>``, and
-the tenants and the operator get
+``gfair-services``, the query service as ``gfair-query`` (it may only read and answer,
+`gfair.tenancy.query_permissions`), each node executor as ``node-<id>``, each tenant in an
+account of its own (`gfair.tenancy`), and the tenants and the operator get
 their ``GFAIR_NATS_*`` exports in ``<data-dir>/auth/`` (private files) and on the terminal.
 
 One thing is added to the file as it is rendered, because the embedded cluster, not the user,

@@ -1,14 +1,16 @@
-"""Tenants and node executors of a gfair cluster, and the NATS authorization that confines each.
+"""Tenants and node executors of a gfair cluster, and the NATS accounts that confine each.
 
 A small TOML file names the tenants and the nodes (`deploy/nats/tenants.toml`);
-`render_auth_conf` turns it into the server's `authorization` block (`deploy/nats/auth.conf`,
-via `gfair tenants render`). Services and the operator may do anything. A tenant may publish
-only its own submissions, cancellations and questions to the query service, and read only its
-own jobs' events live and the service's answers (`tenant_permissions`); a node executor only
-its own node's reports and commands and the job reports an executor makes
-(`node_permissions`); the query service only read the records and streams and answer on the
-askers' inboxes (`query_permissions`). Each function says exactly what it grants and why each
-grant is safe.
+`render_auth_conf` turns it into the server's `accounts` block (`deploy/nats/auth.conf`, via
+`gfair tenants render`). Services, the operator, the query service and the node executors log
+in to the services' account (`SERVICES_ACCOUNT`), which alone has JetStream. Each tenant logs in
+to an account of its own (`Tenant.account`), which imports from the services' account only its
+own submission, cancellation and question subjects (as services: a reply subject the tenant
+names stays in its own account, where no stream or key-value bucket exists, so the JetStream
+ack of its submission cannot be written into any record) and its own jobs' events (as a
+stream). Within the services' account, the executors and the query service hold only the
+permissions each function here grants (`node_permissions`, `query_permissions`), and a
+tenant's permissions in its own account (`tenant_permissions`) repeat what it imports.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gfair.bus.job_output import LOGS_STREAM, node_output_pattern
-from gfair.bus.nats_bus import inbox_prefix_for
+from gfair.bus.nats_bus import IMPORT_REPLY_PREFIX, inbox_prefix_for
 from gfair.events.jobs import (
     JobCheckpointed,
     JobExited,
@@ -48,6 +50,9 @@ from gfair.events.subjects import (
 from gfair.state import buckets
 
 OPERATOR_USER = "operator"
+# The account of every login but the tenants': the only one with JetStream.
+SERVICES_ACCOUNT = "GFAIR"
+TENANT_ACCOUNT_PREFIX = "TENANT_"
 SERVICES_USER_VARIABLE = "GFAIR_SERVICES_USER"
 SERVICES_PASSWORD_VARIABLE = "GFAIR_SERVICES_PASSWORD"
 OPERATOR_PASSWORD_VARIABLE = "GFAIR_OPERATOR_PASSWORD"
@@ -96,6 +101,11 @@ class Tenant:
     @property
     def permissions_variable(self) -> str:
         return f"TENANT_{self.variable_stem}"
+
+    @property
+    def account(self) -> str:
+        """The tenant's own NATS account (never the services': no name there starts so)."""
+        return f"{TENANT_ACCOUNT_PREFIX}{self.name}"
 
     @property
     def inbox_prefix(self) -> str:
@@ -206,7 +216,9 @@ def tenant_permissions(tenant: Tenant) -> TenantPermissions:
 
     Nothing of the JetStream API: a consumer's configuration (durable or not, where it
     delivers) travels in the request body, which permissions cannot see, so a tenant allowed
-    to create one could create any; the query service reads the streams for it instead.
+    to create one could create any; the query service reads the streams for it instead. Its
+    account has no JetStream anyway, and the subjects above are imports (`tenant_imports`):
+    these permissions keep a tenant's logins from using their account for anything else.
     """
     return TenantPermissions(
         publish_allow=(
@@ -282,10 +294,10 @@ def query_permissions(tenants: Tenants) -> TenantPermissions:
     keep an answer from being anything but an answer: an empty body sent to
     ``$JS.API.STREAM.PURGE.<stream>`` is a purge to JetStream.
 
-    - publish answers on ``_INBOX_<t>.>`` of each tenant and of the operator (who asks as
-      itself about its own jobs, `gfair.client.query_access`): the service answers a question
-      on ``gfair.query.<u>.*`` only on ``_INBOX_<u>.``, and these are the inboxes a question
-      can come from;
+    - publish answers on ``_R_.>``, where the server puts the replies of tenants' questions
+      (they come through their accounts' imports, and the answer goes back to the tenant's own
+      account), and on ``_INBOX_operator.>`` (the operator asks as itself about its own jobs,
+      `gfair.client.query_access`);
     - read the records and streams, as `DirectAccess` does: stream info (a bucket is opened
       with it), direct and stored message gets (a key's value), and reading a stream through
       an ephemeral consumer of its own: create it (with or without a filter), pull from it
@@ -300,10 +312,7 @@ def query_permissions(tenants: Tenants) -> TenantPermissions:
     acknowledgement. Ephemeral consumers' names are single tokens permissions cannot tell
     from a durable's, hence the list.
     """
-    inboxes = [inbox_prefix_for(t.name) for t in tenants.tenants] + [
-        inbox_prefix_for(OPERATOR_USER)
-    ]
-    publish = [f"{inbox}.>" for inbox in inboxes]
+    publish = [f"{IMPORT_REPLY_PREFIX}.>", f"{inbox_prefix_for(OPERATOR_USER)}.>"]
     publish += [
         _js_api("STREAM", "INFO", "*"),
         _js_api("DIRECT", "GET", ">"),
@@ -425,30 +434,32 @@ def _node(row: Any, source: str, where: str) -> Node:
 # --- rendering --------------------------------------------------------------------------------
 
 _HEADER = """\
-# NATS authorization for gfair: who may connect, and what each may publish and subscribe to.
+# NATS accounts for gfair: who may connect, and what each may publish and subscribe to.
 # GENERATED from {source} by `gfair tenants render`; edit that file, not this one:
 #   gfair tenants render {source} -o deploy/nats/auth.conf    (--check verifies)
 #
-# The services user (${services_user}) and `{operator}` may do anything. A tenant <t> may
-#   - publish its own submissions and cancellations: gfair.submit.<t>, gfair.cancel.<t>;
-#   - ask the query service about its own jobs: gfair.query.<t>.*;
-#   - follow its jobs' events live: subscribe gfair.job.<t>.>;
-#   - receive replies on _INBOX_<t>.> only: tenant clients connect with inbox prefix
-#     _INBOX_<t> (nats-py: connect(inbox_prefix=...); gfair tools derive it from
-#     GFAIR_NATS_USER, or set GFAIR_NATS_INBOX_PREFIX);
-# and nothing else: no other user's subjects, no key-value buckets, no node commands, no
-# JetStream API (a consumer's configuration is in the request body, out of permissions' sight).
+# Account {services}, the only one with JetStream: the services user (${services_user}) and
+# `{operator}` may do anything there; node executors and the query service only what their
+# permissions below say. Every tenant <t> has an account of its own, {tenant_prefix}<t>, which
+# imports from {services} just
+#   - its own submissions and cancellations, gfair.submit.<t> and gfair.cancel.<t>, and its
+#     questions to the query service, gfair.query.<t>.*: imported as services, so the reply
+#     subject a tenant names stays in its own account (no stream, no key-value bucket, no
+#     JetStream API there) and the JetStream ack or the answer goes back to it, never into a
+#     record;
+#   - its jobs' events, gfair.job.<t>.>, as a stream, to follow them live;
+# and may use no other subject. Tenant clients connect with inbox prefix _INBOX_<t>
+# (nats-py: connect(inbox_prefix=...); gfair tools derive it from GFAIR_NATS_USER, or set
+# GFAIR_NATS_INBOX_PREFIX).
 # The executor of a node <n> logs in as node-<n> and may publish its node's reports
 # (gfair.node.<n>.registered|heartbeat|telemetry), its run reports of jobs and their output
 # (gfair.job.*.*.started.<n>, ..., gfair.logs.*.*.*.<n>), take its commands from its own consumer
 # (node-executor-<n>, filter gfair.cmd.<n>.*), read stream info and job records; nothing else.
-# The query service logs in as {query_user} and may only answer on the tenants' and the
-# operator's inboxes (_INBOX_<t>.>, _INBOX_{operator}.>; it answers a question on
-# gfair.query.<u>.* on _INBOX_<u>. only) and read: stream info, message gets, and ephemeral
-# consumers of its own (create, pull, delete). Denied: purging or deleting streams or messages,
-# changing streams, any gfair.> publish, and creating, pulling from or deleting any durable of
-# the services or the node executors, so a reply subject chosen by a tenant cannot make an
-# answer into a JetStream command even if the service's own check failed.
+# The query service logs in as {query_user} and may only answer (on _R_.>, where the server
+# maps the replies of the tenants' questions, and on _INBOX_{operator}.>) and read: stream
+# info, message gets, and ephemeral consumers of its own (create, pull, delete). Denied:
+# purging or deleting streams or messages, changing streams, any gfair.> publish, and
+# creating, pulling from or deleting any durable of the services or the node executors.
 # Passwords come from the environment: ${services_password}, ${operator_password},
 # ${query_password},
 # GFAIR_TENANT_<T>_PASSWORD for each tenant and GFAIR_NODE_<N>_PASSWORD for each node
@@ -465,24 +476,95 @@ def _string_array(items: Sequence[str], indent: str) -> list[str]:
 
 
 def _permissions_block(variable: str, permissions: TenantPermissions) -> list[str]:
-    lines = [f"  {variable} = {{", "    publish: {", "      allow: ["]
-    lines += _string_array(permissions.publish_allow, "        ")
-    lines += ["      ]"]
+    lines = [f"{variable} = {{", "  publish: {", "    allow: ["]
+    lines += _string_array(permissions.publish_allow, "      ")
+    lines += ["    ]"]
     if permissions.publish_deny:
-        lines += ["      deny: ["]
-        lines += _string_array(permissions.publish_deny, "        ")
-        lines += ["      ]"]
-    lines += ["    }", "    subscribe: {", "      allow: ["]
-    lines += _string_array(permissions.subscribe_allow, "        ")
-    lines += ["      ]", "    }", "  }"]
+        lines += ["    deny: ["]
+        lines += _string_array(permissions.publish_deny, "      ")
+        lines += ["    ]"]
+    lines += ["  }", "  subscribe: {", "    allow: ["]
+    lines += _string_array(permissions.subscribe_allow, "      ")
+    lines += ["    ]", "  }", "}"]
+    return lines
+
+
+@dataclass(frozen=True, slots=True)
+class TenantImports:
+    """What a tenant's account takes from the services' account, and nothing more."""
+
+    services: tuple[str, ...]
+    streams: tuple[str, ...]
+
+
+def tenant_imports(tenant: Tenant) -> TenantImports:
+    """Its requests as services (replies remapped into its own account), its events as a stream."""
+    return TenantImports(
+        services=(
+            submit_subject(tenant.name),
+            cancel_subject(tenant.name),
+            queries_pattern(tenant.name),
+        ),
+        streams=(tenant_job_events(tenant.name),),
+    )
+
+
+# The services' and the operator's permissions: everything in their account.
+_ALL_RIGHTS = "ALL_RIGHTS"
+
+
+def _login(user: str, password_variable: str, permissions_variable: str) -> str:
+    # Quoted: a bare name such as 1234 would be read as a number.
+    return (
+        f'{{user: "{user}", password: ${password_variable}, permissions: ${permissions_variable}}}'
+    )
+
+
+def _services_account(tenants: Tenants) -> list[str]:
+    lines = [f"  {SERVICES_ACCOUNT}: {{", "    jetstream: enabled", "    users: ["]
+    logins = [
+        f"{{user: ${SERVICES_USER_VARIABLE}, password: ${SERVICES_PASSWORD_VARIABLE}, "
+        f"permissions: ${_ALL_RIGHTS}}}",
+        _login(OPERATOR_USER, OPERATOR_PASSWORD_VARIABLE, _ALL_RIGHTS),
+        _login(QUERY_USER, QUERY_PASSWORD_VARIABLE, QUERY_PERMISSIONS_VARIABLE),
+        *(_login(n.user, n.password_variable, n.permissions_variable) for n in tenants.nodes),
+    ]
+    lines += [f"      {login}" for login in logins]
+    lines += ["    ]", "    exports: ["]
+    for tenant in tenants.tenants:
+        imports = tenant_imports(tenant)
+        for kind, subjects in (("service", imports.services), ("stream", imports.streams)):
+            lines += [
+                f'      {{{kind}: "{subject}", accounts: ["{tenant.account}"]}}'
+                for subject in subjects
+            ]
+    lines += ["    ]", "  }"]
+    return lines
+
+
+def _tenant_account(tenant: Tenant) -> list[str]:
+    imports = tenant_imports(tenant)
+    lines = [f'  "{tenant.account}": {{', "    users: ["]
+    lines.append(
+        f"      {_login(tenant.name, tenant.password_variable, tenant.permissions_variable)}"
+    )
+    lines += ["    ]", "    imports: ["]
+    for kind, subjects in (("service", imports.services), ("stream", imports.streams)):
+        lines += [
+            f'      {{{kind}: {{account: "{SERVICES_ACCOUNT}", subject: "{subject}"}}}}'
+            for subject in subjects
+        ]
+    lines += ["    ]", "  }"]
     return lines
 
 
 def render_auth_conf(tenants: Tenants, *, source: str = "deploy/nats/tenants.toml") -> str:
-    """The `authorization` block for `tenants`, byte-for-byte reproducible."""
+    """The permissions and `accounts` block for `tenants`, byte-for-byte reproducible."""
     lines = [
         _HEADER.format(
             source=source,
+            services=SERVICES_ACCOUNT,
+            tenant_prefix=TENANT_ACCOUNT_PREFIX,
             services_user=SERVICES_USER_VARIABLE,
             services_password=SERVICES_PASSWORD_VARIABLE,
             operator=OPERATOR_USER,
@@ -490,44 +572,16 @@ def render_auth_conf(tenants: Tenants, *, source: str = "deploy/nats/tenants.tom
             query_user=QUERY_USER,
             query_password=QUERY_PASSWORD_VARIABLE,
         ).rstrip("\n"),
-        "authorization {",
-        "  SERVICE = {",
-        '    publish: ">"',
-        '    subscribe: ">"',
-        "  }",
-        "  OPERATOR = {",
-        '    publish: ">"',
-        '    subscribe: ">"',
-        "  }",
+        # Not OPERATOR: a top-level name is also read as the server's setting of that name.
+        f'{_ALL_RIGHTS} = {{publish: ">", subscribe: ">"}}',
     ]
     lines += _permissions_block(QUERY_PERMISSIONS_VARIABLE, query_permissions(tenants))
     for tenant in tenants.tenants:
         lines += _permissions_block(tenant.permissions_variable, tenant_permissions(tenant))
     for node in tenants.nodes:
         lines += _permissions_block(node.permissions_variable, node_permissions(node))
-    lines.append("  users: [")
-    lines.append(
-        f"    {{user: ${SERVICES_USER_VARIABLE}, password: ${SERVICES_PASSWORD_VARIABLE}, "
-        "permissions: $SERVICE}"
-    )
-    lines.append(
-        f"    {{user: {OPERATOR_USER}, password: ${OPERATOR_PASSWORD_VARIABLE}, "
-        "permissions: $OPERATOR}"
-    )
-    lines.append(
-        f"    {{user: {QUERY_USER}, password: ${QUERY_PASSWORD_VARIABLE}, "
-        f"permissions: ${QUERY_PERMISSIONS_VARIABLE}}}"
-    )
+    lines += ["accounts {", *_services_account(tenants)]
     for tenant in tenants.tenants:
-        lines.append(
-            # Quoted: a bare name such as 1234 would be read as a number.
-            f'    {{user: "{tenant.name}", password: ${tenant.password_variable}, '
-            f"permissions: ${tenant.permissions_variable}}}"
-        )
-    for node in tenants.nodes:
-        lines.append(
-            f'    {{user: "{node.user}", password: ${node.password_variable}, '
-            f"permissions: ${node.permissions_variable}}}"
-        )
-    lines += ["  ]", "}"]
+        lines += _tenant_account(tenant)
+    lines.append("}")
     return "\n".join(lines) + "\n"

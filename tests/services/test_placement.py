@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from gfair.bus.dead_letter import DeadLetter, DeadLetterReason
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.transport import BusError
@@ -30,8 +31,8 @@ from gfair.events.reasons import FailureClass, RejectionCode
 from gfair.events.scheduling import QuantumTicked
 from gfair.events.states import JobState
 from gfair.events.submission import JobCancelRequested
-from gfair.state.buckets import JOBS
-from gfair.state.job_record import JobRecord, load_job
+from gfair.state.buckets import JOBS, UnreadableRecord
+from gfair.state.job_record import JobRecord, load_job, load_jobs
 from gfair_services.placement import PlacementService, Settings
 
 from .scheduling_harness import FAST, Probe, eventually, registered, submitted
@@ -379,6 +380,30 @@ async def test_a_restarted_placement_rebuilds_its_view(bus: InMemoryBus, probe: 
         "j1": RejectionCode.DUPLICATE_JOB_ID,  # the restarted service knew j1
         "j2": RejectionCode.UNSATISFIABLE,  # and the nodes
     }
+
+
+async def test_a_record_that_is_no_record_is_dead_lettered_and_hides_no_other_job(
+    bus: InMemoryBus, probe: Probe
+) -> None:
+    """Issue 41: a JetStream ack written over bob's record made `gfair jobs` fail for every
+    user and bob's cancel be dead-lettered; a restart now passes over it, saying so."""
+    async with placement(bus) as state:
+        await register(probe, state, ("v100-0", 2))
+        await probe.publish(submitted("alice", "a1", 1))
+        await probe.wait_for(JOBS_STREAM, JobAccepted)
+    garbage = b'{"stream":"GFAIR_JOBS","seq":35}'
+    await (await bus.key_value(JOBS.name)).put("bob.b1", garbage)
+    async with placement(bus) as state:
+        assert "alice.a1" in state.book and "bob.b1" not in state.book
+        letters = [DeadLetter.model_validate_json(m.data) for m in bus.stream_messages("GFAIR_DLQ")]
+        assert [(d.reason, d.subject, d.original_payload()) for d in letters] == [
+            (DeadLetterReason.UNREADABLE_RECORD, f"$KV.{JOBS.name}.bob.b1", garbage)
+        ]
+        # A read of every record (a tool's, `gfair jobs`) passes over it and names it.
+        unreadable: list[UnreadableRecord] = []
+        stored = await load_jobs(await bus.key_value(JOBS.name), unreadable=unreadable)
+        assert [s.record.key for s in stored] == ["alice.a1"]
+        assert [(u.key, u.value) for u in unreadable] == [("bob.b1", garbage)]
 
 
 async def test_records_of_ended_jobs_are_purged_after_the_retention(

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gfair.bus import publisher
+from gfair.bus.dead_letter import DeadLetter, DeadLetterReason
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.transport import PubAck, PublishFailed
@@ -45,6 +46,7 @@ from gfair.state.stride_record import STATE_KEY, StrideRecord, load_stride
 from gfair_services.placement.service import admission
 from gfair_services.split_stride import Settings, SplitStrideService
 from gfair_services.split_stride import service as split_stride_service
+from gfair_services.topology import cluster_topology
 
 from .scheduling_harness import FAST, Probe, eventually, registered, submitted
 
@@ -1133,3 +1135,29 @@ async def test_a_command_the_broker_is_slow_to_store_is_sent_again_not_decided_a
     assert (suspend.job_id, suspend.reason) == ("a", SuspendReason.TIME_SLICE)
     ticks = [t.quantum for t in probe.payloads(SCHED, QuantumTicked)]
     assert ticks == list(range(len(ticks)))  # each quantum decided once
+
+
+async def test_an_unreadable_state_is_dead_lettered_and_placements_jobs_start_afresh(
+    bus: InMemoryBus, probe: Probe, settings: Settings
+) -> None:
+    """Issue 41: a JetStream ack written over the state (`{"stream": ..., "seq": ...}`) made
+    split-stride fail every quantum and crash-loop after a restart: no job started anywhere."""
+    await bus.ensure_topology(cluster_topology())
+    data = submitted("alice", "a")
+    envelope = Envelope.wrap(data, source="test")
+    await save_job(await bus.key_value(JOBS.name), JobRecord.accepted(envelope, data), None)
+    garbage = b'{"stream":"GFAIR_JOBS","seq":35}'
+    await (await bus.key_value(STRIDE.name)).put(STATE_KEY, garbage)
+    async with split_stride(bus, settings) as state:
+        assert "alice.a" in state.machine.jobs
+        await register(probe, state, ("v100-0", 1))
+        await state.on_tick()
+        [start] = await probe.wait_for(COMMANDS, StartCommand)
+        assert (start.user, start.job_id) == ("alice", "a")
+    letters = [DeadLetter.model_validate_json(m.data) for m in bus.stream_messages("GFAIR_DLQ")]
+    assert [(d.reason, d.subject, d.original_payload()) for d in letters] == [
+        (DeadLetterReason.UNREADABLE_RECORD, f"$KV.{STRIDE.name}.{STATE_KEY}", garbage)
+    ]
+    # What it wrote since is a record again: the next start reads it.
+    stored = await load_stride(await bus.key_value(STRIDE.name))
+    assert stored is not None and "alice.a" in stored.record.jobs

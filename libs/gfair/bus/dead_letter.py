@@ -10,8 +10,9 @@ from __future__ import annotations
 import base64
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Protocol
 
+import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from gfair.bus.topology import dead_letter_subject
@@ -20,14 +21,27 @@ from gfair.bus.transport import Bus, Delivery, PubAck
 
 DEAD_LETTER_REASON_HEADER = "Gfair-Dead-Letter-Reason"
 
+_log = structlog.get_logger("gfair.bus")
+
 
 class DeadLetterReason(StrEnum):
     UNDECODABLE = "undecodable"  # not a JSON envelope
+    UNREADABLE_RECORD = "unreadable_record"  # a key-value record that is not what its key holds
     INVALID = "invalid"  # unknown type, or the payload fails its registered model
     REJECTED = "rejected"  # the handler raised Unprocessable
     HANDLER_FAILED = "handler_failed"  # the handler failed on its last allowed attempt
     DELIVERY_LIMIT = "delivery_limit"  # delivered more often than allowed (crash loop)
     PUBLISH_FAILED = "publish_failed"  # its outputs could not be published on the last attempt
+
+
+class StoredRecord(Protocol):
+    """A key-value record that could not be read (`gfair.state.buckets.UnreadableRecord`);
+    its text says why."""
+
+    bucket: str
+    key: str
+    revision: int
+    value: bytes
 
 
 class DeadLetter(BaseModel):
@@ -56,11 +70,7 @@ class DeadLetter(BaseModel):
         consumer: str,
         service: str,
     ) -> DeadLetter:
-        encoding: Literal["utf-8", "base64"]
-        try:
-            payload, encoding = delivery.data.decode("utf-8"), "utf-8"
-        except UnicodeDecodeError:
-            payload, encoding = base64.b64encode(delivery.data).decode("ascii"), "base64"
+        payload, encoding = _payload(delivery.data)
         return cls(
             reason=reason,
             error=error,
@@ -75,10 +85,42 @@ class DeadLetter(BaseModel):
             payload_encoding=encoding,
         )
 
+    @classmethod
+    def of_record(cls, record: StoredRecord, *, service: str) -> DeadLetter:
+        """A key-value record `service` could not read, kept aside before it is passed over."""
+        payload, encoding = _payload(record.value)
+        return cls(
+            reason=DeadLetterReason.UNREADABLE_RECORD,
+            error=str(record),
+            stream=f"KV_{record.bucket}",
+            sequence=record.revision,
+            subject=f"$KV.{record.bucket}.{record.key}",
+            consumer="",
+            service=service,
+            num_delivered=0,
+            headers={},
+            payload=payload,
+            payload_encoding=encoding,
+        )
+
     def original_payload(self) -> bytes:
         if self.payload_encoding == "base64":
             return base64.b64decode(self.payload)
         return self.payload.encode("utf-8")
+
+
+def _payload(data: bytes) -> tuple[str, Literal["utf-8", "base64"]]:
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), "base64"
+
+
+async def set_aside(bus: Bus, record: StoredRecord, *, service: str) -> None:
+    """Dead-letter an unreadable record and say so: whoever read it passes over it instead
+    of failing on it again and again."""
+    _log.error("unreadable record dead-lettered", service=service, error=str(record))
+    await publish_dead_letter(bus, DeadLetter.of_record(record, service=service))
 
 
 async def publish_dead_letter(bus: Bus, record: DeadLetter) -> PubAck:

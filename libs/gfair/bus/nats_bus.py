@@ -61,6 +61,12 @@ DEFAULT_INBOX_PREFIX = "_INBOX"
 _INBOX_USER = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+# The server maps the reply subject of a request that crosses from a tenant's account into the
+# services' through a service import (`gfair.tenancy`) to one under this prefix, and the answer
+# published there back to the asker's own reply subject, in the asker's own account.
+IMPORT_REPLY_PREFIX = "_R_"
+
+
 def inbox_prefix_for(user: str) -> str:
     """Where replies to `user`'s requests go: `_INBOX_<user>`.
 

@@ -106,6 +106,7 @@ def run_list(args: argparse.Namespace) -> int:
     for tenant in tenants.tenants:
         permissions = tenant_permissions(tenant)
         print(tenant.name)
+        print(f"  account:           {tenant.account}")
         print(f"  password variable: {tenant.password_variable}")
         print(f"  inbox prefix:      {tenant.inbox_prefix}")
         print(f"  publish:           {', '.join(permissions.publish_allow)}")

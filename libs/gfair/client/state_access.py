@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Protocol, TypeVar
 
+import structlog
 from pydantic import BaseModel
 
 from gfair.bus.history import HistoricalEvent, read_history
@@ -28,13 +29,15 @@ from gfair.client.explanation import Explanation
 from gfair.client.queries import JobAnswer
 from gfair.events.scheduling import TradeCleared
 from gfair.events.subjects import JOBS_STREAM, SCHED_STREAM, job_events_pattern
-from gfair.state.buckets import JOBS, NODES, PROFILES, SHARES, STRIDE, job_key
+from gfair.state.buckets import JOBS, NODES, PROFILES, SHARES, STRIDE, UnreadableRecord, job_key
 from gfair.state.job_failures import FAILURES, JobFailureRecord
 from gfair.state.job_record import JobRecord, load_job, load_jobs
 from gfair.state.node_record import NodeRecord, node_key
 from gfair.state.profile_record import JobProfileRecord, job_profile_key
 from gfair.state.share_record import SHARES_KEY, SharesRecord
 from gfair.state.stride_record import StrideRecord, load_stride
+
+_log = structlog.get_logger("gfair.client")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -102,7 +105,10 @@ class DirectAccess:
         self._poll_interval_s = poll_interval_s
 
     async def job_records(self, user: str | None) -> list[JobRecord]:
-        stored = await load_jobs(await self._bucket(JOBS.name), user=user)
+        unreadable: list[UnreadableRecord] = []
+        stored = await load_jobs(await self._bucket(JOBS.name), user=user, unreadable=unreadable)
+        for error in unreadable:
+            _log.warning("job record passed over", error=str(error))
         return [s.record for s in stored]
 
     async def job_record(self, user: str, job_id: str) -> JobRecord | None:

@@ -64,7 +64,7 @@ from gfair.events.jobs import (
 from gfair.events.reasons import FailureClass, RejectionCode
 from gfair.events.states import JobState
 from gfair.events.submission import JobSubmitted
-from gfair.state.buckets import job_key
+from gfair.state.buckets import JOBS, UnreadableRecord, job_key, read_record
 
 # Decisions kept per record (oldest dropped first): enough to explain a job's recent life.
 MAX_DECISIONS = 64
@@ -443,25 +443,41 @@ class StoredJob(_Record):
     revision: int
 
 
+def _stored_job(key: str, entry: StoredValue) -> StoredJob:
+    record = read_record(JobRecord, JOBS.name, key, entry.value, entry.revision)
+    return StoredJob(record=record, revision=entry.revision)
+
+
 async def load_job(bucket: RecordBucket, user: str, job_id: str) -> StoredJob | None:
-    entry = await bucket.get(job_key(user, job_id))
+    """The job's record; `UnreadableRecord` if what is stored under its key is not one."""
+    key = job_key(user, job_id)
+    entry = await bucket.get(key)
     if entry is None or not entry.value:
         return None
-    return StoredJob(record=JobRecord.from_bytes(entry.value), revision=entry.revision)
+    return _stored_job(key, entry)
 
 
-async def load_jobs(bucket: RecordBucket, *, user: str | None = None) -> list[StoredJob]:
-    """Every job's record (or `user`'s), in key order."""
+async def load_jobs(
+    bucket: RecordBucket,
+    *,
+    user: str | None = None,
+    unreadable: list[UnreadableRecord] | None = None,
+) -> list[StoredJob]:
+    """Every job's record (or `user`'s), in key order; a value that is no record is passed
+    over (and added to `unreadable`), so one bad key hides no other job."""
     prefix = f"{user}." if user is not None else ""
     found: list[StoredJob] = []
     for key in await bucket.keys():
         if not key.startswith(prefix):
             continue
         entry = await bucket.get(key)
-        if entry is not None and entry.value:
-            found.append(
-                StoredJob(record=JobRecord.from_bytes(entry.value), revision=entry.revision)
-            )
+        if entry is None or not entry.value:
+            continue
+        try:
+            found.append(_stored_job(key, entry))
+        except UnreadableRecord as error:
+            if unreadable is not None:
+                unreadable.append(error)
     return found
 
 

@@ -57,7 +57,7 @@ from gfair.events.fields import (
     UserName,
 )
 from gfair.events.states import NodeState
-from gfair.state.buckets import job_key
+from gfair.state.buckets import STRIDE, job_key, read_record
 from gfair.state.job_record import RecordBucket, StoredValue
 
 STATE_KEY = "state"
@@ -301,11 +301,12 @@ def _server_part(node_id: str) -> str:
 
 
 async def load_stride(bucket: StrideBucket, *, parts: bool = True) -> StoredStride | None:
-    """The record; without `parts`, its cluster-wide part only (no jobs or servers read)."""
+    """The record; without `parts`, its cluster-wide part only (no jobs or servers read).
+    `UnreadableRecord` if any value it is made of is not what its key holds."""
     entry = await bucket.get(STATE_KEY)
     if entry is None or not entry.value:
         return None
-    state = StrideRecord.from_bytes(entry.value)
+    state = read_record(StrideRecord, STRIDE.name, STATE_KEY, entry.value, entry.revision)
     if state.layout < PARTS_LAYOUT or not parts:
         return StoredStride(record=state, revision=entry.revision)
     # One read of the bucket, the latest value of every key as of one point of its history: the
@@ -313,14 +314,15 @@ async def load_stride(bucket: StrideBucket, *, parts: bool = True) -> StoredStri
     # far a write under way has got.
     found = {part.key: part for part in await bucket.entries()}
     latest = found.get(STATE_KEY, entry)
-    state = StrideRecord.from_bytes(latest.value)
+    state = read_record(StrideRecord, STRIDE.name, STATE_KEY, latest.value, latest.revision)
     stored = {key: part.value for key, part in found.items()}
     values: dict[str, bytes | dict[str, object] | None] = {
         key: value for key, value in stored.items() if key.startswith((JOB_PREFIX, SERVER_PREFIX))
     }
     for n in range(state.log_chunks):
-        chunk = stored.get(f"{LOG_PREFIX}{n}")
-        log = _Log.model_validate_json(chunk) if chunk is not None else None
+        key = f"{LOG_PREFIX}{n}"
+        chunk = stored.get(key)
+        log = read_record(_Log, STRIDE.name, key, chunk) if chunk is not None else None
         # One of a later commit is of a batch that never committed; its parts were not written.
         if log is not None and log.commit == state.commit:
             values.update(log.parts)
@@ -330,10 +332,10 @@ async def load_stride(bucket: StrideBucket, *, parts: bool = True) -> StoredStri
         if value is None:
             continue
         if key.startswith(JOB_PREFIX):
-            job = _parsed(StrideJob, value)
+            job = read_record(StrideJob, STRIDE.name, key, value)
             jobs[job.key] = job
         else:
-            server = _parsed(ServerRecord, value)
+            server = read_record(ServerRecord, STRIDE.name, key, value)
             servers[server.node_id] = server
     record = state.model_copy(update={"jobs": jobs, "servers": servers})
     return StoredStride(record=record, revision=latest.revision)
@@ -442,12 +444,6 @@ def _chunks(commit: int, changed: Mapping[str, bytes | None]) -> list[bytes]:
     if items or not chunks:
         chunks.append(head + b",".join(items) + b"}}")
     return chunks
-
-
-def _parsed(model: type[P], value: bytes | dict[str, object]) -> P:
-    if isinstance(value, bytes):
-        return model.model_validate_json(value)
-    return model.model_validate(value)
 
 
 async def _write_part(bucket: StrideBucket, key: str, value: bytes | None) -> None:

@@ -46,6 +46,7 @@ from collections.abc import Mapping, Sequence
 import structlog
 from opentelemetry import trace
 
+from gfair.bus.dead_letter import set_aside
 from gfair.bus.key_value import KeyValue, KvConflict
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
@@ -77,7 +78,7 @@ from gfair.events.states import JobState, NodeState
 from gfair.events.subjects import NODES_STREAM, parse_cancel_subject, parse_submit_subject
 from gfair.events.submission import JobCancelRequested, JobSubmitted
 from gfair.state import buckets
-from gfair.state.buckets import job_key
+from gfair.state.buckets import UnreadableRecord, job_key
 from gfair.state.job_record import JobRecord, load_job, load_jobs, save_job
 from gfair_services.inventory import INVENTORY_EVENTS, NodeInventory
 from gfair_services.profiler.seed import seed_table
@@ -168,10 +169,13 @@ class PlacementService:
 
     async def start(self, runtime: ServiceRuntime) -> None:
         self._kv = await runtime.key_value(buckets.JOBS.name)
-        for stored in await load_jobs(self._kv):
+        unreadable: list[UnreadableRecord] = []
+        for stored in await load_jobs(self._kv, unreadable=unreadable):
             self._stored.add(stored.record.key)
             self.book.put(stored.record, stored.revision)
             self._note_dependencies(stored.record)
+        for error in unreadable:
+            await set_aside(runtime.bus, error, service=SERVICE_NAME)
         async for past in runtime.history(
             NODES_STREAM.name,
             filter_subjects=tuple(m.subject_pattern() for m in INVENTORY_EVENTS),

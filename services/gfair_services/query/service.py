@@ -6,10 +6,12 @@ It keeps no state and writes nothing: a restart loses at most the questions in f
 their askers time out on and ask again. Each answer is a span (``query <what>``) in the trace
 of the asking tool when it sent a trace context.
 
-A question about ``<user>`` is answered only on ``<user>``'s own inbox (``_INBOX_<user>.``):
-the reply subject is chosen by the asker and the answer is published there with the service's
-rights, so a question whose reply subject is anything else (``$JS.API.STREAM.PURGE.<stream>``,
-another user's inbox, an event subject) is dropped with a warning. Questions wait in a queue
+A question about ``<user>`` is answered only on ``<user>``'s own inbox (``_INBOX_<user>.``), or
+on the reply the server made for a question that came through a tenant's account import
+(``_R_.``; the server maps the answer back into the asking tenant's own account): the reply
+subject is chosen by the asker and the answer is published there with the service's rights, so
+a question whose reply subject is anything else (``$JS.API.STREAM.PURGE.<stream>``, another
+user's inbox, an event subject) is dropped with a warning. Questions wait in a queue
 per tenant (`FairQueue`): tenants take turns for the service's slots, each within its own
 concurrency and rate, and a tenant whose queue is full is told so at once.
 """
@@ -26,7 +28,7 @@ from nats.aio.msg import Msg
 from opentelemetry.trace import StatusCode, Tracer
 
 from gfair.bus.metrics import gfair_metrics
-from gfair.bus.nats_bus import NatsBus, inbox_prefix_for
+from gfair.bus.nats_bus import IMPORT_REPLY_PREFIX, NatsBus, inbox_prefix_for
 from gfair.bus.observability import configure_observability
 from gfair.bus.serve import BusSettings
 from gfair.bus.tracing import extract_context
@@ -147,14 +149,20 @@ class QueryService:
 
 
 def _on_inbox_of(user: str, reply: str) -> bool:
-    """Whether `reply` is a subject of `user`'s own inbox, ``_INBOX_<user>.<token>...``."""
+    """Whether `reply` is a subject of `user`'s own inbox, ``_INBOX_<user>.<token>...``, or the
+    server's mapping of a reply in the asker's own account, ``_R_.<token>...`` (only a tenant
+    account's import leads a question here under `user`'s subject, `gfair.tenancy`)."""
     try:
         prefix = inbox_prefix_for(user)
     except ValueError:  # not a subject token: no inbox of anyone's
         return False
     head, dot, rest = reply.partition(".")
     tokens = rest.split(".")
-    return head == prefix and bool(dot) and all(t and t not in ("*", ">") for t in tokens)
+    return (
+        head in (prefix, IMPORT_REPLY_PREFIX)
+        and bool(dot)
+        and all(t and t not in ("*", ">") for t in tokens)
+    )
 
 
 async def serve(settings: QuerySettings, bus_settings: BusSettings | None = None) -> None:

@@ -60,6 +60,7 @@ from datetime import datetime
 import structlog
 from opentelemetry import trace
 
+from gfair.bus.dead_letter import set_aside
 from gfair.bus.key_value import KeyValue, KvConflict
 from gfair.bus.metrics import gfair_metrics
 from gfair.bus.publisher import derived_event_id
@@ -134,9 +135,10 @@ from gfair.events.scheduling import (
     ScheduleDecided,
     SwitchCostsUpdated,
 )
+from gfair.events.states import JobState
 from gfair.state import buckets
-from gfair.state.buckets import job_key
-from gfair.state.job_record import StoredJob, load_job
+from gfair.state.buckets import UnreadableRecord, job_key
+from gfair.state.job_record import StoredJob, load_job, load_jobs
 from gfair.state.stride_record import (
     MAX_APPLIED_IDS,
     PARTS_LAYOUT,
@@ -191,6 +193,8 @@ class SplitStrideService:
         # journal), for a replay of a live run; a reload starts the machine from the record.
         self.journal = journal
         self._lock = asyncio.Lock()
+        # Set when the state was unreadable and split-stride started afresh (`_load`).
+        self._readmit = False
         self._machine: SplitStride | None = None
         self._records = record.Records()
         self.inventory = NodeInventory()
@@ -267,6 +271,9 @@ class SplitStrideService:
         self._stride_kv = await runtime.key_value(buckets.STRIDE.name)
         self._jobs_kv = await runtime.key_value(buckets.JOBS.name)
         await self._load()
+        if self._readmit:
+            self._readmit = False
+            await self._readmit_unfinished()
         _log.info(
             "split-stride state loaded",
             quantum=self.machine.quantum,
@@ -276,7 +283,18 @@ class SplitStrideService:
 
     async def _load(self) -> None:
         assert self._stride_kv is not None
-        stored = await load_stride(self._stride_kv)
+        try:
+            stored = await load_stride(self._stride_kv)
+        except UnreadableRecord as error:
+            # Failing on it would stop every start in the cluster: it is set aside, and
+            # split-stride starts afresh with placement's unfinished jobs.
+            # What else the bucket holds is of the state that cannot be read: it goes too, so
+            # that no part of it is read back into the fresh one.
+            assert self._runtime is not None
+            await set_aside(self._runtime.bus, error, service=SERVICE_NAME)
+            for entry in await self._stride_kv.entries():
+                await self._stride_kv.delete(entry.key)
+            stored, self._readmit = None, True
         if stored is None:
             saved = StrideRecord.fresh(uuid.uuid4().hex, self.clock())
             self._revision, self._written = None, None
@@ -407,6 +425,22 @@ class SplitStrideService:
             prepare=event.prepare,
             launch=_admitted_launch(event, correlation_id, trace_parent),
         )
+
+    async def _readmit_unfinished(self) -> None:
+        """After a fresh start over an unreadable state: every unfinished job placement holds
+        is admitted again, as its admission said (it starts again from its checkpoints)."""
+        unfinished = [
+            stored.record
+            for stored in await load_jobs(self.jobs_kv)
+            if not stored.record.state.terminal and stored.record.state is not JobState.HELD
+        ]
+        async with self._lock:
+            for job in unfinished:
+                envelope = Envelope.wrap(job.admission(), source=SERVICE_NAME)
+                outputs = await self._job_event(envelope, job.admission(), None)
+                if outputs is not None:
+                    self._commit(envelope, outputs, seed=envelope.id)
+        _log.warning("split-stride took up placement's unfinished jobs", jobs=len(unfinished))
 
     async def prefetch(self, events: Sequence[tuple[Envelope, EventData]]) -> None:
         """Read at once the records of the jobs the batch admits that split-stride lacks."""
