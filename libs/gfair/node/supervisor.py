@@ -107,7 +107,7 @@ class SupervisorConfig:
     progress_interval_s: float = 1.0
     rate_window_s: float = 10.0
     # What reading a job's progress may cost, whatever the job writes there.
-    progress_limits: ProgressLimits = ProgressLimits()
+    progress_limits: ProgressLimits = dataclasses.field(default_factory=ProgressLimits)
     stderr_tail_bytes: int = 4096
     # "index" pairs with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as NVML does.
     visible_devices: Literal["index", "uuid"] = "index"
