@@ -16,6 +16,7 @@ BENCHMARKS = (
     "bench.stride_store",
     "bench.heartbeat_backlog",
     "bench.progress",
+    "bench.flood",
     "bench.idle",
     "bench.scale",
 )

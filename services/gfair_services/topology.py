@@ -13,7 +13,12 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gfair.bus.job_output import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, job_output_stream
+from gfair.bus.job_output import (
+    DEFAULT_MAX_AGE_S,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_MSGS_PER_SUBJECT,
+    job_output_stream,
+)
 from gfair.bus.topology import BucketSpec, Storage, Topology, contract_streams
 from gfair.state import buckets
 
@@ -49,6 +54,12 @@ class TopologySettings(BaseSettings):
         gt=0,
         description="Jobs' output kept in all, oldest dropped first (GFAIR_LOGS stream)",
     )
+    logs_max_msgs_per_subject: int = Field(
+        default=DEFAULT_MAX_MSGS_PER_SUBJECT,
+        gt=0,
+        description="Chunks of output kept per job, output and node, oldest dropped first: a "
+        "job that floods its output pushes out its own, not other jobs' (GFAIR_LOGS stream)",
+    )
 
 
 def cluster_buckets(
@@ -82,6 +93,7 @@ def cluster_topology(*, storage: Storage = Storage.FILE, replicas: int | None = 
         storage=storage,
         max_age_s=settings.logs_max_age_s,
         max_bytes=settings.logs_max_bytes,
+        max_msgs_per_subject=settings.logs_max_msgs_per_subject,
     )
     return Topology(
         streams=(*contract_streams(storage=storage, replicas=count), logs),

@@ -13,8 +13,10 @@ import pytest
 
 from gfair.node.launch import CheckpointRef, JobLaunch
 from gfair.node.lifecycle import JobCheckpointed, JobExited, JobProgress
+from gfair.node.progress import ProgressTail
 from gfair.node.supervisor import JobStartError, JobSupervisor, SupervisorError, UnknownJob
 from gfair.sdk import YIELD_EXIT_CODE
+from gfair.sdk.progress import ProgressRecord
 from gfair.sdk.throughput_table import ThroughputTable
 
 from .helpers import (
@@ -368,3 +370,21 @@ async def test_a_suspend_sent_before_the_sdk_is_up_is_still_honoured(tmp_path: P
     assert result.exit.exit_code == YIELD_EXIT_CODE and result.escalation is None
     assert result.fresh and result.checkpoint is not None and result.checkpoint.step >= 1
     assert_group_gone(job.pgid)
+
+
+async def test_a_reader_that_raises_still_lets_the_job_end_and_its_exit_be_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: ProgressTail) -> list[ProgressRecord]:
+        raise RuntimeError("a reader bug")
+
+    monkeypatch.setattr(ProgressTail, "read", broken)
+    job = dataclasses.replace(
+        synthetic("r", (0,), "v100"), argv=(JOB_PYTHON, "-c", "import time; time.sleep(0.5)")
+    )
+    async with JobSupervisor(make_config(tmp_path)) as supervisor:
+        await supervisor.start(job)
+        with anyio.fail_after(20):
+            exited = await supervisor.wait("r")
+        assert exited.exit_code == 0 and exited.signal is None
+        assert supervisor.running() == []

@@ -9,11 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from gfair.bus.job_output import OutputChunk, job_output_stream, publish_chunk, read_output
+from gfair.bus.job_output import (
+    DEFAULT_MAX_MSGS_PER_SUBJECT,
+    LOGS_STREAM,
+    OutputChunk,
+    capped_note,
+    job_output_stream,
+    output_subject,
+    publish_chunk,
+    read_output,
+)
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.topology import Topology
 from gfair.events.fields import JobRef
 from gfair_services.node_executor.output_shipper import OutputShipper
+from gfair_services.topology import cluster_topology
 
 pytestmark = pytest.mark.nats
 
@@ -57,9 +67,15 @@ class Node:
     def job_ended(self) -> None:
         self.table = [Started(JOB, False, s.start_event_id) for s in self.table]
 
-    def shipper(self, bus: NatsBus, chunk_bytes: int = 65536) -> OutputShipper:
+    def shipper(self, bus: NatsBus, chunk_bytes: int = 65536, **caps: int) -> OutputShipper:
         return OutputShipper(
-            bus, "v100-0", self.runs, self.records, lambda: self.table, chunk_bytes=chunk_bytes
+            bus,
+            "v100-0",
+            self.runs,
+            self.records,
+            lambda: self.table,
+            chunk_bytes=chunk_bytes,
+            **caps,
         )
 
 
@@ -164,3 +180,29 @@ async def test_output_stored_before_the_node_joined_its_subject_is_still_read(
         ("v100-0", 0, b"old\n"),
         ("v100-0", 4, b"new\n"),
     ]
+
+
+async def test_a_flood_of_output_is_cut_at_its_cap_and_shipped_in_bounded_passes(
+    bus: NatsBus, tmp_path: Path
+) -> None:
+    # Issue 41: one job's gigabyte of stdout was kept whole on the node and in GFAIR_LOGS.
+    node = Node(tmp_path)
+    run = node.run(1)
+    shipper = node.shipper(bus, chunk_bytes=1000, max_bytes=10_000, pass_bytes=4000)
+    append(run / "stdout.log", "x" * 1_000_000)
+    note = capped_note("stdout", 10_000)
+    assert await shipper.ship() == 4000  # a pass ships at most its share
+    # The file is cut back to the cap and the note that says so, on the node too.
+    assert (run / "stdout.log").read_bytes() == b"x" * 10_000 + note
+    append(run / "stdout.log", "y" * 1_000_000)  # the job goes on writing
+    while await shipper.ship():
+        pass
+    assert (run / "stdout.log").stat().st_size == 10_000 + len(note)
+    assert text(await stored(bus), "run-0001", "stdout") == "x" * 10_000 + note.decode()
+
+
+def test_the_logs_stream_keeps_each_jobs_output_apart() -> None:
+    (logs,) = [s for s in cluster_topology().streams if s.name == LOGS_STREAM]
+    # A subject is one job's one output from one node: its flood evicts only its own chunks.
+    assert logs.max_msgs_per_subject == DEFAULT_MAX_MSGS_PER_SUBJECT
+    assert output_subject("a", "j", "stdout", "n") == "gfair.logs.a.j.stdout.n"

@@ -30,6 +30,13 @@ LOGS_STREAM = "GFAIR_LOGS"
 OUTPUTS = ("stdout", "stderr")
 DEFAULT_MAX_AGE_S = 7 * 86_400.0
 DEFAULT_MAX_BYTES = 1 << 30
+# Chunks kept per subject (one job's one output from one node), oldest dropped first: a job that
+# floods its output pushes out its own chunks, not every tenant's. About a chunk a second for
+# hours of a job that prints steadily.
+DEFAULT_MAX_MSGS_PER_SUBJECT = 10_000
+# What a run's stdout.log or stderr.log keeps and ships at most (the node executor's
+# GFAIR_JOB_OUTPUT_MAX_BYTES); then `capped_note` ends it.
+DEFAULT_OUTPUT_MAX_BYTES = 64 << 20
 # Well under NATS' default 1 MiB payload limit.
 MAX_CHUNK_BYTES = 64 * 1024
 
@@ -57,6 +64,7 @@ def job_output_stream(
     storage: Storage = Storage.FILE,
     max_age_s: float = DEFAULT_MAX_AGE_S,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    max_msgs_per_subject: int = DEFAULT_MAX_MSGS_PER_SUBJECT,
 ) -> StreamSpec:
     return StreamSpec(
         name=LOGS_STREAM,
@@ -64,9 +72,18 @@ def job_output_stream(
         description="What jobs write to stdout and stderr, per job, with bounded retention",
         max_age_s=max_age_s,
         max_bytes=max_bytes,
+        max_msgs_per_subject=max_msgs_per_subject,
         storage=storage,
         replicas=replicas,
     )
+
+
+def capped_note(output: str, max_bytes: int) -> bytes:
+    """What ends an output cut at its cap of `max_bytes`."""
+    return (
+        f"\ngfair: this run's {output} went over its cap of {max_bytes} bytes "
+        "(GFAIR_JOB_OUTPUT_MAX_BYTES); what it wrote after that is not kept\n"
+    ).encode()
 
 
 @dataclass(frozen=True)

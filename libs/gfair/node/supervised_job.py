@@ -160,7 +160,12 @@ class SupervisedJob:
         `latest` is the newest valid checkpoint now: the job may have committed one and died
         before announcing it, and the checkpoint directory, not the announcements, is the truth.
         """
-        events = self.absorb(self.tail.read())
+        try:
+            events = self.absorb(self.tail.read())
+        except Exception:
+            # The exit is reported whatever the job's last records make fail.
+            _log.exception("job %s: its last progress records were not read", self.handle.job_id)
+            events = []
         self.tail.close()
         if self.tail.refused is not None:
             self.refuse(f"its progress file: {self.tail.refused}")

@@ -61,7 +61,7 @@ from gfair.node.process_group import (
     reap_zombie_members,
     signal_group,
 )
-from gfair.node.progress import ProgressTail, RateWindow
+from gfair.node.progress import ProgressLimits, ProgressTail, RateWindow
 from gfair.node.run_directory import PASSAGE_MODE, RunDirectory
 from gfair.node.supervised_job import SupervisedJob
 from gfair.sdk.checkpoint import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint
@@ -106,6 +106,8 @@ class SupervisorConfig:
     poll_interval_s: float = 0.1
     progress_interval_s: float = 1.0
     rate_window_s: float = 10.0
+    # What reading a job's progress may cost, whatever the job writes there.
+    progress_limits: ProgressLimits = dataclasses.field(default_factory=ProgressLimits)
     stderr_tail_bytes: int = 4096
     # "index" pairs with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as NVML does.
     visible_devices: Literal["index", "uuid"] = "index"
@@ -230,8 +232,10 @@ class JobSupervisor:
         self._task_group.cancel_scope.cancel()
         # The block's own exception is not the watchers' business: let it propagate as is,
         # rather than wrapped in an exception group.
-        await self._task_group.__aexit__(None, None, None)
-        self._send.close()
+        try:
+            await self._task_group.__aexit__(None, None, None)
+        finally:
+            self._send.close()  # whatever a watcher raised, the reports' reader ends
         return None
 
     # ----- queries -------------------------------------------------------------------------
@@ -372,7 +376,11 @@ class JobSupervisor:
             run=run,
             store=CheckpointStore(checkpoint_dir),
             started_monotonic=time.monotonic(),
-            tail=ProgressTail(run.progress_file, None if account is None else account.uid),
+            tail=ProgressTail(
+                run.progress_file,
+                None if account is None else account.uid,
+                self.config.progress_limits,
+            ),
             rates=RateWindow(self.config.rate_window_s),
             steps=resume.step if resume else 0,
             progress_emitted_steps=resume.step if resume else 0,
@@ -813,7 +821,12 @@ class JobSupervisor:
 
     async def _follow_progress(self, job: SupervisedJob) -> None:
         while True:
-            await self._absorb(job, job.tail.read())
+            try:
+                await self._absorb(job, await anyio.to_thread.run_sync(job.tail.read))
+            except Exception:
+                # Whatever the job's records make fail, its watcher goes on to report its exit.
+                _log.exception("job %s: its progress is no longer read", job.handle.job_id)
+                return
             # A suspend or an in-place resume waits on the job's word: the switch's latency
             # is the point of parking, so its records are read at once, not every 0.1 s.
             await anyio.sleep(_EAGER_POLL_S if job.eager else self.config.poll_interval_s)

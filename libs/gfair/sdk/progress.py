@@ -11,6 +11,7 @@ yield, a checkpoint, the end), so each run of steps is recorded exactly at both 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,9 +71,15 @@ class ProgressRecord:
         when = data.get("time")
         if not isinstance(when, int | float):
             raise ValueError("progress record has no numeric time")
+        try:
+            seconds = float(when)
+        except OverflowError:  # an integer of hundreds of digits
+            raise ValueError("progress record's time is out of range") from None
+        if not math.isfinite(seconds):
+            raise ValueError("progress record's time is not finite")
         return cls(
             kind=kind,
-            time=float(when),
+            time=seconds,
             step=_optional_int(data, "step"),
             pid=_optional_int(data, "pid"),
             handles_sigusr1=bool(data.get("handles_sigusr1", False)),

@@ -184,6 +184,7 @@ class NodeExecutor:
             term_grace_s=self.settings.term_grace_s,
             shutdown_timeout_s=self.settings.suspend_timeout_s,
             progress_interval_s=self.settings.progress_every_s,
+            progress_limits=self.settings.progress_limits,
             account=self._account(user),
             cgroups=(cgroups := self._cgroup_tree(user)),
             limits=self._limit_tree(user, cgroups),

@@ -9,6 +9,11 @@ beside the runs (``<records>/<user>/<job>/<run>.json``, written after the store 
 not in the run directory, which belongs to the job), so an executor that restarts goes on
 where it stopped and ships the rest of the runs it left unfinished; a repeat of a chunk is
 dropped by its message id.
+
+What a run keeps of each output is capped (`max_bytes`): past it the shipper cuts the file
+back to the cap and a note saying so (`capped_note`), which is shipped as its end, and logs it
+once. A pass ships at most `pass_bytes` of a run, so a flood's backlog goes out over several
+passes between which the executor does its other work.
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ from typing import Protocol
 
 import structlog
 
-from gfair.bus.job_output import MAX_CHUNK_BYTES, OUTPUTS, OutputChunk, publish_chunk
+from gfair.bus.job_output import (
+    DEFAULT_OUTPUT_MAX_BYTES,
+    MAX_CHUNK_BYTES,
+    OUTPUTS,
+    OutputChunk,
+    capped_note,
+    publish_chunk,
+)
 from gfair.bus.transport import Bus
 from gfair.events.fields import JobRef
 
@@ -53,6 +65,8 @@ class OutputShipper:
         *,
         interval_s: float = 1.0,
         chunk_bytes: int = MAX_CHUNK_BYTES,
+        max_bytes: int = DEFAULT_OUTPUT_MAX_BYTES,
+        pass_bytes: int = 64 * MAX_CHUNK_BYTES,
     ) -> None:
         self._bus = bus
         self._node_id = node_id
@@ -61,6 +75,10 @@ class OutputShipper:
         self._runs = runs
         self._interval_s = interval_s
         self._chunk_bytes = chunk_bytes
+        self._max_bytes = max_bytes
+        self._pass_bytes = pass_bytes
+        # (run, output) found over its cap: said once.
+        self._capped: set[tuple[Path, str]] = set()
         # Run directory -> (user, job id) for every run followed.
         self._followed: dict[Path, JobRef] = {}
         self._offsets: dict[Path, dict[str, int]] = {}
@@ -126,12 +144,28 @@ class OutputShipper:
             offsets = self._offsets[run] = _offsets(_read_record(self._record_path(run)))
         sent = 0
         for output in OUTPUTS:
+            path = run / f"{output}.log"
+            note = capped_note(output, self._max_bytes)
+            cut = await asyncio.to_thread(_cap, path, self._max_bytes, note)
+            if cut and (run, output) not in self._capped:
+                self._capped.add((run, output))
+                _log.warning(
+                    "a job's output went over its cap: the rest is not kept",
+                    user=job.user,
+                    job_id=job.job_id,
+                    run=run.name,
+                    output=output,
+                    max_bytes=self._max_bytes,
+                )
+            end = self._max_bytes + len(note)
+            budget = self._pass_bytes
             while True:
                 offset = offsets.get(output, 0)
-                path = run / f"{output}.log"
-                data = await asyncio.to_thread(_read_at, path, offset, self._chunk_bytes)
+                size = min(self._chunk_bytes, end - offset, budget)
+                data = await asyncio.to_thread(_read_at, path, offset, size) if size > 0 else b""
                 if not data:
                     break
+                budget -= len(data)
                 chunk = OutputChunk(output, self._node_id, run.name, offset, data)
                 await publish_chunk(self._bus, job.user, job.job_id, chunk)
                 offsets[output] = offset + len(data)
@@ -165,6 +199,24 @@ def _read_at(path: Path, offset: int, size: int) -> bytes:
             return stream.read(size)
     except FileNotFoundError:
         return b""
+
+
+def _cap(path: Path, max_bytes: int, note: bytes) -> bool:
+    """Cut the output at `path` back to its first `max_bytes` and `note`; whether it was over.
+    The job appends (O_APPEND), so what it writes next lands after the note, to be cut at the
+    next pass; the file is the executor's (0600), never a link."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        if os.fstat(fd).st_size <= max_bytes + len(note):
+            return False
+        os.pwrite(fd, note, max_bytes)
+        os.ftruncate(fd, max_bytes + len(note))
+        return True
+    finally:
+        os.close(fd)
 
 
 def _read_record(path: Path) -> dict[str, object]:

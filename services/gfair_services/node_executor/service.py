@@ -62,6 +62,7 @@ async def serve(
                 executor.settings.work_dir / "shipped-output",
                 executor.runs,
                 interval_s=executor.settings.output_interval_s,
+                max_bytes=executor.settings.job_output_max_bytes,
             )
             try:
                 shipper.start()  # its first pass comes after the runtime declared the stream

@@ -11,6 +11,7 @@ from typing import Literal, Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gfair.bus.job_output import DEFAULT_OUTPUT_MAX_BYTES
 from gfair.core.cluster import parse_cluster_spec
 from gfair.events.fields import TOKEN_REGEX
 from gfair.node.job_account import (
@@ -24,6 +25,7 @@ from gfair.node.job_account import (
 )
 from gfair.node.job_cgroup import AUTO, CgroupError, locate
 from gfair.node.job_limits import JobLimits, LimitError, check_host, parse_size
+from gfair.node.progress import ProgressLimits
 from gfair.node.simulated import parse_gpu_spec
 
 # The same default as split-stride's, so a one-machine cluster needs no flag to agree on where
@@ -34,6 +36,7 @@ DEFAULT_WORK_ROOT = Path("/tmp/gfair/nodes")  # <this>/<node_id>
 # commands, heartbeats and progress reports at 60 s quanta (docs/benchmarks.md); 1,000 on one
 # connection and loop fell behind the broker and were cut off as a slow consumer.
 DEFAULT_VIRTUAL_NODES_PER_PROCESS = 100
+_PROGRESS = ProgressLimits()
 
 
 def default_node_id() -> str:
@@ -119,6 +122,35 @@ class NodeExecutorSettings(BaseSettings):
     )
     output_interval_s: float = Field(
         default=1.0, gt=0, description="How often jobs' new stdout/stderr is shipped to NATS"
+    )
+    progress_read_bytes: int = Field(
+        default=_PROGRESS.read_bytes,
+        gt=0,
+        description="At most this much of a job's progress file is read at a time; unread "
+        "bytes beyond GFAIR_PROGRESS_BACKLOG_BYTES are skipped (only the newest records matter)",
+    )
+    progress_backlog_bytes: int = Field(
+        default=_PROGRESS.backlog_bytes,
+        gt=0,
+        description="Unread progress a job may have before what is older is skipped",
+    )
+    progress_line_max_bytes: int = Field(
+        default=_PROGRESS.max_line_bytes,
+        gt=0,
+        description="A longer line of a job's progress file is skipped and counted as malformed",
+    )
+    progress_records_per_s: float = Field(
+        default=_PROGRESS.records_per_s,
+        gt=0,
+        description="Records of a job's progress file kept per second (runs of steps count as "
+        "their first and last); more are dropped and counted",
+    )
+    job_output_max_bytes: int = Field(
+        default=DEFAULT_OUTPUT_MAX_BYTES,
+        gt=0,
+        description="What a run's stdout.log and stderr.log each keep on the node and ship to "
+        "NATS; past it the file is cut back to this with a note saying so, and the rest of the "
+        "job's output is not kept",
     )
     command_max_age_s: float = Field(
         default=120.0,
@@ -255,6 +287,15 @@ class NodeExecutorSettings(BaseSettings):
         if self.progress_interval_s is not None:
             return self.progress_interval_s
         return progress_interval_for(self.quantum_s)
+
+    @property
+    def progress_limits(self) -> ProgressLimits:
+        return ProgressLimits(
+            read_bytes=self.progress_read_bytes,
+            max_line_bytes=self.progress_line_max_bytes,
+            records_per_s=self.progress_records_per_s,
+            backlog_bytes=self.progress_backlog_bytes,
+        )
 
     @property
     def job_limits(self) -> JobLimits:

@@ -1,0 +1,111 @@
+"""A tenant's job that attacks its node through its progress file and its output (issue 41,
+items 5 and 7): the node reads a bounded amount, reports the job's exit whatever it wrote, and
+stops on SIGTERM while such a job runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gfair.bus.server import EmbeddedNatsServer
+from gfair.events.nodes import NodeRegistered
+from gfair.node.launch import JobLaunch
+from gfair.node.simulated import SimulatedGpus
+from gfair.node.supervisor import JobSupervisor
+from gfair_services.topology import cluster_topology
+from node.helpers import JOB_PYTHON, make_config, reachable_tmp, sdk_on_pythonpath, synthetic
+from services.test_node_executor import NODE, Node, nats_bus, spawn, start_command
+
+tmp_path = pytest.fixture(name="tmp_path")(reachable_tmp)
+sdk_for_jobs = pytest.fixture(autouse=True)(sdk_on_pythonpath)
+
+# Writes a step whose time no float holds, then an honest one, then ends on its own.
+OVERFLOWING = (
+    "import os, time\n"
+    "with open(os.environ['GFAIR_CONTROL_DIR'] + '/progress.jsonl', 'a') as out:\n"
+    '    out.write(\'{"kind":"step","time":1\' + \'0\' * 400 + \',"step":1}\\n\')\n'
+    "    out.flush()\n"
+    "    time.sleep(0.5)\n"
+    '    out.write(\'{"kind":"step","time":%f,"step":2}\\n\' % time.time())\n'
+    "time.sleep(0.5)\n"
+)
+# The same line, then progress lines flat out, deaf to SIGTERM.
+FLOODING = (
+    "import os, signal\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "out = open(os.environ['GFAIR_CONTROL_DIR'] + '/progress.jsonl', 'a')\n"
+    'out.write(\'{"kind":"step","time":1\' + \'0\' * 400 + \',"step":1}\\n\')\n'
+    'line = \'{"kind":"step","time":1.0,"step":3}\\n\' * 1000\n'
+    "while True:\n"
+    "    out.write(line)\n"
+)
+
+
+def _job(job_id: str, code: str) -> JobLaunch:
+    return dataclasses.replace(synthetic(job_id, (0,), "v100"), argv=(JOB_PYTHON, "-c", code))
+
+
+async def test_a_progress_line_that_overflows_leaves_no_phantom_job(tmp_path: Path) -> None:
+    async with JobSupervisor(make_config(tmp_path)) as supervisor:
+        await supervisor.start(_job("overflow", OVERFLOWING))
+        with anyio.fail_after(20):
+            exited = await supervisor.wait("overflow")
+        # It ran to its own end, its exit reported, its GPU free.
+        assert exited.exit_code == 0 and exited.signal is None, exited.stderr_tail
+        assert exited.steps == 2
+        assert supervisor.running() == [] and supervisor.busy_gpus() == frozenset()
+
+
+@pytest.mark.nats
+async def test_the_executor_stops_on_sigterm_while_a_job_floods_its_progress(
+    nats_server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    env = {**os.environ, "GFAIR_NATS_URL": nats_server.url, "GFAIR_LOG_LEVEL": "WARNING"}
+    work = tmp_path / "work"
+    process = spawn(
+        [
+            sys.executable,
+            "-m",
+            "gfair_services.node_executor",
+            "--node-id",
+            NODE,
+            "--simulate-gpus",
+            "v100:2",
+            "--checkpoint-root",
+            str(tmp_path / "checkpoints"),
+            "--work-root",
+            str(work),
+            "--suspend-timeout-s",
+            "1",
+            "--term-grace-s",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    bus = await nats_bus(nats_server)
+    try:
+        await bus.ensure_topology(cluster_topology())
+        node = Node(bus, executor=None, gpus=SimulatedGpus("v100:2"))  # type: ignore[arg-type]
+        await node.wait_for(NodeRegistered, timeout_s=30.0)
+        await node.send(start_command(tmp_path, "flood", (JOB_PYTHON, "-c", FLOODING), (0,)))
+        progress = work / "runs" / "alice" / "flood"
+        for _ in range(300):  # until it wrote a megabyte of progress
+            if any(p.stat().st_size > 1 << 20 for p in progress.glob("*/control/*.jsonl")):
+                break
+            await anyio.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        assert await anyio.to_thread.run_sync(process.wait, 30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        await bus.close()
