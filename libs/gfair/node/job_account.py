@@ -19,7 +19,6 @@ root cannot switch users at all: its jobs run as itself.
 from __future__ import annotations
 
 import hashlib
-import os
 import pwd
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,12 +39,6 @@ class AccountError(ValueError):
 class JobAccount:
     uid: int
     gid: int
-
-    def own(self, *paths: Path) -> None:
-        """Give `paths` to the account, readable by it alone (mode 0700)."""
-        for path in paths:
-            os.chown(path, self.uid, self.gid)
-            path.chmod(0o700)
 
 
 def parse_account(text: str) -> JobAccount:

@@ -20,6 +20,7 @@ from gfair.node.launch import CheckpointRef, JobLaunch, RunningJob
 from gfair.node.lifecycle import JobEvent, JobExited, ParkedJob, SuspendResult
 from gfair.node.orphans import ReapedRun
 from gfair.node.supervisor import JobSupervisor, SupervisorConfig
+from gfair.node.tenant_paths import exists_in
 from gfair.sdk.checkpoint import CheckpointStore
 from gfair.sdk.environment import PARKED_MARKER
 
@@ -100,4 +101,4 @@ class ProcessHost:
     def parked_elsewhere(self, checkpoint_dir: Path) -> bool:
         # The marker is written by the parked job's SDK, possibly on another server sharing
         # the checkpoint root.
-        return (checkpoint_dir / PARKED_MARKER).exists()
+        return exists_in(checkpoint_dir, PARKED_MARKER)

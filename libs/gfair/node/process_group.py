@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gfair.node.job_files import NotOwnFile, open_own
+
 _PROC = Path("/proc")
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -173,12 +175,13 @@ def reap_zombie_members(pgid: int) -> int:
 def read_tail(path: Path, max_bytes: int) -> str:
     """The last `max_bytes` of a log, starting at a line boundary when one is in reach."""
     try:
-        with path.open("rb") as fh:
+        # Never through a link: the tail goes to the job's tenant.
+        with open_own(path, None) as fh:
             size = fh.seek(0, os.SEEK_END)
             start = max(0, size - max_bytes)
             fh.seek(start)
             data = fh.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotOwnFile):
         return ""
     if start > 0:
         newline = data.find(b"\n")

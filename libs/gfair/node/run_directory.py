@@ -12,7 +12,9 @@ Who may read what: the directories down to a run are the executor's, mode 0711 (
 account passes through to its control and work directories, and lists nothing on the way), the
 records and logs are the executor's alone (0600), and `control/` is the job's account's (0700).
 The executor writes into the control directory, which the job owns and may fill with links:
-it creates its files there without following one (`_write_json_atomically`).
+it creates its files there without following one (`_write_json_atomically`). The directories
+themselves are made and opened without following a link either (`tenant_paths`), and records
+are read the same way: a link found in the run tree refuses the run rather than being followed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gfair.node.job_account import JobAccount
+from gfair.node.job_files import open_own
+from gfair.node.tenant_paths import made, make_job_directory
 from gfair.sdk.environment import PARK_FILE, PROGRESS_FILE, YIELD_FILE
 
 LAUNCH_RECORD = "launch.json"
@@ -32,6 +37,7 @@ EXIT_RECORD = "exit.json"
 # Written once the scheduler was told how the run ended (or that it needed no telling): a run
 # without it after its executor died is announced by the next one (`orphans`).
 TOLD_RECORD = "told"
+CONTROL_DIRECTORY = "control"
 PASSAGE_MODE = 0o711  # searchable, not listable: a job reaches its own directories only
 _PRIVATE_FILE = 0o600
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -42,32 +48,25 @@ class RunDirectory:
     path: Path
 
     @classmethod
-    def create(cls, run_root: Path, job_id: str) -> RunDirectory:
-        """A new, empty run directory for `job_id` (numbered after the existing ones)."""
-        job_dir = run_root / job_id
-        job_dir.mkdir(parents=True, exist_ok=True)
-        job_dir.chmod(PASSAGE_MODE)
-        numbers = [
-            int(p.name.removeprefix("run-"))
-            for p in job_dir.glob("run-*")
-            if p.name.removeprefix("run-").isdigit()
-        ]
-        number = max(numbers, default=0) + 1
-        while True:
-            path = job_dir / f"run-{number:04d}"
-            try:
-                path.mkdir()
-            except FileExistsError:  # another executor sharing the root got there first
+    def create(cls, run_root: Path, job_id: str, owner: JobAccount | None = None) -> RunDirectory:
+        """A new, empty run directory for `job_id` (numbered after the existing ones), its
+        control directory given to `owner` (None: it stays the executor's)."""
+        run_root.mkdir(parents=True, exist_ok=True)
+        with made(run_root, job_id, mode=PASSAGE_MODE) as job_dir:
+            numbers = [
+                int(name.removeprefix("run-"))
+                for name in os.listdir(job_dir)
+                if name.startswith("run-") and name.removeprefix("run-").isdigit()
+            ]
+            number = max(numbers, default=0) + 1
+            # Another executor sharing the root may get to a number first: take the next one.
+            while not _new_run(job_dir, f"run-{number:04d}", owner):
                 number += 1
-                continue
-            path.chmod(PASSAGE_MODE)
-            run = cls(path)
-            run.control_dir.mkdir(mode=0o700)
-            return run
+        return cls(run_root / job_id / f"run-{number:04d}")
 
     @property
     def control_dir(self) -> Path:
-        return self.path / "control"
+        return self.path / CONTROL_DIRECTORY
 
     @property
     def progress_file(self) -> Path:
@@ -144,6 +143,16 @@ class RunDirectory:
                 run.mark_told()
 
 
+def _new_run(job_dir: int, name: str, owner: JobAccount | None) -> bool:
+    """Make run directory `name` and its control directory; False if `name` exists."""
+    try:
+        with made(job_dir, name, mode=PASSAGE_MODE, exclusive=True) as run_dir:
+            make_job_directory(run_dir, CONTROL_DIRECTORY, owner)
+    except FileExistsError:
+        return False
+    return True
+
+
 def _write_json_atomically(path: Path, record: dict[str, Any], mode: int = _PRIVATE_FILE) -> None:
     # A fresh name, created exclusively: a link the job put at a name this could choose is
     # never followed (O_EXCL fails on it), and the rename replaces a link instead of writing
@@ -160,7 +169,8 @@ def _write_json_atomically(path: Path, record: dict[str, Any], mode: int = _PRIV
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with open_own(path, None) as record:
+            data = json.loads(record.read().decode("utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -38,7 +38,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gfair.node.job_account import JobAccount
 from gfair.node.job_cgroup import GATE_LINE, CgroupTree, JobCgroup, empty, gated, runnable
-from gfair.node.job_files import own_checkpoint
+from gfair.node.job_files import NotOwnFile, own_checkpoint
 from gfair.node.job_limits import JobLimitGroups, LimitError, LimitTree
 from gfair.node.job_threads import THREADS_VARIABLE, job_threads
 from gfair.node.launch import CheckpointRef, JobLaunch, JobPaths, RunningJob, check_job_id
@@ -64,6 +64,7 @@ from gfair.node.process_group import (
 from gfair.node.progress import ProgressLimits, ProgressTail, RateWindow
 from gfair.node.run_directory import PASSAGE_MODE, RunDirectory
 from gfair.node.supervised_job import SupervisedJob
+from gfair.node.tenant_paths import made, make_job_directory, owners, remove_in
 from gfair.sdk.checkpoint import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint
 from gfair.sdk.environment import ENV_CONTROL_DIR, PARKED_MARKER, JobEnvironment
 from gfair.sdk.parking import ANSWER_SIGNAL
@@ -191,12 +192,13 @@ class JobSupervisor:
                 "jobs never run as root: a supervisor running as root needs the account its "
                 "jobs run as (SupervisorConfig.account; the node executor derives one per tenant)"
             )
-        self.config.run_root.mkdir(parents=True, exist_ok=True)
-        self.config.run_root.chmod(PASSAGE_MODE)
-        self.config.checkpoint_root.mkdir(parents=True, exist_ok=True)
-        if self.config.account is not None:
-            # The account's checkpoints, closed to every other tenant's.
-            self.config.account.own(self.config.checkpoint_root)
+        run_root, checkpoint_root = self.config.run_root, self.config.checkpoint_root
+        run_root.parent.mkdir(parents=True, exist_ok=True)
+        with made(run_root.parent, run_root.name, mode=PASSAGE_MODE):
+            pass
+        checkpoint_root.parent.mkdir(parents=True, exist_ok=True)
+        # The account's checkpoints, closed to every other tenant's.
+        make_job_directory(checkpoint_root.parent, checkpoint_root.name, self.config.account)
         if self.config.reap_descendants:
             enable_subreaper()
         self.reaped = await reap_orphans(
@@ -282,24 +284,32 @@ class JobSupervisor:
         if self.config.visible_devices == "uuid" and not launch.gpu_uuids and launch.gpu_indices:
             raise SupervisorError(f"job {launch.job_id}: gpu_uuids are required")
         checkpoint_dir = self.config.checkpoint_root / launch.job_id
+        account = self.config.account
+        try:
+            # The tenant's own directory holds it, where a job may have left a link in its place.
+            await anyio.to_thread.run_sync(
+                make_job_directory, self.config.checkpoint_root, launch.job_id, account
+            )
+        except NotOwnFile as exc:
+            raise JobStartError(f"job {launch.job_id}: checkpoint directory: {exc}") from exc
         # The checkpoint root may be a network filesystem: keep its reads off the event loop.
         resume = await anyio.to_thread.run_sync(self._verified_resume, launch, checkpoint_dir)
 
-        account = self.config.account
         if launch.workdir is not None and account is not None:
             # Made (where missing) and checked by the account itself, never by root: a job
             # may work only where its account may write (not /etc, not another tenant's).
             await _prepare_workdir(launch.job_id, launch.workdir, account)
-        run = RunDirectory.create(self.config.run_root, launch.job_id)
         workdir = launch.workdir or self.config.run_root / launch.job_id / "work"
-        workdir.mkdir(parents=True, exist_ok=True)
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            run = RunDirectory.create(self.config.run_root, launch.job_id, account)
+            if launch.workdir is None:
+                make_job_directory(workdir.parent, workdir.name, account)
+        except NotOwnFile as exc:
+            raise JobStartError(f"job {launch.job_id}: run directory: {exc}") from exc
+        if launch.workdir is not None and account is None:  # (else the account made it)
+            workdir.mkdir(parents=True, exist_ok=True)
         env = self._environment(launch, run, checkpoint_dir)
         if account is not None:
-            owned = [checkpoint_dir, run.control_dir]
-            if launch.workdir is None:  # a workdir the job names is the tenant's own affair
-                owned.append(workdir)
-            account.own(*owned)
             env["HOME"] = str(workdir)  # the executor's home is not the job's
         tree = self.config.cgroups
         cgroup = None if tree is None else await anyio.to_thread.run_sync(tree.job, launch.job_id)
@@ -781,9 +791,11 @@ class JobSupervisor:
                         _note_oom_kills(job, oom_kills)
                     latest = await anyio.to_thread.run_sync(job.own_latest)
                     # A parked process killed before it checkpointed leaves its marker; gone
-                    # now, so a start elsewhere waits for nothing (unlink follows no link).
+                    # now, so a start elsewhere waits for nothing (never through a link the
+                    # job left in its directory's place: another job's marker).
+                    allowed = owners(self.config.account)
                     with contextlib.suppress(OSError):
-                        (job.handle.paths.checkpoint_dir / PARKED_MARKER).unlink()
+                        remove_in(job.handle.paths.checkpoint_dir, PARKED_MARKER, allowed)
                     events = self._finish(job, returncode, latest)
             # Outside the shield: a consumer that stopped reading must not block a shutdown.
             for event in events:
@@ -915,8 +927,8 @@ def _note_oom_kills(job: SupervisedJob, kills: int) -> None:
         f"\ngfair: the kernel's OOM killer stopped {kills} process(es) of this job: it went over"
         f" its memory limit of {size} (GFAIR_JOB_MEMORY_PER_GPU x its GPUs on this node)\n"
     )
-    with contextlib.suppress(OSError), job.run.stderr.open("a") as stderr:
-        stderr.write(note)
+    with contextlib.suppress(OSError), job.run.open_output(job.run.stderr) as stderr:
+        stderr.write(note.encode())
 
 
 # Run as the job's account: make the working directory if it is missing, then require that the

@@ -37,6 +37,7 @@ from gfair.bus.job_output import (
 )
 from gfair.bus.transport import Bus
 from gfair.events.fields import JobRef
+from gfair.node.job_files import NotOwnFile, open_own
 
 _log = structlog.get_logger("gfair.services.node_executor")
 
@@ -194,10 +195,11 @@ def _latest_run(job_dir: Path) -> Path | None:
 
 def _read_at(path: Path, offset: int, size: int) -> bytes:
     try:
-        with path.open("rb") as stream:
+        # Never through a link: what is read goes to the job's tenant.
+        with open_own(path, None) as stream:
             stream.seek(offset)
             return stream.read(size)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotOwnFile):
         return b""
 
 
