@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence, Set
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 
@@ -24,6 +25,9 @@ class GpuInfo:
     generation: str
     memory_total_bytes: int
     simulated: bool
+    # Its device node (/dev/nvidia<minor>), which a job of another GPU must not open; None:
+    # unknown (a simulated GPU without one).
+    device: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,10 +2,10 @@
 a job goes with it: one that left its process group (`setsid`) and cleared its environment too,
 which the process group and the run's marker variable cannot find (process_group.py).
 
-Job cgroups live under the executor's own cgroup (`CgroupTree` names them). A job
-starts behind a gate (`gated`): a shell that waits on its stdin until the executor has moved it
-into the job's cgroup, then execs the job, so nothing the job forks is ever outside it. Stopping
-a job writes ``cgroup.kill``, which the kernel applies to every process inside at once.
+Job cgroups live under the executor's own cgroup (`CgroupTree` names them). A job's process
+enters its cgroup before it runs any code of the job's (`gfair.node.job_entry`), so nothing the
+job forks is ever outside it. Stopping a job writes ``cgroup.kill``, which the kernel applies to
+every process inside at once.
 
 Where no writable cgroup2 hierarchy is mounted (cgroup v1 only; a container whose
 ``/sys/fs/cgroup`` is read-only; an executor that is not root and was delegated no subtree),
@@ -17,13 +17,10 @@ environment. Memory and CPU limits are `gfair.node.job_limits`'.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
-import shutil
 import signal
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,9 +28,6 @@ from gfair.node.process_group import collect
 
 AUTO = "auto"
 OFF = "off"
-# The shell waits for one line on stdin (the executor writes it once the shell is in the job's
-# cgroup), then becomes the job with stdin from /dev/null; without that line it runs nothing.
-_GATE = 'read -r _ && exec "$@" </dev/null'
 _KILL_WAIT_S = 5.0
 # The kernel freezes a cgroup's processes as each next leaves the kernel: at once but for one
 # stuck in uninterruptible I/O.
@@ -42,28 +36,6 @@ _FREEZE_WAIT_S = 2.0
 
 class CgroupError(RuntimeError):
     """The job cgroup setting names something that cannot hold jobs."""
-
-
-GATE_LINE = b"go\n"  # what opens the gate
-
-
-def gated(argv: Sequence[str]) -> list[str]:
-    """`argv` behind the gate: start it with a pipe for stdin, `JobCgroup.add` its pid, then
-    write `GATE_LINE`."""
-    return ["/bin/sh", "-c", _GATE, "gfair-job", *argv]
-
-
-def runnable(program: str, path: str, cwd: Path) -> None:
-    """Raise the `OSError` exec would for `program` (searched on `path`, relative to `cwd`)."""
-    if "/" in program:
-        candidate = str(cwd / program)
-        if not os.path.isfile(candidate):
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-        if not os.access(candidate, os.X_OK):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
-        return
-    if shutil.which(program, path=path) is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
 def cgroup2_mount(mountinfo: Path = Path("/proc/self/mountinfo")) -> Path | None:

@@ -24,6 +24,11 @@ Where the limits are written, per controller:
   kill, `JobLimitGroups.kill` finds through them a process that left the job's session and
   cleared its environment.
 
+**Devices** (``JobLimits.devices``): a job's v1 ``devices`` cgroup denies every device node
+but the few any process needs and its own GPUs' (`device_rules`), so a job that unsets
+``CUDA_VISIBLE_DEVICES`` still opens no other GPU of its node. cgroup v2 has no devices
+controller (only an eBPF program, which gfair does not load): there, devices are not limited.
+
 A limit that was asked for and that the host cannot enforce stops the executor at start with
 the reason (`check_host`, from its settings): silently running unlimited jobs is not what an
 operator who set one expects.
@@ -36,8 +41,9 @@ import math
 import os
 import re
 import signal
+import stat
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +53,7 @@ from gfair.node.process_group import collect
 MEMORY = "memory"
 CPU = "cpu"
 PIDS = "pids"
+DEVICES = "devices"
 CPU_PERIOD_US = 100_000
 # Swap limits, absent where swap is not accounted: then the memory limit is the limit.
 _OPTIONAL = frozenset({"memory.swap.max", "memory.memsw.limit_in_bytes"})
@@ -77,6 +84,7 @@ class JobLimits:
     memory_per_gpu: int | None = None  # bytes
     cpus_per_gpu: float | None = None
     pids_max: int | None = None  # processes and threads of one job, whatever its GPUs
+    devices: bool = False  # only its own GPUs' device nodes (`device_rules`)
 
     def __post_init__(self) -> None:
         if self.pids_max is not None and self.pids_max < 1:
@@ -88,7 +96,8 @@ class JobLimits:
     @property
     def controllers(self) -> tuple[str, ...]:
         wanted = ((MEMORY, self.memory_per_gpu), (CPU, self.cpus_per_gpu), (PIDS, self.pids_max))
-        return tuple(name for name, value in wanted if value is not None)
+        found = tuple(name for name, value in wanted if value is not None)
+        return (*found, DEVICES) if self.devices else found
 
     def values(self, gpus: int, unified: bool) -> dict[str, dict[str, str]]:
         """controller -> interface file -> value, for a job on `gpus` GPUs of this node (at
@@ -177,10 +186,12 @@ class JobLimitGroups:
     legacy: Mapping[str, Path]  # controller -> the job's v1 cgroup
     memory: int | None  # its memory limit, bytes
 
-    def add(self, pid: int) -> None:
-        """Put `pid` in the job's v1 cgroups (its v2 one is `JobCgroup.add`'s)."""
-        for path in self.legacy.values():
-            (path / "cgroup.procs").write_text(f"{pid}\n")
+    def allow_devices(self, rules: Sequence[str]) -> None:
+        """Let the job open only the device nodes `rules` allow (where it has a devices cgroup:
+        a job moved to other GPUs)."""
+        path = self.legacy.get(DEVICES)
+        if path is not None:
+            _allow_only(path, rules)
 
     def oom_kills(self) -> int:
         """How many of the job's processes the OOM killer took for its memory limit."""
@@ -292,9 +303,12 @@ class LimitTree:
             legacy[controller] = path
         return cls(limits, unified, legacy)
 
-    def job(self, job_id: str, gpus: int, cgroup: JobCgroup | None) -> JobLimitGroups:
+    def job(
+        self, job_id: str, gpus: int, cgroup: JobCgroup | None, devices: Sequence[str] = ()
+    ) -> JobLimitGroups:
         """The limited cgroups of a job on `gpus` GPUs; `cgroup` is its v2 one (made by
-        `CgroupTree.job`), which must exist where any controller goes through v2."""
+        `CgroupTree.job`), which must exist where any controller goes through v2; `devices`
+        the ``devices.allow`` rules of its devices cgroup (`device_rules`)."""
         made: dict[str, Path] = {}
         if self.unified:
             assert cgroup is not None
@@ -309,6 +323,8 @@ class LimitTree:
                 path.mkdir()
             made[controller] = path
             _write(path, values, (controller,))
+            if controller == DEVICES:
+                _allow_only(path, devices)
         per_gpu = self.limits.memory_per_gpu
         memory = None if per_gpu is None else per_gpu * max(gpus, 1)
         return JobLimitGroups(cgroup if self.unified else None, made, memory)
@@ -332,6 +348,34 @@ class LimitTree:
                     path.rmdir()
                 except OSError:
                     break
+
+
+# What any process may need, by (major, minor) as the kernel numbers them: null, zero, full,
+# random, urandom, tty, ptmx and the pseudo-terminals.
+_STANDARD_DEVICES = ("1:3", "1:5", "1:7", "1:8", "1:9", "5:0", "5:2", "136:*")
+# NVIDIA's devices every CUDA process opens, whatever its GPUs (where the driver made them).
+_NVIDIA_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+
+
+def device_rules(gpu_nodes: Iterable[Path], dev: Path = Path("/dev")) -> list[str]:
+    """``devices.allow`` rules for a job that holds the GPUs whose device nodes these are."""
+    rules = [f"c {number} rwm" for number in _STANDARD_DEVICES]
+    shared = [dev / name for name in _NVIDIA_SHARED]
+    for node in [*gpu_nodes, *(p for p in shared if p.exists())]:
+        found = node.stat()
+        if not stat.S_ISCHR(found.st_mode):
+            raise LimitError(f"{node} is not a character device")
+        rules.append(f"c {os.major(found.st_rdev)}:{os.minor(found.st_rdev)} rwm")
+    return rules
+
+
+def _allow_only(path: Path, rules: Sequence[str]) -> None:
+    # Denied all first; the kernel takes one rule per write.
+    for name, rule in [("devices.deny", "a"), *(("devices.allow", r) for r in rules)]:
+        try:
+            (path / name).write_text(rule)
+        except OSError as error:
+            raise LimitError(f"cannot write {rule!r} to {path / name}: {error}") from error
 
 
 def _write(path: Path, values: Mapping[str, Mapping[str, str]], controllers: Iterable[str]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence, Set
+from pathlib import Path
 from typing import Any, Protocol
 
 from gfair.node.generation import generation_of
@@ -139,6 +140,7 @@ class NvmlGpus:
             generation=generation_of(name),
             memory_total_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
             simulated=False,
+            device=_device_node(nvml, handle),
         )
 
     def _register_xid_events(self) -> None:
@@ -196,3 +198,10 @@ class NvmlGpus:
 def _text(value: str | bytes) -> str:
     # Older pynvml releases return bytes for names and UUIDs.
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _device_node(nvml: Any, handle: Any) -> Path | None:
+    try:
+        return Path(f"/dev/nvidia{int(nvml.nvmlDeviceGetMinorNumber(handle))}")
+    except Exception:  # NVMLError (not supported: e.g. a MIG device), or no such call
+        return None

@@ -22,7 +22,6 @@ import dataclasses
 import logging
 import os
 import signal
-import subprocess
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -37,9 +36,10 @@ import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gfair.node.job_account import JobAccount
-from gfair.node.job_cgroup import GATE_LINE, CgroupTree, JobCgroup, empty, gated, runnable
+from gfair.node.job_cgroup import CgroupTree, empty
 from gfair.node.job_files import NotOwnFile, own_checkpoint
-from gfair.node.job_limits import JobLimitGroups, LimitError, LimitTree
+from gfair.node.job_limits import JobLimitGroups, LimitError, LimitTree, device_rules
+from gfair.node.job_sandbox import spawn
 from gfair.node.job_threads import THREADS_VARIABLE, job_threads
 from gfair.node.launch import CheckpointRef, JobLaunch, JobPaths, RunningJob, check_job_id
 from gfair.node.lifecycle import (
@@ -126,6 +126,8 @@ class SupervisorConfig:
     cgroups: CgroupTree | None = None
     # Memory and CPU limits per job (job_limits.py); None: none asked for.
     limits: LimitTree | None = None
+    # GPU index -> its device node, the one a job may open where its limits hold devices.
+    gpu_devices: Mapping[int, Path] | None = None
     # One GPU's share of the node's CPUs: a job's math libraries start that many threads per
     # GPU it holds (job_threads.py), unless it says otherwise; None: the libraries' defaults.
     threads_per_gpu: float | None = None
@@ -317,27 +319,20 @@ class JobSupervisor:
         try:
             if self.config.limits is not None:
                 gpus = launch.prepared_gpus or len(launch.gpu_indices)
-                limits = self.config.limits.job(launch.job_id, gpus, cgroup)
-            gate = cgroup is not None or limits is not None
-            if gate:
-                # Behind the gate the shell, not the program, is what starts: a program that
-                # cannot run must still fail here, as it would without the gate.
-                runnable(launch.argv[0], env.get("PATH", os.defpath), workdir)
+                rules = self._device_rules(launch.gpu_indices)
+                limits = self.config.limits.job(launch.job_id, gpus, cgroup, rules)
             with run.open_output(run.stdout) as stdout, run.open_output(run.stderr) as stderr:
-                process = await anyio.open_process(
-                    gated(launch.argv) if gate else list(launch.argv),
-                    stdin=subprocess.PIPE if gate else subprocess.DEVNULL,
+                process = await spawn(
+                    launch.argv,
+                    env,
+                    workdir,
+                    run.path,
+                    cgroup=cgroup,
+                    limits=limits,
+                    account=account,
                     stdout=stdout,
                     stderr=stderr,
-                    cwd=workdir,
-                    env=env,
-                    start_new_session=True,
-                    user=None if account is None else account.uid,
-                    group=None if account is None else account.gid,
-                    extra_groups=None if account is None else (),
                 )
-            if gate:
-                await _enter(process, cgroup, limits)
         except (OSError, LimitError) as exc:
             if cgroup is not None:
                 cgroup.remove()
@@ -532,7 +527,7 @@ class JobSupervisor:
         if gpu_indices is not None:
             # Only where nothing binds the process to its devices (simulated GPUs: the caller
             # decides); a real one keeps the CUDA_VISIBLE_DEVICES it started with.
-            job.handle = dataclasses.replace(job.handle, gpu_indices=gpu_indices)
+            await self._give(job, gpu_indices)
         job.yield_requested = False
         job.resumed_at = job.first_step_at = None
         await anyio.to_thread.run_sync(job.run.withdraw_yield)
@@ -618,6 +613,17 @@ class JobSupervisor:
             raise JobStartError(f"job {launch.job_id}: {ref.path} is not checkpoint {ref.seq}")
         return CheckpointRef.of(checkpoint)
 
+    def _device_rules(self, gpu_indices: Sequence[int]) -> list[str]:
+        nodes = self.config.gpu_devices or {}
+        return device_rules(nodes[i] for i in gpu_indices if i in nodes)
+
+    async def _give(self, job: SupervisedJob, gpu_indices: tuple[int, ...]) -> None:
+        """`job` holds `gpu_indices` from now on: the device nodes it may open too."""
+        job.handle = dataclasses.replace(job.handle, gpu_indices=gpu_indices)
+        if job.limits is not None:
+            rules = self._device_rules(gpu_indices)
+            await anyio.to_thread.run_sync(job.limits.allow_devices, rules)
+
     def _environment(
         self,
         launch: JobLaunch,
@@ -692,7 +698,7 @@ class JobSupervisor:
             return None
         job.frozen_since = None
         if gpu_indices is not None:
-            job.handle = dataclasses.replace(job.handle, gpu_indices=gpu_indices)
+            await self._give(job, gpu_indices)
         return time.monotonic() - began
 
     async def _let_go_frozen(self, job: SupervisedJob) -> SuspendResult:
@@ -955,27 +961,3 @@ async def _prepare_workdir(job_id: str, workdir: Path, account: JobAccount) -> N
             f"job {job_id}: working directory {workdir} is not usable by the job's account "
             f"(uid {account.uid}): {detail}"
         )
-
-
-async def _enter(
-    process: anyio.abc.Process, cgroup: JobCgroup | None, limits: JobLimitGroups | None
-) -> None:
-    """Move the gated `process` into its cgroups, then let it become the job; a process that
-    could not be moved is killed before it ran anything."""
-    try:
-        if cgroup is not None:
-            cgroup.add(process.pid)
-        if limits is not None:
-            limits.add(process.pid)
-        assert process.stdin is not None
-        await process.stdin.send(GATE_LINE)
-        await process.stdin.aclose()
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            process.kill()
-            await process.wait()
-            if cgroup is not None:
-                cgroup.remove()
-            if limits is not None:
-                limits.remove()
-        raise

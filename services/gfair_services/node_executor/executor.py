@@ -23,6 +23,7 @@ all: whoever asked for the kill decided what comes next).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import time
@@ -50,7 +51,7 @@ from gfair.node.gpu import GpuBackend, GpuSample, XidError
 from gfair.node.job_account import JobAccount, check_distinct, owners_of
 from gfair.node.job_cgroup import AUTO, CgroupError, CgroupTree, locate, tenant_directory
 from gfair.node.job_host import JobHost, ProcessHost
-from gfair.node.job_limits import LimitTree, v1_hierarchies
+from gfair.node.job_limits import DEVICES, LimitTree, v1_hierarchies
 from gfair.node.job_threads import threads_per_gpu
 from gfair.node.orphans import ReapedRun, RunEnd
 from gfair.node.run_directory import PASSAGE_MODE
@@ -188,6 +189,7 @@ class NodeExecutor:
             account=self._account(user),
             cgroups=(cgroups := self._cgroup_tree(user)),
             limits=self._limit_tree(user, cgroups),
+            gpu_devices={i: g.device for i, g in self._inventory.items() if g.device is not None},
             gpu_processes=self._gpus.compute_processes,
             threads_per_gpu=(
                 None
@@ -200,11 +202,15 @@ class NodeExecutor:
         """Where `user`'s jobs get their memory and CPU limits; `LimitError` (the tenant's
         supervisor does not start, and neither do its jobs) where the host cannot enforce
         the limits asked for."""
-        limits = self.settings.job_limits
-        if not limits.controllers:
-            return None
         if self._v1_hierarchies is None:  # the host's mounts, read once
             self._v1_hierarchies = v1_hierarchies()
+        limits = self.settings.job_limits
+        if DEVICES in self._v1_hierarchies and any(g.device for g in self._inventory.values()):
+            # cgroup v2 has no devices controller: where v1 has none either, CUDA_VISIBLE_DEVICES
+            # alone separates GPUs (docs/security.md).
+            limits = dataclasses.replace(limits, devices=True)
+        if not limits.controllers:
+            return None
         relative = tenant_directory(self.node_id, user, self.settings.work_dir)
         return LimitTree.under(limits, cgroups, self._v1_hierarchies, relative)
 
