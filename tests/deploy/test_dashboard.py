@@ -18,6 +18,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from gfair.bus.metrics import GfairMetrics, PrometheusEndpoint
 from gfair.bus.observability import ObservabilitySettings, configure_observability
 
+from .test_compose import compose_secrets
+
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy/grafana/dashboards/gfair.json"
 PROMETHEUS = ROOT / "deploy/prometheus/prometheus.yml"
@@ -122,7 +124,11 @@ def test_prometheus_scrapes_every_gfair_service_on_its_metrics_port() -> None:
         [str(Path(sys.executable).parent / "docker-compose"), "-f", "compose.yaml",
          "--profile", "gpu", "config", "--format", "json"],
         cwd=ROOT,
-        env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")},
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": os.environ.get("HOME", "/tmp"),
+            **compose_secrets(),
+        },
         capture_output=True,
         text=True,
         timeout=60,

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from gfair.node.job_cgroup import CgroupTree, JobCgroup
 from gfair.node.launch import JobLaunch
 from gfair.node.lifecycle import JobProgress
 from gfair.node.supervisor import JobSupervisor
 from gfair.sdk.checkpoint import CheckpointStore
 from gfair.sdk.environment import PARKED_MARKER
 
+from .conftest import needs_cgroups
 from .helpers import JOB_PYTHON, EventLog, make_config, wait_for_text
 
 PARKING_JOB = str(Path(__file__).with_name("parking_job.py"))
@@ -59,6 +61,27 @@ async def test_a_parked_job_frees_its_gpus_and_resumes_in_the_same_process(
     assert final_state(job.paths.checkpoint_dir) == {"step": 400, "offloads": 3, "restores": 3}
     runs = list((config.run_root / "job-p").glob("run-*"))
     assert len(runs) == 1
+
+
+@needs_cgroups
+async def test_a_parked_job_is_frozen_until_answered_and_resumes_or_leaves(
+    tmp_path: Path, tree: CgroupTree
+) -> None:
+    # The node checks a park (tests/security/test_park.py): the SDK's own parks still work.
+    config = make_config(tmp_path, cgroups=tree)
+    async with JobSupervisor(config) as supervisor:
+        log = EventLog(supervisor.events)
+        job = await supervisor.start(parking("job-f", 100_000))
+        await log.first(JobProgress, lambda p: p.steps >= 20)
+        for _ in range(2):
+            assert (await supervisor.suspend("job-f", timeout_s=10, park=True)).parked
+            assert JobCgroup(tree.path / "job-f").frozen()
+            assert await supervisor.resume_in_place("job-f", timeout_s=10) is not None
+            assert not JobCgroup(tree.path / "job-f").frozen()
+        assert (await supervisor.suspend("job-f", timeout_s=10, park=True)).parked
+        left = await supervisor.suspend("job-f", timeout_s=10)
+    assert left.fresh and left.exit.yielded and left.escalation is None
+    assert final_state(job.paths.checkpoint_dir)["offloads"] == 3
 
 
 async def test_a_parked_job_told_to_leave_checkpoints_where_it_parked(tmp_path: Path) -> None:

@@ -252,7 +252,7 @@ class PrometheusEndpoint:
     do not see each other's metrics.
     """
 
-    def __init__(self, port: int, host: str = "0.0.0.0") -> None:
+    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import CollectorRegistry, start_http_server
 

@@ -53,7 +53,9 @@ class ObservabilitySettings(BaseSettings):
         le=65535,
         description="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port)",
     )
-    metrics_host: str = Field(default="0.0.0.0", description="Address the metrics port binds")
+    # Loopback unless the operator opens it: the endpoint has no authentication, and a job
+    # runs on the same machine (in compose, in the executor's network namespace).
+    metrics_host: str = Field(default="127.0.0.1", description="Address the metrics port binds")
     log_level: str = "INFO"
     log_format: LogFormat = "json"
 

@@ -51,6 +51,9 @@ class BusSettings(BaseSettings):
     nats_tls_first: bool = Field(
         default=False, description="TLS handshake before anything else (server: handshake_first)"
     )
+    event_id_key: SecretStr | None = Field(
+        default=None, description="Secret the services' and executors' event ids are keyed with"
+    )
     nats_inbox_prefix: str | None = Field(
         default=None, description="Reply subject prefix; default _INBOX_<user> with a user"
     )
@@ -78,6 +81,22 @@ class BusSettings(BaseSettings):
         self.nats_options()  # the same rules, reported as a validation error at startup
         return self
 
+    @model_validator(mode="after")
+    def _no_placeholder_secrets(self) -> Self:
+        # A deployment's sample secrets are public: a service must not start with one.
+        for variable, secret, shortest in (
+            ("GFAIR_NATS_PASSWORD", self.nats_password, 1),
+            ("GFAIR_NATS_TOKEN", self.nats_token, 1),
+            (EVENT_ID_KEY_VARIABLE, self.event_id_key, EVENT_ID_KEY_LENGTH),
+        ):
+            text = _reveal(secret)
+            if text is not None and (text.startswith(PLACEHOLDER) or len(text) < shortest):
+                raise ValueError(
+                    f"{variable} is a placeholder or shorter than {shortest} characters: set a "
+                    "secret of your own (e.g. `openssl rand -hex 32`; docs/deployment.md)"
+                )
+        return self
+
     def nats_options(self, name: str | None = None) -> NatsOptions:
         """The connection options these settings describe, for a client called `name`."""
 
@@ -99,6 +118,12 @@ class BusSettings(BaseSettings):
             tls_handshake_first=self.nats_tls_first,
             inbox_prefix=self.nats_inbox_prefix,
         )
+
+
+# What the deployment's samples start their secrets with.
+PLACEHOLDER = "change-me"
+# The shortest event-id key taken: 16 bytes, hex-encoded (`openssl rand -hex 32` gives 64).
+EVENT_ID_KEY_LENGTH = 32
 
 
 def _reveal(secret: SecretStr | None) -> str | None:

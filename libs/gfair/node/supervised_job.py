@@ -75,6 +75,13 @@ class SupervisedJob:
     parked: int | None = None
     parked_at: float | None = None
     parked_since: float | None = None
+    # Its word that it parked is checked (`JobSupervisor._hold`): its cgroup frozen while it
+    # waits for the node's answer (`held`), which it may act on once given (`answered`); what
+    # showed the word false, if anything did (it is then killed, its yield forced).
+    held: bool = False
+    answered: bool = False
+    broke_park: str | None = None
+    park_lock: anyio.Lock = field(default_factory=anyio.Lock)
     # Frozen in place while it still came up (`JobSupervisor.suspend`): since when (monotonic
     # clock); None while it runs.
     frozen_since: float | None = None
@@ -103,6 +110,9 @@ class SupervisedJob:
         """Update from the job's records; return the lifecycle events they imply."""
         events: list[JobEvent] = []
         for record in records:
+            if self.parked is not None and not self.answered and self.broke_park is None:
+                # The SDK writes nothing between its park and the node's answer.
+                self.broke_park = f"wrote a {record.kind} record after it said it parked"
             if record.kind == "step" and record.step is not None:
                 self.steps = record.step
                 self.rates.add(record.time, record.step)
@@ -120,6 +130,7 @@ class SupervisedJob:
             elif record.kind == "parked":
                 self.parked, self.parked_at = record.park, record.time
                 self.parked_since = time.monotonic()
+                self.answered = False
                 self.rates = RateWindow(self.rates.window_s)  # a pause is not a slow step
             elif record.kind == "resumed":
                 self.parked = self.parked_since = None

@@ -426,7 +426,7 @@ class JobSupervisor:
         before = await anyio.to_thread.run_sync(job.store.latest)
         if job.parked is not None:
             job.yield_requested = True  # its exit is the yield it was asked for
-            self._answer(job, job.parked, "exit")
+            await self._answer(job, job.parked, "exit")
             park = False
         else:
             self._request_yield(job, park=park)
@@ -435,7 +435,7 @@ class JobSupervisor:
         with anyio.move_on_after(timeout_s):
             await _until(job, lambda: job.exited.is_set() or (park and job.parked is not None))
         job.eager = False
-        if park and job.parked is not None and not job.exited.is_set():
+        if park and job.parked is not None and not job.exited.is_set() and not job.broke_park:
             assert job.parked_at is not None
             return SuspendResult(
                 job_id=job_id,
@@ -447,7 +447,10 @@ class JobSupervisor:
                 exited=None,
                 parked=True,
             )
-        if not job.exited.is_set():
+        if job.broke_park is not None:
+            await self._terminate(job, job.broke_park, forced_yield=True, term_grace_s=0.0)
+            escalation = job.terminated_by  # its yield is forced, however soon it died
+        elif not job.exited.is_set():
             escalation = await self._terminate(
                 job,
                 f"did not yield within {timeout_s:g}s",
@@ -531,7 +534,8 @@ class JobSupervisor:
         job.yield_requested = False
         job.resumed_at = job.first_step_at = None
         await anyio.to_thread.run_sync(job.run.withdraw_yield)
-        self._answer(job, job.parked, "resume", granted)
+        if not await self._answer(job, job.parked, "resume", granted):
+            return None
         job.eager = True
         with anyio.move_on_after(timeout_s):
             await _until(
@@ -725,15 +729,47 @@ class JobSupervisor:
         job.run.request_yield(park=park)
         self._signal_sdk(job)
 
-    def _answer(
+    async def _hold(self, job: SupervisedJob) -> list[JobEvent]:
+        """Check a job's word that it parked: its cgroup is frozen until the node answers, so
+        one that said so and went on computing cannot, and what it wrote before the freeze must
+        be nothing (`SupervisedJob.absorb`); one whose cgroup will not freeze is not believed.
+        Without a cgroup only its records are checked. The events of the records read."""
+        cgroup = job.cgroup
+        if cgroup is None or job.parked is None or job.answered or job.held:
+            return []
+        async with job.park_lock:
+            if job.parked is None or job.answered or job.held or job.terminating:
+                return []
+            if not await anyio.to_thread.run_sync(cgroup.freeze):
+                job.broke_park = job.broke_park or "its cgroup would not freeze when it parked"
+                return []
+            job.held = True
+        return job.absorb(job.tail.read())
+
+    async def _drop_liar(self, job: SupervisedJob) -> None:
+        assert job.broke_park is not None
+        await self._terminate(job, job.broke_park, forced_yield=True, term_grace_s=0.0)
+
+    async def _answer(
         self, job: SupervisedJob, park: int, action: str, env: Mapping[str, str] | None = None
-    ) -> None:
-        """Answer a parked job: the file first, then the signal that wakes it."""
+    ) -> bool:
+        """Answer a parked job: thawed (`_hold`), then the file, then the signal that wakes it;
+        False when it could not be thawed (it is killed, its yield forced)."""
+        async with job.park_lock:
+            if job.held and job.cgroup is not None:
+                job.held = not await anyio.to_thread.run_sync(job.cgroup.thaw)
+            job.answered = not job.held
+        if job.held:
+            await self._terminate(
+                job, "its cgroup would not thaw", forced_yield=True, term_grace_s=0.0
+            )
+            return False
         job.run.answer_park(park, action, env)
         pid = job.sdk_pid
         if pid is not None and in_group(pid, job.handle.pgid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, ANSWER_SIGNAL)
+        return True
 
     def _signal_sdk(self, job: SupervisedJob) -> None:
         # SIGUSR1 only to the process whose SDK installed a handler: its default action is to
@@ -760,7 +796,7 @@ class JobSupervisor:
         job.forced_yield = forced_yield
         job.reason = reason
         grace = self.config.term_grace_s if term_grace_s is None else term_grace_s
-        if job.frozen_since is not None:
+        if job.frozen_since is not None or job.held:
             grace = 0.0  # frozen, it could not act on SIGTERM; SIGKILL reaches it
         if grace > 0:
             job.terminated_by = "SIGTERM"
@@ -851,8 +887,13 @@ class JobSupervisor:
 
     async def _absorb(self, job: SupervisedJob, records: list[ProgressRecord]) -> None:
         had_handler = job.sdk_pid is not None
-        for event in job.absorb(records):
+        events = job.absorb(records)
+        events += await self._hold(job)
+        for event in events:
             await self._deliver(event)
+        if job.broke_park is not None and not job.terminating:
+            assert self._task_group is not None
+            self._task_group.start_soon(self._drop_liar, job)
         if records:
             _notify(job)
         if job.yield_requested and not had_handler and job.sdk_pid is not None:
