@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import signal
@@ -267,3 +268,62 @@ async def test_stopping_the_supervisor_leaves_no_process_of_a_deaf_job(tmp_path:
     assert time.monotonic() - started < 30
     with contextlib.suppress(ProcessLookupError):
         os.kill(child, signal.SIGKILL)
+
+
+async def test_a_job_sees_no_process_of_another_tenant_and_no_job_id_of_its(
+    tmp_path: Path,
+) -> None:
+    """Issue 41's lows: another tenant's argv was readable in /proc, and a stat under its run
+    tree told an existing job id (EACCES) from a missing one (ENOENT)."""
+    async with _bob(tmp_path) as (_, bob_pid):
+        spy = (
+            "import json, os, sys\n"
+            "pids = [int(p) for p in os.listdir('/proc') if p.isdigit()]\n"
+            "def errno_of(path):\n"
+            "    try:\n"
+            "        os.stat(path)\n"
+            "        return 'found'\n"
+            "    except OSError as error:\n"
+            "        return error.errno\n"
+            "runs = sys.argv[2]\n"
+            "print(json.dumps({\n"
+            "    'bob_visible': int(sys.argv[1]) in pids,\n"
+            "    'own_visible': os.getpid() in pids,\n"
+            "    'existing': errno_of(runs + '/secret'),\n"
+            "    'missing': errno_of(runs + '/no-such-job'),\n"
+            "}))\n"
+        )
+        bob_runs = tmp_path / "bob" / "runs"
+        assert (bob_runs / "secret").is_dir()
+        async with JobSupervisor(make_config(tmp_path / "alice", account=ALICE)) as alice:
+            job = await alice.start(_job("spy", spy, str(bob_pid), str(bob_runs)))
+            exited = await alice.wait("spy")
+        assert exited.exit_code == 0, exited.stderr_tail
+        seen = json.loads(job.paths.stdout.read_text())
+    assert seen == {
+        "bob_visible": False,
+        "own_visible": True,
+        "existing": errno.EACCES,
+        "missing": errno.EACCES,
+    }
+
+
+async def test_a_program_in_a_closed_directory_fails_alike_whether_it_exists_or_not(
+    tmp_path: Path,
+) -> None:
+    """Issue 41's low: root looked up argv[0] and reported its errno, an existence oracle."""
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    (closed / "tool").write_text("#!/bin/sh\n")
+    (closed / "tool").chmod(0o755)
+    reasons = []
+    async with JobSupervisor(make_config(tmp_path / "alice", account=ALICE)) as alice:
+        for name in ("tool", "no-such-tool"):
+            launch = dataclasses.replace(
+                synthetic(f"probe-{name}", (0,), "v100"), argv=(str(closed / name),)
+            )
+            with pytest.raises(JobStartError) as refused:
+                await alice.start(launch)
+            reasons.append(str(refused.value).replace(name, "NAME"))
+    assert reasons[0] == reasons[1]
+    assert "Permission denied" in reasons[0]

@@ -10,7 +10,8 @@ in this order:
    outside them;
 2. as root, enters a mount namespace of its own with a fresh ``/dev/shm`` and a fresh
    ``TMPDIR``, tmpfs whose pages are charged to the job's memory cgroup and which go with the
-   namespace when its last process ends (nothing a job left there outlives it);
+   namespace when its last process ends (nothing a job left there outlives it), and a ``/proc``
+   that shows the job its own account's processes only (``hidepid``);
 3. becomes the job's account, and execs the job's program with the job's environment.
 
 It imports the standard library only: it runs before any of gfair's packages could be trusted
@@ -28,7 +29,7 @@ import sys
 from typing import TypedDict
 
 _CLONE_NEWNS = 0x00020000
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
 
 
 class Entry(TypedDict):
@@ -50,9 +51,15 @@ def _libc_call(libc: ctypes.CDLL, name: str, *args: object) -> None:
         raise OSError(number, f"{name}: {os.strerror(number)}")
 
 
-def _private_tmpfs(targets: list[str], size: int | None, uid: int | None) -> None:
+def _private_mounts(targets: list[str], size: int | None, uid: int | None) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
-    _libc_call(libc, "unshare", _CLONE_NEWNS)
+    try:
+        _libc_call(libc, "unshare", _CLONE_NEWNS)
+    except PermissionError:
+        # A host (a container without CAP_SYS_ADMIN) that refuses mount namespaces still runs
+        # jobs, with the node's own /dev/shm and /proc; the job's stderr says so.
+        _say("no mount namespace of its own on this node (refused): shared /dev/shm and /proc")
+        return
     # Private first: a mount made here must never propagate back to the host's namespace.
     _libc_call(libc, "mount", None, b"/", None, _MS_REC | _MS_PRIVATE, None)
     options = "mode=1777" + ("" if size is None else f",size={size}")
@@ -63,6 +70,19 @@ def _private_tmpfs(targets: list[str], size: int | None, uid: int | None) -> Non
             libc, "mount", b"tmpfs", target.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
             options.encode(),
         )  # fmt: skip
+    # A /proc of its own that shows the job only its own account's processes: another
+    # tenant's argv, environment size and open files are none of its business (hidepid).
+    try:
+        _libc_call(
+            libc, "mount", b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+            b"hidepid=invisible",
+        )  # fmt: skip
+    except OSError as error:  # a container's /proc may be locked: the job still runs
+        _say(f"every process of the node stays visible in /proc ({error.strerror})")
+
+
+def _say(what: str) -> None:
+    os.write(2, f"gfair: {what}\n".encode())
 
 
 def enter(entry: Entry) -> None:
@@ -71,7 +91,7 @@ def enter(entry: Entry) -> None:
         with open(os.path.join(path, "cgroup.procs"), "w") as procs:
             procs.write(f"{os.getpid()}\n")
     if entry["tmpfs"] is not None:
-        _private_tmpfs(entry["tmpfs"], entry["tmpfs_size"], entry["uid"])
+        _private_mounts(entry["tmpfs"], entry["tmpfs_size"], entry["uid"])
     uid, gid = entry["uid"], entry["gid"]
     if gid is not None:
         os.setgroups([])

@@ -74,6 +74,8 @@ _log = logging.getLogger("gfair.node")
 
 # How often a job's records are read while someone waits on them (a suspend, a resume).
 _EAGER_POLL_S = 0.005
+# A tenant's run root: root's, passable by the tenant's group only.
+_TENANT_PASSAGE_MODE = 0o710
 # Finished jobs remembered for `wait`/`suspend` after the fact.
 _FINISHED_KEPT = 1024
 # How long to wait for SIGKILLed stragglers of an exited job to disappear.
@@ -196,8 +198,12 @@ class JobSupervisor:
             )
         run_root, checkpoint_root = self.config.run_root, self.config.checkpoint_root
         run_root.parent.mkdir(parents=True, exist_ok=True)
-        with made(run_root.parent, run_root.name, mode=PASSAGE_MODE):
-            pass
+        with made(run_root.parent, run_root.name, mode=PASSAGE_MODE) as fd:
+            if self.config.account is not None:
+                # Only this tenant's jobs pass (by group): another's gets EACCES for any name
+                # below, whether it exists or not, so it cannot tell which job ids run here.
+                os.fchown(fd, -1, self.config.account.gid)
+                os.fchmod(fd, _TENANT_PASSAGE_MODE)
         checkpoint_root.parent.mkdir(parents=True, exist_ok=True)
         # The account's checkpoints, closed to every other tenant's.
         make_job_directory(checkpoint_root.parent, checkpoint_root.name, self.config.account)
