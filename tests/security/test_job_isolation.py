@@ -107,7 +107,8 @@ async def test_a_job_reads_nothing_of_another_tenants_job(tmp_path: Path) -> Non
             exited = await alice.wait("spy")
         assert exited.exit_code == 0, exited.stderr_tail
         seen = json.loads(job.paths.stdout.read_text())
-        assert seen == dict.fromkeys(targets, "PermissionError")
+        # Bob's process is not even there in alice's /proc (hidepid); the rest is closed.
+        assert seen == {**dict.fromkeys(targets, "PermissionError"), "environ": "FileNotFoundError"}
         # Bob's run is bob's: its records are root's alone, its control directory bob's.
         assert bob_run.stat().st_mode & 0o777 == 0o711
         assert (bob_run / "stdout.log").stat().st_mode & 0o777 == 0o600
