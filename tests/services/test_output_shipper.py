@@ -3,6 +3,7 @@ stderr ends up in GFAIR_LOGS, once, in order, across passes, chunks, runs and re
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from gfair.bus.job_output import (
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.topology import Topology
 from gfair.events.fields import JobRef
+from gfair.node.run_directory import TOLD_RECORD
 from gfair_services.node_executor.output_shipper import OutputShipper
 from gfair_services.topology import cluster_topology
 
@@ -206,3 +208,53 @@ def test_the_logs_stream_keeps_each_jobs_output_apart() -> None:
     # A subject is one job's one output from one node: its flood evicts only its own chunks.
     assert logs.max_msgs_per_subject == DEFAULT_MAX_MSGS_PER_SUBJECT
     assert output_subject("a", "j", "stdout", "n") == "gfair.logs.a.j.stdout.n"
+
+
+async def test_runs_of_jobs_gone_past_their_retention_are_removed_and_no_other(
+    bus: NatsBus, tmp_path: Path
+) -> None:
+    """Issue 41: run directories (and a job's default working directory) were never cleaned."""
+    node = Node(tmp_path)
+    run = node.run(1)
+    append(run / "stdout.log", "done\n")
+    (run.parent / "work").mkdir()
+    (run.parent / "work" / "scratch").write_bytes(b"x" * 1024)
+    node.job_ended()
+    now = 1_000_000.0
+    shipper = node.shipper(bus)
+    assert await shipper.ship() == 5
+    await shipper.ship()  # nothing new: the run's output is complete, its end shipped
+    # Its end not yet told to the scheduler: kept (a restarted executor still reports it).
+    assert shipper.sweep(now, set()) == []
+    (run / TOLD_RECORD).write_text("{}")
+    os.utime(run / TOLD_RECORD, (now - 10, now - 10))
+    # Told, but within the retention, or the job runs here again: kept.
+    assert shipper.sweep(now - 20, set()) == []
+    assert shipper.sweep(now, {JOB}) == []
+    assert run.is_dir()
+    assert shipper.sweep(now, set()) == [JOB]
+    assert not run.parent.exists()
+    assert not list(node.records.rglob("*.json"))
+
+
+async def test_the_sweep_runs_once_an_hour_from_the_shippers_own_passes(
+    bus: NatsBus, tmp_path: Path
+) -> None:
+    node = Node(tmp_path)
+    run = node.run(1)
+    node.job_ended()
+    clock = [5_000.0]
+    shipper = OutputShipper(
+        bus, "v100-0", node.runs, node.records, lambda: node.table, retention_s=60.0,
+        clock=lambda: clock[0],
+    )  # fmt: skip
+    await shipper.ship()
+    await shipper.ship()  # closes the run
+    (run / TOLD_RECORD).write_text("{}")
+    os.utime(run / TOLD_RECORD, (clock[0] - 120, clock[0] - 120))
+    clock[0] += 60
+    await shipper.ship()  # the first pass swept already, an hour has not gone by
+    assert run.is_dir()
+    clock[0] += 3600
+    await shipper.ship()
+    assert not run.parent.exists()

@@ -62,6 +62,12 @@ OUT_OF_MEMORY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )
 
+# The node executor's notes of a limit the job itself went over (`gfair.node.job_disk`): its own
+# doing, not the node's, though it ends with a SIGKILL; another node would see the same.
+USER_LIMIT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("disk cap", re.compile(r"over its disk cap|more files than its disk cap")),
+)
+
 INFRASTRUCTURE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern, re.IGNORECASE))
     for name, pattern in (
@@ -114,6 +120,10 @@ def classify(facts: ExitFacts) -> Classification:
         line = _matching_line(pattern, facts.stderr_tail)
         if line is not None:
             return Classification(FailureClass.OUT_OF_MEMORY, f"{name}: {line}", "stderr")
+    for name, pattern in USER_LIMIT_PATTERNS:
+        line = _matching_line(pattern, facts.stderr_tail)
+        if line is not None:
+            return Classification(FailureClass.USER_ERROR, f"{name}: {line}", "stderr")
     for name, pattern in INFRASTRUCTURE_PATTERNS:
         line = _matching_line(pattern, facts.stderr_tail)
         if line is not None:

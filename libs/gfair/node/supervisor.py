@@ -37,6 +37,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gfair.node.job_account import JobAccount
 from gfair.node.job_cgroup import CgroupTree, empty
+from gfair.node.job_disk import disk_overrun
 from gfair.node.job_files import NotOwnFile, own_checkpoint
 from gfair.node.job_limits import JobLimitGroups, LimitError, LimitTree, device_rules
 from gfair.node.job_sandbox import spawn
@@ -137,6 +138,9 @@ class SupervisorConfig:
     # compute_processes`; None from it: cannot tell). Without it (None), a job still coming up
     # when its slice ends is never frozen in place (`suspend`).
     gpu_processes: Callable[[Sequence[int]], int | None] | None = None
+    # What one job may keep under its run directory (`job_disk`); None: no cap.
+    disk_max_bytes: int | None = None
+    disk_check_s: float = 30.0
 
 
 # What of the host's environment a job may see (see `host_environment`).
@@ -822,6 +826,8 @@ class JobSupervisor:
             try:
                 async with anyio.create_task_group() as group:
                     group.start_soon(self._follow_progress, job)
+                    if self.config.disk_max_bytes is not None:
+                        group.start_soon(self._watch_disk, job, self.config.disk_max_bytes)
                     returncode = await job.process.wait()
                     group.cancel_scope.cancel()
             finally:
@@ -878,6 +884,21 @@ class JobSupervisor:
                     break
                 reap_zombie_members(pgid)
                 await anyio.sleep(0.01)
+
+    async def _watch_disk(self, job: SupervisedJob, cap: int) -> None:
+        """Kill the job once what it keeps under its run directory goes over `cap`: a node's
+        disk is every tenant's (its output files are capped apart, `OutputShipper`)."""
+        job_dir = job.handle.paths.run_dir.parent
+        while True:
+            await anyio.sleep(self.config.disk_check_s)
+            over = await anyio.to_thread.run_sync(disk_overrun, job_dir, cap)
+            if over is not None:
+                note = f"\ngfair: this job {over} (GFAIR_JOB_DISK_MAX_BYTES): killed\n"
+                with contextlib.suppress(OSError), job.run.open_output(job.run.stderr) as err:
+                    err.write(note.encode())
+                _log.warning("job %s killed: it %s", job.handle.job_id, over)
+                signal_group(job.handle.pgid, signal.SIGKILL)
+                return
 
     async def _follow_progress(self, job: SupervisedJob) -> None:
         while True:

@@ -186,6 +186,8 @@ class NodeExecutor:
             shutdown_timeout_s=self.settings.suspend_timeout_s,
             progress_interval_s=self.settings.progress_every_s,
             progress_limits=self.settings.progress_limits,
+            disk_max_bytes=self.settings.job_disk_max_bytes,
+            disk_check_s=self.settings.job_disk_check_s,
             account=self._account(user),
             cgroups=(cgroups := self._cgroup_tree(user)),
             limits=self._limit_tree(user, cgroups),

@@ -10,6 +10,10 @@ not in the run directory, which belongs to the job), so an executor that restart
 where it stopped and ships the rest of the runs it left unfinished; a repeat of a chunk is
 dropped by its message id.
 
+Once a job has not run here for `retention_s` and the end of every run of it was told and
+shipped, its runs' directories go, with its default working directory (`sweep`, at most once
+an hour).
+
 What a run keeps of each output is capped (`max_bytes`): past it the shipper cuts the file
 back to the cap and a note saying so (`capped_note`), which is shipped as its end, and logs it
 once. A pass ships at most `pass_bytes` of a run, so a flood's backlog goes out over several
@@ -20,7 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
+import shutil
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
@@ -38,8 +45,11 @@ from gfair.bus.job_output import (
 from gfair.bus.transport import Bus
 from gfair.events.fields import JobRef
 from gfair.node.job_files import NotOwnFile, open_own
+from gfair.node.run_directory import TOLD_RECORD
 
 _log = structlog.get_logger("gfair.services.node_executor")
+
+_SWEEP_EVERY_S = 3600.0
 
 
 class Run(Protocol):
@@ -68,6 +78,8 @@ class OutputShipper:
         chunk_bytes: int = MAX_CHUNK_BYTES,
         max_bytes: int = DEFAULT_OUTPUT_MAX_BYTES,
         pass_bytes: int = 64 * MAX_CHUNK_BYTES,
+        retention_s: float | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._bus = bus
         self._node_id = node_id
@@ -78,6 +90,9 @@ class OutputShipper:
         self._chunk_bytes = chunk_bytes
         self._max_bytes = max_bytes
         self._pass_bytes = pass_bytes
+        self._retention_s = retention_s
+        self._clock = clock
+        self._swept_at = -math.inf
         # (run, output) found over its cap: said once.
         self._capped: set[tuple[Path, str]] = set()
         # Run directory -> (user, job id) for every run followed.
@@ -118,6 +133,11 @@ class OutputShipper:
     async def ship(self) -> int:
         """One pass over the runs followed; the bytes shipped."""
         started = list(self._runs())
+        now = self._clock()
+        if self._retention_s is not None and now - self._swept_at >= _SWEEP_EVERY_S:
+            self._swept_at = now
+            live = {s.job for s in started if s.running} | set(self._followed.values())
+            await asyncio.to_thread(self.sweep, now - self._retention_s, live)
         running = {s.job for s in started if s.running}
         for start in started:
             if not start.running and self._starts.get(start.job) == start.start_event_id:
@@ -183,6 +203,38 @@ class OutputShipper:
         _write_record(self._record_path(run), {"offsets": offsets, "ended": True})
         del self._followed[run]
         self._closed.add(run)
+
+    def sweep(self, before: float, live: set[JobRef]) -> list[JobRef]:
+        """Remove what jobs not in `live` left here, once every run of theirs was told (its
+        end reported) and shipped, the last before `before`; the jobs whose went."""
+        removed: list[JobRef] = []
+        for job_dir in self._runs_root.glob("*/*"):
+            job = JobRef(user=job_dir.parent.name, job_id=job_dir.name)
+            if job in live or not job_dir.is_dir():
+                continue
+            runs = list(job_dir.glob("run-*"))
+            records = [self._record_path(run) for run in runs]
+            told = [run / TOLD_RECORD for run in runs]
+            try:
+                # Without runs (its starts were refused), the directory's own age counts.
+                ages = [t.stat(follow_symlinks=False).st_mtime for t in told] or [
+                    job_dir.stat(follow_symlinks=False).st_mtime
+                ]
+                done = all(_read_record(r).get("ended") for r in records) and max(ages) < before
+            except FileNotFoundError:
+                continue  # a run whose end was never told: kept for the executor to report
+            if not done:
+                continue
+            # The directories are root's, a job's own inside them: removed without following
+            # a link (rmtree works through descriptors here).
+            shutil.rmtree(job_dir, ignore_errors=True)
+            for record in records:
+                record.unlink(missing_ok=True)
+            removed.append(job)
+            self._closed.difference_update(runs)
+        if removed:
+            _log.info("run directories past their retention removed", jobs=len(removed))
+        return removed
 
     def _record_path(self, run: Path) -> Path:
         return self._records / run.parent.parent.name / run.parent.name / f"{run.name}.json"

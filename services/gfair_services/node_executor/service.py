@@ -63,6 +63,7 @@ async def serve(
                 executor.runs,
                 interval_s=executor.settings.output_interval_s,
                 max_bytes=executor.settings.job_output_max_bytes,
+                retention_s=executor.settings.run_retention_s,
             )
             try:
                 shipper.start()  # its first pass comes after the runtime declared the stream

@@ -152,6 +152,23 @@ class NodeExecutorSettings(BaseSettings):
         "NATS; past it the file is cut back to this with a note saying so, and the rest of the "
         "job's output is not kept",
     )
+    job_disk_max_bytes: int | None = Field(
+        default=20 << 30,
+        gt=0,
+        description="What one job may keep on the node's disk under its run directory (its "
+        "runs' records and output, its default working directory), measured every "
+        "job_disk_check_s; past it the job is killed as its own failure, with a note in its "
+        "stderr. None: no cap",
+    )
+    job_disk_check_s: float = Field(
+        default=30.0, gt=0, description="How often each job's disk use is measured"
+    )
+    run_retention_s: float = Field(
+        default=7 * 86400.0,
+        gt=0,
+        description="How long the run directories of jobs that no longer run here are kept "
+        "(their output was shipped to NATS); then they go, with their working directory",
+    )
     command_max_age_s: float = Field(
         default=120.0,
         gt=0,
