@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -105,6 +106,13 @@ def synthetic(
         gpu_indices=gpus,
         generation=generation,
         **launch,  # type: ignore[arg-type]
+    )
+
+
+def python_job(job_id: str, code: str, *args: str, **launch: object) -> JobLaunch:
+    """A job that runs `code` with the jobs' Python on GPU 0 (what a hostile tenant runs)."""
+    return dataclasses.replace(
+        synthetic(job_id, (0,), "v100"), argv=(JOB_PYTHON, "-c", code, *args), **launch
     )
 
 

@@ -22,13 +22,12 @@ import pytest
 from gfair.node.job_account import derived_account
 from gfair.node.job_cgroup import AUTO, CgroupTree, locate, tenant_directory
 from gfair.node.job_limits import JobLimits, LimitTree, v1_hierarchies
-from gfair.node.launch import JobLaunch
 from gfair.node.lifecycle import JobCheckpointed, JobExited
 from gfair.node.supervisor import JobStartError, JobSupervisor
 from node.helpers import (
-    JOB_PYTHON,
     EventLog,
     make_config,
+    python_job,
     reachable_tmp,
     sdk_on_pythonpath,
     synthetic,
@@ -53,18 +52,12 @@ BOB_JOB = (
 )
 
 
-def _job(job_id: str, code: str, *args: str, **launch: object) -> JobLaunch:
-    return dataclasses.replace(
-        synthetic(job_id, (0,), "v100"), argv=(JOB_PYTHON, "-c", code, *args), **launch
-    )
-
-
 @contextlib.asynccontextmanager
 async def _bob(root: Path) -> AsyncIterator[tuple[JobSupervisor, int]]:
     config = make_config(root / "bob", account=BOB)
     async with JobSupervisor(config) as supervisor:
         job = await supervisor.start(
-            _job("secret", BOB_JOB, env={"BOB_TOKEN": "hunter2"}, gpu_indices=(1,))
+            python_job("secret", BOB_JOB, env={"BOB_TOKEN": "hunter2"}, gpu_indices=(1,))
         )
         await wait_for_text(job.paths.stdout, "bob-secret")
         yield supervisor, job.pid
@@ -103,7 +96,7 @@ async def test_a_job_reads_nothing_of_another_tenants_job(tmp_path: Path) -> Non
             "print(json.dumps(out))\n"
         )
         async with JobSupervisor(make_config(tmp_path / "alice", account=ALICE)) as alice:
-            job = await alice.start(_job("spy", spy, json.dumps(targets)))
+            job = await alice.start(python_job("spy", spy, json.dumps(targets)))
             exited = await alice.wait("spy")
         assert exited.exit_code == 0, exited.stderr_tail
         seen = json.loads(job.paths.stdout.read_text())
@@ -119,12 +112,12 @@ async def test_a_job_cannot_work_in_etc_nor_have_root_make_its_directory(tmp_pat
     async with JobSupervisor(make_config(tmp_path, account=ALICE)) as supervisor:
         for where in (Path("/etc"), Path("/etc/gfair-intruder")):
             with pytest.raises(JobStartError, match="not usable by the job's account"):
-                await supervisor.start(_job("vandal", "print(1)", workdir=where))
+                await supervisor.start(python_job("vandal", "print(1)", workdir=where))
         assert not await anyio.Path("/etc/gfair-intruder").exists()
         mine = tmp_path / "mine"
         mine.mkdir(mode=0o777)
         mine.chmod(0o777)
-        job = await supervisor.start(_job("ok", "open('made', 'w')", workdir=mine / "sub"))
+        job = await supervisor.start(python_job("ok", "open('made', 'w')", workdir=mine / "sub"))
         assert (await supervisor.wait("ok")).exit_code == 0
         assert (job.paths.workdir / "made").stat().st_uid == ALICE.uid
         assert (mine / "sub").stat().st_uid == ALICE.uid  # made by the account, not root
@@ -153,7 +146,7 @@ async def test_a_job_cannot_leave_its_cgroups_and_dies_with_its_cancel(tmp_path:
     config = make_config(tmp_path, account=ALICE, cgroups=tree, limits=limits)
     try:
         async with JobSupervisor(config) as supervisor:
-            job = await supervisor.start(_job("escaper", escape, json.dumps(roots)))
+            job = await supervisor.start(python_job("escaper", escape, json.dumps(roots)))
             await wait_for_text(job.paths.stdout, "}")
             tried = json.loads(job.paths.stdout.read_text())
             await supervisor.kill("escaper", "cancelled")
@@ -191,7 +184,7 @@ async def test_a_forged_checkpoint_path_is_not_published(tmp_path: Path) -> None
         )
         async with JobSupervisor(make_config(tmp_path / "alice", account=ALICE)) as alice:
             log = EventLog(alice.events)
-            await alice.start(_job("forger", forger, str(bob_checkpoint)))
+            await alice.start(python_job("forger", forger, str(bob_checkpoint)))
             exited = await log.first(JobExited)
         assert exited.exit_code == 0, exited.stderr_tail
         assert log.of(JobCheckpointed) == []
@@ -222,7 +215,7 @@ async def test_a_fork_bomb_is_capped_at_the_process_limit(tmp_path: Path) -> Non
     config = make_config(tmp_path, account=ALICE, cgroups=tree, limits=limits)
     try:
         async with JobSupervisor(config) as supervisor:
-            job = await supervisor.start(_job("bomb", bomb))
+            job = await supervisor.start(python_job("bomb", bomb))
             await wait_for_text(job.paths.stdout, "\n", timeout_s=30)
             await supervisor.kill("bomb", "cancelled")
         made = int(job.paths.stdout.read_text())
@@ -235,7 +228,9 @@ async def test_a_fork_bomb_is_capped_at_the_process_limit(tmp_path: Path) -> Non
         limits.close()
 
 
-async def test_stopping_the_supervisor_leaves_no_process_of_a_deaf_job(tmp_path: Path) -> None:
+async def test_stopping_the_supervisor_leaves_no_process_of_a_deaf_job(
+    tmp_path: Path,
+) -> None:
     deaf = (
         "import os, signal, subprocess, sys, time\n"
         "for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):\n"
@@ -255,7 +250,7 @@ async def test_stopping_the_supervisor_leaves_no_process_of_a_deaf_job(tmp_path:
     started = time.monotonic()
     try:
         async with JobSupervisor(config) as supervisor:
-            job = await supervisor.start(_job("deaf", deaf))
+            job = await supervisor.start(python_job("deaf", deaf))
             await wait_for_text(job.paths.stdout, "\n")
             child = int(job.paths.stdout.read_text())
         # Gone when the block is left: killed and reaped, not merely signalled.
@@ -297,7 +292,7 @@ async def test_a_job_sees_no_process_of_another_tenant_and_no_job_id_of_its(
         bob_runs = tmp_path / "bob" / "runs"
         assert (bob_runs / "secret").is_dir()
         async with JobSupervisor(make_config(tmp_path / "alice", account=ALICE)) as alice:
-            job = await alice.start(_job("spy", spy, str(bob_pid), str(bob_runs)))
+            job = await alice.start(python_job("spy", spy, str(bob_pid), str(bob_runs)))
             exited = await alice.wait("spy")
         assert exited.exit_code == 0, exited.stderr_tail
         seen = json.loads(job.paths.stdout.read_text())

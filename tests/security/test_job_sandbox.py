@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 import os
@@ -18,9 +17,8 @@ import pytest
 from gfair.node.job_account import derived_account
 from gfair.node.job_cgroup import AUTO, CgroupTree, locate, tenant_directory
 from gfair.node.job_limits import DEVICES, JobLimits, LimitTree, v1_hierarchies
-from gfair.node.launch import JobLaunch
 from gfair.node.supervisor import JobSupervisor
-from node.helpers import JOB_PYTHON, make_config, reachable_tmp, synthetic
+from node.helpers import make_config, python_job, reachable_tmp
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the attacks are on an executor running as root (as CI runs)"
@@ -68,12 +66,6 @@ def trees(tmp_path: Path) -> Iterator[tuple[CgroupTree | None, LimitTree]]:
         limits.close()
 
 
-def _job(job_id: str, code: str, *args: str, **launch: object) -> JobLaunch:
-    return dataclasses.replace(
-        synthetic(job_id, (0,), "v100"), argv=(JOB_PYTHON, "-c", code, *args), **launch
-    )
-
-
 async def test_an_ld_preload_runs_only_in_the_job_inside_its_cgroups(
     tmp_path: Path, trees: tuple[CgroupTree | None, LimitTree]
 ) -> None:
@@ -88,7 +80,7 @@ async def test_an_ld_preload_runs_only_in_the_job_inside_its_cgroups(
     config = make_config(tmp_path, account=ALICE, cgroups=tree, limits=limits)
     async with JobSupervisor(config) as supervisor:
         env = {"LD_PRELOAD": str(library), "PRELOAD_OUT": str(out)}
-        await supervisor.start(_job("preloaded", "print('ran')", env=env))
+        await supervisor.start(python_job("preloaded", "print('ran')", env=env))
         exited = await supervisor.wait("preloaded")
     assert exited.exit_code == 0, exited.stderr_tail
     # One file per pid, a record per program the loader started in it (a shell that execs
@@ -133,7 +125,7 @@ async def test_a_job_opens_no_device_node_of_a_gpu_it_was_not_given(
     )
     async with JobSupervisor(config) as supervisor:
         job = await supervisor.start(
-            _job("probe", probe, json.dumps({"own": str(nodes[0]), "other": str(nodes[1])}))
+            python_job("probe", probe, json.dumps({"own": str(nodes[0]), "other": str(nodes[1])}))
         )
         exited = await supervisor.wait("probe")
     assert exited.exit_code == 0, exited.stderr_tail
@@ -157,7 +149,7 @@ async def test_files_a_job_leaves_in_dev_shm_and_its_tmpdir_go_with_it(
     config = make_config(tmp_path, account=ALICE, cgroups=tree, limits=limits)
     try:
         async with JobSupervisor(config) as supervisor:
-            job = await supervisor.start(_job("litter", leave))
+            job = await supervisor.start(python_job("litter", leave))
             exited = await supervisor.wait("litter")
         assert exited.exit_code == 0, exited.stderr_tail
         left = Path(job.paths.stdout.read_text().strip())

@@ -9,17 +9,20 @@ widely), and are refused all the same.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
 from gfair.node.job_account import derived_account
-from gfair.node.launch import JobLaunch
 from gfair.node.supervisor import JobStartError, JobSupervisor
 from gfair.sdk.environment import PARKED_MARKER
-from node.helpers import JOB_PYTHON, make_config, reachable_tmp, sdk_on_pythonpath, synthetic
+from node.helpers import (
+    make_config,
+    python_job,
+    reachable_tmp,
+    sdk_on_pythonpath,
+)
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the attacks are on an executor running as root (as CI runs)"
@@ -38,12 +41,6 @@ SWAP_AND_DIE = (
 )
 
 
-def _job(job_id: str, code: str, *args: str, **launch: object) -> JobLaunch:
-    return dataclasses.replace(
-        synthetic(job_id, (0,), "v100"), argv=(JOB_PYTHON, "-c", code, *args), **launch
-    )
-
-
 def _root_directory(path: Path) -> Path:
     """Root's, as a virtual environment's site-packages is: what a link would aim at."""
     path.mkdir()
@@ -58,7 +55,7 @@ def _untouched(path: Path) -> None:
 
 
 async def _still_runs_jobs(supervisor: JobSupervisor) -> None:
-    await supervisor.start(_job("next", "print('fine')"))
+    await supervisor.start(python_job("next", "print('fine')"))
     assert (await supervisor.wait("next")).exit_code == 0
 
 
@@ -71,11 +68,11 @@ async def test_a_link_in_place_of_a_new_jobs_checkpoint_directory_is_refused(
         "os.symlink(sys.argv[1], os.environ['GFAIR_CHECKPOINT_DIR'] + '/../victim1')\n"
     )
     async with JobSupervisor(make_config(tmp_path, account=ALICE)) as supervisor:
-        await supervisor.start(_job("planter", plant, str(target)))
+        await supervisor.start(python_job("planter", plant, str(target)))
         assert (await supervisor.wait("planter")).exit_code == 0
         assert (tmp_path / "checkpoints" / "victim1").is_symlink()
         with pytest.raises(JobStartError, match="victim1 is a symbolic link"):
-            await supervisor.start(_job("victim1", "print('root is mine')"))
+            await supervisor.start(python_job("victim1", "print('root is mine')"))
         _untouched(target)
         await _still_runs_jobs(supervisor)
 
@@ -85,9 +82,9 @@ async def test_a_retry_after_its_job_swapped_its_directory_for_a_link_is_refused
 ) -> None:
     target = _root_directory(tmp_path / "site-packages")
     async with JobSupervisor(make_config(tmp_path, account=ALICE)) as supervisor:
-        await supervisor.start(_job("swapper", SWAP_AND_DIE, str(target)))
+        await supervisor.start(python_job("swapper", SWAP_AND_DIE, str(target)))
         assert (await supervisor.wait("swapper")).exit_code == 1
-        retry = _job("swapper", SWAP_AND_DIE, str(target), attempt=2)
+        retry = python_job("swapper", SWAP_AND_DIE, str(target), attempt=2)
         with pytest.raises(JobStartError, match="swapper is a symbolic link"):
             await supervisor.start(retry)
         _untouched(target)
@@ -103,7 +100,7 @@ async def test_a_dying_job_cannot_have_root_remove_another_jobs_parked_marker(
     (bobs / PARKED_MARKER).write_text("{}")
     os.chown(bobs, BOB.uid, BOB.gid)
     async with JobSupervisor(make_config(tmp_path, account=ALICE)) as supervisor:
-        await supervisor.start(_job("swapper", SWAP_AND_DIE, str(bobs)))
+        await supervisor.start(python_job("swapper", SWAP_AND_DIE, str(bobs)))
         assert (await supervisor.wait("swapper")).exit_code == 1
     assert (bobs / PARKED_MARKER).exists()
 
@@ -113,7 +110,7 @@ async def test_a_link_in_place_of_a_jobs_run_directory_is_refused(tmp_path: Path
     async with JobSupervisor(make_config(tmp_path, account=ALICE)) as supervisor:
         (tmp_path / "runs" / "victim2").symlink_to(target)
         with pytest.raises(JobStartError, match="victim2 is a symbolic link"):
-            await supervisor.start(_job("victim2", "print('root is mine')"))
+            await supervisor.start(python_job("victim2", "print('root is mine')"))
         _untouched(target)
         await _still_runs_jobs(supervisor)
 
@@ -131,7 +128,7 @@ async def test_a_link_in_place_of_a_runs_log_is_not_read_into_its_exit(tmp_path:
         "sys.exit('failed')\n"
     )
     async with JobSupervisor(make_config(tmp_path, account=ALICE)) as supervisor:
-        job = await supervisor.start(_job("teller", wait_then_fail))
+        job = await supervisor.start(python_job("teller", wait_then_fail))
         job.paths.stderr.unlink()
         job.paths.stderr.symlink_to(secret)
         (job.paths.control_dir / "go").write_text("")

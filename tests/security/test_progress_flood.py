@@ -4,7 +4,6 @@ stops on SIGTERM while such a job runs."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import subprocess
@@ -16,11 +15,16 @@ import pytest
 
 from gfair.bus.server import EmbeddedNatsServer
 from gfair.events.nodes import NodeRegistered
-from gfair.node.launch import JobLaunch
 from gfair.node.simulated import SimulatedGpus
 from gfair.node.supervisor import JobSupervisor
 from gfair_services.topology import cluster_topology
-from node.helpers import JOB_PYTHON, make_config, reachable_tmp, sdk_on_pythonpath, synthetic
+from node.helpers import (
+    JOB_PYTHON,
+    make_config,
+    python_job,
+    reachable_tmp,
+    sdk_on_pythonpath,
+)
 from services.test_node_executor import NODE, Node, nats_bus, spawn, start_command
 
 tmp_path = pytest.fixture(name="tmp_path")(reachable_tmp)
@@ -48,13 +52,9 @@ FLOODING = (
 )
 
 
-def _job(job_id: str, code: str) -> JobLaunch:
-    return dataclasses.replace(synthetic(job_id, (0,), "v100"), argv=(JOB_PYTHON, "-c", code))
-
-
 async def test_a_progress_line_that_overflows_leaves_no_phantom_job(tmp_path: Path) -> None:
     async with JobSupervisor(make_config(tmp_path)) as supervisor:
-        await supervisor.start(_job("overflow", OVERFLOWING))
+        await supervisor.start(python_job("overflow", OVERFLOWING))
         with anyio.fail_after(20):
             exited = await supervisor.wait("overflow")
         # It ran to its own end, its exit reported, its GPU free.
