@@ -24,10 +24,11 @@ Where the limits are written, per controller:
   kill, `JobLimitGroups.kill` finds through them a process that left the job's session and
   cleared its environment.
 
-**Devices** (``JobLimits.devices``): a job's v1 ``devices`` cgroup denies every device node
-but the few any process needs and its own GPUs' (`device_rules`), so a job that unsets
-``CUDA_VISIBLE_DEVICES`` still opens no other GPU of its node. cgroup v2 has no devices
-controller (only an eBPF program, which gfair does not load): there, devices are not limited.
+**Devices** (``JobLimits.devices``): a job's cgroup denies every device node but the few any
+process needs and its own GPUs' (`device_rules`), so a job that unsets ``CUDA_VISIBLE_DEVICES``
+still opens no other GPU of its node: through an eBPF program on its v2 cgroup
+(`gfair.node.device_program`) where the host lets the executor load one, else through its v1
+``devices`` cgroup.
 
 A limit that was asked for and that the host cannot enforce stops the executor at start with
 the reason (`check_host`, from its settings): silently running unlimited jobs is not what an
@@ -47,6 +48,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gfair.node import device_program
 from gfair.node.job_cgroup import CgroupTree, JobCgroup, cgroup2_mount
 from gfair.node.process_group import collect
 
@@ -186,9 +188,13 @@ class JobLimitGroups:
     legacy: Mapping[str, Path]  # controller -> the job's v1 cgroup
     memory: int | None  # its memory limit, bytes
 
+    devices: bool = False  # whether `unified` holds its device program
+
     def allow_devices(self, rules: Sequence[str]) -> None:
-        """Let the job open only the device nodes `rules` allow (where it has a devices cgroup:
+        """Let the job open only the device nodes `rules` allow (where its devices are limited:
         a job moved to other GPUs)."""
+        if self.devices and self.unified is not None:
+            _program(self.unified.path, rules)
         path = self.legacy.get(DEVICES)
         if path is not None:
             _allow_only(path, rules)
@@ -288,6 +294,8 @@ class LimitTree:
         through v2 where it can be enabled there, else through its v1 hierarchy at
         ``legacy_base[controller] / relative``; `LimitError` where neither can."""
         unified = _enable(tree, limits.controllers) if tree is not None else ()
+        if limits.devices and tree is not None and device_program.available():
+            unified = (*unified, DEVICES)  # no controller to enable: a program per job cgroup
         legacy: dict[str, Path] = {}
         for controller in limits.controllers:
             if controller in unified:
@@ -313,6 +321,8 @@ class LimitTree:
         if self.unified:
             assert cgroup is not None
             _write(cgroup.path, self.limits.values(gpus, unified=True), self.unified)
+            if DEVICES in self.unified:
+                _program(cgroup.path, devices)
         values = self.limits.values(gpus, unified=False)
         for controller, base in self.legacy.items():
             path = base / job_id
@@ -327,7 +337,9 @@ class LimitTree:
                 _allow_only(path, devices)
         per_gpu = self.limits.memory_per_gpu
         memory = None if per_gpu is None else per_gpu * max(gpus, 1)
-        return JobLimitGroups(cgroup if self.unified else None, made, memory)
+        return JobLimitGroups(
+            cgroup if self.unified else None, made, memory, devices=DEVICES in self.unified
+        )
 
     def sweep(self) -> None:
         """Kill what is left in v1 job cgroups an earlier executor left (a process that left
@@ -367,6 +379,13 @@ def device_rules(gpu_nodes: Iterable[Path], dev: Path = Path("/dev")) -> list[st
             raise LimitError(f"{node} is not a character device")
         rules.append(f"c {os.major(found.st_rdev)}:{os.minor(found.st_rdev)} rwm")
     return rules
+
+
+def _program(cgroup: Path, rules: Sequence[str]) -> None:
+    try:
+        device_program.allow_only(cgroup, rules)
+    except device_program.DeviceProgramError as error:
+        raise LimitError(str(error)) from error
 
 
 def _allow_only(path: Path, rules: Sequence[str]) -> None:

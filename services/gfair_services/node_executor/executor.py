@@ -46,6 +46,7 @@ from gfair.events.jobs import JobExited, JobSuspended
 from gfair.events.nodes import NodeHeartbeat, NodeRegistered, NodeTelemetry
 from gfair.events.reasons import SuspendReason
 from gfair.events.subjects import node_commands_pattern, stream_for_subject
+from gfair.node import device_program
 from gfair.node.discovery import open_gpus
 from gfair.node.gpu import GpuBackend, GpuSample, XidError
 from gfair.node.job_account import JobAccount, check_distinct, owners_of
@@ -207,9 +208,12 @@ class NodeExecutor:
         if self._v1_hierarchies is None:  # the host's mounts, read once
             self._v1_hierarchies = v1_hierarchies()
         limits = self.settings.job_limits
-        if DEVICES in self._v1_hierarchies and any(g.device for g in self._inventory.values()):
-            # cgroup v2 has no devices controller: where v1 has none either, CUDA_VISIBLE_DEVICES
-            # alone separates GPUs (docs/security.md).
+        limiting = DEVICES in self._v1_hierarchies or (
+            cgroups is not None and device_program.available()
+        )
+        if limiting and any(g.device for g in self._inventory.values()):
+            # Where the host allows neither a device program on the job's v2 cgroup nor a v1
+            # devices cgroup, CUDA_VISIBLE_DEVICES alone separates GPUs (docs/security.md).
             limits = dataclasses.replace(limits, devices=True)
         if not limits.controllers:
             return None
