@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gfair.bus.dead_letter import DeadLetter, DeadLetterReason
+from gfair.bus.dead_letter import PAYLOAD_KEPT, DeadLetter, DeadLetterReason
 from gfair.bus.key_value import KeyValue, KvConflict
 from gfair.bus.publisher import EventPublisher, derived_event_id
 from gfair.bus.runtime import ServiceRuntime
@@ -153,6 +153,38 @@ async def test_poison_messages_are_dead_lettered_and_the_next_is_handled(bus: Bu
     assert by_subject["bustest.ping.alice"].reason is DeadLetterReason.INVALID
     assert "subject" in by_subject["bustest.ping.alice"].error
     assert {m.subject async for m in bus.history(DEAD_LETTER_STREAM)} == {"gfair.dlq.BUSTEST"}
+
+
+async def test_a_poison_message_near_the_brokers_limit_is_dead_lettered_and_no_more(
+    bus: Bus,
+) -> None:
+    """Issue 41's second red-team pass: a tenant's undecodable ~1 MB submission made its dead
+    letter (the copy and its headers) go over the broker's 1 MiB limit; the broker dropped the
+    services' connections, and they crash-looped until its fifth delivery."""
+    service = Service("ponger")
+    handled: list[str] = []
+
+    @service.handler(pings())
+    async def on_ping(envelope: Envelope, data: Pinged) -> list[Emit]:
+        handled.append(data.key)
+        return []
+
+    huge = b"{" + b" " * 1_048_400 + b"}"
+    async with runtime(service, bus):
+        await publish_raw(bus, "bustest.ping.x", huge, "huge")
+        await EventPublisher(bus, "tool").publish(Pinged(key="after"))
+        await eventually(lambda: handled == ["after"])
+        letters: list[DeadLetter] = []
+
+        async def one_letter() -> bool:
+            letters[:] = await dead_letters(bus)
+            return len(letters) == 1
+
+        await eventually(one_letter)
+    [letter] = letters
+    assert letter.reason is DeadLetterReason.UNDECODABLE and letter.num_delivered == 1
+    assert letter.payload_bytes == len(huge)
+    assert letter.original_payload() == huge[:PAYLOAD_KEPT]
 
 
 async def test_a_handler_failing_past_the_limit_is_dead_lettered(bus: Bus) -> None:

@@ -20,6 +20,9 @@ from gfair.bus.tracing import inject_context
 from gfair.bus.transport import Bus, Delivery, PubAck
 
 DEAD_LETTER_REASON_HEADER = "Gfair-Dead-Letter-Reason"
+# What a dead letter keeps of its original (base64 makes it a third larger): far under the
+# broker's 1 MiB limit, whatever the original's size.
+PAYLOAD_KEPT = 256 * 1024
 
 _log = structlog.get_logger("gfair.bus")
 
@@ -58,6 +61,10 @@ class DeadLetter(BaseModel):
     headers: dict[str, str]
     payload: str
     payload_encoding: Literal["utf-8", "base64"]
+    # The original's size: `payload` keeps at most `PAYLOAD_KEPT` bytes of it, since a dead
+    # letter of a message near the broker's limit would be over it (and the broker would drop
+    # the connection of the service that parks it). The whole stays at `stream`/`sequence`.
+    payload_bytes: int = 0
     time: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     @classmethod
@@ -72,6 +79,7 @@ class DeadLetter(BaseModel):
     ) -> DeadLetter:
         payload, encoding = _payload(delivery.data)
         return cls(
+            payload_bytes=len(delivery.data),
             reason=reason,
             error=error,
             stream=delivery.stream,
@@ -90,6 +98,7 @@ class DeadLetter(BaseModel):
         """A key-value record `service` could not read, kept aside before it is passed over."""
         payload, encoding = _payload(record.value)
         return cls(
+            payload_bytes=len(record.value),
             reason=DeadLetterReason.UNREADABLE_RECORD,
             error=str(record),
             stream=f"KV_{record.bucket}",
@@ -104,12 +113,15 @@ class DeadLetter(BaseModel):
         )
 
     def original_payload(self) -> bytes:
+        """What was kept of the original: all of it unless it had over `PAYLOAD_KEPT` bytes
+        (`payload_bytes`; the whole is in its stream at `sequence`)."""
         if self.payload_encoding == "base64":
             return base64.b64decode(self.payload)
         return self.payload.encode("utf-8")
 
 
 def _payload(data: bytes) -> tuple[str, Literal["utf-8", "base64"]]:
+    data = data[:PAYLOAD_KEPT]
     try:
         return data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
