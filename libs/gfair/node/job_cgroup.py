@@ -202,6 +202,13 @@ class CgroupTree:
             raise CgroupError(f"job cgroups: cannot make {path}: {error}") from error
         return cls(path)
 
+    def shown_as(self) -> str | None:
+        """How ``/proc/<pid>/cgroup`` names this directory (``0::<it>``), if it can tell."""
+        mount = cgroup2_mount()
+        if mount is None or mount not in self.path.parents:
+            return None
+        return f"/{self.path.relative_to(mount)}"
+
     def job(self, job_id: str) -> JobCgroup:
         """A fresh cgroup for `job_id` (a leftover one is emptied and made anew)."""
         cgroup = JobCgroup(self.path / job_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,6 +166,49 @@ def reap_zombies(members: list[Member]) -> int:
                 os.waitpid(member.pid, os.WNOHANG)
                 reaped += 1
     return reaped
+
+
+def reap_zombies_in(cgroup: str, spared: Collection[int]) -> int:
+    """Collect this process's zombie children whose cgroup v2 (as ``/proc`` shows it, which it
+    still does for a zombie) is `cgroup` or below it, but for `spared`; how many.
+
+    The executor is the subreaper of its jobs' orphans: a job's child that called ``setsid``
+    and exited is its zombie, in no job's process group any more, and would stay one until the
+    executor exits (a job could use up the host's pids that way). Only processes of jobs run in
+    job cgroups, and the job leaders the event loop waits for are `spared`, so no exit status
+    anyone waits for is taken.
+    """
+    me, reaped = os.getpid(), 0
+    for pid, state, ppid in _processes():
+        if state != b"Z" or ppid != me or pid in spared:
+            continue
+        try:
+            found = (_PROC / str(pid) / "cgroup").read_text()
+        except OSError:
+            continue
+        path = next((line[3:] for line in found.splitlines() if line.startswith("0::")), "")
+        if path == cgroup or path.startswith(f"{cgroup}/"):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+                reaped += 1
+    return reaped
+
+
+def _processes() -> Iterator[tuple[int, bytes, int]]:
+    """(pid, state, parent) of every process /proc shows."""
+    try:
+        entries = list(_PROC.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+        except OSError:
+            continue  # exited meanwhile
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        yield int(entry.name), fields[0], int(fields[1])
 
 
 def reap_zombie_members(pgid: int) -> int:

@@ -60,6 +60,7 @@ from gfair.node.process_group import (
     marked,
     read_tail,
     reap_zombie_members,
+    reap_zombies_in,
     signal_group,
 )
 from gfair.node.progress import ProgressLimits, ProgressTail, RateWindow
@@ -75,6 +76,9 @@ _log = logging.getLogger("gfair.node")
 
 # How often a job's records are read while someone waits on them (a suspend, a resume).
 _EAGER_POLL_S = 0.005
+# How often the zombies of jobs' orphans are collected: a job can leave one per process it may
+# have (`GFAIR_JOB_PIDS_MAX`) each such while.
+_ZOMBIE_SWEEP_S = 1.0
 # A tenant's run root: root's, passable by the tenant's group only.
 _TENANT_PASSAGE_MODE = 0o710
 # Finished jobs remembered for `wait`/`suspend` after the fact.
@@ -227,7 +231,18 @@ class JobSupervisor:
             await anyio.to_thread.run_sync(self.config.limits.sweep)
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
+        shown = self.config.cgroups.shown_as() if self.config.cgroups is not None else None
+        if self.config.reap_descendants and shown is not None:
+            self._task_group.start_soon(self._reap_zombies, shown, name="gfair-zombies")
         return self
+
+    async def _reap_zombies(self, cgroup: str) -> None:
+        """Collect the zombies of jobs' orphans as they come (`reap_zombies_in`), sparing the
+        leaders the event loop waits for."""
+        while True:
+            await anyio.sleep(_ZOMBIE_SWEEP_S)
+            leaders = {job.handle.pid for job in self._jobs.values()}
+            await anyio.to_thread.run_sync(reap_zombies_in, cgroup, leaders)
 
     async def __aexit__(
         self,
