@@ -15,6 +15,8 @@ import pytest
 
 from gfair.bus.server import EmbeddedNatsServer
 from gfair.events.nodes import NodeRegistered
+from gfair.node.job_disk import capped_note
+from gfair.node.progress import ProgressLimits
 from gfair.node.simulated import SimulatedGpus
 from gfair.node.supervisor import JobSupervisor
 from gfair_services.topology import cluster_topology
@@ -109,3 +111,32 @@ async def test_the_executor_stops_on_sigterm_while_a_job_floods_its_progress(
             process.kill()
             process.wait()
         await bus.close()
+
+
+async def test_a_flood_of_output_and_progress_stays_within_its_caps_on_disk(
+    tmp_path: Path,
+) -> None:
+    """The second red-team pass: stdout.log reached 27 GB between two shipping passes, and the
+    progress file 14 GB in a minute; the supervisor now cuts both back as the job writes."""
+    flood = (
+        "import os, sys, time\n"
+        "progress = open(os.environ['GFAIR_CONTROL_DIR'] + '/progress.jsonl', 'a')\n"
+        'line = \'{"kind":"step","time":1.0,"step":3}\\n\' * 1000\n'
+        "block = b'y' * (1 << 20)\n"
+        "end = time.monotonic() + 3\n"
+        "while time.monotonic() < end:\n"
+        "    sys.stdout.buffer.write(block)\n"
+        "    progress.write(line)\n"
+    )
+    limits = ProgressLimits(file_bytes=1 << 20)
+    config = make_config(tmp_path, output_max_bytes=1 << 20, progress_limits=limits)
+    async with JobSupervisor(config) as supervisor:
+        job = await supervisor.start(python_job("flood", flood))
+        exited = await supervisor.wait("flood")
+    assert exited.exit_code == 0, exited.stderr_tail
+    stdout = job.paths.stdout.read_bytes()
+    note = capped_note("stdout", 1 << 20)
+    assert len(stdout) == (1 << 20) + len(note) and stdout.endswith(note)
+    progress = job.paths.control_dir / "progress.jsonl"
+    # The last read emptied it past twice its cap; what was written after stays under that.
+    assert progress.stat().st_size <= 2 * limits.file_bytes + 64 * 1024

@@ -14,7 +14,6 @@ from gfair.bus.job_output import (
     DEFAULT_MAX_MSGS_PER_SUBJECT,
     LOGS_STREAM,
     OutputChunk,
-    capped_note,
     job_output_stream,
     output_subject,
     publish_chunk,
@@ -23,6 +22,7 @@ from gfair.bus.job_output import (
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.topology import Topology
 from gfair.events.fields import JobRef
+from gfair.node.job_disk import capped_note
 from gfair.node.run_directory import TOLD_RECORD
 from gfair_services.node_executor.output_shipper import OutputShipper
 from gfair_services.topology import cluster_topology

@@ -34,9 +34,6 @@ DEFAULT_MAX_BYTES = 1 << 30
 # floods its output pushes out its own chunks, not every tenant's. About a chunk a second for
 # hours of a job that prints steadily.
 DEFAULT_MAX_MSGS_PER_SUBJECT = 10_000
-# What a run's stdout.log or stderr.log keeps and ships at most (the node executor's
-# GFAIR_JOB_OUTPUT_MAX_BYTES); then `capped_note` ends it.
-DEFAULT_OUTPUT_MAX_BYTES = 64 << 20
 # Well under NATS' default 1 MiB payload limit.
 MAX_CHUNK_BYTES = 64 * 1024
 
@@ -76,14 +73,6 @@ def job_output_stream(
         storage=storage,
         replicas=replicas,
     )
-
-
-def capped_note(output: str, max_bytes: int) -> bytes:
-    """What ends an output cut at its cap of `max_bytes`."""
-    return (
-        f"\ngfair: this run's {output} went over its cap of {max_bytes} bytes "
-        "(GFAIR_JOB_OUTPUT_MAX_BYTES); what it wrote after that is not kept\n"
-    ).encode()
 
 
 @dataclass(frozen=True)

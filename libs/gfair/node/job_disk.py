@@ -1,4 +1,6 @@
-"""What a job keeps on its node's disk, measured against its cap (`GFAIR_JOB_DISK_MAX_BYTES`).
+"""What a job keeps on its node's disk: its output files, cut back to their cap
+(`GFAIR_JOB_OUTPUT_MAX_BYTES`) and a note saying so, and the whole of its run directory,
+measured against its cap (`GFAIR_JOB_DISK_MAX_BYTES`).
 
 The walk counts the blocks each file really holds (a sparse file counts what it wrote), never
 follows a link, and stops early: past the cap in bytes, or past `MAX_ENTRIES` names, which is
@@ -13,6 +15,35 @@ from pathlib import Path
 
 MAX_ENTRIES = 200_000
 _BLOCK = 512  # st_blocks' unit
+# What a run's stdout.log or stderr.log keeps (and ships) at most; then `capped_note` ends it.
+OUTPUT_MAX_BYTES = 64 << 20
+
+
+def capped_note(output: str, max_bytes: int) -> bytes:
+    """What ends an output cut at its cap of `max_bytes`."""
+    return (
+        f"\ngfair: this run's {output} went over its cap of {max_bytes} bytes "
+        "(GFAIR_JOB_OUTPUT_MAX_BYTES); what it wrote after that is not kept\n"
+    ).encode()
+
+
+def cap_output(path: Path, output: str, max_bytes: int) -> bool:
+    """Cut the output at `path` back to its first `max_bytes` and the note; whether it was
+    over. The job appends (O_APPEND), so what it writes next lands after the note, to be cut
+    the next time; the file is the executor's (0600), never a link."""
+    note = capped_note(output, max_bytes)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        if os.fstat(fd).st_size <= max_bytes + len(note):
+            return False
+        os.pwrite(fd, note, max_bytes)
+        os.ftruncate(fd, max_bytes + len(note))
+        return True
+    finally:
+        os.close(fd)
 
 
 def disk_overrun(root: Path, cap: int, max_entries: int = MAX_ENTRIES) -> str | None:

@@ -39,6 +39,9 @@ class ProgressLimits:
     # Unread bytes beyond this are skipped: only the newest records matter (the steps, the
     # rate), and a reader that fell behind a flood must not read its whole history.
     backlog_bytes: int = 1024 * 1024
+    # A file read to its end past this is emptied (`shrink`): an honest job gets there in
+    # days, a flood in seconds, and the node's disk is every tenant's.
+    file_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.read_bytes <= 0 or self.max_line_bytes <= 0 or self.backlog_bytes <= 0:
@@ -116,6 +119,29 @@ class ProgressTail:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def shrink(self) -> bool:
+        """Empty the file once it is over `ProgressLimits.file_bytes` and read to its end;
+        whether it was. A record the job appends between the last read and this is lost: the
+        caller calls it only while none it waits for can come (not while the job parks)."""
+        file = self._file
+        if file is None:
+            return False
+        size, read_to = os.fstat(file.fileno()).st_size, file.tell()
+        # Read to its end (an honest job's file, after days), or a flood the reader skips
+        # through anyway: what it has not read yet is lost with it.
+        caught_up = size == read_to and not self._partial
+        if not (caught_up and size > self.limits.file_bytes) and size <= 2 * self.limits.file_bytes:
+            return False
+        # Through the descriptor the tail holds (its owner checked when it was opened), never
+        # by name: the job may have put a link there since.
+        with open(f"/proc/self/fd/{file.fileno()}", "r+b") as same:
+            same.truncate(0)
+        file.seek(0)
+        if not caught_up:
+            self.skipped_bytes += size - read_to
+            self._partial, self._skipping = b"", True  # a write under way ends mid-line
+        return True
 
     def _skip_backlog(self, file: BinaryIO) -> None:
         position = file.tell()

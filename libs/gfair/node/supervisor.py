@@ -37,7 +37,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gfair.node.job_account import JobAccount
 from gfair.node.job_cgroup import CgroupTree, empty
-from gfair.node.job_disk import disk_overrun
+from gfair.node.job_disk import cap_output, disk_overrun
 from gfair.node.job_files import NotOwnFile, own_checkpoint
 from gfair.node.job_limits import JobLimitGroups, LimitError, LimitTree, device_rules
 from gfair.node.job_sandbox import spawn
@@ -76,6 +76,8 @@ _log = logging.getLogger("gfair.node")
 
 # How often a job's records are read while someone waits on them (a suspend, a resume).
 _EAGER_POLL_S = 0.005
+# How often a running job's output files are cut back to their cap.
+_OUTPUT_CAP_S = 0.5
 # How often the zombies of jobs' orphans are collected: a job can leave one per process it may
 # have (`GFAIR_JOB_PIDS_MAX`) each such while.
 _ZOMBIE_SWEEP_S = 1.0
@@ -142,8 +144,10 @@ class SupervisorConfig:
     # compute_processes`; None from it: cannot tell). Without it (None), a job still coming up
     # when its slice ends is never frozen in place (`suspend`).
     gpu_processes: Callable[[Sequence[int]], int | None] | None = None
-    # What one job may keep under its run directory (`job_disk`); None: no cap.
+    # What one job may keep under its run directory, and in each of its output files
+    # (`job_disk`); None: no cap.
     disk_max_bytes: int | None = None
+    output_max_bytes: int | None = None
     disk_check_s: float = 30.0
 
 
@@ -841,8 +845,7 @@ class JobSupervisor:
             try:
                 async with anyio.create_task_group() as group:
                     group.start_soon(self._follow_progress, job)
-                    if self.config.disk_max_bytes is not None:
-                        group.start_soon(self._watch_disk, job, self.config.disk_max_bytes)
+                    group.start_soon(self._watch_disk, job)
                     returncode = await job.process.wait()
                     group.cancel_scope.cancel()
             finally:
@@ -858,6 +861,11 @@ class JobSupervisor:
                         job.limits.remove()
                     if oom_kills:
                         _note_oom_kills(job, oom_kills)
+                    if self.config.output_max_bytes is not None:
+                        # What it wrote since the last cut, before its exit reads the tail.
+                        for output in ("stdout", "stderr"):
+                            path = job.handle.paths.run_dir / f"{output}.log"
+                            cap_output(path, output, self.config.output_max_bytes)
                     latest = await anyio.to_thread.run_sync(job.own_latest)
                     # A parked process killed before it checkpointed leaves its marker; gone
                     # now, so a start elsewhere waits for nothing (never through a link the
@@ -900,12 +908,23 @@ class JobSupervisor:
                 reap_zombie_members(pgid)
                 await anyio.sleep(0.01)
 
-    async def _watch_disk(self, job: SupervisedJob, cap: int) -> None:
-        """Kill the job once what it keeps under its run directory goes over `cap`: a node's
-        disk is every tenant's (its output files are capped apart, `OutputShipper`)."""
-        job_dir = job.handle.paths.run_dir.parent
+    async def _watch_disk(self, job: SupervisedJob) -> None:
+        """Keep what the job writes on the node's disk, which is every tenant's, within its
+        caps: its output files cut back to theirs every `_OUTPUT_CAP_S` (a job writes hundreds
+        of MB a second), and the job killed once its whole run directory goes over
+        `SupervisorConfig.disk_max_bytes` (measured every `disk_check_s`)."""
+        job_dir, run_dir = job.handle.paths.run_dir.parent, job.handle.paths.run_dir
+        output_cap, cap = self.config.output_max_bytes, self.config.disk_max_bytes
+        measured = time.monotonic()
         while True:
-            await anyio.sleep(self.config.disk_check_s)
+            await anyio.sleep(_OUTPUT_CAP_S)
+            if output_cap is not None:
+                for output in ("stdout", "stderr"):
+                    path = run_dir / f"{output}.log"
+                    await anyio.to_thread.run_sync(cap_output, path, output, output_cap)
+            if cap is None or time.monotonic() - measured < self.config.disk_check_s:
+                continue
+            measured = time.monotonic()
             over = await anyio.to_thread.run_sync(disk_overrun, job_dir, cap)
             if over is not None:
                 note = f"\ngfair: this job {over} (GFAIR_JOB_DISK_MAX_BYTES): killed\n"
@@ -919,6 +938,8 @@ class JobSupervisor:
         while True:
             try:
                 await self._absorb(job, await anyio.to_thread.run_sync(job.tail.read))
+                if job.parked is None and not job.eager:
+                    await anyio.to_thread.run_sync(job.tail.shrink)
             except Exception:
                 # Whatever the job's records make fail, its watcher goes on to report its exit.
                 _log.exception("job %s: its progress is no longer read", job.handle.job_id)

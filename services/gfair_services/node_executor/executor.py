@@ -188,6 +188,7 @@ class NodeExecutor:
             progress_interval_s=self.settings.progress_every_s,
             progress_limits=self.settings.progress_limits,
             disk_max_bytes=self.settings.job_disk_max_bytes,
+            output_max_bytes=self.settings.job_output_max_bytes,
             disk_check_s=self.settings.job_disk_check_s,
             account=self._account(user),
             cgroups=(cgroups := self._cgroup_tree(user)),

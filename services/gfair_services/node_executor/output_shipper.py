@@ -15,9 +15,10 @@ shipped, its runs' directories go, with its default working directory (`sweep`, 
 an hour).
 
 What a run keeps of each output is capped (`max_bytes`): past it the shipper cuts the file
-back to the cap and a note saying so (`capped_note`), which is shipped as its end, and logs it
-once. A pass ships at most `pass_bytes` of a run, so a flood's backlog goes out over several
-passes between which the executor does its other work.
+back to the cap and a note saying so (`cap_output`; the supervisor does so too, every half
+second, while the job runs), which is shipped as its end, and logs it once. A pass ships at
+most `pass_bytes` of a run, so a flood's backlog goes out over several passes between which
+the executor does its other work.
 """
 
 from __future__ import annotations
@@ -35,15 +36,14 @@ from typing import Protocol
 import structlog
 
 from gfair.bus.job_output import (
-    DEFAULT_OUTPUT_MAX_BYTES,
     MAX_CHUNK_BYTES,
     OUTPUTS,
     OutputChunk,
-    capped_note,
     publish_chunk,
 )
 from gfair.bus.transport import Bus
 from gfair.events.fields import JobRef
+from gfair.node.job_disk import OUTPUT_MAX_BYTES, cap_output, capped_note
 from gfair.node.job_files import NotOwnFile, open_own
 from gfair.node.run_directory import TOLD_RECORD
 
@@ -76,7 +76,7 @@ class OutputShipper:
         *,
         interval_s: float = 1.0,
         chunk_bytes: int = MAX_CHUNK_BYTES,
-        max_bytes: int = DEFAULT_OUTPUT_MAX_BYTES,
+        max_bytes: int = OUTPUT_MAX_BYTES,
         pass_bytes: int = 64 * MAX_CHUNK_BYTES,
         retention_s: float | None = None,
         clock: Callable[[], float] = time.time,
@@ -167,7 +167,7 @@ class OutputShipper:
         for output in OUTPUTS:
             path = run / f"{output}.log"
             note = capped_note(output, self._max_bytes)
-            cut = await asyncio.to_thread(_cap, path, self._max_bytes, note)
+            cut = await asyncio.to_thread(cap_output, path, output, self._max_bytes)
             if cut and (run, output) not in self._capped:
                 self._capped.add((run, output))
                 _log.warning(
@@ -253,24 +253,6 @@ def _read_at(path: Path, offset: int, size: int) -> bytes:
             return stream.read(size)
     except (FileNotFoundError, NotOwnFile):
         return b""
-
-
-def _cap(path: Path, max_bytes: int, note: bytes) -> bool:
-    """Cut the output at `path` back to its first `max_bytes` and `note`; whether it was over.
-    The job appends (O_APPEND), so what it writes next lands after the note, to be cut at the
-    next pass; the file is the executor's (0600), never a link."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        if os.fstat(fd).st_size <= max_bytes + len(note):
-            return False
-        os.pwrite(fd, note, max_bytes)
-        os.ftruncate(fd, max_bytes + len(note))
-        return True
-    finally:
-        os.close(fd)
 
 
 def _read_record(path: Path) -> dict[str, object]:

@@ -11,7 +11,6 @@ from typing import Literal, Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gfair.bus.job_output import DEFAULT_OUTPUT_MAX_BYTES
 from gfair.core.cluster import parse_cluster_spec
 from gfair.events.fields import TOKEN_REGEX
 from gfair.node.job_account import (
@@ -24,6 +23,7 @@ from gfair.node.job_account import (
     parse_accounts,
 )
 from gfair.node.job_cgroup import AUTO, CgroupError, locate
+from gfair.node.job_disk import OUTPUT_MAX_BYTES
 from gfair.node.job_limits import JobLimits, LimitError, check_host, parse_size
 from gfair.node.progress import ProgressLimits
 from gfair.node.simulated import parse_gpu_spec
@@ -146,7 +146,7 @@ class NodeExecutorSettings(BaseSettings):
         "their first and last); more are dropped and counted",
     )
     job_output_max_bytes: int = Field(
-        default=DEFAULT_OUTPUT_MAX_BYTES,
+        default=OUTPUT_MAX_BYTES,
         gt=0,
         description="What a run's stdout.log and stderr.log each keep on the node and ship to "
         "NATS; past it the file is cut back to this with a note saying so, and the rest of the "
