@@ -203,3 +203,32 @@ async def test_the_orphans_a_job_leaves_are_collected(
         exited = await supervisor.wait("orphans")
         assert exited.exit_code == 0, exited.stderr_tail
         await eventually(lambda: _zombies_of(ALICE.uid) == 0, timeout_s=10)
+
+
+async def test_what_a_job_leaves_in_the_shared_tmp_goes_once_its_account_runs_nothing(
+    tmp_path: Path, trees: tuple[CgroupTree | None, LimitTree]
+) -> None:
+    """The second red-team pass: 50 MB in /tmp and /var/tmp (and a world-writable directory)
+    outlived the job, held by no cgroup."""
+    tree, limits = trees
+    secret = tmp_path / "root-only"
+    secret.write_text("root's")
+    name = f"gfair-left-{os.getpid()}"
+    litter = (
+        "import os, sys\n"
+        "name, secret = sys.argv[1], sys.argv[2]\n"
+        "open(f'/tmp/{name}', 'wb').write(b'x' * (1 << 20))\n"
+        "open(f'/var/tmp/{name}', 'wb').write(b'x' * (1 << 20))\n"
+        "os.mkdir(f'/tmp/{name}.d', 0o777)\n"
+        "open(f'/tmp/{name}.d/inner', 'w').write('x')\n"
+        "os.symlink(secret, f'/tmp/{name}.link')\n"
+    )
+    config = make_config(tmp_path, account=ALICE, cgroups=tree, limits=limits)
+    async with JobSupervisor(config) as supervisor:
+        await supervisor.start(python_job("litter-tmp", litter, name, str(secret)))
+        exited = await supervisor.wait("litter-tmp")
+    assert exited.exit_code == 0, exited.stderr_tail
+    left = [Path(f"/tmp/{name}"), Path(f"/var/tmp/{name}"), Path(f"/tmp/{name}.d")]
+    left.append(Path(f"/tmp/{name}.link"))
+    assert [p for p in left if p.exists() or p.is_symlink()] == []
+    assert secret.read_text() == "root's"  # the link went, not what it pointed at

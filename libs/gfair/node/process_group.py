@@ -194,6 +194,18 @@ def reap_zombies_in(cgroup: str, spared: Collection[int]) -> int:
     return reaped
 
 
+def any_running_as(uid: int) -> bool:
+    """Whether a process of `uid` (zombies aside) runs anywhere on this host."""
+    for pid, state, _ in _processes():
+        try:
+            owner = (_PROC / str(pid)).stat().st_uid
+        except OSError:
+            continue
+        if owner == uid and state != b"Z":
+            return True
+    return False
+
+
 def _processes() -> Iterator[tuple[int, bytes, int]]:
     """(pid, state, parent) of every process /proc shows."""
     try:

@@ -53,6 +53,7 @@ from gfair.node.lifecycle import (
 )
 from gfair.node.orphans import ReapedRun, reap_orphans
 from gfair.node.process_group import (
+    any_running_as,
     collect,
     enable_subreaper,
     group_exists,
@@ -66,7 +67,7 @@ from gfair.node.process_group import (
 from gfair.node.progress import ProgressLimits, ProgressTail, RateWindow
 from gfair.node.run_directory import PASSAGE_MODE, RunDirectory
 from gfair.node.supervised_job import SupervisedJob
-from gfair.node.tenant_paths import made, make_job_directory, owners, remove_in
+from gfair.node.tenant_paths import made, make_job_directory, owners, remove_in, remove_owned
 from gfair.sdk.checkpoint import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint
 from gfair.sdk.environment import ENV_CONTROL_DIR, PARKED_MARKER, JobEnvironment
 from gfair.sdk.parking import ANSWER_SIGNAL
@@ -148,6 +149,9 @@ class SupervisorConfig:
     # (`job_disk`); None: no cap.
     disk_max_bytes: int | None = None
     output_max_bytes: int | None = None
+    # The node's shared temporary directories, cleared of what an account left once none of
+    # its jobs runs here (only for an account of its own: never the executor's).
+    shared_tmp: tuple[Path, ...] = (Path("/tmp"), Path("/var/tmp"))
     disk_check_s: float = 30.0
 
 
@@ -857,6 +861,7 @@ class JobSupervisor:
                     # Counted before the job's cgroups go with what is left of it.
                     oom_kills = job.limits.oom_kills() if job.limits is not None else 0
                     await self._clear_group(job)
+                    await self._clear_shared_tmp(job)
                     if job.limits is not None:
                         job.limits.remove()
                     if oom_kills:
@@ -881,6 +886,20 @@ class JobSupervisor:
             # Waiters (suspend, kill, wait) wake after the exit's events are in the stream.
             job.exited.set()
             _notify(job)
+
+    async def _clear_shared_tmp(self, job: SupervisedJob) -> None:
+        """What the account left in the node's shared temporary directories, once it has no
+        process left here: files there are held by no cgroup and would outlive every job (its
+        ``TMPDIR`` and ``/dev/shm`` are its own, `job_sandbox`; ``/tmp`` is not replaced, since
+        paths under it are handed to jobs)."""
+        account = self.config.account
+        if account is None or any(j is not job for j in self._jobs.values()):
+            return
+        # Another node's executor on this host (virtual nodes) may run the account's jobs too.
+        if await anyio.to_thread.run_sync(any_running_as, account.uid):
+            return
+        for directory in self.config.shared_tmp:
+            await anyio.to_thread.run_sync(remove_owned, directory, account.uid)
 
     async def _clear_group(self, job: SupervisedJob) -> None:
         """The leader is gone; anything left in its group (workers, daemons) goes with it, and

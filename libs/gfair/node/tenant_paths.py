@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
 from collections.abc import Collection, Iterator
 from pathlib import Path
@@ -132,3 +133,26 @@ def _what(parent: Parent, name: str) -> str:
     except OSError:
         return "is not a directory"
     return "is a symbolic link" if stat.S_ISLNK(mode) else "is not a directory"
+
+
+def remove_owned(directory: Path, uid: int) -> int:
+    """Remove what `uid` left at the top of a shared directory (``/tmp``, ``/var/tmp``), links
+    unfollowed (a directory through descriptors, `shutil.rmtree`); how many entries went.
+    Called once none of the account's processes is left to race it."""
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != uid:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            continue  # gone meanwhile, or swapped for something rmtree will not follow
+    return removed
