@@ -39,9 +39,11 @@ from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.topology import Topology
 from gfair.events.fields import JobRef
 from gfair.node.job_account import derived_account
+from gfair.node.job_disk import OUTPUT_MAX_BYTES
 from gfair.node.launch import JobLaunch
 from gfair.node.supervisor import JobSupervisor, SupervisorConfig
 from gfair_services.node_executor.output_shipper import OutputShipper
+from gfair_services.node_executor.settings import NodeExecutorSettings
 
 # As root the job runs as another account, which may not reach a virtual environment's Python.
 JOB_PYTHON = "/usr/bin/python3" if os.geteuid() == 0 else sys.executable
@@ -79,8 +81,14 @@ JOBS = {
 
 async def run_variant(variant: str, seconds: float, tick_s: float, root: Path) -> dict[str, float]:
     account = derived_account("bench-flood") if os.geteuid() == 0 else None
+    # The node executor's caps (its settings' defaults): output files, the whole run directory.
     config = SupervisorConfig(
-        node_id="bench", run_root=root / "runs", checkpoint_root=root / "ckpt", account=account
+        node_id="bench",
+        run_root=root / "runs",
+        checkpoint_root=root / "ckpt",
+        account=account,
+        output_max_bytes=OUTPUT_MAX_BYTES,
+        disk_max_bytes=NodeExecutorSettings().job_disk_max_bytes,
     )
     bus = InMemoryBus()
     await bus.ensure_topology(Topology(streams=(job_output_stream(),)))
