@@ -197,12 +197,14 @@ async def test_the_orphans_a_job_leaves_are_collected(
         "        os._exit(0)\n"
         "time.sleep(0.5)\n"
     )
-    config = make_config(tmp_path, account=ALICE, cgroups=tree, limits=limits)
+    # An account of its own: the zombies counted are this test's only.
+    account = derived_account("orphan-maker")
+    config = make_config(tmp_path, account=account, cgroups=tree, limits=limits)
     async with JobSupervisor(config) as supervisor:
         await supervisor.start(python_job("orphans", orphans))
         exited = await supervisor.wait("orphans")
         assert exited.exit_code == 0, exited.stderr_tail
-        await eventually(lambda: _zombies_of(ALICE.uid) == 0, timeout_s=10)
+        await eventually(lambda: _zombies_of(account.uid) == 0, timeout_s=10)
 
 
 async def test_what_a_job_leaves_in_the_shared_tmp_goes_once_its_account_runs_nothing(

@@ -262,6 +262,10 @@ class JobSupervisor:
         with anyio.CancelScope(shield=True):
             await self.shutdown()
             if self.config.cgroups is not None:
+                shown = self.config.cgroups.shown_as()
+                if self.config.reap_descendants and shown is not None:
+                    # The orphans of the jobs just stopped: no later sweep would see them.
+                    await anyio.to_thread.run_sync(reap_zombies_in, shown, set())
                 self.config.cgroups.close()
             if self.config.limits is not None:
                 self.config.limits.close()
