@@ -83,23 +83,9 @@ def enable_subreaper() -> bool:
 
 
 def group_members(pgid: int) -> list[Member]:
-    members = []
-    try:
-        entries = list(_PROC.iterdir())
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_bytes()
-        except OSError:
-            continue  # exited meanwhile
-        # Fields after the parenthesised command name: state, ppid, pgrp, ...
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        if int(fields[2]) == pgid:
-            members.append(Member(int(entry.name), int(fields[1]), fields[0] == b"Z"))
-    return members
+    return [
+        Member(pid, ppid, state == b"Z") for pid, state, ppid, pgrp in _processes() if pgrp == pgid
+    ]
 
 
 def marked(name: str, value: str) -> list[Member]:
@@ -179,7 +165,7 @@ def reap_zombies_in(cgroup: str, spared: Collection[int]) -> int:
     anyone waits for is taken.
     """
     me, reaped = os.getpid(), 0
-    for pid, state, ppid in _processes():
+    for pid, state, ppid, _ in _processes():
         if state != b"Z" or ppid != me or pid in spared:
             continue
         try:
@@ -196,7 +182,7 @@ def reap_zombies_in(cgroup: str, spared: Collection[int]) -> int:
 
 def any_running_as(uid: int) -> bool:
     """Whether a process of `uid` (zombies aside) runs anywhere on this host."""
-    for pid, state, _ in _processes():
+    for pid, state, _, _ in _processes():
         try:
             owner = (_PROC / str(pid)).stat().st_uid
         except OSError:
@@ -206,8 +192,8 @@ def any_running_as(uid: int) -> bool:
     return False
 
 
-def _processes() -> Iterator[tuple[int, bytes, int]]:
-    """(pid, state, parent) of every process /proc shows."""
+def _processes() -> Iterator[tuple[int, bytes, int, int]]:
+    """(pid, state, parent, process group) of every process /proc shows."""
     try:
         entries = list(_PROC.iterdir())
     except OSError:
@@ -219,8 +205,9 @@ def _processes() -> Iterator[tuple[int, bytes, int]]:
             stat = (entry / "stat").read_bytes()
         except OSError:
             continue  # exited meanwhile
+        # Fields after the parenthesised command name: state, ppid, pgrp, ...
         fields = stat[stat.rindex(b")") + 2 :].split()
-        yield int(entry.name), fields[0], int(fields[1])
+        yield int(entry.name), fields[0], int(fields[1]), int(fields[2])
 
 
 def reap_zombie_members(pgid: int) -> int:
