@@ -496,6 +496,10 @@ class TenantImports:
     services: tuple[str, ...]
     streams: tuple[str, ...]
 
+    def by_kind(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """(``service`` or ``stream``, subjects): as exports and imports name them."""
+        return (("service", self.services), ("stream", self.streams))
+
 
 def tenant_imports(tenant: Tenant) -> TenantImports:
     """Its requests as services (replies remapped into its own account), its events as a stream."""
@@ -532,8 +536,7 @@ def _services_account(tenants: Tenants) -> list[str]:
     lines += [f"      {login}" for login in logins]
     lines += ["    ]", "    exports: ["]
     for tenant in tenants.tenants:
-        imports = tenant_imports(tenant)
-        for kind, subjects in (("service", imports.services), ("stream", imports.streams)):
+        for kind, subjects in tenant_imports(tenant).by_kind():
             lines += [
                 f'      {{{kind}: "{subject}", accounts: ["{tenant.account}"]}}'
                 for subject in subjects
@@ -543,13 +546,12 @@ def _services_account(tenants: Tenants) -> list[str]:
 
 
 def _tenant_account(tenant: Tenant) -> list[str]:
-    imports = tenant_imports(tenant)
     lines = [f'  "{tenant.account}": {{', "    users: ["]
     lines.append(
         f"      {_login(tenant.name, tenant.password_variable, tenant.permissions_variable)}"
     )
     lines += ["    ]", "    imports: ["]
-    for kind, subjects in (("service", imports.services), ("stream", imports.streams)):
+    for kind, subjects in tenant_imports(tenant).by_kind():
         lines += [
             f'      {{{kind}: {{account: "{SERVICES_ACCOUNT}", subject: "{subject}"}}}}'
             for subject in subjects

@@ -4,10 +4,8 @@ stops on SIGTERM while such a job runs."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import anyio
@@ -27,7 +25,7 @@ from node.helpers import (
     reachable_tmp,
     sdk_on_pythonpath,
 )
-from services.test_node_executor import NODE, Node, nats_bus, spawn, start_command
+from services.test_node_executor import Node, executor_process, nats_bus, start_command
 
 tmp_path = pytest.fixture(name="tmp_path")(reachable_tmp)
 sdk_for_jobs = pytest.fixture(autouse=True)(sdk_on_pythonpath)
@@ -69,28 +67,14 @@ async def test_a_progress_line_that_overflows_leaves_no_phantom_job(tmp_path: Pa
 async def test_the_executor_stops_on_sigterm_while_a_job_floods_its_progress(
     nats_server: EmbeddedNatsServer, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "GFAIR_NATS_URL": nats_server.url, "GFAIR_LOG_LEVEL": "WARNING"}
     work = tmp_path / "work"
-    process = spawn(
-        [
-            sys.executable,
-            "-m",
-            "gfair_services.node_executor",
-            "--node-id",
-            NODE,
-            "--simulate-gpus",
-            "v100:2",
-            "--checkpoint-root",
-            str(tmp_path / "checkpoints"),
-            "--work-root",
-            str(work),
-            "--suspend-timeout-s",
-            "1",
-            "--term-grace-s",
-            "1",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
+    process = executor_process(
+        nats_server,
+        tmp_path,
+        "--suspend-timeout-s",
+        "1",
+        "--term-grace-s",
+        "1",
         stderr=subprocess.DEVNULL,
     )
     bus = await nats_bus(nats_server)

@@ -182,6 +182,17 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10
         await asyncio.sleep(0.02)
 
 
+def executor_process(
+    nats_server: EmbeddedNatsServer, tmp_path: Path, *flags: str, **options: object
+) -> subprocess.Popen[bytes]:
+    """A node executor as its own process (`NODE`, two simulated V100s), for signal tests."""
+    argv = [sys.executable, "-m", "gfair_services.node_executor", "--node-id", NODE]
+    argv += ["--simulate-gpus", "v100:2", "--checkpoint-root", str(tmp_path / "checkpoints")]
+    argv += ["--work-root", str(tmp_path / "work"), *flags]
+    env = {**os.environ, "GFAIR_NATS_URL": nats_server.url, "GFAIR_LOG_LEVEL": "WARNING"}
+    return spawn(argv, env=env, stdout=subprocess.DEVNULL, **options)
+
+
 def spawn(argv: Sequence[str], **options: object) -> subprocess.Popen[bytes]:
     # Starting a process takes a fork and an exec: fine for a test to do inline.
     return subprocess.Popen(argv, **options)  # type: ignore[call-overload,no-any-return]
@@ -797,30 +808,8 @@ async def test_synthetic_job_start_progress_suspend_resume_complete(
 async def test_sigterm_drains_jobs_before_the_process_exits(
     nats_server: EmbeddedNatsServer, tmp_path: Path
 ) -> None:
-    env = {
-        **os.environ,
-        "GFAIR_NATS_URL": nats_server.url,
-        "GFAIR_LOG_LEVEL": "WARNING",
-    }
-    process = spawn(
-        [
-            sys.executable,
-            "-m",
-            "gfair_services.node_executor",
-            "--node-id",
-            NODE,
-            "--simulate-gpus",
-            "v100:2",
-            "--checkpoint-root",
-            str(tmp_path / "checkpoints"),
-            "--work-root",
-            str(tmp_path / "work"),
-            "--suspend-timeout-s",
-            "10",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    process = executor_process(
+        nats_server, tmp_path, "--suspend-timeout-s", "10", stderr=subprocess.PIPE
     )
     bus = await nats_bus(nats_server)
     try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import platform
 import struct
@@ -129,9 +130,10 @@ def allow_only(cgroup: Path, rules: Sequence[str]) -> None:
         os.close(prog)  # the attachment holds the program
 
 
+@functools.cache
 def available() -> bool:
     """Whether this host lets the executor load device programs (root, a kernel with eBPF
-    cgroup programs, no seccomp filter refusing ``bpf``)."""
+    cgroup programs, no seccomp filter refusing ``bpf``); asked once a process."""
     try:
         os.close(load(()))
     except DeviceProgramError:

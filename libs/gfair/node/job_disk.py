@@ -46,6 +46,12 @@ def cap_output(path: Path, output: str, max_bytes: int) -> bool:
         os.close(fd)
 
 
+def cap_outputs(run_dir: Path, max_bytes: int) -> list[str]:
+    """`cap_output` for both outputs of the run in `run_dir` (`RunDirectory.stdout`,
+    `.stderr`); those that were over."""
+    return [o for o in ("stdout", "stderr") if cap_output(run_dir / f"{o}.log", o, max_bytes)]
+
+
 def disk_overrun(root: Path, cap: int, max_entries: int = MAX_ENTRIES) -> str | None:
     """None while `root` holds at most `cap` bytes in at most `max_entries` names; else what
     it went over, said for the job's stderr ("went over its disk cap of ...")."""

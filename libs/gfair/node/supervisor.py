@@ -37,7 +37,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gfair.node.job_account import JobAccount
 from gfair.node.job_cgroup import CgroupTree, empty
-from gfair.node.job_disk import cap_output, disk_overrun
+from gfair.node.job_disk import cap_outputs, disk_overrun
 from gfair.node.job_files import NotOwnFile, own_checkpoint
 from gfair.node.job_limits import JobLimitGroups, LimitError, LimitTree, device_rules
 from gfair.node.job_sandbox import spawn
@@ -204,6 +204,8 @@ class JobSupervisor:
         self.dropped_progress_events = 0
         self.reaped: list[ReapedRun] = []
         self._task_group: anyio.abc.TaskGroup | None = None
+        # How /proc names its jobs' cgroups, where their orphans' zombies are collected.
+        self._zombies_in: str | None = None
         self._closing = False
 
     async def __aenter__(self) -> JobSupervisor:
@@ -239,8 +241,10 @@ class JobSupervisor:
             await anyio.to_thread.run_sync(self.config.limits.sweep)
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
-        shown = self.config.cgroups.shown_as() if self.config.cgroups is not None else None
-        if self.config.reap_descendants and shown is not None:
+        cgroups = self.config.cgroups
+        shown = cgroups.shown_as() if cgroups is not None and self.config.reap_descendants else None
+        self._zombies_in = shown
+        if shown is not None:
             self._task_group.start_soon(self._reap_zombies, shown, name="gfair-zombies")
         return self
 
@@ -261,11 +265,10 @@ class JobSupervisor:
         # Shielded: even when the executor is being cancelled, its jobs must not outlive it.
         with anyio.CancelScope(shield=True):
             await self.shutdown()
+            if self._zombies_in is not None:
+                # The orphans of the jobs just stopped: no later sweep would see them.
+                await anyio.to_thread.run_sync(reap_zombies_in, self._zombies_in, set())
             if self.config.cgroups is not None:
-                shown = self.config.cgroups.shown_as()
-                if self.config.reap_descendants and shown is not None:
-                    # The orphans of the jobs just stopped: no later sweep would see them.
-                    await anyio.to_thread.run_sync(reap_zombies_in, shown, set())
                 self.config.cgroups.close()
             if self.config.limits is not None:
                 self.config.limits.close()
@@ -853,7 +856,8 @@ class JobSupervisor:
             try:
                 async with anyio.create_task_group() as group:
                     group.start_soon(self._follow_progress, job)
-                    group.start_soon(self._watch_disk, job)
+                    if self.config.output_max_bytes or self.config.disk_max_bytes:
+                        group.start_soon(self._watch_disk, job)
                     returncode = await job.process.wait()
                     group.cancel_scope.cancel()
             finally:
@@ -872,9 +876,7 @@ class JobSupervisor:
                         _note_oom_kills(job, oom_kills)
                     if self.config.output_max_bytes is not None:
                         # What it wrote since the last cut, before its exit reads the tail.
-                        for output in ("stdout", "stderr"):
-                            path = job.handle.paths.run_dir / f"{output}.log"
-                            cap_output(path, output, self.config.output_max_bytes)
+                        cap_outputs(job.handle.paths.run_dir, self.config.output_max_bytes)
                     latest = await anyio.to_thread.run_sync(job.own_latest)
                     # A parked process killed before it checkpointed leaves its marker; gone
                     # now, so a start elsewhere waits for nothing (never through a link the
@@ -942,9 +944,7 @@ class JobSupervisor:
         while True:
             await anyio.sleep(_OUTPUT_CAP_S)
             if output_cap is not None:
-                for output in ("stdout", "stderr"):
-                    path = run_dir / f"{output}.log"
-                    await anyio.to_thread.run_sync(cap_output, path, output, output_cap)
+                await anyio.to_thread.run_sync(cap_outputs, run_dir, output_cap)
             if cap is None or time.monotonic() - measured < self.config.disk_check_s:
                 continue
             measured = time.monotonic()
