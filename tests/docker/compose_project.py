@@ -1,0 +1,167 @@
+"""A compose project in a real Docker engine, as the tests start, crash and stop it.
+
+Each project has its own name, secrets, published ports (on 127.0.0.1 only, chosen free) and
+volumes, so several can run side by side in one engine: a control plane and the GPU servers
+that join it, or two test modules. The images are the local stand-ins of
+`deploy/images/build-local.sh` (no registry is reachable from CI) and the gfair image built
+from `deploy/Dockerfile` by the session's `gfair_image` fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gfair.client import ConnectOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = str(Path(sys.executable).parent / "docker-compose")
+SECRETS_TEMPLATE = ROOT / "deploy" / "compose.env.example"
+# The control plane's gfair containers, as compose.yaml names them.
+CONTROL_PLANE = (
+    "profiler",
+    "placement",
+    "split-stride",
+    "trading-auction",
+    "failure-detector",
+    "query",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def fresh_secrets() -> dict[str, str]:
+    """A secret for each variable of the template, as an operator makes them."""
+    lines = SECRETS_TEMPLATE.read_text().splitlines()
+    names = [line[:-1] for line in lines if line.endswith("=") and not line.startswith("#")]
+    return {name: secrets.token_hex(32) for name in names}
+
+
+def docker(*args: str, timeout_s: float = 120, check: bool = True) -> str:
+    result = subprocess.run(
+        ["docker", *args], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)} failed:\n{result.stderr}")
+    return result.stdout
+
+
+@dataclass
+class ComposeProject:
+    """One `docker compose -p <name>` project: its files, its variables and its env file."""
+
+    name: str
+    files: Sequence[Path]
+    variables: dict[str, str]
+    workdir: Path
+    started: list[str] = field(default_factory=list)
+
+    @property
+    def env_file(self) -> Path:
+        return self.workdir / f"{self.name}.env"
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.env_file.write_text("".join(f"{k}={v}\n" for k, v in self.variables.items()))
+
+    def compose(self, *args: str, timeout_s: float = 300, check: bool = True) -> str:
+        # Only the project's own variables: none of the operator's shell (GFAIR_NATS_URL of
+        # the CLI on this host, say) reaches the services.
+        env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")}
+        files = [arg for path in self.files for arg in ("-f", str(path))]
+        command = [COMPOSE, "-p", self.name, "--project-directory", str(ROOT)]
+        command += ["--env-file", str(self.env_file), *files, *args]
+        result = subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
+        )
+        # The docker-compose wrapper may drop compose's exit status; its error still shows.
+        failed = result.returncode != 0 or "Error response from daemon" in result.stderr
+        if check and failed:
+            raise AssertionError(f"docker compose {' '.join(args)} failed:\n{result.stderr}")
+        return result.stdout
+
+    def up(self, *services: str, timeout_s: float = 300) -> None:
+        self.compose("up", "-d", "--no-build", "--wait", *services, timeout_s=timeout_s)
+        self.started += [s for s in services if s not in self.started]
+
+    def down(self, *, volumes: bool) -> None:
+        self.compose("down", *(["--volumes"] if volumes else []), "--timeout", "20")
+
+    def containers(self, service: str | None = None) -> list[dict[str, object]]:
+        out = self.compose("ps", "--all", "--format", "json", *([service] if service else []))
+        # One JSON object per line (compose v2), or one array (older releases).
+        text = out.strip()
+        if not text:
+            return []
+        if text.startswith("["):
+            found: list[dict[str, object]] = json.loads(text)
+            return found
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def container_id(self, service: str) -> str:
+        (only,) = [str(c["ID"]) for c in self.containers(service)]
+        return only
+
+    def crash(self, service: str) -> None:
+        """SIGKILL the container's first process from the host, as a crash would: the engine
+        restarts it (`restart: unless-stopped`), unlike after `docker kill`, which counts as
+        stopped by hand."""
+        pid = int(docker("inspect", "-f", "{{.State.Pid}}", self.container_id(service)).strip())
+        before = self.restarts(service)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while self.restarts(service) == before or not self.running(service):
+            assert time.monotonic() < deadline, f"{service} was not restarted after its crash"
+            time.sleep(0.5)
+
+    def restarts(self, service: str) -> int:
+        out = docker("inspect", "-f", "{{.RestartCount}}", self.container_id(service))
+        return int(out.strip())
+
+    def running(self, service: str) -> bool:
+        out = docker("inspect", "-f", "{{.State.Running}}", self.container_id(service))
+        return out.strip() == "true"
+
+    def logs(self, services: Iterable[str] = (), tail: int = 30) -> str:
+        return self.compose("logs", "--no-color", "--tail", str(tail), *services, check=False)
+
+    def memory_mib(self) -> dict[str, float]:
+        """Each running container's memory, as `docker stats` reads it from its cgroup."""
+        ids = [str(c["ID"]) for c in self.containers() if c.get("State") == "running"]
+        out = docker("stats", "--no-stream", "--format", "{{json .}}", *ids)
+        found = {}
+        for line in out.splitlines():
+            row = json.loads(line)
+            used = row["MemUsage"].split("/")[0].strip()
+            found[row["Name"]] = _mib(used)
+        return found
+
+    def login(self, user: str, password_variable: str, port_variable: str = "GFAIR_NATS_PORT") -> ConnectOptions:
+        """How a tool on the host logs in, through the published broker port."""
+        return ConnectOptions(
+            servers=(f"nats://127.0.0.1:{self.variables[port_variable]}",),
+            user=user,
+            password=self.variables[password_variable],
+        )
+
+
+def _mib(text: str) -> float:
+    units = {"B": 1 / 2**20, "KiB": 1 / 2**10, "MiB": 1.0, "GiB": 2**10, "kB": 1e3 / 2**20, "MB": 1e6 / 2**20, "GB": 1e9 / 2**20}
+    for unit in sorted(units, key=len, reverse=True):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * units[unit]
+    raise ValueError(f"not a memory size: {text}")
