@@ -106,15 +106,17 @@ def percentiles(values: list[float]) -> str:
 
 
 async def measure_latency(
-    publisher: EventPublisher, timeline: Timeline, jobs: int, time_limit: float
-) -> None:
+    publisher: EventPublisher, timeline: Timeline, jobs: int, time_limit: float, user: str = USER
+) -> list[float]:
+    """Submit -> running (ms) of `jobs` jobs one at a time, each let end first; prints them
+    with their hops and returns them."""
     deadline = time.monotonic() + time_limit
     ids = []
     for n in range(jobs):
         if time.monotonic() > deadline:
             break
         job_id = f"latency-{n}"
-        await publisher.publish(JobSubmitted(user=USER, job_id=job_id, gpus=1, command=("true",)))
+        await publisher.publish(JobSubmitted(user=user, job_id=job_id, gpus=1, command=("true",)))
         ids.append(job_id)
         # One at a time, on an idle cluster: wait until it ran and ended.
         await timeline.wait(job_id, {"completed", "failed", "rejected"}, 30)
@@ -130,6 +132,7 @@ async def measure_latency(
     missing = len(ids) - len(total)
     if missing:
         print(f"  ({missing} of {len(ids)} never reported started)")
+    return total
 
 
 async def settle(connection: nats.NATS, timeout_s: float = 60.0) -> float:

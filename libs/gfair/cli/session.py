@@ -30,6 +30,7 @@ from gfair.client import (
     NotReachable,
     WaitTimeout,
 )
+from gfair.client.connection import tenant_login
 from gfair.events.states import JobState
 from gfair.events.subjects import SubjectError, validate_token
 
@@ -70,12 +71,15 @@ def add_connection_flags(parser: argparse.ArgumentParser, *, nested: bool = Fals
 
 
 def add_user_flag(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
-    default = os.environ.get(USER_ENV)
+    # A tenant logged in as herself (GFAIR_NATS_USER) acts for herself: her login may
+    # submit and read nothing else.
+    login = os.environ.get("GFAIR_NATS_USER")
+    default = os.environ.get(USER_ENV) or (tenant_login(login) if login else None)
     parser.add_argument(
         "--user",
         default=default,
         required=required and default is None,
-        help=f"the job's user (default: ${USER_ENV})",
+        help=f"the job's user (default: ${USER_ENV}, else a tenant's own login)",
     )
 
 

@@ -112,11 +112,17 @@ class ConnectOptions:
             return None
         if not isinstance(user, str):
             raise ValueError("reads='query' needs a user login (the tenant the service answers)")
-        services = os.environ.get(SERVICES_USER_VARIABLE) or SERVICES_USER
-        privileged = {OPERATOR_USER, QUERY_USER, services}
-        if self.reads == "auto" and (user in privileged or user.startswith(NODE_USER_PREFIX)):
+        if self.reads == "auto" and tenant_login(user) is None:
             return None
         return user
+
+
+def tenant_login(user: str) -> str | None:
+    """The tenant a NATS login is, or None for the operator's, the services' and nodes'."""
+    services = os.environ.get(SERVICES_USER_VARIABLE) or SERVICES_USER
+    if user in {OPERATOR_USER, QUERY_USER, services} or user.startswith(NODE_USER_PREFIX):
+        return None
+    return user
 
 
 async def connect_bus(options: ConnectOptions) -> NatsBus:

@@ -1,14 +1,16 @@
-"""A compose project in a real Docker engine, as the tests start, crash and stop it.
+"""A compose project in a real Docker engine, as the tests (tests/docker) and `bench.compose`
+start, crash and stop it, and the images it runs.
 
 Each project has its own name, secrets, published ports (on 127.0.0.1 only, chosen free) and
 volumes, so several can run side by side in one engine: a control plane and the GPU servers
 that join it, or two test modules. The images are the local stand-ins of
 `deploy/images/build-local.sh` (no registry is reachable from CI) and the gfair image built
-from `deploy/Dockerfile` by the session's `gfair_image` fixture.
+from `deploy/Dockerfile` (`build_images`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -17,15 +19,25 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gfair.client import ConnectOptions
+from gfair.client import ConnectOptions, GfairClient, NoCluster
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = str(Path(sys.executable).parent / "docker-compose")
 SECRETS_TEMPLATE = ROOT / "deploy" / "compose.env.example"
+# The host ports compose.yaml and deploy/compose.ha.yaml publish, each a variable.
+PORTS = (
+    "GFAIR_NATS_PORT",
+    "GFAIR_NATS_PORT_2",
+    "GFAIR_NATS_PORT_3",
+    "GFAIR_PROMETHEUS_PORT",
+    "GFAIR_JAEGER_PORT",
+    "GFAIR_GRAFANA_PORT",
+)
 # The control plane's gfair containers, as compose.yaml names them.
 CONTROL_PLANE = (
     "profiler",
@@ -49,6 +61,66 @@ def fresh_secrets() -> dict[str, str]:
     lines = SECRETS_TEMPLATE.read_text().splitlines()
     names = [line[:-1] for line in lines if line.endswith("=") and not line.startswith("#")]
     return {name: secrets.token_hex(32) for name in names}
+
+
+@dataclass(frozen=True)
+class Images:
+    """The images compose runs: the base stand-ins, and gfair's own with how it was built."""
+
+    variables: dict[str, str]  # PYTHON_IMAGE, NATS_IMAGE, PROMETHEUS_IMAGE, GFAIR_IMAGE
+    build_s: float
+    size_mb: float
+
+
+class ImagesUnavailable(Exception):
+    """The local base images could not be made (no debootstrap, not root, no network...)."""
+
+
+def build_images(*, no_cache: bool = False) -> Images:
+    """The local base images (deploy/images/build-local.sh, cached in the engine) and a
+    freshly tagged gfair image built from deploy/Dockerfile on them."""
+    env = dict(os.environ, PYTHON=sys.executable)
+    made = subprocess.run(
+        [str(ROOT / "deploy" / "images" / "build-local.sh")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if made.returncode != 0:
+        raise ImagesUnavailable(made.stderr[-2000:])
+    exported = made.stdout.strip().removeprefix("export ").split()
+    variables = dict(pair.split("=", 1) for pair in exported)
+    tag = f"gfair:test-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    build = ["build", "--quiet", "-f", "deploy/Dockerfile", "-t", tag]
+    build += ["--build-arg", f"PYTHON_IMAGE={variables['PYTHON_IMAGE']}"]
+    docker(*build, *(["--no-cache"] if no_cache else []), str(ROOT), timeout_s=900)
+    build_s = time.monotonic() - started
+    size = int(docker("image", "inspect", "-f", "{{.Size}}", tag).strip())
+    return Images({**variables, "GFAIR_IMAGE": tag}, build_s, size / 1e6)
+
+
+def project_variables(images: Images) -> dict[str, str]:
+    """A project's variables: fresh secrets, the images, every port free on 127.0.0.1."""
+    return {
+        **fresh_secrets(),
+        **images.variables,
+        "GFAIR_NATS_BIND": "127.0.0.1",
+        "GFAIR_UI_BIND": "127.0.0.1",
+        **{variable: str(free_port()) for variable in PORTS},
+    }
+
+
+def new_project(
+    images: Images, workdir: Path, files: Sequence[Path] = (), **extra: str
+) -> ComposeProject:
+    """A project of its own name, `project_variables` and `extra`, files in `workdir`."""
+    name = f"gfair-t{uuid.uuid4().hex[:8]}"
+    variables = {**project_variables(images), **extra}
+    return ComposeProject(name, list(files) or [ROOT / "compose.yaml"], variables, workdir / name)
 
 
 def docker(*args: str, timeout_s: float = 120, check: bool = True) -> str:
@@ -150,7 +222,9 @@ class ComposeProject:
             found[row["Name"]] = _mib(used)
         return found
 
-    def login(self, user: str, password_variable: str, port_variable: str = "GFAIR_NATS_PORT") -> ConnectOptions:
+    def login(
+        self, user: str, password_variable: str, port_variable: str = "GFAIR_NATS_PORT"
+    ) -> ConnectOptions:
         """How a tool on the host logs in, through the published broker port."""
         return ConnectOptions(
             servers=(f"nats://127.0.0.1:{self.variables[port_variable]}",),
@@ -160,8 +234,32 @@ class ComposeProject:
 
 
 def _mib(text: str) -> float:
-    units = {"B": 1 / 2**20, "KiB": 1 / 2**10, "MiB": 1.0, "GiB": 2**10, "kB": 1e3 / 2**20, "MB": 1e6 / 2**20, "GB": 1e9 / 2**20}
+    units = {
+        "B": 1 / 2**20,
+        "KiB": 1 / 2**10,
+        "MiB": 1.0,
+        "GiB": 2**10,
+        "kB": 1e3 / 2**20,
+        "MB": 1e6 / 2**20,
+        "GB": 1e9 / 2**20,
+    }
     for unit in sorted(units, key=len, reverse=True):
         if text.endswith(unit):
             return float(text[: -len(unit)]) * units[unit]
     raise ValueError(f"not a memory size: {text}")
+
+
+async def connected(login: ConnectOptions, project: ComposeProject) -> GfairClient:
+    """The operator's client once a node has registered (the services are up)."""
+    deadline = time.monotonic() + 90
+    client = await GfairClient.connect(options=login, poll_interval_s=0.2)
+    while True:
+        try:
+            if await client.nodes():
+                return client
+        except NoCluster:
+            pass
+        if time.monotonic() > deadline:
+            await client.close()
+            raise AssertionError(f"no node registered in 90 s\n{project.logs()}")
+        await asyncio.sleep(0.5)
