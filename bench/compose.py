@@ -80,6 +80,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 await asyncio.sleep(10)  # let start-up settle before reading memory
                 print("memory, MiB:")
                 memory_table("idle", project.memory_mib())
+                print("submit -> running through the engine, GPUs free:")
                 url = login.servers[0]
                 engine = await latency(url, "operator", login.password, args.latency_jobs)
                 for n in range(4):
@@ -91,9 +92,10 @@ async def main_async(args: argparse.Namespace) -> None:
     options = ClusterOptions(
         cluster="v100:1x4", quantum_s=60.0, data_dir=Path(tempfile.mkdtemp()), log_level="WARNING"
     )
+    print("submit -> running on the embedded cluster, GPUs free:")
     async with EmbeddedCluster(options) as cluster:
         embedded = await latency(cluster.nats_url, None, None, args.latency_jobs)
-    print("\nsubmit -> running, one job at a time, GPUs free:")
+    print("\nsubmit -> running, one job at a time, GPUs free, the two side by side:")
     print(f"  compose, in the engine   {percentiles(engine)}")
     print(f"  embedded cluster         {percentiles(embedded)}")
 

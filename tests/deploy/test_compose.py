@@ -415,3 +415,18 @@ async def test_the_compose_services_run_a_job_to_completion(
     for name, text in exported.items():
         assert "gfair_handler_duration_seconds_count{" in text, name
     assert "gfair_node_gpus_busy{" in exported["node-executor"]
+
+
+def test_the_services_broker_address_is_not_the_one_the_cli_reads_from_the_shell() -> None:
+    # An operator who exported the CLI's GFAIR_NATS_URL (the host's loopback) and then runs
+    # `docker compose up` must not point the services at their own loopback.
+    secrets_and_cli = {**compose_secrets(), "GFAIR_NATS_URL": "nats://127.0.0.1:4222"}
+    services = compose_config(secrets_and_cli)["services"]
+    urls = {
+        name: service["environment"]["GFAIR_NATS_URL"]
+        for name, service in services.items()
+        if "GFAIR_NATS_URL" in (service.get("environment") or {})
+    }
+    assert urls and set(urls.values()) == {"nats://nats:4222"}, urls
+    moved = compose_config({**secrets_and_cli, "GFAIR_COMPOSE_NATS_URL": "nats://broker:4222"})
+    assert moved["services"]["placement"]["environment"]["GFAIR_NATS_URL"] == "nats://broker:4222"
