@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from gfair.client import ConnectOptions, GfairClient, NoCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = str(Path(sys.executable).parent / "docker-compose")
+COMPOSE_FILE = ROOT / "compose.yaml"
 SECRETS_TEMPLATE = ROOT / "deploy" / "compose.env.example"
 # The host ports compose.yaml and deploy/compose.ha.yaml publish, each a variable.
 PORTS = (
@@ -103,10 +104,11 @@ def build_images(*, no_cache: bool = False) -> Images:
     return Images({**variables, "GFAIR_IMAGE": tag}, build_s, size / 1e6)
 
 
-def project_variables(images: Images) -> dict[str, str]:
-    """A project's variables: fresh secrets, the images, every port free on 127.0.0.1."""
+def project_variables(images: Images, secrets: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A project's variables: its secrets (fresh ones if not given), the images, and every
+    port free on 127.0.0.1."""
     return {
-        **fresh_secrets(),
+        **(fresh_secrets() if secrets is None else secrets),
         **images.variables,
         "GFAIR_NATS_BIND": "127.0.0.1",
         "GFAIR_UI_BIND": "127.0.0.1",
@@ -115,12 +117,16 @@ def project_variables(images: Images) -> dict[str, str]:
 
 
 def new_project(
-    images: Images, workdir: Path, files: Sequence[Path] = (), **extra: str
+    images: Images,
+    workdir: Path,
+    files: Sequence[Path] = (),
+    secrets: Mapping[str, str] | None = None,
+    **extra: str,
 ) -> ComposeProject:
     """A project of its own name, `project_variables` and `extra`, files in `workdir`."""
     name = f"gfair-t{uuid.uuid4().hex[:8]}"
-    variables = {**project_variables(images), **extra}
-    return ComposeProject(name, list(files) or [ROOT / "compose.yaml"], variables, workdir / name)
+    variables = {**project_variables(images, secrets), **extra}
+    return ComposeProject(name, list(files) or [COMPOSE_FILE], variables, workdir / name)
 
 
 def docker(*args: str, timeout_s: float = 120, check: bool = True) -> str:

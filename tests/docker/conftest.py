@@ -54,8 +54,13 @@ def compose_project(images: Images, tmp_path: Path) -> Iterator[ProjectFactory]:
     time-slices, suspends and migrates; each is taken down with its volumes after the test."""
     made: list[ComposeProject] = []
 
-    def make(files: Sequence[Path] = (), extra: Mapping[str, str] | None = None) -> ComposeProject:
-        project = new_project(images, tmp_path, files, **{"GFAIR_QUANTUM_S": "6", **(extra or {})})
+    def make(
+        files: Sequence[Path] = (),
+        extra: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
+    ) -> ComposeProject:
+        variables = {"GFAIR_QUANTUM_S": "6", **(extra or {})}
+        project = new_project(images, tmp_path, files, secrets, **variables)
         made.append(project)
         return project
 

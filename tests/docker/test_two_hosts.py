@@ -27,6 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from bench.compose_deployment import (
+    COMPOSE_FILE,
+    CONTROL_PLANE,
+    ROOT,
+    ComposeProject,
+    docker,
+    fresh_secrets,
+)
 
 from gfair.client import GfairClient
 from gfair.client.job_history import Outcomes, gpu_overlaps, job_history
@@ -40,10 +48,7 @@ from gfair.events.jobs import (
 )
 from gfair.events.states import JobState, NodeState
 
-from .compose_project import CONTROL_PLANE, ROOT, ComposeProject, docker, fresh_secrets
-from .conftest import COMPOSE_FILE, ProjectFactory
-
-pytestmark = [pytest.mark.docker]
+from .conftest import ProjectFactory
 
 HERE = Path(__file__).parent / "two_hosts"
 GPU_SERVER_FILE = ROOT / "deploy" / "gpu-server" / "compose.yaml"
