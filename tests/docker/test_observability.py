@@ -54,6 +54,14 @@ TENANTS = (
     ("bob", "GFAIR_TENANT_BOB_PASSWORD", ("obs-b1", "obs-b2")),
 )
 TRACED = ("alice", "obs-a1")
+# Every counter a panel reads, and the migrations the executors count.
+COUNTERS = (
+    "gfair_job_suspends_total",
+    "gfair_job_migrations_total",
+    "gfair_job_failures_total",
+    "gfair_dead_letters_total",
+    "gfair_trades_total",
+)
 
 T = TypeVar("T")
 
@@ -205,27 +213,26 @@ def test_prometheus_scrapes_every_service_each_panel_has_data_and_a_job_is_one_t
         lambda: f"gfair services up in Prometheus: {sorted(prometheus.up_services())}",
     )
 
-    # Idle, before any job: each executor's suspends are there at 0, for every reason, and
-    # so are the other counters.
-    def idle_suspends() -> dict[tuple[str, str], float]:
-        found = prometheus.query("gfair_job_suspends_total")
-        return {(s["metric"]["node"], s["metric"]["reason"]): float(s["value"][1]) for s in found}
+    # Idle, before any job: every counter is there at 0; each executor's suspends for every
+    # reason, the auction's trades once it knows both pools.
+    def idle_counters() -> dict[str, dict[str, float]] | None:
+        found = {
+            counter: {
+                json.dumps(s["metric"], sort_keys=True): float(s["value"][1])
+                for s in prometheus.query(counter)
+            }
+            for counter in COUNTERS
+        }
+        return found if all(found.values()) else None
 
-    every = {(node, reason.value) for node in EXECUTORS.values() for reason in SuspendReason}
     idle = until(
-        lambda: idle_suspends() if idle_suspends().keys() >= every else None,
-        60,
-        lambda: f"gfair_job_suspends_total: {idle_suspends()}",
+        idle_counters, 60, lambda: f"no series: {[c for c in COUNTERS if not prometheus.query(c)]}"
     )
-    assert idle == dict.fromkeys(every, 0.0)
-    for counter in (
-        "gfair_job_migrations_total",
-        "gfair_job_failures_total",
-        "gfair_dead_letters_total",
-        "gfair_trades_total",
-    ):
-        values = {float(s["value"][1]) for s in prometheus.query(counter)}
-        assert values == {0.0}, counter
+    for counter, series in idle.items():
+        assert set(series.values()) == {0.0}, (counter, series)
+    suspends_idle = {(s["node"], s["reason"]) for s in map(json.loads, idle[COUNTERS[0]])}
+    every = {(node, reason.value) for node in EXECUTORS.values() for reason in SuspendReason}
+    assert suspends_idle == every
 
     started = time.monotonic()
     ended = asyncio.run(run_workload(project))
