@@ -18,8 +18,8 @@ In Prometheus a name's dots become underscores, a unit in braces is dropped, ``s
 | ``gfair.user.gpus`` | gauge | user, pool, share=received/entitled | split-stride |
 | ``gfair.quantum.decision.duration`` | histogram (s) | | split-stride |
 | ``gfair.gpu.utilization`` | gauge (0..1) | node, gpu, generation | node-executor |
-| ``gfair.job.suspends`` | counter | node, reason | node-executor |
-| ``gfair.job.migrations`` | counter | node, reason | node-executor |
+| ``gfair.job.suspends`` | counter | node, reason | node-executor (``migration``: a move) |
+| ``gfair.job.migrations`` | counter | node, reason | node-executor, on a migrate command |
 | ``gfair.trades`` | counter | fast_pool, slow_pool | trading-auction |
 | ``gfair.job.failures`` | counter | failure_class, decision=retried/failed | failure-detector |
 | ``gfair.node.gpus.busy`` | gauge | node, generation | node-executor (GPUs running a job) |
@@ -28,6 +28,12 @@ In Prometheus a name's dots become underscores, a unit in braces is dropped, ``s
 
 Counters count what a service did, so an event handled twice after a crash may count twice:
 these are operational signals, the streams stay the record.
+
+Each counter is exported from 0 (`export_from_zero`) by the service that counts it, for the
+attribute values it knows when it starts (the reasons' enums, its node, its streams; the
+auction's pool pairs once it knows the pools), so an idle panel shows 0 rather than "No data".
+A histogram cannot be: the API has no way to export one series without an observation, so
+each appears with its first one (a quantum, an event handled).
 """
 
 from __future__ import annotations
@@ -35,12 +41,12 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics
-from opentelemetry.metrics import Meter
+from opentelemetry.metrics import Counter, Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     HistogramDataPoint,
@@ -154,6 +160,14 @@ class GfairMetrics:
             points[key] = 0.0
         for (user, pool, share), gpus in points.items():
             self.user_gpus.set(gpus, {"user": user, "pool": pool, "share": share})
+
+
+def export_from_zero(counter: Counter, attribute_sets: Iterable[Mapping[str, str]]) -> None:
+    """Export `counter`'s series for each of `attribute_sets` now, at 0: a counter's series
+    otherwise appears only with its first increment, and a rate over nothing is no data.
+    Adding 0 counts nothing, so calling this again (after a restart, say) changes nothing."""
+    for attributes in attribute_sets:
+        counter.add(0, attributes)
 
 
 _global: GfairMetrics | None = None

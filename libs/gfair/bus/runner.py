@@ -37,7 +37,7 @@ import structlog
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from gfair.bus.dead_letter import DeadLetter, DeadLetterReason, publish_dead_letter
-from gfair.bus.metrics import gfair_metrics
+from gfair.bus.metrics import export_from_zero, gfair_metrics
 from gfair.bus.publisher import EventPublisher, derived_event_id
 from gfair.bus.service import Emit, InvalidInput, Route, Unprocessable
 from gfair.bus.subject_filter import covers
@@ -208,6 +208,14 @@ class HandlerRunner:
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Fetch and handle until `stopping` is set; the deliveries handled are always settled."""
+        stream = self._route.consumer.stream
+        export_from_zero(
+            gfair_metrics().dead_letters,
+            (
+                {"service": self._service, "stream": stream, "reason": r.value}
+                for r in DeadLetterReason
+            ),
+        )
         consumer = await self._bus.consume(self._route.consumer)
         # One waiter for the whole run, which each fetch races (not one more task per fetch).
         stopped = asyncio.ensure_future(stopping.wait())

@@ -26,6 +26,8 @@ from gfair.state.job_failures import (
 from gfair_services.failure_detector.change import Change
 
 _CORE_CLASSES = frozenset(kind.value for kind in CoreFailureClass)
+# The classes a run's failure is put in (`decide_failure`), in the order the core lists them.
+FAILURE_CLASSES = tuple(k.value for k in CoreFailureClass if k is not CoreFailureClass.SUCCESS)
 # A job that ends no longer runs anywhere.
 _STOPPED: dict[str, object] = {"running_on": None, "running_since": None}
 

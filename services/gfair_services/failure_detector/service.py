@@ -37,7 +37,7 @@ import structlog
 from opentelemetry import trace
 
 from gfair.bus.key_value import KeyValue, KvEntry
-from gfair.bus.metrics import gfair_metrics
+from gfair.bus.metrics import export_from_zero, gfair_metrics
 from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
@@ -64,6 +64,7 @@ from gfair.state.job_failures import FAILURES, JobFailureRecord
 from gfair.state.node_record import BUCKET as NODES_BUCKET
 from gfair.state.node_record import NodeRecord, node_key
 from gfair_services.failure_detector.change import Change
+from gfair_services.failure_detector.failure_decision import FAILURE_CLASSES
 from gfair_services.failure_detector.job_book import JobBook
 from gfair_services.failure_detector.node_book import NodeBook
 from gfair_services.failure_detector.settings import FailureDetectorSettings
@@ -72,6 +73,10 @@ from gfair_services.topology import cluster_topology
 
 SERVICE_NAME = "failure-detector"
 T = TypeVar("T")
+
+# What was decided about a failure, as `gfair.job.failures` labels it.
+RETRIED, FAILED = "retried", "failed"
+DECISIONS = (RETRIED, FAILED)
 
 _log = structlog.get_logger("gfair.services.failure_detector")
 _tracer = trace.get_tracer("gfair.services.failure_detector")
@@ -153,6 +158,10 @@ class FailureDetector:
     async def start(self, runtime: ServiceRuntime) -> None:
         """Rebuild both books from the buckets before any handler runs (docs/design.md §3.3)."""
         self._runtime = runtime
+        export_from_zero(
+            gfair_metrics().failures,
+            ({"failure_class": c, "decision": d} for c in FAILURE_CLASSES for d in DECISIONS),
+        )
         self._nodes_kv = await runtime.key_value(NODES_BUCKET)
         self._jobs_kv = await runtime.key_value(FAILURES.name)
         now = self._clock()
@@ -342,7 +351,7 @@ class FailureDetector:
             )
             _log.info("decided", event_type=event.EVENT_TYPE, subject=subject, **_why(event))
             if isinstance(event, JobRetried | JobFailed):
-                decision = "retried" if isinstance(event, JobRetried) else "failed"
+                decision = RETRIED if isinstance(event, JobRetried) else FAILED
                 gfair_metrics().failures.add(
                     1, {"failure_class": event.failure_class.value, "decision": decision}
                 )

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 import structlog
 from opentelemetry import context as otel_context
 
-from gfair.bus.metrics import gfair_metrics
+from gfair.bus.metrics import export_from_zero, gfair_metrics
 from gfair.bus.publisher import derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.events.envelope import Envelope, EventData
@@ -36,6 +36,17 @@ def count_suspend(node_id: str, reason: SuspendReason) -> None:
 
 def count_migration(node_id: str, reason: MigrationReason) -> None:
     gfair_metrics().migrations.add(1, {"node": node_id, "reason": reason.value})
+
+
+def count_from_zero(node_id: str) -> None:
+    """This node's suspends and migrations, for every reason, exported at 0 from its start."""
+    metrics = gfair_metrics()
+    export_from_zero(
+        metrics.suspends, ({"node": node_id, "reason": r.value} for r in SuspendReason)
+    )
+    export_from_zero(
+        metrics.migrations, ({"node": node_id, "reason": r.value} for r in MigrationReason)
+    )
 
 
 class EventSink:

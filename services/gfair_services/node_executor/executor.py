@@ -58,7 +58,7 @@ from gfair.node.orphans import ReapedRun, RunEnd
 from gfair.node.run_directory import PASSAGE_MODE
 from gfair.node.supervisor import SupervisorConfig
 from gfair.state.buckets import JOBS
-from gfair_services.node_executor.event_sink import EventSink, count_suspend
+from gfair_services.node_executor.event_sink import EventSink, count_from_zero, count_suspend
 from gfair_services.node_executor.gpu_report import XidLog, inventory_event, telemetry_samples
 from gfair_services.node_executor.job_commands import Command, JobCommands
 from gfair_services.node_executor.local_job import LocalJob, RunTable
@@ -250,6 +250,7 @@ class NodeExecutor:
 
     async def start(self, runtime: ServiceRuntime) -> None:
         """Stop what an earlier executor of this node left running, then register."""
+        count_from_zero(self.node_id)
         self._sink.bind(runtime)
         self._guard.bind(await runtime.key_value(JOBS.name))
         reaped = await self._supervisors.open_existing(self.settings.work_dir / "runs")

@@ -27,7 +27,7 @@ import structlog
 from nats.aio.msg import Msg
 from opentelemetry.trace import StatusCode, Tracer
 
-from gfair.bus.metrics import gfair_metrics
+from gfair.bus.metrics import export_from_zero, gfair_metrics
 from gfair.bus.nats_bus import IMPORT_REPLY_PREFIX, NatsBus, inbox_prefix_for
 from gfair.bus.observability import configure_observability
 from gfair.bus.serve import BusSettings
@@ -42,6 +42,9 @@ from gfair_services.query.settings import QuerySettings
 
 SERVICE_NAME = "query"
 QUEUE_GROUP = "gfair-query"
+# Why a question went unanswered, as `gfair.queries.refused` labels it.
+NOT_AN_INBOX, QUEUE_FULL = "reply_subject", "queue"
+REFUSALS = (NOT_AN_INBOX, QUEUE_FULL)
 
 _log = structlog.get_logger("gfair.services.query")
 
@@ -63,6 +66,10 @@ class QueryService:
             queries_pattern(), queue=QUEUE_GROUP, cb=self._on_question
         )
         _log.info("answering queries", subjects=queries_pattern(), queue=QUEUE_GROUP)
+        export_from_zero(
+            gfair_metrics().queries_refused,
+            ({"service": SERVICE_NAME, "reason": r} for r in REFUSALS),
+        )
         dispatcher = asyncio.create_task(self._dispatch())
         try:
             await self._stopped.wait()
@@ -89,13 +96,13 @@ class QueryService:
                 subject=msg.subject,
             )
             gfair_metrics().queries_refused.add(
-                1, {"service": SERVICE_NAME, "reason": "reply_subject"}
+                1, {"service": SERVICE_NAME, "reason": NOT_AN_INBOX}
             )
             return
         try:
             self._queue.put(tenant, msg)
         except QueueFull as exc:
-            gfair_metrics().queries_refused.add(1, {"service": SERVICE_NAME, "reason": "queue"})
+            gfair_metrics().queries_refused.add(1, {"service": SERVICE_NAME, "reason": QUEUE_FULL})
             await self._reply(msg, b"", {ERROR_HEADER: str(exc)})
 
     async def _dispatch(self) -> None:

@@ -37,7 +37,7 @@ from opentelemetry import trace
 from pydantic import BaseModel
 
 from gfair.bus.key_value import KeyValue
-from gfair.bus.metrics import gfair_metrics
+from gfair.bus.metrics import export_from_zero, gfair_metrics
 from gfair.bus.publisher import EventPublisher, derived_event_id
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
@@ -345,6 +345,16 @@ class Auction:
             span.set_attribute("gfair.users", len(allocation.users))
             span.set_attribute("gfair.pools", ",".join(allocation.capacity))
             span.set_attribute("gfair.trades", len(allocation.trades))
+        # Every pair of the pools known now can trade, so its count starts at 0.
+        export_from_zero(
+            gfair_metrics().trades,
+            (
+                {"fast_pool": fast, "slow_pool": slow}
+                for fast in allocation.capacity
+                for slow in allocation.capacity
+                if fast != slow
+            ),
+        )
         if self._same_as_current(allocation):
             return None
         previous = self.current.trades if self.current is not None else ()
