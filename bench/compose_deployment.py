@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -258,17 +258,33 @@ def _mib(text: str) -> float:
     raise ValueError(f"not a memory size: {text}")
 
 
-async def connected(login: ConnectOptions, project: ComposeProject) -> GfairClient:
-    """The operator's client once a node has registered (the services are up)."""
-    deadline = time.monotonic() + 90
+def synthetic(seconds: float) -> list[str]:
+    """A training job of the gfair image's own environment: `seconds` of work on a V100."""
+    return [
+        "/opt/gfair/bin/python",
+        "-m",
+        "gfair.sdk.synthetic",
+        "--job-type",
+        "ResNet-50 (batch size 32)",
+        "--duration-s",
+        str(seconds),
+    ]
+
+
+async def connected(
+    login: ConnectOptions, project: ComposeProject, nodes: Collection[str] = ()
+) -> GfairClient:
+    """A client once `nodes` (else any node) have registered: the services are up."""
+    deadline = time.monotonic() + 120
     client = await GfairClient.connect(options=login, poll_interval_s=0.2)
     while True:
         try:
-            if await client.nodes():
-                return client
-        except NoCluster:
-            pass
+            registered = {node.node_id for node in await client.nodes()}
+        except NoCluster:  # the services have not declared their buckets yet
+            registered = set()
+        if registered and registered >= set(nodes):
+            return client
         if time.monotonic() > deadline:
             await client.close()
-            raise AssertionError(f"no node registered in 90 s\n{project.logs()}")
+            raise AssertionError(f"nodes registered in 120 s: {registered}\n{project.logs()}")
         await asyncio.sleep(0.5)

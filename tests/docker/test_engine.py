@@ -15,7 +15,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.compose_deployment import CONTROL_PLANE, ROOT, ComposeProject, Images, connected, docker
+from bench.compose_deployment import (
+    CONTROL_PLANE,
+    ROOT,
+    ComposeProject,
+    Images,
+    connected,
+    docker,
+    synthetic,
+)
 
 from gfair.bus.transport import BusError
 from gfair.client import ConnectOptions, GfairClient, NoCluster
@@ -30,19 +38,6 @@ EXECUTOR = "node-executor"
 DEPLOYMENT = ("nats", *CONTROL_PLANE, EXECUTOR)
 HA_FILE = ROOT / "deploy" / "compose.ha.yaml"
 GFAIR = str(Path(sys.executable).parent / "gfair")
-
-
-def synthetic(seconds: float) -> list[str]:
-    """A training job of the image's own environment, `seconds` of work on a V100."""
-    return [
-        "/opt/gfair/bin/python",
-        "-m",
-        "gfair.sdk.synthetic",
-        "--job-type",
-        "ResNet-50 (batch size 32)",
-        "--duration-s",
-        str(seconds),
-    ]
 
 
 def cli(project: ComposeProject, login: ConnectOptions, *args: str) -> str:

@@ -25,12 +25,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gfair.client import ConnectOptions, GfairClient, NoCluster
+from bench.compose_deployment import (
+    COMPOSE_FILE,
+    CONTROL_PLANE,
+    ROOT,
+    ComposeProject,
+    connected,
+    synthetic,
+)
+
+from gfair.client import ConnectOptions, GfairClient
 from gfair.events.reasons import SuspendReason
 from gfair.events.states import JobState
 
-from .compose_project import CONTROL_PLANE, ROOT, ComposeProject
-from .conftest import COMPOSE_FILE, ProjectFactory
+from .conftest import ProjectFactory
 
 # compose.yaml's executor and its `gpu` profile's, the latter on simulated GPUs here.
 EXECUTORS = {"node-executor": "sim-1", "node-executor-gpu": "gpu-1"}
@@ -115,24 +123,10 @@ def panel_queries() -> dict[str, str]:
     return found
 
 
-def synthetic(seconds: float) -> list[str]:
-    """A training job of the image's own environment, `seconds` of work on a V100 gang."""
-    return [
-        "/opt/gfair/bin/python",
-        "-m",
-        "gfair.sdk.synthetic",
-        "--job-type",
-        "ResNet-50 (batch size 32)",
-        "--duration-s",
-        str(seconds),
-    ]
-
-
 async def run_workload(project: ComposeProject) -> dict[tuple[str, str], JobState]:
     """Each tenant submits its jobs with its own login; every job's end state."""
     operator = project.login("operator", "GFAIR_OPERATOR_PASSWORD")
-    async with await GfairClient.connect(options=operator) as client:
-        await registered(client, project)
+    async with await connected(operator, project, EXECUTORS.values()) as client:
         for user, password, jobs in TENANTS:
             login: ConnectOptions = project.login(user, password)
             async with await GfairClient.connect(options=login) as tenant:
@@ -147,20 +141,6 @@ async def run_workload(project: ComposeProject) -> dict[tuple[str, str], JobStat
                 return {j: states[j] for j in wanted}
             assert time.monotonic() < deadline, f"jobs not ended: {states}\n{project.logs()}"
             await asyncio.sleep(1)
-
-
-async def registered(client: GfairClient, project: ComposeProject) -> None:
-    """Once both executors' nodes have registered, the deployment takes jobs on both."""
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            nodes = {node.node_id for node in await client.nodes()}
-        except NoCluster:  # the services have not declared their buckets yet
-            nodes = set()
-        if nodes >= set(EXECUTORS.values()):
-            return
-        assert time.monotonic() < deadline, f"nodes registered: {nodes}\n{project.logs()}"
-        await asyncio.sleep(0.5)
 
 
 def job_trace(span_file: Path, user: str, job_id: str) -> dict[str, Any] | None:
