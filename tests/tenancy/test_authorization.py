@@ -338,3 +338,21 @@ async def test_a_forged_submission_from_a_full_rights_login_is_refused_by_the_co
         decode(forged.data, subject=forged.subject)
     decoded = decode(honest.data, subject=honest.subject)
     assert isinstance(decoded.data, JobSubmitted) and decoded.data.user == "alice"
+
+
+async def test_a_node_that_starts_first_waits_for_the_services_to_declare_the_topology(
+    logins: Logins,
+) -> None:
+    # A node login may only read the services' streams and buckets: started before the
+    # services, it waits for them rather than failing its start-up (and restarting).
+    node = await logins.bus("node-sim-1")
+    waiting = asyncio.create_task(node.ensure_topology(cluster_topology()))
+    for _ in range(200):  # until the server has refused it a stream
+        if node._events is not None and node._events.denied:
+            break
+        await asyncio.sleep(0.05)
+    assert node._events is not None
+    assert {s for s in node._events.denied if s.startswith("$js.api.stream.create.")}
+    assert not waiting.done()
+    await services(logins)
+    await asyncio.wait_for(waiting, 10)  # declared by the services: the node goes on

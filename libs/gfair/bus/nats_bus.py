@@ -253,6 +253,10 @@ _REFUSALS = ("authorization violation", "authentication", "authorization failed"
 _CUT_HANDSHAKE = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
 
 
+# The server's -ERR for a publish this login may not make, as nats-py reports it.
+_DENIED_PUBLISH = re.compile(r"permissions violation for publish to \"?([^\"'\s]+)", re.IGNORECASE)
+
+
 def _refusal(exc: Exception) -> str | None:
     """Why a connection attempt can never succeed as configured, or None if retrying may help."""
     if isinstance(exc, nats.errors.AuthorizationError):
@@ -273,11 +277,16 @@ class _ConnectionEvents:
         self.closing = False
         # Set on the first refusal (bad credentials, failed TLS) while still connecting.
         self.refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        # Subjects the server refused this login to publish to (its -ERR names them), in
+        # lower case: nats-py lowers the whole message.
+        self.denied: set[str] = set()
 
     async def on_error(self, exc: Exception) -> None:
         reason = _refusal(exc)
         if reason is not None and not self.refused.done():
             self.refused.set_result(reason)
+        if denied := _DENIED_PUBLISH.search(str(exc)):
+            self.denied.add(denied.group(1).lower())
         if not self.closing:
             _log.warning("nats connection error", error=repr(exc))
 
@@ -449,8 +458,18 @@ class NatsBus:
             # Nothing to change, so nothing written: a node executor's login may read stream
             # info but not change streams (deploy/nats/README.md).
             return
+
+        async def declared() -> bool:
+            try:
+                await self._js.stream_info(spec.name)
+            except nats.js.errors.NotFoundError:
+                return False
+            return True
+
         try:
-            await self._api(f"add stream {spec.name}", lambda: self._js.add_stream(config))
+            await self._create(
+                f"stream {spec.name}", spec.name, lambda: self._js.add_stream(config), declared
+            )
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != _STREAM_NAME_IN_USE:
                 raise TopologyConflict(f"stream {spec.name}: {exc.description}") from exc
@@ -503,7 +522,53 @@ class NatsBus:
             storage=api.StorageType(spec.storage.value),
             replicas=spec.replicas,
         )
-        await self._api(f"create bucket {spec.name}", lambda: self._js.create_key_value(config))
+
+        async def declared() -> bool:
+            try:
+                await self._js.key_value(spec.name)
+            except nats.js.errors.BucketNotFoundError:
+                return False
+            return True
+
+        await self._create(
+            f"bucket {spec.name}",
+            f"KV_{spec.name}",
+            lambda: self._js.create_key_value(config),
+            declared,
+        )
+
+    async def _create(
+        self,
+        what: str,
+        stream: str,
+        create: Callable[[], Awaitable[object]],
+        declared: Callable[[], Awaitable[bool]],
+    ) -> None:
+        """Create a missing stream (or a bucket's), retried as `_api` does; where the server
+        refuses this login to create it (a node executor's may only read the services'
+        topology, deploy/nats/README.md), wait for the services to declare it instead of
+        failing start-up on a race that starting first is enough to lose."""
+        deadline = time.monotonic() + self._options.publish_deadline_s
+        refused = f"$JS.API.STREAM.CREATE.{stream}".lower()
+        while True:
+            try:
+                await create()
+                return
+            except _TRANSIENT_API_ERRORS as exc:
+                if self._events is not None and refused in self._events.denied:
+                    break
+                if time.monotonic() >= deadline:
+                    raise BusError(f"create {what}: JetStream did not answer: {exc!r}") from exc
+                _log.info("JetStream busy, retrying", call=f"create {what}", error=repr(exc))
+                await asyncio.sleep(self._options.reconnect_wait_s)
+        _log.warning("waiting for the services to declare a missing " + what, why="this login may not")
+        while True:
+            try:
+                if await declared():
+                    return
+            except _TRANSIENT_API_ERRORS:
+                pass
+            await asyncio.sleep(self._options.reconnect_wait_s)
 
     async def publish(
         self,
