@@ -561,7 +561,7 @@ class NatsBus:
                     raise BusError(f"create {what}: JetStream did not answer: {exc!r}") from exc
                 _log.info("JetStream busy, retrying", call=f"create {what}", error=repr(exc))
                 await asyncio.sleep(self._options.reconnect_wait_s)
-        _log.warning("waiting for the services to declare a missing " + what, why="this login may not")
+        _log.warning("waiting for the services to declare " + what, why="this login may not")
         while True:
             try:
                 if await declared():
