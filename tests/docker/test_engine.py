@@ -135,6 +135,8 @@ async def test_a_mixed_workload_survives_every_container_crashing_and_a_restart(
     alice = project.login("alice", "GFAIR_TENANT_ALICE_PASSWORD")
     client = await connected(operator, project)
     async with client:
+        # Started with the services, the executor waited for their streams: no restart.
+        assert project.restarts(EXECUTOR) == 0, project.logs([EXECUTOR])
         idle = project.memory_mib()
         # From the host's CLI, as a tenant and as the operator (for another tenant).
         cli(project, alice, "submit", "--gpus", "1", "--job-id", "cli-a", "--", *synthetic(20))

@@ -54,8 +54,9 @@ GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s", "$__range":
 # Two servers of two GPUs of different generations (of about the same speed for the job):
 # the auction has two pools to trade between, and four two-GPU jobs time-slice on them.
 GPUS = {"GFAIR_SIMULATE_GPUS": "v100:2", "GFAIR_SIMULATE_GPUS_2": "p100:2"}
-# Each job's length in seconds of V100 work: two 6 s quanta or so (GFAIR_QUANTUM_S).
-JOB_S = 10
+# Each job's length in seconds of V100 work: four 6 s quanta (GFAIR_QUANTUM_S), so that
+# the other tenant's job waiting beside it takes its turn: the executors count suspends.
+JOB_S = 24
 # (tenant, its password variable, its jobs)
 TENANTS = (
     ("alice", "GFAIR_TENANT_ALICE_PASSWORD", ("obs-a1", "obs-a2")),
@@ -176,10 +177,7 @@ def test_prometheus_scrapes_every_service_each_panel_has_data_and_a_job_is_one_t
             "GFAIR_SPAN_USER": f"{os.getuid()}:{os.getgid()}",
         },
     )
-    # The executors after the control plane: an executor that finds the streams undeclared
-    # tries to declare them, which its node login may not, and restarts (30 s lost).
-    project.up("nats", *CONTROL_PLANE, "otel-collector", "prometheus")
-    project.up(*EXECUTORS)
+    project.up("nats", *CONTROL_PLANE, "otel-collector", "prometheus", *EXECUTORS)
 
     checked = project.compose(
         "exec", "-T", "prometheus", "promtool", "check", "config", PROMETHEUS_CONFIG
