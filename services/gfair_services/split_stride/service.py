@@ -316,7 +316,7 @@ class SplitStrideService:
     async def _with_launches(self, saved: StrideRecord) -> StrideRecord:
         """`saved`, its jobs admitted before admissions carried their launch given it, read
         once from their records in placement's bucket (a job whose record is gone gets none,
-        and cannot start). Each is stored with its launch at its next change."""
+        and cannot start); the first write after the load stores them with it."""
         missing = [job for job in saved.jobs.values() if job.launch is None]
         found = await asyncio.gather(*(load_job(self.jobs_kv, j.user, j.job_id) for j in missing))
         jobs = dict(saved.jobs)
