@@ -40,7 +40,7 @@ from gfair.bus.topology import Topology
 from gfair.events.fields import JobRef
 from gfair.node.job_account import derived_account
 from gfair.node.job_disk import OUTPUT_MAX_BYTES
-from gfair.node.launch import JobLaunch
+from gfair.node.launch import RunSpec
 from gfair.node.supervisor import JobSupervisor, SupervisorConfig
 from gfair_services.node_executor.output_shipper import OutputShipper
 from gfair_services.node_executor.settings import NodeExecutorSettings
@@ -106,7 +106,7 @@ async def run_variant(variant: str, seconds: float, tick_s: float, root: Path) -
     gaps: list[float] = []
     async with JobSupervisor(dataclasses.replace(config, run_root=root / "bench")) as supervisor:
         shipper.start()
-        launch = JobLaunch(
+        launch = RunSpec(
             job_id="flood",
             argv=(JOB_PYTHON, "-c", JOBS[variant], str(seconds)),
             gpu_indices=(0,),

@@ -108,7 +108,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, object]:
     from gfair.bus.runtime import ServiceRuntime
     from gfair.bus.service import Service
     from gfair.bus.span_file import JsonlSpanExporter
-    from gfair.events.jobs import JobAccepted, JobProgress, JobStarted
+    from gfair.events.jobs import JobAccepted, JobLaunch, JobProgress, JobStarted
     from gfair.events.nodes import GpuInfo, NodeRegistered
     from gfair.gavel import load_throughputs
     from gfair_services import failure_detector, profiler
@@ -157,7 +157,13 @@ async def _measure(args: argparse.Namespace) -> dict[str, object]:
         )
     for job in jobs:
         await node.publish(
-            JobAccepted(user=job.user, job_id=job.job_id, gpus=job.gpus, job_type=job.job_type)
+            JobAccepted(
+                user=job.user,
+                job_id=job.job_id,
+                gpus=job.gpus,
+                job_type=job.job_type,
+                launch=JobLaunch(command=("true",)),
+            )
         )
     parents: dict[str, str] = {}
     for job in jobs:

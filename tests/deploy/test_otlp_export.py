@@ -26,7 +26,7 @@ from gfair.bus.service import Emit, Service
 from gfair.bus.topology import Topology, contract_streams
 from gfair.events.commands import StartCommand
 from gfair.events.envelope import Envelope
-from gfair.events.jobs import JobAccepted, JobPlaced
+from gfair.events.jobs import JobAccepted, JobLaunch, JobPlaced
 from gfair.traces import SpanRecord
 
 from .otlp_sink import OtlpSink
@@ -143,7 +143,11 @@ async def test_a_service_process_exports_to_the_collector_it_is_configured_with(
             try:
                 await bus.ensure_topology(Topology(streams=contract_streams()))
                 publisher = EventPublisher(bus, "test")
-                await publisher.publish(JobAccepted(user="alice", job_id="j7", gpus=2))
+                await publisher.publish(
+                    JobAccepted(
+                        user="alice", job_id="j7", gpus=2, launch=JobLaunch(command=("true",))
+                    )
+                )
 
                 def handled() -> bool:
                     names = {s.name for s in sink.spans() if s.service == "profiler"}

@@ -8,10 +8,11 @@ from pydantic import ValidationError
 
 from gfair.events import Envelope, JobAccepted, JobSubmitted
 from gfair.events.errors import describe_validation_error
+from gfair.events.jobs import JobLaunch
 
 
 def _accepted() -> JobAccepted:
-    return JobAccepted(user="alice", job_id="j1", gpus=2)
+    return JobAccepted(user="alice", job_id="j1", gpus=2, launch=JobLaunch(command=("true",)))
 
 
 def test_wrap_fills_id_time_and_the_subject_the_data_belongs_on() -> None:

@@ -17,7 +17,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 import gfair
 from gfair.node.job_account import JobAccount, derived_account
-from gfair.node.launch import JobLaunch
+from gfair.node.launch import RunSpec
 from gfair.node.lifecycle import JobEvent
 from gfair.node.supervisor import SupervisorConfig
 
@@ -99,8 +99,8 @@ def synthetic(
     generation: str,
     *args: str,
     **launch: object,
-) -> JobLaunch:
-    return JobLaunch(
+) -> RunSpec:
+    return RunSpec(
         job_id=job_id,
         argv=(*SYNTHETIC, "--job-type", RESNET, *args),
         gpu_indices=gpus,
@@ -109,7 +109,7 @@ def synthetic(
     )
 
 
-def python_job(job_id: str, code: str, *args: str, **launch: object) -> JobLaunch:
+def python_job(job_id: str, code: str, *args: str, **launch: object) -> RunSpec:
     """A job that runs `code` with the jobs' Python on GPU 0 (what a hostile tenant runs)."""
     return dataclasses.replace(
         synthetic(job_id, (0,), "v100"), argv=(JOB_PYTHON, "-c", code, *args), **launch

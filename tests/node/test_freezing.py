@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from gfair.node.job_cgroup import CgroupTree, JobCgroup
-from gfair.node.launch import JobLaunch
+from gfair.node.launch import RunSpec
 from gfair.node.process_group import process_exists
 from gfair.node.supervisor import JobSupervisor
 
@@ -55,8 +55,8 @@ def gpu_memory_held(indices: Sequence[int]) -> int:
     return len(indices)
 
 
-def starting_up(job_id: str, work_s: float, gpu: int = 2) -> JobLaunch:
-    return JobLaunch(
+def starting_up(job_id: str, work_s: float, gpu: int = 2) -> RunSpec:
+    return RunSpec(
         job_id=job_id,
         argv=(JOB_PYTHON, "-c", STARTING_UP),
         gpu_indices=(gpu,),
@@ -145,7 +145,7 @@ async def test_a_frozen_job_s_process_that_left_its_group_is_frozen_too(
     """A tenant's way around a frozen process group: a child in a session of its own. The
     cgroup's freezer stops it as well, and nothing of the job runs until its next slice."""
     config = make_config(tmp_path, cgroups=tree, gpu_processes=no_gpu_memory)
-    launch = JobLaunch(
+    launch = RunSpec(
         job_id="escaping",
         argv=(JOB_PYTHON, "-c", ESCAPING),
         gpu_indices=(1,),

@@ -19,7 +19,7 @@ from gfair.node.job_account import (
     parse_account,
     parse_accounts,
 )
-from gfair.node.launch import JobLaunch
+from gfair.node.launch import RunSpec
 from gfair.node.lifecycle import JobExited
 from gfair.node.supervisor import JobSupervisor
 from gfair_services.node_executor.settings import NodeExecutorSettings, parse_job_accounts
@@ -66,9 +66,9 @@ as_root = pytest.mark.skipif(
 )
 
 
-def _python(job_id: str, code: str) -> JobLaunch:
+def _python(job_id: str, code: str) -> RunSpec:
     assert PYTHON is not None
-    return JobLaunch(
+    return RunSpec(
         job_id=job_id,
         argv=(str(PYTHON), "-c", code),
         gpu_indices=(0,),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gfair.node.job_cgroup import CgroupTree, JobCgroup
-from gfair.node.launch import JobLaunch
+from gfair.node.launch import RunSpec
 from gfair.node.lifecycle import JobProgress
 from gfair.node.supervisor import JobSupervisor
 from gfair.sdk.checkpoint import CheckpointStore
@@ -21,8 +21,8 @@ from .helpers import JOB_PYTHON, EventLog, make_config, wait_for_text
 PARKING_JOB = str(Path(__file__).with_name("parking_job.py"))
 
 
-def parking(job_id: str, steps: int, pause_s: float = 0.005) -> JobLaunch:
-    return JobLaunch(
+def parking(job_id: str, steps: int, pause_s: float = 0.005) -> RunSpec:
+    return RunSpec(
         job_id=job_id,
         argv=(JOB_PYTHON, PARKING_JOB, str(steps), str(pause_s)),
         gpu_indices=(1,),

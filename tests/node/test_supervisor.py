@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gfair.node.launch import CheckpointRef, JobLaunch
+from gfair.node.launch import CheckpointRef, RunSpec
 from gfair.node.lifecycle import JobCheckpointed, JobExited, JobProgress
 from gfair.node.progress import ProgressTail
 from gfair.node.supervisor import JobStartError, JobSupervisor, SupervisorError, UnknownJob
@@ -242,7 +242,7 @@ async def test_oom_exit_carries_code_and_stderr_tail(tmp_path: Path) -> None:
 
 async def test_failure_exit_code_and_bounded_stderr_tail(tmp_path: Path) -> None:
     config = make_config(tmp_path, stderr_tail_bytes=64)
-    noisy = JobLaunch(
+    noisy = RunSpec(
         job_id="noisy",
         argv=(JOB_PYTHON, "-c",
               "import sys\nfor i in range(500): print(f'line {i}', file=sys.stderr)\nsys.exit(3)"),
@@ -291,7 +291,7 @@ async def test_shutdown_checkpoints_then_kills_everything(tmp_path: Path) -> Non
          "--iterations", "100000", "--speed-scale", "20"]
     )  # fmt: skip
     # A leader that leaves a background child in its group, as shell wrappers and data loaders do.
-    wrapped = JobLaunch(
+    wrapped = RunSpec(
         job_id="wrapped",
         argv=("/bin/sh", "-c", f"sleep 300 & exec {synthetic_cmd}"),
         gpu_indices=(0,),
@@ -342,7 +342,7 @@ async def test_requests_that_cannot_be_honoured_are_refused(tmp_path: Path) -> N
             await supervisor.start(synthetic("b", (7,), "v100", "--iterations", "1"))
         with pytest.raises(JobStartError, match="cannot start '/nonexistent/python'"):
             await supervisor.start(
-                JobLaunch("c", ("/nonexistent/python",), gpu_indices=(3,), generation="v100")
+                RunSpec("c", ("/nonexistent/python",), gpu_indices=(3,), generation="v100")
             )
         missing = CheckpointRef(4, 40, tmp_path / "elsewhere" / "ckpt-000000000004", 0.0)
         with pytest.raises(JobStartError, match="not usable here"):
@@ -352,7 +352,7 @@ async def test_requests_that_cannot_be_honoured_are_refused(tmp_path: Path) -> N
         with pytest.raises(UnknownJob):
             await supervisor.suspend("nobody", timeout_s=1)
         with pytest.raises(ValueError, match="must match"):
-            JobLaunch("../etc", ("true",), gpu_indices=(0,), generation="v100")
+            RunSpec("../etc", ("true",), gpu_indices=(0,), generation="v100")
         assert supervisor.busy_gpus() == {0, 1}
         exited = await supervisor.kill("a", "cancelled by user")
     assert exited.reason == "cancelled by user" and exited.terminated_by == "SIGTERM"

@@ -23,7 +23,7 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.events.codec import decode
 from gfair.events.commands import StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData
-from gfair.events.jobs import JobAccepted, JobCompleted, JobStarted
+from gfair.events.jobs import JobAccepted, JobCompleted, JobLaunch, JobStarted
 from gfair.events.nodes import GpuInfo, NodeRegistered
 from gfair.events.reasons import SuspendReason
 from gfair.events.subjects import COMMANDS_STREAM
@@ -73,7 +73,9 @@ class Split:
         envelope = Envelope.wrap(data, source="test")
         kv = await self.bus.key_value(JOBS.name)
         await save_job(kv, JobRecord.accepted(envelope, data), None)
-        await self.publish(JobAccepted(user="alice", job_id=job_id, gpus=1))
+        await self.publish(
+            JobAccepted(user="alice", job_id=job_id, gpus=1, launch=JobLaunch(command=("true",)))
+        )
 
     def starts_on(self, node_id: str) -> list[StartCommand]:
         return [c for c in self.commands() if isinstance(c, StartCommand) and c.node_id == node_id]

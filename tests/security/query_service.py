@@ -13,7 +13,7 @@ from client.test_explanation import record
 from gfair.bus.job_output import OutputChunk, publish_chunk
 from gfair.bus.nats_bus import NatsBus
 from gfair.bus.publisher import EventPublisher
-from gfair.events.jobs import JobAccepted
+from gfair.events.jobs import JobAccepted, JobLaunch
 from gfair.events.states import JobState
 from gfair.state import buckets
 from gfair_services.query import QueryService, QuerySettings
@@ -30,7 +30,9 @@ async def cluster_state(logins: Logins) -> NatsBus:
     await bus.ensure_topology(cluster_topology())
     job = record("a1", 1, JobState.QUEUED, user="alice")
     await (await bus.key_value(buckets.JOBS.name)).put(job.key, job.to_bytes())
-    await EventPublisher(bus, "test").publish(JobAccepted(user="alice", job_id="a1", gpus=1))
+    await EventPublisher(bus, "test").publish(
+        JobAccepted(user="alice", job_id="a1", gpus=1, launch=JobLaunch(command=("true",)))
+    )
     chunk = OutputChunk(output="stdout", node="sim-1", run="r1", offset=0, data=b"hello\n")
     await publish_chunk(bus, "alice", "a1", chunk)
     return bus

@@ -203,7 +203,9 @@ async def test_a_node_executor_cannot_speak_for_another_node(logins: Logins) -> 
     forbidden: list[EventData] = [
         NodeHeartbeat(node_id="gpu-1", seq=0, running=()),  # another node's report
         NodeFailed(node_id="sim-1", reason="forged"),  # a verdict, even on its own node
-        JobAccepted(user="alice", job_id="j1", gpus=1),  # a decision, not a run report
+        JobAccepted(
+            user="alice", job_id="j1", gpus=1, launch=JobLaunch(command=("true",))
+        ),  # a decision, not a run report
         # a run report of a job on another node
         JobExited(user="alice", job_id="j1", node_id="gpu-1", attempt=1, exit_code=0, runtime_s=1),
     ]

@@ -22,7 +22,7 @@ from gfair.core.throughput import ThroughputEstimator
 from gfair.embedded_cluster import EVENT_ID_KEY_FILE, event_id_key
 from gfair.events.codec import encode
 from gfair.events.envelope import Envelope
-from gfair.events.jobs import JobAccepted
+from gfair.events.jobs import JobAccepted, JobLaunch
 from gfair.events.submission import JobSubmitted
 from gfair.state import buckets
 from gfair.state.job_record import load_job
@@ -69,7 +69,9 @@ async def test_a_tenant_cannot_have_a_services_event_dropped_as_a_duplicate(
         JobSubmitted(user="alice", job_id="squat", gpus=1, command=("python", "t.py")),
         source="alice",
     )
-    accepted = JobAccepted(user="alice", job_id="squat", gpus=1)
+    accepted = JobAccepted(
+        user="alice", job_id="squat", gpus=1, launch=JobLaunch(command=("true",))
+    )
     squatted = unkeyed_ids(submission.id, accepted.EVENT_TYPE, accepted.subject())
     # Published first, under the ids placement's answer would have, on the tenant's own subject.
     for msg_id in squatted:

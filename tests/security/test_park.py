@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from gfair.node.job_cgroup import AUTO, CgroupTree, locate
-from gfair.node.launch import JobLaunch
+from gfair.node.launch import RunSpec
 from gfair.node.supervisor import JobSupervisor
 from node.helpers import (
     JOB_PYTHON,
@@ -56,7 +56,7 @@ LIAR = (
 )
 
 
-def _liar(job_id: str, *, steps: bool) -> JobLaunch:
+def _liar(job_id: str, *, steps: bool) -> RunSpec:
     return dataclasses.replace(
         synthetic(job_id, (0,), "v100"),
         argv=(JOB_PYTHON, "-c", LIAR),

@@ -37,7 +37,7 @@ from gfair.core.shares_tree import ShareTree
 from gfair.core.split_stride import Journal, Phase, SplitStride
 from gfair.events.commands import NodeCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope
-from gfair.events.jobs import JobAccepted, JobCompleted, JobStarted, JobSuspended
+from gfair.events.jobs import JobCompleted, JobStarted, JobSuspended
 from gfair.events.scheduling import ScheduleDecided
 from gfair.gavel import load_throughputs
 from gfair.sim.gandiva_fair_machine import GandivaFairMachine
@@ -267,12 +267,9 @@ def _settled(state: SplitStrideService) -> bool:
 async def admit(probe: Probe, state: SplitStrideService, arrival: Arrival) -> None:
     data = submitted(arrival.user, arrival.job_id, arrival.gpus, job_type=arrival.job_type)
     envelope = Envelope.wrap(data, source="test")
-    await save_job(await probe.bus.key_value(JOBS.name), JobRecord.accepted(envelope, data), None)
-    await probe.publish(
-        JobAccepted(
-            user=arrival.user, job_id=arrival.job_id, gpus=arrival.gpus, job_type=arrival.job_type
-        )
-    )
+    accepted = JobRecord.accepted(envelope, data)
+    await save_job(await probe.bus.key_value(JOBS.name), accepted, None)
+    await probe.publish(accepted.admission(), correlation_id=envelope.id)
     await eventually(lambda: f"{arrival.user}.{arrival.job_id}" in state.machine.jobs)
 
 

@@ -12,7 +12,14 @@ import pytest
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runner import RunnerSettings
 from gfair.events.envelope import Envelope
-from gfair.events.jobs import JobAccepted, JobCompleted, JobProgress, JobResumed, JobSuspended
+from gfair.events.jobs import (
+    JobAccepted,
+    JobCompleted,
+    JobLaunch,
+    JobProgress,
+    JobResumed,
+    JobSuspended,
+)
 from gfair.events.reasons import SuspendReason
 from gfair.events.scheduling import ProfileUpdated, SwitchCostsUpdated
 from gfair.state.buckets import PROFILES
@@ -34,6 +41,12 @@ FAST = RunnerSettings(batch=10, fetch_timeout_s=0.02, error_pause_s=0.02)
 RESNET = "ResNet-50 (batch size 32)"
 # A seed with a mild speedup, so that what the profiler learns is visibly not the seed.
 SEED = {RESNET: {"k80": 2.0, "v100": 4.0}}
+
+
+def accepted(job_id: str, gpus: int = 1) -> JobAccepted:
+    return JobAccepted(
+        user="alice", job_id=job_id, gpus=gpus, job_type=RESNET, launch=JobLaunch(command=("true",))
+    )
 
 
 def progress(
@@ -144,7 +157,7 @@ async def test_learns_different_rates_per_generation_for_one_job_type(harness: H
     await harness.publish(
         registered("k80-0", "k80"),
         registered("v100-0", "v100"),
-        JobAccepted(user="alice", job_id="j1", gpus=2, job_type=RESNET),
+        accepted("j1", 2),
     )
     await generations_known(harness, "k80", "v100")
     # A 2-GPU gang: 3 and 18 mini-batches/s, i.e. 1.5 and 9 per GPU, a 6x speedup (seed: 2x).
@@ -179,7 +192,7 @@ async def test_publishes_only_when_a_speedup_moves_past_the_threshold(harness: H
     await harness.publish(registered("k80-0", "k80"), registered("v100-0", "v100"))
     await generations_known(harness, "k80", "v100")
     await harness.publish(
-        JobAccepted(user="alice", job_id="j1", gpus=1, job_type=RESNET),
+        accepted("j1"),
         progress("j1", "k80", 1.0, 1),
         progress("j1", "v100", 6.0, 2),
     )
@@ -204,7 +217,7 @@ async def test_publishes_only_when_a_speedup_moves_past_the_threshold(harness: H
 async def test_repeated_and_stale_reports_change_nothing(harness: Harness) -> None:
     await harness.publish(
         registered("k80-0", "k80"),
-        JobAccepted(user="alice", job_id="j1", gpus=1, job_type=RESNET),
+        accepted("j1"),
     )
     report = Envelope.wrap(progress("j1", "k80", 2.0, 10), source="node")
     again = report  # the same envelope, as a redelivery or a retried publish would carry it
@@ -228,7 +241,7 @@ async def test_a_new_generation_in_the_cluster_republishes_profiles(harness: Har
     await harness.publish(registered("k80-0", "k80"))
     await generations_known(harness, "k80")
     await harness.publish(
-        JobAccepted(user="alice", job_id="j1", gpus=1, job_type=RESNET),
+        accepted("j1"),
         progress("j1", "k80", 1.0, 1),
     )
     first = await profiles_eventually(harness, 2)  # the user's and the job's
@@ -248,7 +261,7 @@ async def test_restart_restores_the_book_from_the_bucket(harness: Harness) -> No
     await harness.publish(registered("k80-0", "k80"), registered("v100-0", "v100"))
     await generations_known(harness, "k80", "v100")
     await harness.publish(
-        JobAccepted(user="alice", job_id="j1", gpus=1, job_type=RESNET),
+        accepted("j1"),
         progress("j1", "k80", 1.0, 1),
         progress("j1", "v100", 5.0, 2),
     )
@@ -274,7 +287,7 @@ async def test_restart_restores_the_book_from_the_bucket(harness: Harness) -> No
 async def test_finished_jobs_are_forgotten_but_their_user_profile_stays(harness: Harness) -> None:
     await harness.publish(
         registered("k80-0", "k80"),
-        JobAccepted(user="alice", job_id="j1", gpus=1, job_type=RESNET),
+        accepted("j1"),
         progress("j1", "k80", 1.0, 1),
     )
     await drained(harness, "j1", 1)
@@ -288,7 +301,7 @@ async def test_finished_jobs_are_forgotten_but_their_user_profile_stays(harness:
     assert await kv.get(type_profile_key("alice", RESNET)) is not None
     # Progress of a job the profiler does not track (never accepted) is ignored.
     await harness.publish(progress("ghost", "k80", 100.0, 1))
-    await harness.publish(JobAccepted(user="alice", job_id="j2", gpus=1, job_type=RESNET))
+    await harness.publish(accepted("j2"))
 
     async def j2_tracked() -> bool:
         return await kv.get(job_profile_key("alice", "j2")) is not None
@@ -351,7 +364,7 @@ async def switches_folded(harness: Harness, job_id: str, reports: int) -> JobPro
 async def test_switch_reports_become_the_jobs_estimates_once_each(harness: Harness) -> None:
     await harness.publish(
         registered("k80-0", "k80"),
-        JobAccepted(user="alice", job_id="j1", gpus=1, job_type=RESNET),
+        accepted("j1"),
         progress("j1", "k80", 2.0, 100, first_step_s=12.0),  # a cold start
         suspended("j1", 0.8, checkpoint_bytes=2_000_000_000),
         resumed_in_place("j1", 0.2),
@@ -400,7 +413,7 @@ async def test_switch_reports_become_the_jobs_estimates_once_each(harness: Harne
 async def test_switch_estimates_are_republished_only_when_they_move(harness: Harness) -> None:
     await harness.publish(
         registered("k80-0", "k80"),
-        JobAccepted(user="alice", job_id="j1", gpus=1, job_type=RESNET),
+        accepted("j1"),
         suspended("j1", 10.0),
     )
     await switches_folded(harness, "j1", 1)

@@ -21,7 +21,7 @@ from gfair.client.queries import (
 )
 from gfair.client.state_access import DirectAccess
 from gfair.events.fields import JobRef
-from gfair.events.jobs import JobAccepted, JobProgress
+from gfair.events.jobs import JobAccepted, JobLaunch, JobProgress
 from gfair.events.reasons import FailureClass
 from gfair.events.states import JobState, NodeState
 from gfair.state.buckets import JOBS, NODES, STRIDE
@@ -95,7 +95,9 @@ async def test_events_are_the_users_own_and_page_by_sequence(
 ) -> None:
     publisher = EventPublisher(bus, "test")
     for user in ("alice", "bob"):
-        await publisher.publish(JobAccepted(user=user, job_id="j", gpus=1))
+        await publisher.publish(
+            JobAccepted(user=user, job_id="j", gpus=1, launch=JobLaunch(command=("true",)))
+        )
     for step in range(1, 6):
         await publisher.publish(
             JobProgress(

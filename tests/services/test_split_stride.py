@@ -42,7 +42,7 @@ from gfair.events.scheduling import QuantumTicked, ScheduleDecided
 from gfair.events.states import JobState, NodeState
 from gfair.state.buckets import JOBS, STRIDE
 from gfair.state.job_record import JobRecord, save_job
-from gfair.state.stride_record import STATE_KEY, StrideRecord, load_stride
+from gfair.state.stride_record import STATE_KEY, StrideRecord, load_stride, save_stride
 from gfair_services.placement.service import admission
 from gfair_services.split_stride import Settings, SplitStrideService
 from gfair_services.split_stride import service as split_stride_service
@@ -99,19 +99,6 @@ async def admit(
     await probe.publish(emit.data, correlation_id=emit.correlation_id)
     await eventually(lambda: f"{user}.{job_id}" in state.machine.jobs)
     return emit.data
-
-
-async def admit_from_record(
-    probe: Probe, state: SplitStrideService, user: str, job_id: str, **fields: object
-) -> Envelope:
-    """What a placement older than `JobAccepted.launch` did: write the job's record, then
-    announce the admission without what its starts need; the submission's envelope."""
-    data = submitted(user, job_id, **fields)
-    envelope = Envelope.wrap(data, source="test")
-    await save_job(await probe.bus.key_value(JOBS.name), JobRecord.accepted(envelope, data), None)
-    await probe.publish(JobAccepted(user=user, job_id=job_id, gpus=data.gpus))
-    await eventually(lambda: f"{user}.{job_id}" in state.machine.jobs)
-    return envelope
 
 
 def placements(probe: Probe) -> list[JobPlaced]:
@@ -663,16 +650,28 @@ async def test_a_job_waiting_across_a_restart_starts_from_what_its_admission_car
     assert envelope.correlation_id == accepted.correlation_id is not None
 
 
-async def test_an_admission_without_what_its_start_needs_is_completed_from_the_jobs_record(
+async def test_a_job_stored_before_admissions_carried_its_launch_starts_from_its_jobs_record(
     bus: InMemoryBus, probe: Probe, settings: Settings
 ) -> None:
-    """As an older placement announced it: the start comes from the job's record."""
+    """A record written before `JobAccepted.launch`: the launch of each job it lacks is read
+    once from the job's record in placement's bucket, as split-stride loads it."""
     member = ArrayMembership(id="sweep", index=3)
     async with split_stride(bus, settings) as state:
+        await admit(probe, state, "alice", "sweep-3", env={"SEED": "3"}, array=member)
+        await eventually(lambda: not state._dirty)
+    kv = await bus.key_value(STRIDE.name)
+    stored = await load_stride(kv)
+    assert stored is not None
+    ids = dict.fromkeys(("launch", "correlation_id", "trace_parent"))
+    old = stored.record.jobs["alice.sweep-3"].model_copy(update=ids)
+    legacy = stored.record.model_copy(update={"jobs": {old.key: old}})
+    await save_stride(kv, legacy, stored.revision, None)
+    data = submitted("alice", "sweep-3", env={"SEED": "3"}, array=member)
+    submission = Envelope.wrap(data, source="test")
+    await save_job(await bus.key_value(JOBS.name), JobRecord.accepted(submission, data), None)
+    async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
-        submission = await admit_from_record(
-            probe, state, "alice", "sweep-3", env={"SEED": "3"}, array=member
-        )
+        await state.on_tick()
         await probe.wait_for(COMMANDS, StartCommand)
     ((envelope, start),) = probe.events(COMMANDS, StartCommand)
     assert start.env == {"SEED": "3", **array_environment(member)}

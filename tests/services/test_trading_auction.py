@@ -23,7 +23,7 @@ from gfair.core.shares_tree import ShareTree
 from gfair.core.usage_decay import DecayedUsage
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.job_array import ArrayMembership
-from gfair.events.jobs import JobAccepted, JobCompleted
+from gfair.events.jobs import JobAccepted, JobCompleted, JobLaunch
 from gfair.events.nodes import NodeFailed, NodeRecovered
 from gfair.events.scheduling import (
     EntitlementsUpdated,
@@ -53,7 +53,13 @@ SEED = {
 
 def jobs(user: str, job_type: str, count: int, *, start: int = 0) -> list[JobAccepted]:
     return [
-        JobAccepted(user=user, job_id=f"j{i}", gpus=1, job_type=job_type)
+        JobAccepted(
+            user=user,
+            job_id=f"j{i}",
+            gpus=1,
+            job_type=job_type,
+            launch=JobLaunch(command=("true",)),
+        )
         for i in range(start, start + count)
     ]
 
@@ -256,6 +262,7 @@ async def test_an_arrays_demand_stops_at_its_limit(harness: Harness) -> None:
                 gpus=1,
                 job_type="six-x",
                 array=limited.model_copy(update={"index": i}),
+                launch=JobLaunch(command=("true",)),
             )
             for i in range(6)
         ),

@@ -9,8 +9,15 @@ from bench.stride_store import T0, job, record
 
 from gfair.bus.memory_kv import InMemoryKeyValue
 from gfair.bus.topology import BucketSpec
+from gfair.events.jobs import JobLaunch
 from gfair.state.buckets import STRIDE
-from gfair.state.stride_record import STATE_KEY, StrideRecord, load_stride, save_stride
+from gfair.state.stride_record import (
+    STATE_KEY,
+    StrideJob,
+    StrideRecord,
+    load_stride,
+    save_stride,
+)
 
 NATS_DEFAULT_MAX_PAYLOAD = 1 << 20
 
@@ -126,3 +133,14 @@ async def test_a_one_key_record_is_read_whole_and_stored_in_parts_at_its_next_wr
     again = await load_stride(kv)
     assert again is not None and again.record.layout == 2 and again.revision == stored.revision
     assert comparable(again.record) == comparable(old)
+
+
+def test_a_job_stored_with_its_ids_inside_its_launch_keeps_them() -> None:
+    """Records until 2026-12 kept the job's correlation id and trace inside its launch."""
+    launch = {"command": ["true"], "env": {"A": "1"}, "working_dir": "/w"}
+    old = {"user": "u", "job_id": "j", "gpus": 1, "weight": 1.0}
+    ids = {"correlation_id": "c1", "trace_parent": "t1"}
+    found = StrideJob.model_validate({**old, "launch": {**launch, **ids}})
+    assert (found.correlation_id, found.trace_parent) == ("c1", "t1")
+    assert found.launch == JobLaunch(command=("true",), env={"A": "1"}, working_dir="/w")
+    assert StrideJob.model_validate_json(found.model_dump_json()) == found

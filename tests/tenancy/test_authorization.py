@@ -17,7 +17,7 @@ from gfair.bus.transport import BusError
 from gfair.events.codec import decode, encode, publish_headers
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.errors import InvalidEvent
-from gfair.events.jobs import JobAccepted
+from gfair.events.jobs import JobAccepted, JobLaunch
 from gfair.events.subjects import JOBS_STREAM, command_subject
 from gfair.events.submission import JobCancelRequested, JobSubmitted
 from gfair.state import buckets
@@ -36,7 +36,7 @@ def submission(user: str, job_id: str = "job-1") -> JobSubmitted:
 
 
 def accepted(user: str, job_id: str = "job-1") -> JobAccepted:
-    return JobAccepted(user=user, job_id=job_id, gpus=1)
+    return JobAccepted(user=user, job_id=job_id, gpus=1, launch=JobLaunch(command=("true",)))
 
 
 async def publish(bus: NatsBus, data: EventData, subject: str | None = None) -> int:

@@ -14,6 +14,8 @@ from pydantic import ValidationError
 
 from gfair.events.admission_limits import MAX_JOB_GPUS, MAX_JOB_GPUS_ENV, MAX_JOB_TICKETS
 from gfair.events.errors import field_path
+from gfair.events.job_array import ArrayMembership
+from gfair.events.job_spec import JobSpec
 from gfair.events.subjects import SubjectError, validate_token
 from gfair.events.submission import JobSubmitted
 
@@ -32,6 +34,7 @@ FLAGS: dict[str, str] = {
     "working_dir": "--workdir",
     "max_retries": "--max-retries",
     "after_ok": "--after-ok",
+    "array": "--array",
 }
 
 
@@ -57,44 +60,38 @@ def max_job_gpus() -> int:
     return int(configured) if configured.isdigit() and int(configured) > 0 else MAX_JOB_GPUS
 
 
-def check(
-    *,
-    user: str,
-    job_id: str,
-    gpus: int,
-    command: Sequence[str],
-    tickets: float | None,
-    job_type: str | None,
-    name: str | None,
-    env: Sequence[str],
-    working_dir: str | None,
-    max_retries: int | None,
-    after_ok: Sequence[str],
-) -> None:
-    """`UsageError` naming the first flag that a cluster would refuse, with its value."""
+def job(spec: JobSpec, job_id: str, array: ArrayMembership | None = None) -> JobSubmitted:
+    """The submission `spec` describes (its user, GPUs and command given) for `job_id`;
+    `UsageError` naming the first flag that a cluster would refuse, with its value."""
+    if spec.user is None or spec.gpus is None or spec.command is None:
+        raise UsageError("a job has a user, GPUs and a command")
     limit = max_job_gpus()
-    if not 1 <= gpus <= limit:
-        raise UsageError(f"--gpus {gpus}: a job asks for 1 to {limit} GPUs (placement's limit)")
-    if tickets is not None and tickets > MAX_JOB_TICKETS:
-        raise UsageError(f"--tickets {tickets:g}: at most {MAX_JOB_TICKETS:g}")
+    if not 1 <= spec.gpus <= limit:
+        raise UsageError(
+            f"--gpus {spec.gpus}: a job asks for 1 to {limit} GPUs (placement's limit)"
+        )
+    if spec.tickets is not None and spec.tickets > MAX_JOB_TICKETS:
+        raise UsageError(f"--tickets {spec.tickets:g}: at most {MAX_JOB_TICKETS:g}")
     try:
-        validate_token(user, what="--user")
+        validate_token(spec.user, what="--user")
         validate_token(job_id, what="--job-id")
     except SubjectError as exc:
         raise UsageError(str(exc)) from None
     try:
-        JobSubmitted(
-            user=user,
+        return JobSubmitted(
+            user=spec.user,
             job_id=job_id,
-            gpus=gpus,
-            command=tuple(command),
-            tickets=tickets,
-            job_type=job_type,
-            name=name,
-            env=environment(env),
-            working_dir=working_dir,
-            max_retries=max_retries,
-            after_ok=tuple(after_ok),
+            gpus=spec.gpus,
+            command=tuple(spec.command),
+            tickets=spec.tickets,
+            job_type=spec.job_type,
+            name=spec.name,
+            env=spec.env,
+            working_dir=spec.workdir,
+            max_retries=spec.max_retries,
+            array=array,
+            after_ok=spec.after_ok,
+            prepare=bool(spec.prepare),
         )
     except ValidationError as exc:
         raise UsageError(describe(exc)) from None

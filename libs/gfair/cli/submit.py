@@ -29,27 +29,28 @@ import argparse
 import os
 import sys
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from gfair.cli import output, session, submission
 from gfair.cli.speeds import job_type_warning
-from gfair.cli.submission import UsageError
 from gfair.client import GfairClient, Submitted, UnknownJob, WaitFor, WaitTimeout
 from gfair.events.job_array import (
     ArrayMembership,
     ArraySpec,
-    ArraySpecError,
     member_job_id,
     parse_array_spec,
 )
-from gfair.events.job_spec import JobSpec, JobSpecError, load_job_spec
+from gfair.events.job_spec import JobSpec, load_job_spec
 from gfair.events.states import JobState
-from gfair.events.submission import new_job_id
+from gfair.events.submission import JobSubmitted, new_job_id
 
 # `--wait=STATE`: what the client waits for.
 WAITS: dict[str, WaitFor] = {"accepted": "accepted", "running": "running", "completed": "ended"}
 DEFAULT_TIMEOUT_S = 60.0
+# The flags that, given, set the job spec's field of the same name.
+_FLAGS = ("gpus", "tickets", "job_type", "name", "job_id", "workdir", "max_retries", "array")
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -117,77 +118,74 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    args.command = command
-    if args.file is not None:
-        try:
-            apply_spec(args, load_job_spec(args.file))
-        except JobSpecError as exc:
-            return session.fail(str(exc), session.EXIT_USAGE)
-        except UsageError as exc:  # an --env of the command line
-            return session.fail(str(exc), session.EXIT_USAGE)
-    if not args.command:
+    try:
+        spec = job_spec(args, load_job_spec(args.file) if args.file is not None else JobSpec())
+    except ValueError as exc:  # the file's, or an --env or --after-ok of the command line
+        return session.fail(str(exc), session.EXIT_USAGE)
+    if not spec.command:
         return session.fail(
             "give the job's command after --, e.g. -- python train.py", session.EXIT_USAGE
         )
-    if args.user is None:
+    if spec.user is None:
         return session.fail(
             f"give --user (or ${session.USER_ENV}), or user: in the spec", session.EXIT_USAGE
         )
-    if args.gpus is None:
+    if spec.gpus is None:
         return session.fail("give --gpus, or gpus: in the spec", session.EXIT_USAGE)
+    if spec.array is not None and args.wait == "running":
+        return session.fail(
+            "--array waits for admission (default) or --wait=completed, not for running", 2
+        )
     try:
-        args.after_ok = dependencies(args.after_ok)
-        args.array_spec = parse_array_spec(args.array) if args.array is not None else None
-    except ValueError as exc:
+        array = parse_array_spec(spec.array) if spec.array is not None else None
+        # The job id is chosen here, so that it is checked, and a wait that times out can say
+        # which job it was.
+        base = spec.job_id or (
+            new_job_id(spec.name) if array is None else array_id(spec.name, array)
+        )
+        jobs = (
+            [submission.job(spec, base)]
+            if array is None
+            else [
+                submission.job(
+                    spec,
+                    member_job_id(base, i),
+                    ArrayMembership(id=base, index=i, limit=array.limit),
+                )
+                for i in array.indices
+            ]
+        )
+    except ValueError as exc:  # a flag no cluster would accept, or an --array spec
         return session.fail(str(exc), session.EXIT_USAGE)
-    if args.array_spec is not None:
-        if args.wait == "running":
-            return session.fail(
-                "--array waits for admission (default) or --wait=completed, not for running", 2
-            )
-        args.array_id = args.job_id or array_id(args.name, args.array_spec)
-        try:
-            last = member_job_id(args.array_id, args.array_spec.indices[-1])
-        except ArraySpecError as exc:
-            return session.fail(str(exc), session.EXIT_USAGE)
-        if (problem := _problem(args, last)) is not None:
-            return session.fail(problem, session.EXIT_USAGE)
-        _warn_of_speeds(args.job_type)
-        return session.run(args, _submit_array)
-    # Chosen here, so that it is checked, and a wait that times out can say which job it was.
-    args.job_id = args.job_id or new_job_id(args.name)
-    if (problem := _problem(args, args.job_id)) is not None:
-        return session.fail(problem, session.EXIT_USAGE)
-    _warn_of_speeds(args.job_type)
-    return session.run(args, _submit)
+    _warn_of_speeds(spec.job_type)
+    if array is None:
+        return session.run(args, partial(_submit, job=jobs[0]))
+    return session.run(args, partial(_submit_array, jobs=jobs, base=base, limit=array.limit))
+
+
+def job_spec(args: argparse.Namespace, spec: JobSpec) -> JobSpec:
+    """The job the command line describes: the file's `spec`, each flag given over it
+    (checked as a whole by `submission.job`)."""
+    given = {
+        name: getattr(args, name)
+        for name in (*_FLAGS, "prepare")
+        if getattr(args, name) is not None
+    }
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if command:
+        given["command"] = tuple(command)
+    # $GFAIR_USER is a default, the file says whose job it is.
+    if args.user is not None and not (args.user == os.environ.get(session.USER_ENV) and spec.user):
+        given["user"] = args.user
+    if args.after_ok:
+        given["after_ok"] = dependencies(args.after_ok)
+    given["env"] = {**spec.env, **submission.environment(args.env)}
+    return spec.model_copy(update=given)
 
 
 def _warn_of_speeds(job_type: str | None) -> None:
     if (warning := job_type_warning(job_type)) is not None:
         print(f"gfair submit: warning: {warning}", file=sys.stderr)
-
-
-def _problem(args: argparse.Namespace, job_id: str) -> str | None:
-    try:
-        submission.check(
-            user=args.user,
-            job_id=job_id,
-            gpus=args.gpus,
-            command=args.command,
-            tickets=args.tickets,
-            job_type=args.job_type,
-            name=args.name,
-            env=args.env,
-            working_dir=args.workdir,
-            max_retries=args.max_retries,
-            after_ok=args.after_ok,
-        )
-    except UsageError as exc:
-        return str(exc)
-    return None
 
 
 def dependencies(items: list[str]) -> tuple[str, ...]:
@@ -216,46 +214,19 @@ def array_id(name: str | None, spec: ArraySpec) -> str:
     return f"{stem[: room - len(suffix) - 1]}-{suffix}"
 
 
-def apply_spec(args: argparse.Namespace, spec: JobSpec) -> None:
-    """Fill what the command line left out from `spec` (the command line wins)."""
-    if not args.command and spec.command is not None:
-        args.command = list(spec.command)
-    if args.user is None or (args.user == os.environ.get(session.USER_ENV) and spec.user):
-        # $GFAIR_USER is a default, the file says whose job it is.
-        args.user = spec.user or args.user
-    for name in (
-        "gpus",
-        "tickets",
-        "job_type",
-        "name",
-        "job_id",
-        "workdir",
-        "max_retries",
-        "array",
-        "prepare",
-    ):
-        if getattr(args, name) is None:
-            setattr(args, name, getattr(spec, name))
-    if not args.after_ok:
-        args.after_ok = list(spec.after_ok)
-    given = submission.environment(args.env)
-    args.env = [f"{k}={v}" for k, v in {**spec.env, **given}.items()]
-
-
-async def _submit(client: GfairClient, args: argparse.Namespace) -> int:
+async def _submit(client: GfairClient, args: argparse.Namespace, *, job: JobSubmitted) -> int:
     wait: WaitFor = WAITS[args.wait] if args.wait else "none" if args.no_wait else "accepted"
     timeout_s = args.timeout
     if timeout_s is None and wait != "ended":
         timeout_s = DEFAULT_TIMEOUT_S
-    job_id: str = args.job_id
     try:
-        submitted = await _send(client, args, job_id, wait, timeout_s)
+        submitted = await client.submit_job(job, wait=wait, timeout_s=timeout_s)
     except WaitTimeout:
         try:
-            state = (await client.job(args.user, job_id, with_events=False)).state
+            state = (await client.job(job.user, job.job_id, with_events=False)).state
         except UnknownJob:  # stored, but placement has not taken it in
             state = JobState.SUBMITTED
-        submitted = Submitted(args.user, job_id, "", state)
+        submitted = Submitted(job.user, job.job_id, "", state)
         if args.json:
             output.print_json({**output.submitted_json(submitted), "timed_out": True})
         else:
@@ -281,56 +252,28 @@ async def _submit(client: GfairClient, args: argparse.Namespace) -> int:
     return session.EXIT_OK
 
 
-async def _send(
+async def _submit_array(
     client: GfairClient,
     args: argparse.Namespace,
-    job_id: str,
-    wait: WaitFor,
-    timeout_s: float | None,
-    array: ArrayMembership | None = None,
-) -> Submitted:
-    return await client.submit(
-        args.user,
-        args.gpus,
-        args.command,
-        tickets=args.tickets,
-        job_type=args.job_type,
-        name=args.name,
-        env=submission.environment(args.env),
-        working_dir=args.workdir,
-        job_id=job_id,
-        max_retries=args.max_retries,
-        array=array,
-        after_ok=args.after_ok,
-        prepare=bool(args.prepare),
-        wait=wait,
-        timeout_s=timeout_s,
-    )
-
-
-async def _submit_array(client: GfairClient, args: argparse.Namespace) -> int:
-    spec: ArraySpec = args.array_spec
-    base: str = args.array_id
-    members: dict[str, int] = {member_job_id(base, i): i for i in spec.indices}
-    for job_id, index in members.items():
-        await _send(
-            client,
-            args,
-            job_id,
-            "none",
-            None,
-            ArrayMembership(id=base, index=index, limit=spec.limit),
-        )
-    limit = f", at most {spec.limit} running" if spec.limit else ""
+    *,
+    jobs: list[JobSubmitted],
+    base: str,
+    limit: int | None,
+) -> int:
+    user = jobs[0].user
+    members = {job.job_id: job.array.index for job in jobs if job.array is not None}
+    for job in jobs:
+        await client.submit_job(job, wait="none", timeout_s=None)
+    shown = f", at most {limit} running" if limit else ""
     if not args.json:
-        output.console().print(f"{args.user}/{base}: array of {len(members)} job(s){limit}")
+        output.console().print(f"{user}/{base}: array of {len(members)} job(s){shown}")
     states: dict[str, JobState] = dict.fromkeys(members, JobState.SUBMITTED)
     reasons: dict[str, str | None] = dict.fromkeys(members)
     timed_out = False
     if args.wait is not None or not args.no_wait:
         timeout_s = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S
         try:
-            records = await client.admitted(args.user, list(members), timeout_s=timeout_s)
+            records = await client.admitted(user, list(members), timeout_s=timeout_s)
             states.update({job_id: r.state for job_id, r in records.items()})
             reasons.update({job_id: r.reason for job_id, r in records.items()})
         except WaitTimeout:
@@ -338,16 +281,16 @@ async def _submit_array(client: GfairClient, args: argparse.Namespace) -> int:
     if args.wait == "completed" and not timed_out:
         for job_id in members:
             try:
-                states[job_id] = await client.wait(args.user, job_id, timeout_s=args.timeout)
+                states[job_id] = await client.wait(user, job_id, timeout_s=args.timeout)
             except WaitTimeout:
                 timed_out = True
                 break
     if args.json:
         output.print_json(
             {
-                "user": args.user,
+                "user": user,
                 "array_id": base,
-                "limit": spec.limit,
+                "limit": limit,
                 "jobs": [
                     {
                         "job_id": job_id,
@@ -366,10 +309,10 @@ async def _submit_array(client: GfairClient, args: argparse.Namespace) -> int:
             counts[state] = counts.get(state, 0) + 1
         summary = ", ".join(f"{n} {output.styled_state(state)}" for state, n in counts.items())
         late = " (still waiting when the timeout passed)" if timed_out else ""
-        output.console().print(f"{args.user}/{base}: {summary}{late}")
+        output.console().print(f"{user}/{base}: {summary}{late}")
         for job_id, state in states.items():
             if state is JobState.REJECTED:
-                output.console().print(f"[red]rejected[/] {args.user}/{job_id}: {reasons[job_id]}")
+                output.console().print(f"[red]rejected[/] {user}/{job_id}: {reasons[job_id]}")
     if timed_out:
         return session.EXIT_TIMEOUT
     return worst_outcome(states.values(), ended=args.wait == "completed")

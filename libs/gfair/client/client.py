@@ -152,12 +152,8 @@ class GfairClient:
         wait: WaitFor = "accepted",
         timeout_s: float | None = 30.0,
     ) -> Submitted:
-        """Submit a job; with `wait`, return once it is accepted (or rejected), running, or ended.
-
-        `job_id` defaults to a fresh one (`new_job_id(name)`). Raises `WaitTimeout` when the
-        awaited state does not come within `timeout_s` (None: no limit; the job is submitted
-        all the same). Whatever `wait` says, a job that ends sooner returns its final state.
-        """
+        """Submit a job (`submit_job`) made of these fields; `job_id` defaults to a fresh one
+        (`new_job_id(name)`)."""
         try:
             data = JobSubmitted(
                 user=user,
@@ -176,6 +172,15 @@ class GfairClient:
             )
         except ValidationError as exc:
             raise InvalidRequest(describe_validation_error(exc, root="")) from None
+        return await self.submit_job(data, wait=wait, timeout_s=timeout_s)
+
+    async def submit_job(
+        self, data: JobSubmitted, *, wait: WaitFor = "accepted", timeout_s: float | None = 30.0
+    ) -> Submitted:
+        """Submit `data`; with `wait`, return once it is accepted (or rejected), running, or
+        ended. Raises `WaitTimeout` when the awaited state does not come within `timeout_s`
+        (None: no limit; the job is submitted all the same). Whatever `wait` says, a job that
+        ends sooner returns its final state."""
         envelope, ack = await self._publish(data)
         submitted = Submitted(data.user, data.job_id, envelope.id, JobState.SUBMITTED)
         if wait == "none":

@@ -14,9 +14,7 @@ from pydantic import AwareDatetime, Field, model_validator
 from gfair.events.envelope import EventData
 from gfair.events.fields import (
     AbsolutePath,
-    Argv,
     Attempt,
-    Environment,
     Generation,
     GpuCount,
     GpuIndices,
@@ -27,6 +25,7 @@ from gfair.events.fields import (
     Reason,
     UserName,
 )
+from gfair.events.jobs import JobLaunch
 from gfair.events.reasons import MigrationReason, SuspendReason
 from gfair.events.registry import register
 from gfair.events.subjects import PREFIX, command_subject
@@ -57,14 +56,11 @@ class NodeCommand(EventData):
 
 
 @register
-class StartCommand(NodeCommand):
+class StartCommand(NodeCommand, JobLaunch):
     """Run the job on these GPUs; when `checkpoint_dir` holds a checkpoint it resumes from it."""
 
     EVENT_TYPE = "gfair.cmd.start.v1"
 
-    command: Argv
-    env: Environment = Field(default_factory=dict)
-    working_dir: AbsolutePath | None = None
     gpu_indices: GpuIndices
     checkpoint_dir: AbsolutePath = Field(
         description="Where the job writes and finds its checkpoints"
@@ -72,16 +68,13 @@ class StartCommand(NodeCommand):
 
 
 @register
-class PrepareCommand(NodeCommand):
+class PrepareCommand(NodeCommand, JobLaunch):
     """Start the job's process without GPUs (none visible), prepared: it imports what it needs,
     then parks in `Job.from_env()` (reported as `JobSuspended` with `in_place`) until a start
     on this node gives it GPUs. Only for jobs submitted with `prepare`."""
 
     EVENT_TYPE = "gfair.cmd.prepare.v1"
 
-    command: Argv
-    env: Environment = Field(default_factory=dict)
-    working_dir: AbsolutePath | None = None
     gpus: GpuCount = Field(description="GPUs its later start will give it (sizes its limits)")
     generation: Generation = Field(description="The generation of the GPUs it will be given")
     checkpoint_dir: AbsolutePath = Field(

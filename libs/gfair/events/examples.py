@@ -30,6 +30,7 @@ from gfair.events.jobs import (
     JobExited,
     JobFailed,
     JobHeld,
+    JobLaunch,
     JobMigrated,
     JobPlaced,
     JobProgress,
@@ -84,7 +85,17 @@ _EXAMPLES: tuple[EventData, ...] = (
         max_retries=3,
     ),
     JobCancelRequested(user=_USER, job_id=_JOB, reason="superseded by a better learning rate"),
-    JobAccepted(user=_USER, job_id=_JOB, gpus=2, job_type="ResNet-50 (batch size 64)"),
+    JobAccepted(
+        user=_USER,
+        job_id=_JOB,
+        gpus=2,
+        job_type="ResNet-50 (batch size 64)",
+        launch=JobLaunch(
+            command=("python", "train.py", "--model", "resnet50", "--lr", "0.1"),
+            env={"WANDB_MODE": "offline"},
+            working_dir="/home/alice/sweep",
+        ),
+    ),
     JobHeld(user=_USER, job_id=_JOB, gpus=2, waiting_on=("preprocess-imagenet",)),
     JobRejected(
         user=_USER,

@@ -114,7 +114,9 @@ def _not_success(failure_class: FailureClass) -> FailureClass:
 
 
 class JobLaunch(BaseModel):
-    """What a node needs to start a job's process: as its user submitted it."""
+    """What a node needs to start a job's process: as its user submitted it. The one model of
+    it: the submission, the admission, the start and prepare commands and split-stride's record
+    carry these fields, in this shape."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -139,11 +141,8 @@ class JobAccepted(JobEvent):
     array: ArrayMembership | None = Field(
         default=None, description="The job array it belongs to, whose limit caps its demand"
     )
-    launch: JobLaunch | None = Field(
-        default=None,
-        description="Its command line, environment and working directory as submitted; absent "
-        "from admissions announced before this field existed (split-stride then reads the "
-        "job's record)",
+    launch: JobLaunch = Field(
+        description="Its command line, environment and working directory as submitted"
     )
     tickets: Tickets | None = Field(
         default=None, description="Weight among the user's own jobs; default equal"

@@ -19,16 +19,13 @@ from pydantic import Field, model_validator
 from gfair.events.fields import (
     MAX_ENV_VARS,
     MAX_RETRIES,
-    AbsolutePath,
-    Argv,
-    Environment,
     GpuCount,
     Name,
     Reason,
     Tickets,
 )
 from gfair.events.job_array import ArrayMembership, Dependencies, member_job_id
-from gfair.events.jobs import JobEvent
+from gfair.events.jobs import JobEvent, JobLaunch
 from gfair.events.registry import register
 from gfair.events.states import JobState
 from gfair.events.subjects import PREFIX, cancel_subject, submit_subject
@@ -46,7 +43,7 @@ def new_job_id(name: str | None = None) -> str:
 
 
 @register
-class JobSubmitted(JobEvent):
+class JobSubmitted(JobEvent, JobLaunch):
     """A request to run a job for `user`; published by tools on `gfair.submit.<user>`.
 
     The user pays with its fair share: `tickets` only weighs this job against the same user's
@@ -61,7 +58,6 @@ class JobSubmitted(JobEvent):
     JOB_STATE = JobState.SUBMITTED
 
     gpus: GpuCount = Field(description="GPUs the job needs at once (gang)")
-    command: Argv
     tickets: Tickets | None = Field(
         default=None, description="Weight among the user's own jobs; default equal"
     )
@@ -70,10 +66,6 @@ class JobSubmitted(JobEvent):
         description="Model family for throughput seeding, e.g. 'ResNet-50 (batch size 64)'",
     )
     name: Name | None = Field(default=None, description="Human-readable label")
-    env: Environment = Field(default_factory=dict)
-    working_dir: AbsolutePath | None = Field(
-        default=None, description="Working directory on the node"
-    )
     max_retries: int | None = Field(
         default=None,
         ge=0,

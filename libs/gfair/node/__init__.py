@@ -7,7 +7,7 @@ the plain results and events here into bus events.
 
 from gfair.node.discovery import open_gpus
 from gfair.node.gpu import GpuBackend, GpuInfo, GpuSample, NoGpusError, XidError
-from gfair.node.launch import CheckpointRef, JobLaunch, JobPaths, RunningJob
+from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec
 from gfair.node.lifecycle import JobCheckpointed, JobEvent, JobExited, JobProgress, SuspendResult
 from gfair.node.orphans import ReapedRun
 from gfair.node.supervisor import (
@@ -27,13 +27,13 @@ __all__ = [
     "JobCheckpointed",
     "JobEvent",
     "JobExited",
-    "JobLaunch",
     "JobPaths",
     "JobProgress",
     "JobStartError",
     "JobSupervisor",
     "NoGpusError",
     "ReapedRun",
+    "RunSpec",
     "RunningJob",
     "SupervisorConfig",
     "SupervisorError",

@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from gfair.node.launch import CheckpointRef, JobLaunch, RunningJob
+from gfair.node.launch import CheckpointRef, RunningJob, RunSpec
 from gfair.node.lifecycle import JobEvent, JobExited, ParkedJob, SuspendResult
 from gfair.node.orphans import ReapedRun
 from gfair.node.supervisor import JobSupervisor, SupervisorConfig
@@ -45,7 +45,7 @@ class JobRunner(Protocol):
 
     def parked(self) -> list[ParkedJob]: ...
 
-    async def start(self, launch: JobLaunch) -> RunningJob: ...
+    async def start(self, launch: RunSpec) -> RunningJob: ...
 
     async def suspend(
         self, job_id: str, timeout_s: float, *, enforce: bool = False, park: bool = False

@@ -34,8 +34,10 @@ class CheckpointRef:
 
 
 @dataclass(frozen=True, slots=True)
-class JobLaunch:
-    """Start `argv` for `job_id` on `gpu_indices` (all of one `generation`).
+class RunSpec:
+    """Start `argv` for `job_id` on `gpu_indices` (all of one `generation`): a start or prepare
+    command's launch (`gfair.events.jobs.JobLaunch`, which this package may not import), with
+    what this node adds to run it.
 
     `attempt` counts retries after failures (the SDK exposes it). `resume_from` pins the
     checkpoint to resume from; None resumes from the newest valid checkpoint in the job's

@@ -18,7 +18,7 @@ import anyio.abc
 from gfair.node.job_cgroup import JobCgroup
 from gfair.node.job_files import own_checkpoint
 from gfair.node.job_limits import JobLimitGroups
-from gfair.node.launch import CheckpointRef, JobLaunch, RunningJob
+from gfair.node.launch import CheckpointRef, RunningJob, RunSpec
 from gfair.node.lifecycle import (
     Escalation,
     JobCheckpointed,
@@ -37,7 +37,7 @@ _log = logging.getLogger("gfair.node")
 
 @dataclass(eq=False)
 class SupervisedJob:
-    launch: JobLaunch
+    launch: RunSpec
     handle: RunningJob
     process: anyio.abc.Process
     run: RunDirectory

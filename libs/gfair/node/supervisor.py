@@ -8,7 +8,7 @@ escalates SIGTERM -> SIGKILL on the whole group and falls back to the previous c
 Resume and migrate are a new `start` from the checkpoint directory.
 
     async with JobSupervisor(config) as supervisor:
-        job = await supervisor.start(JobLaunch(...))
+        job = await supervisor.start(RunSpec(...))
         async for event in supervisor.events: ...
         result = await supervisor.suspend(job.job_id, timeout_s=10)
 
@@ -42,7 +42,7 @@ from gfair.node.job_files import NotOwnFile, own_checkpoint
 from gfair.node.job_limits import JobLimitGroups, LimitError, LimitTree, device_rules
 from gfair.node.job_sandbox import spawn
 from gfair.node.job_threads import THREADS_VARIABLE, job_threads
-from gfair.node.launch import CheckpointRef, JobLaunch, JobPaths, RunningJob, check_job_id
+from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec, check_job_id
 from gfair.node.lifecycle import (
     Escalation,
     JobEvent,
@@ -309,7 +309,7 @@ class JobSupervisor:
 
     # ----- commands ------------------------------------------------------------------------
 
-    async def start(self, launch: JobLaunch) -> RunningJob:
+    async def start(self, launch: RunSpec) -> RunningJob:
         """Start a job (fresh, resumed or migrated here); returns once its process exists."""
         if self._task_group is None or self._closing:
             raise SupervisorError("the supervisor is not running (use `async with`)")
@@ -633,7 +633,7 @@ class JobSupervisor:
 
     # ----- internals -----------------------------------------------------------------------
 
-    def _verified_resume(self, launch: JobLaunch, checkpoint_dir: Path) -> CheckpointRef | None:
+    def _verified_resume(self, launch: RunSpec, checkpoint_dir: Path) -> CheckpointRef | None:
         ref = launch.resume_from
         owner = None if self.config.account is None else self.config.account.uid
         if ref is None:
@@ -670,7 +670,7 @@ class JobSupervisor:
 
     def _environment(
         self,
-        launch: JobLaunch,
+        launch: RunSpec,
         run: RunDirectory,
         checkpoint_dir: Path,
     ) -> dict[str, str]:

@@ -45,7 +45,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gfair.node.job_host import JobRunner
-from gfair.node.launch import CheckpointRef, JobLaunch, JobPaths, RunningJob
+from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec
 from gfair.node.lifecycle import (
     Escalation,
     JobCheckpointed,
@@ -134,7 +134,7 @@ def _synthetic_parser() -> argparse.ArgumentParser:
     return synthetic.build_parser()
 
 
-def _plan(launch: JobLaunch, table: ThroughputTable) -> _Plan:
+def _plan(launch: RunSpec, table: ThroughputTable) -> _Plan:
     argv = list(launch.argv)
     found = [i for i in range(len(argv) - 1) if argv[i] == "-m" and argv[i + 1] == SYNTHETIC_MODULE]
     if not found:
@@ -272,7 +272,7 @@ class VirtualSupervisor:
     def parked(self) -> list[ParkedJob]:
         return []
 
-    async def start(self, launch: JobLaunch) -> RunningJob:
+    async def start(self, launch: RunSpec) -> RunningJob:
         if not self._open:
             raise SupervisorError("the supervisor is not running (use `async with`)")
         if launch.job_id in self._jobs:

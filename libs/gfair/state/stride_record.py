@@ -38,15 +38,12 @@ import json
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from gfair.events.fields import (
-    AbsolutePath,
-    Argv,
     Attempt,
-    Environment,
     Generation,
     GpuCount,
     GpuIndex,
@@ -56,6 +53,7 @@ from gfair.events.fields import (
     Seconds,
     UserName,
 )
+from gfair.events.jobs import JobLaunch
 from gfair.events.states import NodeState
 from gfair.state.buckets import STRIDE, job_key, read_record
 from gfair.state.job_record import RecordBucket, StoredValue
@@ -134,17 +132,6 @@ class SwitchMeasurements(_Record):
     cold_start_s: Seconds | None = None
 
 
-class StrideLaunch(_Record):
-    """What a job's starts need (`JobAccepted.launch`, its job array's variables added), and
-    the ids that join its commands to the job's life."""
-
-    command: Argv
-    env: Environment = Field(default_factory=dict)
-    working_dir: AbsolutePath | None = None
-    correlation_id: str | None = Field(default=None, max_length=128)
-    trace_parent: str | None = Field(default=None, max_length=128)
-
-
 class Parked(_Record):
     """Where a job's process waits parked in place, holding no GPU: its node, and the GPUs it
     resumes on (none in particular for a prepared start)."""
@@ -192,11 +179,28 @@ class StrideJob(_Record):
         description="Prepared again after a slice ended while it came up, and not seen to come "
         "up since (it is not prepared again until it is)",
     )
-    launch: StrideLaunch | None = Field(
+    launch: JobLaunch | None = Field(
         default=None,
-        description="What its starts need; absent from jobs admitted before admissions "
-        "carried it (read from the job's record)",
+        description="What its starts need (`JobAccepted.launch`, its job array's variables "
+        "added); absent from jobs admitted before admissions carried it (split-stride then "
+        "reads it once from the job's record as it loads this one)",
     )
+    correlation_id: str | None = Field(
+        default=None, max_length=128, description="The job's: its commands join its life"
+    )
+    trace_parent: str | None = Field(
+        default=None, max_length=128, description="W3C traceparent of the job's trace"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ids_beside_launch(cls, data: Any) -> Any:
+        """Records until 2026-12 kept the job's two ids inside its launch."""
+        launch = data.get("launch") if isinstance(data, dict) else None
+        if isinstance(launch, dict) and "correlation_id" not in data:
+            ids = {k: launch.get(k) for k in ("correlation_id", "trace_parent")}
+            return {**data, **ids}
+        return data
 
     @property
     def key(self) -> str:

@@ -29,7 +29,7 @@ from gfair.events.reasons import SuspendReason
 from gfair.node import lifecycle
 from gfair.node.gpu import GpuInfo
 from gfair.node.job_host import JobHost
-from gfair.node.launch import JobLaunch
+from gfair.node.launch import CheckpointRef, RunSpec
 from gfair.node.supervisor import JobStartError
 from gfair_services.node_executor.event_sink import EventSink
 from gfair_services.node_executor.launch_book import LaunchBook
@@ -83,16 +83,12 @@ class RunControl:
         checkpoints = self._settings.checkpoint_dir(command.user, command.job_id)
         await self._parked_elsewhere_gone(command, checkpoints)
         resume = self._host.latest_checkpoint(checkpoints)
-        launch = JobLaunch(
-            job_id=command.job_id,
-            argv=tuple(command.command),
+        launch = _run_spec(
+            command,
+            generation,
+            resume,
             gpu_indices=tuple(command.gpu_indices),
-            generation=generation,
-            attempt=command.attempt,
-            env=dict(command.env),
             gpu_uuids=tuple(self._inventory[i].uuid for i in command.gpu_indices),
-            workdir=Path(command.working_dir) if command.working_dir else None,
-            resume_from=resume,
         )
         self.launches.save(command)
         supervisor = await self._supervisors.get(command.user)
@@ -156,17 +152,7 @@ class RunControl:
         the wait for its park goes on in a task of its own (`until_prepared`)."""
         checkpoints = self._settings.checkpoint_dir(command.user, command.job_id)
         resume = self._host.latest_checkpoint(checkpoints)
-        launch = JobLaunch(
-            job_id=command.job_id,
-            argv=tuple(command.command),
-            gpu_indices=(),
-            generation=generation,
-            attempt=command.attempt,
-            env=dict(command.env),
-            workdir=Path(command.working_dir) if command.working_dir else None,
-            resume_from=resume,
-            prepared_gpus=command.gpus,
-        )
+        launch = _run_spec(command, generation, resume, prepared_gpus=command.gpus)
         supervisor = await self._supervisors.get(command.user)
         async with self._sink.holding(command.job):
             try:
@@ -423,3 +409,27 @@ class RunControl:
             runtime_s=0.0,
             stderr_tail=f"gfair node {self._node_id}: {error}"[-MAX_STDERR_TAIL_CHARS:],
         )
+
+
+def _run_spec(
+    command: StartCommand | PrepareCommand,
+    generation: str,
+    resume: CheckpointRef | None,
+    *,
+    gpu_indices: tuple[int, ...] = (),
+    gpu_uuids: tuple[str, ...] = (),
+    prepared_gpus: int | None = None,
+) -> RunSpec:
+    """What the supervisor runs for `command`: its launch on this node's GPUs."""
+    return RunSpec(
+        job_id=command.job_id,
+        argv=tuple(command.command),
+        gpu_indices=gpu_indices,
+        generation=generation,
+        attempt=command.attempt,
+        env=dict(command.env),
+        gpu_uuids=gpu_uuids,
+        workdir=Path(command.working_dir) if command.working_dir else None,
+        resume_from=resume,
+        prepared_gpus=prepared_gpus,
+    )

@@ -18,13 +18,13 @@ from gfair.core.kernel import UserState
 from gfair.core.split_stride import Job, Launch, Node, Phase, Saved, SplitStride, Stay
 from gfair.core.split_stride.residency import Switches
 from gfair.core.switch_costs import MeasuredSwitches
+from gfair.events.jobs import JobLaunch
 from gfair.state.profile_record import type_key
 from gfair.state.stride_record import (
     Parked,
     Residency,
     ServerRecord,
     StrideJob,
-    StrideLaunch,
     StrideRecord,
     StrideUser,
     SwitchMeasurements,
@@ -257,7 +257,9 @@ def _job(record: StrideJob) -> Job:
         else (record.parked.node_id, record.parked.gpu_indices),
         prepared_unproven=record.prepared_unproven,
         coming_up_until=None if record.coming_up_until is None else seconds(record.coming_up_until),
-        launch=None if record.launch is None else _launch(record.launch),
+        launch=None
+        if record.launch is None
+        else launch(record.launch, record.correlation_id, record.trace_parent),
         switches=None
         if switches is None
         else Switches(
@@ -291,7 +293,13 @@ def _record(job: Job) -> StrideJob:
         else Parked(node_id=job.parked[0], gpu_indices=job.parked[1]),
         prepared_unproven=job.prepared_unproven,
         coming_up_until=None if job.coming_up_until is None else moment(job.coming_up_until),
-        launch=None if job.launch is None else _launch_record(job.launch),
+        launch=None
+        if job.launch is None
+        else JobLaunch(
+            command=job.launch.command, env=job.launch.env, working_dir=job.launch.working_dir
+        ),
+        correlation_id=None if job.launch is None else job.launch.correlation_id,
+        trace_parent=None if job.launch is None else job.launch.trace_parent,
         switches=None
         if switches is None
         else SwitchMeasurements(
@@ -303,17 +311,7 @@ def _record(job: Job) -> StrideJob:
     )
 
 
-def _launch(record: StrideLaunch) -> Launch:
-    return Launch(
-        record.command, record.env, record.working_dir, record.correlation_id, record.trace_parent
-    )
-
-
-def _launch_record(launch: Launch) -> StrideLaunch:
-    return StrideLaunch(
-        command=launch.command,
-        env=dict(launch.env),
-        working_dir=launch.working_dir,
-        correlation_id=launch.correlation_id,
-        trace_parent=launch.trace_parent,
-    )
+def launch(of: JobLaunch, correlation_id: str | None, trace_parent: str | None) -> Launch:
+    """The core's `Launch` of an event's or a record's `JobLaunch`, and the job's ids: made
+    here only (the core may not know the event models)."""
+    return Launch(tuple(of.command), dict(of.env), of.working_dir, correlation_id, trace_parent)

@@ -36,9 +36,8 @@ again under its id until stored (a busy broker delays a quantum's commands; it d
 quantum decided twice). If sending fails otherwise, or writing fails, the machine is reloaded
 from the record and the batch redelivered: it is handled again from what was stored. The job
 admission (`JobAccepted`) carries what the job's starts need (its `launch`), which the machine
-keeps with the job and the record with it; only an admission announced without one, by an older
-placement, is completed from the job's record in placement's bucket, read together with the
-batch's others before its handlers run (`prefetch`).
+keeps with the job and the record with it: split-stride reads nothing of placement's, but for
+the jobs of a record written before admissions carried it (`_with_launches`, as it loads).
 
 The nodes' reports that processes let go (suspended, migrated, exited) are handed to the
 machine together (`Releases`: one fill of the GPUs they leave idle instead of one per report):
@@ -119,6 +118,7 @@ from gfair.events.jobs import (
     JobEvent,
     JobExited,
     JobFailed,
+    JobLaunch,
     JobMigrated,
     JobPlaced,
     JobResumed,
@@ -138,7 +138,7 @@ from gfair.events.scheduling import (
 from gfair.events.states import JobState
 from gfair.state import buckets
 from gfair.state.buckets import UnreadableRecord, job_key
-from gfair.state.job_record import StoredJob, load_job, load_jobs
+from gfair.state.job_record import load_job, load_jobs
 from gfair.state.stride_record import (
     MAX_APPLIED_IDS,
     PARTS_LAYOUT,
@@ -206,9 +206,6 @@ class SplitStrideService:
         self._runtime: ServiceRuntime | None = None
         self._stride_kv: KeyValue | None = None
         self._jobs_kv: KeyValue | None = None
-        # What a job's starts need, read once from its JobRecord, for the jobs the machine
-        # holds without it (restored from a record written before admissions carried it).
-        self._launches: dict[str, Launch] = {}
         # Outputs sent and not yet known to be stored, in the order sent.
         self._sends: list[asyncio.Task[PubAck]] = []
         # The machine holds changes the record does not.
@@ -217,8 +214,6 @@ class SplitStrideService:
         # unsettled batch began: a reload in between lost that batch's changes.
         self._loads = 0
         self._batch_began: dict[str, int] = {}
-        # Job records read ahead for the placements of the batch in hand (None: no record).
-        self._prefetched: dict[str, StoredJob | None] = {}
         # Reports of processes let go, not yet handed in (`_release_held`), with their events.
         self._held: list[tuple[Envelope, Suspended | Migrated | Exited]] = []
         # When the nodes' reports were last read up to (`_heard_until`); none yet.
@@ -234,7 +229,6 @@ class SplitStrideService:
             name="jobs",
             ack_wait_s=ack_wait_s,
             settle=self._settler("jobs"),
-            prepare=self.prefetch,
         )
         service.add_handler(
             self.on_node_event,
@@ -300,6 +294,7 @@ class SplitStrideService:
             self._revision, self._written = None, None
         else:
             saved, self._revision, self._written = stored.record, stored.revision, stored.record
+            saved = await self._with_launches(saved)
         # alpha 1: each published profile replaces the last (the profiler already averaged).
         estimator = ThroughputEstimator(seed_table(self.settings.throughputs), alpha=1.0)
         self._machine = SplitStride(
@@ -317,6 +312,21 @@ class SplitStrideService:
             _log.info(
                 "gfair_stride holds the one-key record: storing it per job", jobs=len(saved.jobs)
             )
+
+    async def _with_launches(self, saved: StrideRecord) -> StrideRecord:
+        """`saved`, its jobs admitted before admissions carried their launch given it, read
+        once from their records in placement's bucket (a job whose record is gone gets none,
+        and cannot start); the first write after the load stores them with it."""
+        missing = [job for job in saved.jobs.values() if job.launch is None]
+        found = await asyncio.gather(*(load_job(self.jobs_kv, j.user, j.job_id) for j in missing))
+        jobs = dict(saved.jobs)
+        for job, stored in zip(missing, found, strict=True):
+            if stored is not None:
+                sub = stored.record.submission
+                launch = _admitted_launch(stored.record.admission())
+                update = {"launch": launch, "correlation_id": sub.event_id}
+                jobs[job.key] = job.model_copy(update={**update, "trace_parent": sub.trace_parent})
+        return saved.model_copy(update={"jobs": jobs}) if missing else saved
 
     def to_record(self, now: datetime) -> StrideRecord:
         """The record of what split-stride holds now, written at `now`."""
@@ -358,11 +368,9 @@ class SplitStrideService:
         if isinstance(data, JobAccepted):
             if key in self.machine.jobs:
                 return None
-            given = await self._admitted(envelope, data, record.seconds(self.clock()))
+            given = self._admitted(envelope, data, record.seconds(self.clock()))
         if given is None:
             return None
-        if isinstance(data, _TERMINAL):
-            self._launches.pop(key, None)
         reply = self.machine.apply(given)
         if reply.ignored is not None:
             _log.info(reply.ignored, job=key, event=data.EVENT_TYPE)
@@ -389,29 +397,10 @@ class SplitStrideService:
         self._applied.extend(envelope.id for envelope, _ in held[:-1])
         self._commit(last, outputs, seed=last.id)
 
-    async def _admitted(
-        self, envelope: Envelope, event: JobAccepted, now: float
-    ) -> Admitted | None:
+    def _admitted(self, envelope: Envelope, event: JobAccepted, now: float) -> Admitted:
         """An admitted job, as its admission says; its commands join the job's life (its
-        correlation id, and its trace where this admission is handled). An admission announced
-        without its launch, by an older placement, is taken from the job's record (None for a
-        job that ended meanwhile)."""
+        correlation id, and its trace where this admission is handled)."""
         correlation_id, trace_parent = envelope.correlation_id or envelope.id, current_traceparent()
-        if event.launch is None:
-            key = job_key(event.user, event.job_id)
-            if key in self._prefetched:
-                stored = self._prefetched.pop(key)
-            else:
-                stored = await load_job(self.jobs_kv, event.user, event.job_id)
-            if stored is None:
-                # Placement writes the record before it announces the admission: this one was
-                # announced by nobody that admits (forged, or replayed after the record went).
-                _log.warning("admission of a job with no record; ignored", job=key)
-                return None
-            if not stored.record.live:
-                return None  # a late admission of a job that ended meanwhile
-            event, sub = stored.record.admission(), stored.record.submission
-            correlation_id, trace_parent = sub.event_id, sub.trace_parent
         return Admitted(
             user=event.user,
             job_id=event.job_id,
@@ -423,7 +412,7 @@ class SplitStrideService:
             array=event.array.id if event.array is not None else None,
             array_limit=event.array.limit if event.array is not None else None,
             prepare=event.prepare,
-            launch=_admitted_launch(event, correlation_id, trace_parent),
+            launch=record.launch(_admitted_launch(event), correlation_id, trace_parent),
         )
 
     async def _readmit_unfinished(self) -> None:
@@ -441,26 +430,6 @@ class SplitStrideService:
                 if outputs is not None:
                     self._commit(envelope, outputs, seed=envelope.id)
         _log.warning("split-stride took up placement's unfinished jobs", jobs=len(unfinished))
-
-    async def prefetch(self, events: Sequence[tuple[Envelope, EventData]]) -> None:
-        """Read at once the records of the jobs the batch admits that split-stride lacks."""
-        self._prefetched.clear()
-        wanted = sorted(
-            {
-                job_key(data.user, data.job_id)
-                for _, data in events
-                if isinstance(data, JobAccepted)
-                and data.launch is None
-                and job_key(data.user, data.job_id) not in self.machine.jobs
-            }
-        )
-        found = await asyncio.gather(
-            *(load_job(self.jobs_kv, *key.split(".", 1)) for key in wanted),
-            return_exceptions=True,
-        )
-        for key, stored in zip(wanted, found, strict=True):
-            if not isinstance(stored, BaseException):
-                self._prefetched[key] = stored
 
     async def on_node_event(self, envelope: Envelope, data: EventData) -> list[Emit]:
         async with self._lock:
@@ -543,12 +512,10 @@ class SplitStrideService:
         return outputs
 
     async def _prepare_command(self, prepare: Prepare) -> PrepareCommand | None:
-        launch = await self._launch_of(prepare.user, prepare.job_id)
+        launch = self._launch_of(job_key(prepare.user, prepare.job_id))
         if launch is None:
             # Not started prepared: the machine gives it GPUs once its prepared wait is over.
-            _log.error(
-                "no job record; cannot prepare it", job=job_key(prepare.user, prepare.job_id)
-            )
+            _log.error("no launch; cannot prepare it", job=job_key(prepare.user, prepare.job_id))
             return None
         return PrepareCommand(
             node_id=prepare.node_id,
@@ -591,30 +558,14 @@ class SplitStrideService:
             )
         return outputs
 
-    async def _launch_of(self, user: str, job_id: str) -> Launch | None:
-        """What the job's starts need: kept by the machine since its admission, else (restored
-        from an older record) read once from its record; None if it has none."""
-        key = job_key(user, job_id)
-        if (launch := self._known_launch(key)) is not None:
-            return launch
-        stored = await load_job(self.jobs_kv, user, job_id)
-        if stored is None:
-            return None
-        sub = stored.record.submission
-        launch = _admitted_launch(stored.record.admission(), sub.event_id, sub.trace_parent)
-        self._launches[key] = launch
-        return launch
-
-    def _known_launch(self, key: str) -> Launch | None:
+    def _launch_of(self, key: str) -> Launch | None:
         job = self.machine.jobs.get(key)
-        if job is not None and job.launch is not None:
-            return job.launch
-        return self._launches.get(key)
+        return job.launch if job is not None else None
 
     async def _start_command(self, start: Start) -> StartCommand | None:
-        launch = await self._launch_of(start.user, start.job_id)
+        launch = self._launch_of(start.key)
         if launch is None:
-            _log.error("no job record; cannot start it", job=start.key)
+            _log.error("no launch (its job record was gone); cannot start it", job=start.key)
             self.machine.apply(
                 Unstartable(
                     user=start.user,
@@ -663,7 +614,7 @@ class SplitStrideService:
         assert self._runtime is not None
         publisher = self._runtime.publisher
         for data in outputs:
-            launch = self._known_launch(_job_key_of(data) or "")
+            launch = self._launch_of(_job_key_of(data) or "")
             # A job's commands join its trace; a server's decision links the jobs it runs.
             running = data.running if isinstance(data, ScheduleDecided) else ()
             self._sends.append(
@@ -738,7 +689,7 @@ class SplitStrideService:
         return settle
 
     def _trace_parent(self, key: str) -> str | None:
-        launch = self._known_launch(key)
+        launch = self._launch_of(key)
         return launch.trace_parent if launch is not None else None
 
     @property
@@ -885,17 +836,7 @@ def build_service(settings: Settings | None = None, clock: Clock = utc_now) -> S
     return SplitStrideService(settings or Settings(), clock).service()
 
 
-def _admitted_launch(
-    admission: JobAccepted, correlation_id: str | None, trace_parent: str | None
-) -> Launch:
+def _admitted_launch(admission: JobAccepted) -> JobLaunch:
     """What the admitted job's starts need: its launch, with its job array's variables."""
     launch = admission.launch
-    if launch is None:
-        raise ValueError(f"the admission of {admission.job} carries no launch")
-    return Launch(
-        command=tuple(launch.command),
-        env={**launch.env, **array_environment(admission.array)},
-        working_dir=launch.working_dir,
-        correlation_id=correlation_id,
-        trace_parent=trace_parent,
-    )
+    return launch.model_copy(update={"env": {**launch.env, **array_environment(admission.array)}})
