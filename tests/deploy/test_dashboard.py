@@ -13,12 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bench.compose_deployment import fresh_secrets
 from opentelemetry.sdk.metrics import MeterProvider
 
 from gfair.bus.metrics import GfairMetrics, PrometheusEndpoint, export_from_zero
 from gfair.bus.observability import ObservabilitySettings, configure_observability
-
-from .test_compose import compose_secrets
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy/grafana/dashboards/gfair.json"
@@ -148,7 +147,7 @@ def test_prometheus_scrapes_every_gfair_service_on_its_metrics_port() -> None:
         env={
             "PATH": os.environ.get("PATH", ""),
             "HOME": os.environ.get("HOME", "/tmp"),
-            **compose_secrets(),
+            **fresh_secrets(),
         },
         capture_output=True,
         text=True,
