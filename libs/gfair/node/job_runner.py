@@ -3,19 +3,11 @@ what is reported of it.
 
 A `JobRunner` starts runs, asks them to yield (checkpoint and exit), forces them off their GPUs
 when they do not (SIGTERM, then SIGKILL), kills them, and reports their progress, checkpoints
-and one exit each on `events`. The lifecycle and the reporting are here; a kind of job
-(`JobSupervisor`: OS processes; `VirtualSupervisor`: synthetic jobs without processes) says only
-what differs: how a run is started (`_launch`) and watched until it exits (`_watch`), how it is
-asked to yield (`_suspend`) and how it is signalled (`_signal`). A kind that can hold a run in
-place (parked, frozen) overrides `parked`, `resume_in_place`, `coming_up` and `until_parked`;
-by default a run never waits in place.
-
-    async with runner:
-        job = await runner.start(RunSpec(...))
-        async for event in runner.events: ...
-        result = await runner.suspend(job.job_id, timeout_s=10)
-
-Leaving the block (or `shutdown`) suspends every run, then kills what is left: no orphans.
+and one exit each on `events`; leaving its `async with` block suspends every run, then kills
+what is left. A kind of job (`JobSupervisor`: OS processes; `VirtualSupervisor`: synthetic jobs
+without processes) says only how a run is started (`_launch`), watched until it exits
+(`_watch`), asked to yield (`_suspend`) and signalled (`_signal`). A kind that can hold a run in
+place (parked, frozen) overrides `parked`, `resume_in_place`, `coming_up` and `until_parked`.
 """
 
 from __future__ import annotations

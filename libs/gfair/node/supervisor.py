@@ -32,12 +32,7 @@ from gfair.node.job_cgroup import empty
 from gfair.node.job_disk import cap_outputs, disk_overrun
 from gfair.node.job_files import NotOwnFile, own_checkpoint
 from gfair.node.job_limits import JobLimitGroups, LimitError, device_rules
-from gfair.node.job_runner import (
-    JobRunner,
-    JobStartError,
-    SupervisorConfig,
-    SupervisorError,
-)
+from gfair.node.job_runner import JobRunner, JobStartError, SupervisorConfig, SupervisorError
 from gfair.node.job_sandbox import spawn
 from gfair.node.job_threads import THREADS_VARIABLE, job_threads
 from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec
