@@ -40,8 +40,9 @@ from gfair.bus.topology import Topology
 from gfair.events.fields import JobRef
 from gfair.node.job_account import derived_account
 from gfair.node.job_disk import OUTPUT_MAX_BYTES
+from gfair.node.job_runner import SupervisorConfig
 from gfair.node.launch import RunSpec
-from gfair.node.supervisor import JobSupervisor, SupervisorConfig
+from gfair.node.supervisor import JobSupervisor
 from gfair_services.node_executor.output_shipper import OutputShipper
 from gfair_services.node_executor.settings import NodeExecutorSettings
 

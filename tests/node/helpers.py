@@ -17,9 +17,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 import gfair
 from gfair.node.job_account import JobAccount, derived_account
+from gfair.node.job_runner import SupervisorConfig
 from gfair.node.launch import RunSpec
 from gfair.node.lifecycle import JobEvent
-from gfair.node.supervisor import SupervisorConfig
 
 
 def _open_to_others(path: Path) -> bool:

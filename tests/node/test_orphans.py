@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from gfair.node.job_runner import SupervisorConfig
 from gfair.node.launch import JobPaths, RunningJob
 from gfair.node.orphans import RunEnd
 from gfair.node.run_directory import EXIT_RECORD, TOLD_RECORD, RunDirectory
-from gfair.node.supervisor import JobSupervisor, SupervisorConfig
+from gfair.node.supervisor import JobSupervisor
 from gfair.sdk import YIELD_EXIT_CODE, JobEnvironment
 
 from .helpers import SYNTHETIC, make_config, wait_for_text

@@ -11,10 +11,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from gfair.node.job_runner import JobStartError, SupervisorError, UnknownJob
 from gfair.node.launch import CheckpointRef, RunSpec
 from gfair.node.lifecycle import JobCheckpointed, JobExited, JobProgress
 from gfair.node.progress import ProgressTail
-from gfair.node.supervisor import JobStartError, JobSupervisor, SupervisorError, UnknownJob
+from gfair.node.supervisor import JobSupervisor
 from gfair.sdk import YIELD_EXIT_CODE
 from gfair.sdk.progress import ProgressRecord
 from gfair.sdk.throughput_table import ThroughputTable

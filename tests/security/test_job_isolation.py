@@ -22,8 +22,9 @@ import pytest
 from gfair.node.job_account import derived_account
 from gfair.node.job_cgroup import AUTO, CgroupTree, locate, tenant_directory
 from gfair.node.job_limits import JobLimits, LimitTree, v1_hierarchies
+from gfair.node.job_runner import JobStartError
 from gfair.node.lifecycle import JobCheckpointed, JobExited
-from gfair.node.supervisor import JobStartError, JobSupervisor
+from gfair.node.supervisor import JobSupervisor
 from node.helpers import (
     EventLog,
     make_config,

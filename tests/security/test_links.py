@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from gfair.node.job_account import derived_account
-from gfair.node.supervisor import JobStartError, JobSupervisor
+from gfair.node.job_runner import JobStartError
+from gfair.node.supervisor import JobSupervisor
 from gfair.sdk.environment import PARKED_MARKER
 from node.helpers import (
     make_config,

@@ -7,16 +7,17 @@ the plain results and events here into bus events.
 
 from gfair.node.discovery import open_gpus
 from gfair.node.gpu import GpuBackend, GpuInfo, GpuSample, NoGpusError, XidError
-from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec
-from gfair.node.lifecycle import JobCheckpointed, JobEvent, JobExited, JobProgress, SuspendResult
-from gfair.node.orphans import ReapedRun
-from gfair.node.supervisor import (
+from gfair.node.job_runner import (
+    JobRunner,
     JobStartError,
-    JobSupervisor,
     SupervisorConfig,
     SupervisorError,
     UnknownJob,
 )
+from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec
+from gfair.node.lifecycle import JobCheckpointed, JobEvent, JobExited, JobProgress, SuspendResult
+from gfair.node.orphans import ReapedRun
+from gfair.node.supervisor import JobSupervisor
 from gfair.node.telemetry import TelemetryReport, telemetry_reports
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "JobExited",
     "JobPaths",
     "JobProgress",
+    "JobRunner",
     "JobStartError",
     "JobSupervisor",
     "NoGpusError",

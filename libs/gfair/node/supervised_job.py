@@ -18,14 +18,12 @@ import anyio.abc
 from gfair.node.job_cgroup import JobCgroup
 from gfair.node.job_files import own_checkpoint
 from gfair.node.job_limits import JobLimitGroups
-from gfair.node.launch import CheckpointRef, RunningJob, RunSpec
+from gfair.node.job_runner import SupervisedRun
+from gfair.node.launch import CheckpointRef, RunSpec
 from gfair.node.lifecycle import (
-    Escalation,
     JobCheckpointed,
     JobEvent,
-    JobExited,
     JobProgress,
-    exit_was_yield,
 )
 from gfair.node.progress import ProgressTail, RateWindow
 from gfair.node.run_directory import RunDirectory
@@ -36,32 +34,20 @@ _log = logging.getLogger("gfair.node")
 
 
 @dataclass(eq=False)
-class SupervisedJob:
+class SupervisedJob(SupervisedRun):
     launch: RunSpec
-    handle: RunningJob
     process: anyio.abc.Process
     run: RunDirectory
     store: CheckpointStore
-    started_monotonic: float
     tail: ProgressTail
     rates: RateWindow
-    exited: anyio.Event = field(default_factory=anyio.Event)
-    steps: int = 0
-    checkpoint: CheckpointRef | None = None
     # The process whose SDK handles SIGUSR1 (said so in its `ready` record).
     sdk_pid: int | None = None
-    yield_requested: bool = False
     yield_reported: bool = False
     completed: bool = False
-    terminated_by: Escalation | None = None
-    reason: str | None = None
-    terminating: bool = False
-    # Terminated because a suspend timed out: still a yield (the GPUs were asked back).
-    forced_yield: bool = False
     last_progress_at: float = -math.inf
     # Progress is news only once this run reports a mini-batch of its own.
     progress_emitted_steps: int = 0
-    exit: JobExited | None = None
     # The job's own cgroup, where the node makes them (job_cgroup.py).
     cgroup: JobCgroup | None = None
     # Its memory and CPU limits, where the node sets them (job_limits.py).
@@ -100,6 +86,11 @@ class SupervisedJob:
     def holds_gpus(self) -> bool:
         """Whether its processes hold its GPUs: not while parked or frozen in place."""
         return self.parked is None and self.frozen_since is None
+
+    @property
+    def frozen(self) -> bool:
+        """Frozen while it came up, or held parked: SIGTERM would not reach it, SIGKILL does."""
+        return self.frozen_since is not None or self.held
 
     @property
     def in_place_since(self) -> float | None:
@@ -188,40 +179,21 @@ class SupervisedJob:
         exit_code = returncode if returncode >= 0 else None
         signum = -returncode if returncode < 0 else None
         completed = self.completed and exit_code == 0
-        yielded = exit_was_yield(
-            requested=self.yield_requested,
-            completed=completed,
-            exit_code=exit_code,
-            forced=self.forced_yield,
-            reported=self.yield_reported,
-        )
-        self.exit = JobExited(
-            job_id=self.handle.job_id,
-            attempt=self.handle.attempt,
-            time=time.time(),
-            exit_code=exit_code,
-            signal=signum,
-            duration_s=time.monotonic() - self.started_monotonic,
-            stderr_tail=stderr_tail,
-            yielded=yielded,
-            completed=completed,
-            terminated_by=self.terminated_by,
-            reason=self.reason,
-            steps=self.steps,
-            checkpoint=self.checkpoint,
+        exited = self.settle(
+            exit_code, signum, stderr_tail, completed=completed, reported=self.yield_reported
         )
         self.run.write_exit(
             {
                 "exit_code": exit_code,
                 "signal": signum,
-                "yielded": yielded,
+                "yielded": exited.yielded,
                 "completed": completed,
                 "terminated_by": self.terminated_by,
                 "reason": self.reason,
                 "steps": self.steps,
             }
         )
-        events.append(self.exit)
+        events.append(exited)
         return events
 
     def _note_checkpoint(self, record: ProgressRecord) -> list[JobEvent]:

@@ -5,14 +5,10 @@ its logs in a per-run directory and its checkpoints in `<checkpoint_root>/<job_i
 every executor that may resume the job can read. Suspend asks the job to checkpoint at its next
 mini-batch boundary (a yield file, plus SIGUSR1 once the SDK said it handles it), waits, then
 escalates SIGTERM -> SIGKILL on the whole group and falls back to the previous checkpoint.
-Resume and migrate are a new `start` from the checkpoint directory.
-
-    async with JobSupervisor(config) as supervisor:
-        job = await supervisor.start(RunSpec(...))
-        async for event in supervisor.events: ...
-        result = await supervisor.suspend(job.job_id, timeout_s=10)
-
-Leaving the block (or `shutdown`) suspends every job, then kills what is left: no orphans.
+Resume and migrate are a new `start` from the checkpoint directory. A job may also wait in
+place: parked by its SDK, or frozen in its cgroup while it comes up. The lifecycle and what is
+reported of it are `JobRunner`'s (`job_runner`); this is how a process is started, signalled,
+frozen and watched.
 """
 
 from __future__ import annotations
@@ -23,35 +19,30 @@ import logging
 import os
 import signal
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Literal
+from typing import Literal, Self
 
 import anyio
 import anyio.abc
 import anyio.to_thread
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gfair.node.job_account import JobAccount
-from gfair.node.job_cgroup import CgroupTree, empty
+from gfair.node.job_cgroup import empty
 from gfair.node.job_disk import cap_outputs, disk_overrun
 from gfair.node.job_files import NotOwnFile, own_checkpoint
-from gfair.node.job_limits import JobLimitGroups, LimitError, LimitTree, device_rules
+from gfair.node.job_limits import JobLimitGroups, LimitError, device_rules
+from gfair.node.job_runner import JobRunner, JobStartError, SupervisorConfig, SupervisorError
 from gfair.node.job_sandbox import spawn
 from gfair.node.job_threads import THREADS_VARIABLE, job_threads
-from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec, check_job_id
+from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec
 from gfair.node.lifecycle import (
     Escalation,
     JobEvent,
-    JobExited,
-    JobProgress,
     ParkedJob,
     SuspendResult,
 )
-from gfair.node.orphans import ReapedRun, reap_orphans
+from gfair.node.orphans import reap_orphans
 from gfair.node.process_group import (
     any_running_as,
     collect,
@@ -64,7 +55,7 @@ from gfair.node.process_group import (
     reap_zombies_in,
     signal_group,
 )
-from gfair.node.progress import ProgressLimits, ProgressTail, RateWindow
+from gfair.node.progress import ProgressTail, RateWindow
 from gfair.node.run_directory import PASSAGE_MODE, RunDirectory
 from gfair.node.supervised_job import SupervisedJob
 from gfair.node.tenant_paths import made, make_job_directory, owners, remove_in, remove_owned
@@ -84,75 +75,8 @@ _OUTPUT_CAP_S = 0.5
 _ZOMBIE_SWEEP_S = 1.0
 # A tenant's run root: root's, passable by the tenant's group only.
 _TENANT_PASSAGE_MODE = 0o710
-# Finished jobs remembered for `wait`/`suspend` after the fact.
-_FINISHED_KEPT = 1024
 # How long to wait for SIGKILLed stragglers of an exited job to disappear.
 _CLEAR_GROUP_S = 2.0
-
-
-class SupervisorError(Exception):
-    """A request the supervisor refuses; the message says why."""
-
-
-class UnknownJob(SupervisorError, KeyError):
-    pass
-
-
-class JobStartError(SupervisorError):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class SupervisorConfig:
-    """`run_root` is this executor's (logs, control files); `checkpoint_root` is shared by every
-    executor that may resume a job (same machine or a shared filesystem)."""
-
-    node_id: str
-    run_root: Path
-    checkpoint_root: Path
-    # GPU indices this node has; None skips the check (the caller validated).
-    gpu_indices: frozenset[int] | None = None
-    term_grace_s: float = 5.0
-    shutdown_timeout_s: float = 30.0
-    poll_interval_s: float = 0.1
-    progress_interval_s: float = 1.0
-    rate_window_s: float = 10.0
-    # What reading a job's progress may cost, whatever the job writes there.
-    progress_limits: ProgressLimits = dataclasses.field(default_factory=ProgressLimits)
-    stderr_tail_bytes: int = 4096
-    # "index" pairs with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as NVML does.
-    visible_devices: Literal["index", "uuid"] = "index"
-    # Host variables a job's process gets (what a program needs to run: where things are, the
-    # locale, the interpreter's and CUDA's paths). Nothing else of the executor's environment
-    # reaches a job: never its NATS URL or credentials, nor any service setting.
-    inherit_env: bool = True
-    event_buffer: int = 10_000
-    # Become a child subreaper (Linux) so stragglers a job leaves behind can be reaped.
-    reap_descendants: bool = True
-    # The OS account the jobs run as (the executor must be root); None: the executor's own,
-    # which must not be root (jobs never run as root: the supervisor refuses to start).
-    account: JobAccount | None = None
-    # Where each job gets a cgroup of its own (job_cgroup.py); None: the host gives none.
-    cgroups: CgroupTree | None = None
-    # Memory and CPU limits per job (job_limits.py); None: none asked for.
-    limits: LimitTree | None = None
-    # GPU index -> its device node, the one a job may open where its limits hold devices.
-    gpu_devices: Mapping[int, Path] | None = None
-    # One GPU's share of the node's CPUs: a job's math libraries start that many threads per
-    # GPU it holds (job_threads.py), unless it says otherwise; None: the libraries' defaults.
-    threads_per_gpu: float | None = None
-    # How many processes hold GPU memory on these of the node's GPUs (`GpuBackend.
-    # compute_processes`; None from it: cannot tell). Without it (None), a job still coming up
-    # when its slice ends is never frozen in place (`suspend`).
-    gpu_processes: Callable[[Sequence[int]], int | None] | None = None
-    # What one job may keep under its run directory, and in each of its output files
-    # (`job_disk`); None: no cap.
-    disk_max_bytes: int | None = None
-    output_max_bytes: int | None = None
-    # The node's shared temporary directories, cleared of what an account left once none of
-    # its jobs runs here (only for an account of its own: never the executor's).
-    shared_tmp: tuple[Path, ...] = (Path("/tmp"), Path("/var/tmp"))
-    disk_check_s: float = 30.0
 
 
 # What of the host's environment a job may see (see `host_environment`).
@@ -193,22 +117,13 @@ def host_environment(host: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-class JobSupervisor:
+class JobSupervisor(JobRunner[SupervisedJob]):
     def __init__(self, config: SupervisorConfig) -> None:
-        self.config = config
-        self._jobs: dict[str, SupervisedJob] = {}
-        self._finished: OrderedDict[str, JobExited] = OrderedDict()
-        send, receive = anyio.create_memory_object_stream[JobEvent](config.event_buffer)
-        self._send: MemoryObjectSendStream[JobEvent] = send
-        self.events: MemoryObjectReceiveStream[JobEvent] = receive
-        self.dropped_progress_events = 0
-        self.reaped: list[ReapedRun] = []
-        self._task_group: anyio.abc.TaskGroup | None = None
+        super().__init__(config)
         # How /proc names its jobs' cgroups, where their orphans' zombies are collected.
         self._zombies_in: str | None = None
-        self._closing = False
 
-    async def __aenter__(self) -> JobSupervisor:
+    async def __aenter__(self) -> Self:
         if self.config.account is None and os.geteuid() == 0:
             raise SupervisorError(
                 "jobs never run as root: a supervisor running as root needs the account its "
@@ -239,13 +154,13 @@ class JobSupervisor:
             await anyio.to_thread.run_sync(self.config.cgroups.sweep)
         if self.config.limits is not None:
             await anyio.to_thread.run_sync(self.config.limits.sweep)
-        self._task_group = anyio.create_task_group()
-        await self._task_group.__aenter__()
+        await super().__aenter__()
         cgroups = self.config.cgroups
         shown = cgroups.shown_as() if cgroups is not None and self.config.reap_descendants else None
         self._zombies_in = shown
         if shown is not None:
-            self._task_group.start_soon(self._reap_zombies, shown, name="gfair-zombies")
+            assert self._tasks is not None
+            self._tasks.start_soon(self._reap_zombies, shown, name="gfair-zombies")
         return self
 
     async def _reap_zombies(self, cgroup: str) -> None:
@@ -256,42 +171,16 @@ class JobSupervisor:
             leaders = {job.handle.pid for job in self._jobs.values()}
             await anyio.to_thread.run_sync(reap_zombies_in, cgroup, leaders)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        # Shielded: even when the executor is being cancelled, its jobs must not outlive it.
-        with anyio.CancelScope(shield=True):
-            await self.shutdown()
-            if self._zombies_in is not None:
-                # The orphans of the jobs just stopped: no later sweep would see them.
-                await anyio.to_thread.run_sync(reap_zombies_in, self._zombies_in, set())
-            if self.config.cgroups is not None:
-                self.config.cgroups.close()
-            if self.config.limits is not None:
-                self.config.limits.close()
-        assert self._task_group is not None
-        self._task_group.cancel_scope.cancel()
-        # The block's own exception is not the watchers' business: let it propagate as is,
-        # rather than wrapped in an exception group.
-        try:
-            await self._task_group.__aexit__(None, None, None)
-        finally:
-            self._send.close()  # whatever a watcher raised, the reports' reader ends
-        return None
+    async def _closing(self) -> None:
+        if self._zombies_in is not None:
+            # The orphans of the jobs just stopped: no later sweep would see them.
+            await anyio.to_thread.run_sync(reap_zombies_in, self._zombies_in, set())
+        if self.config.cgroups is not None:
+            self.config.cgroups.close()
+        if self.config.limits is not None:
+            self.config.limits.close()
 
     # ----- queries -------------------------------------------------------------------------
-
-    def running(self) -> list[RunningJob]:
-        return [job.handle for job in self._jobs.values()]
-
-    def busy_gpus(self) -> frozenset[int]:
-        """GPUs held by jobs' processes; a job parked or frozen in place holds none."""
-        return frozenset(
-            i for job in self._jobs.values() if job.holds_gpus for i in job.handle.gpu_indices
-        )
 
     def parked(self) -> list[ParkedJob]:
         """Jobs parked or frozen in place, longest first, with their host memory (RSS)."""
@@ -309,20 +198,8 @@ class JobSupervisor:
 
     # ----- commands ------------------------------------------------------------------------
 
-    async def start(self, launch: RunSpec) -> RunningJob:
-        """Start a job (fresh, resumed or migrated here); returns once its process exists."""
-        if self._task_group is None or self._closing:
-            raise SupervisorError("the supervisor is not running (use `async with`)")
-        if launch.job_id in self._jobs:
-            raise SupervisorError(f"job {launch.job_id} is already running on this node")
-        known = self.config.gpu_indices
-        unknown = set() if known is None else set(launch.gpu_indices) - known
-        if unknown:
-            raise SupervisorError(f"job {launch.job_id}: this node has no GPU {sorted(unknown)}")
-        taken = self.busy_gpus() & set(launch.gpu_indices)
-        # (A job parked in place must be told to leave first: `suspend`, then start.)
-        if taken:
-            raise SupervisorError(f"job {launch.job_id}: GPUs {sorted(taken)} are in use")
+    async def _launch(self, launch: RunSpec) -> SupervisedJob:
+        """Start the job's process (fresh, resumed or migrated here)."""
         if self.config.visible_devices == "uuid" and not launch.gpu_uuids and launch.gpu_indices:
             raise SupervisorError(f"job {launch.job_id}: gpu_uuids are required")
         checkpoint_dir = self.config.checkpoint_root / launch.job_id
@@ -434,17 +311,12 @@ class JobSupervisor:
             limits=limits,
             owner=None if account is None else account.uid,
         )
-        self._jobs[launch.job_id] = job
-        self._finished.pop(launch.job_id, None)
-        self._task_group.start_soon(self._watch, job, name=f"gfair-job-{launch.job_id}")
-        return handle
+        return job
 
-    async def suspend(
-        self, job_id: str, timeout_s: float, *, enforce: bool = False, park: bool = False
+    async def _suspend(
+        self, job: SupervisedJob, timeout_s: float, *, enforce: bool, park: bool
     ) -> SuspendResult:
-        """Ask the job to checkpoint and exit; force it after `timeout_s`; say what survived.
-
-        With `park` the job may instead yield in place (the SDK's `Job.suspend`): it moves its
+        """With `park` the job may instead yield in place (the SDK's `Job.suspend`): it moves its
         state to host memory, frees its GPUs and waits; the result then says `parked`, and
         `resume_in_place` continues it. A job already parked is told to checkpoint and exit.
 
@@ -452,11 +324,8 @@ class JobSupervisor:
         SIGTERM (a drain at shutdown). With `enforce` (a yield the scheduler is owed: another
         job waits for these GPUs) forcing is SIGKILL at once, to everything the job started:
         a job that ignored its yield request gets no further grace, and a frozen one would
-        still hold its GPUs' memory. It resumes from its last checkpoint."""
-        job = self._jobs.get(job_id)
-        if job is None:
-            finished = self._finished_exit(job_id)
-            return SuspendResult(job_id, finished.checkpoint, False, None, 0.0, finished)
+        still hold its GPUs' memory."""
+        job_id = job.handle.job_id
         if job.frozen_since is not None:
             return await self._let_go_frozen(job)
         if park and (took := await self._freeze(job)) is not None:
@@ -490,23 +359,13 @@ class JobSupervisor:
         if job.broke_park is not None:
             await self._terminate(job, job.broke_park, forced_yield=True, term_grace_s=0.0)
             escalation = job.terminated_by  # its yield is forced, however soon it died
-        elif not job.exited.is_set():
-            escalation = await self._terminate(
-                job,
-                f"did not yield within {timeout_s:g}s",
-                forced_yield=True,
-                term_grace_s=0.0 if enforce else None,
-            )
-        assert job.exit is not None
-        after = job.exit.checkpoint
-        fresh = after is not None and (before is None or after.seq > before.seq)
-        return SuspendResult(
-            job_id=job_id,
-            checkpoint=after,
-            fresh=fresh,
+        return await self._force_off(
+            job,
+            timeout_s,
+            enforce=enforce,
+            before_seq=None if before is None else before.seq,
+            requested_at=requested_at,
             escalation=escalation,
-            switch_s=time.monotonic() - requested_at,
-            exited=job.exit,
         )
 
     def coming_up(self, job_id: str) -> bool:
@@ -599,37 +458,6 @@ class JobSupervisor:
             # Its directory went (an operator's clean-up): at worst a restart reports its end
             # again, which every reader takes as said already.
             _log.warning("run of %s not marked told: %s", job.job_id, exc)
-
-    async def kill(self, job_id: str, reason: str) -> JobExited:
-        """Stop the job now (SIGTERM, then SIGKILL after the grace period); no checkpoint."""
-        job = self._jobs.get(job_id)
-        if job is None:
-            return self._finished_exit(job_id)
-        await self._terminate(job, reason, forced_yield=False)
-        assert job.exit is not None
-        return job.exit
-
-    async def wait(self, job_id: str) -> JobExited:
-        job = self._jobs.get(job_id)
-        if job is None:
-            return self._finished_exit(job_id)
-        await job.exited.wait()
-        assert job.exit is not None
-        return job.exit
-
-    async def shutdown(self, timeout_s: float | None = None) -> list[SuspendResult]:
-        """Suspend every job concurrently (checkpoint, then force); refuse new starts."""
-        self._closing = True
-        timeout = self.config.shutdown_timeout_s if timeout_s is None else timeout_s
-        results: list[SuspendResult] = []
-
-        async def suspend_one(job_id: str) -> None:
-            results.append(await self.suspend(job_id, timeout))
-
-        async with anyio.create_task_group() as group:
-            for job_id in list(self._jobs):
-                group.start_soon(suspend_one, job_id)
-        return results
 
     # ----- internals -----------------------------------------------------------------------
 
@@ -819,35 +647,8 @@ class JobSupervisor:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGUSR1)
 
-    async def _terminate(
-        self,
-        job: SupervisedJob,
-        reason: str,
-        *,
-        forced_yield: bool,
-        term_grace_s: float | None = None,
-    ) -> Escalation | None:
-        if job.exited.is_set():
-            return None
-        if job.terminating:
-            await job.exited.wait()
-            return job.terminated_by
-        job.terminating = True
-        job.forced_yield = forced_yield
-        job.reason = reason
-        grace = self.config.term_grace_s if term_grace_s is None else term_grace_s
-        if job.frozen_since is not None or job.held:
-            grace = 0.0  # frozen, it could not act on SIGTERM; SIGKILL reaches it
-        if grace > 0:
-            job.terminated_by = "SIGTERM"
-            signal_group(job.handle.pgid, signal.SIGTERM)
-            with anyio.move_on_after(grace):
-                await job.exited.wait()
-        if not job.exited.is_set():
-            job.terminated_by = "SIGKILL"
-            signal_group(job.handle.pgid, signal.SIGKILL)
-            await job.exited.wait()
-        return job.terminated_by
+    def _signal(self, job: SupervisedJob, signum: signal.Signals) -> None:
+        signal_group(job.handle.pgid, signum)
 
     async def _watch(self, job: SupervisedJob) -> None:
         returncode: int | None = None
@@ -978,8 +779,8 @@ class JobSupervisor:
         for event in events:
             await self._deliver(event)
         if job.broke_park is not None and not job.terminating:
-            assert self._task_group is not None
-            self._task_group.start_soon(self._drop_liar, job)
+            assert self._tasks is not None
+            self._tasks.start_soon(self._drop_liar, job)
         if records:
             _notify(job)
         if job.yield_requested and not had_handler and job.sdk_pid is not None:
@@ -995,33 +796,8 @@ class JobSupervisor:
         events = job.finish(
             returncode, latest, read_tail(job.run.stderr, self.config.stderr_tail_bytes)
         )
-        assert job.exit is not None
-        self._jobs.pop(job.handle.job_id, None)
-        self._finished[job.handle.job_id] = job.exit
-        while len(self._finished) > _FINISHED_KEPT:
-            self._finished.popitem(last=False)
+        self._exited(job)
         return events
-
-    async def _deliver(self, event: JobEvent) -> None:
-        # Nobody listening any more is fine: the records in the run directory remain.
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await self._send.send(event)
-
-    def _emit_progress(self, event: JobProgress) -> None:
-        try:
-            self._send.send_nowait(event)
-        except anyio.WouldBlock:
-            # Progress is periodic and superseded by the next one; lifecycle events never drop.
-            self.dropped_progress_events += 1
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass
-
-    def _finished_exit(self, job_id: str) -> JobExited:
-        check_job_id(job_id)
-        exited = self._finished.get(job_id)
-        if exited is None:
-            raise UnknownJob(job_id)
-        return exited
 
 
 def _visible(devices: tuple[int, ...] | tuple[str, ...]) -> str:

@@ -38,33 +38,21 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Literal
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from gfair.node.job_host import JobRunner
+from gfair.node.job_runner import JobRunner, JobStartError, SupervisedRun, SupervisorConfig
 from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec
 from gfair.node.lifecycle import (
-    Escalation,
     JobCheckpointed,
-    JobEvent,
-    JobExited,
     JobProgress,
-    ParkedJob,
     SuspendResult,
-    exit_was_yield,
 )
-from gfair.node.orphans import ReapedRun
-from gfair.node.supervisor import JobStartError, SupervisorConfig, SupervisorError, UnknownJob
 from gfair.sdk import synthetic
 from gfair.sdk.environment import YIELD_EXIT_CODE
 from gfair.sdk.throughput_table import ThroughputLookupError, ThroughputTable
 
 SYNTHETIC_MODULE = "gfair.sdk.synthetic"
-# Finished jobs remembered for `suspend`/`kill` after the fact (as the supervisor does).
-_FINISHED_KEPT = 1024
 # A virtual job's newest checkpoint, in its checkpoint directory: {"seq", "step", "created_at"}.
 VIRTUAL_CHECKPOINT = "virtual-checkpoint.json"
 
@@ -81,7 +69,7 @@ class VirtualHost:
             self._table = ThroughputTable.load()
         return self._table
 
-    def runner(self, config: SupervisorConfig) -> JobRunner:
+    def runner(self, config: SupervisorConfig) -> VirtualSupervisor:
         return VirtualSupervisor(config, self)
 
     def latest_checkpoint(self, checkpoint_dir: Path) -> CheckpointRef | None:
@@ -189,29 +177,19 @@ def _failing(code: int, message: str) -> _Plan:
 
 
 @dataclass(eq=False)
-class _Run:
-    handle: RunningJob
+class _Run(SupervisedRun):
     plan: _Plan
     start_step: int
-    started: float  # monotonic
-    checkpoint: CheckpointRef | None
     news: asyncio.Event = field(default_factory=asyncio.Event)
-    exited: asyncio.Event = field(default_factory=asyncio.Event)
-    exit: JobExited | None = None
-    yield_requested: bool = False
     # The step after which it yields (its mini-batch under way when asked), once asked.
     yield_at: int | None = None
     signalled: int | None = None  # the signal that ends it, once sent
-    terminated_by: Escalation | None = None
-    reason: str | None = None
-    forced_yield: bool = False
     emitted_steps: int = -1
     last_progress: float = -math.inf
     checkpoint_mark: int = 0  # the last --checkpoint-every multiple taken
-    task: asyncio.Task[None] | None = None
 
     def time_of(self, step: int) -> float:
-        return self.started + (step - self.start_step) * self.plan.step_s
+        return self.started_monotonic + (step - self.start_step) * self.plan.step_s
 
     def stop_step(self) -> int:
         """Where it stops making progress: its end, a failure, a hang, or the yield asked."""
@@ -225,70 +203,21 @@ class _Run:
         return end if self.yield_at is None else min(end, self.yield_at)
 
     def steps_at(self, now: float) -> int:
-        done = self.start_step + int((now - self.started) / self.plan.step_s)
+        done = self.start_step + int((now - self.started_monotonic) / self.plan.step_s)
         return max(self.start_step, min(done, self.stop_step()))
 
 
-class VirtualSupervisor:
+class VirtualSupervisor(JobRunner[_Run]):
     """One tenant's virtual jobs on one node: `JobSupervisor`'s interface, without processes."""
 
     def __init__(self, config: SupervisorConfig, host: VirtualHost) -> None:
-        self.config = config
+        super().__init__(config)
         self._host = host
-        self._jobs: dict[str, _Run] = {}
-        self._finished: dict[str, JobExited] = {}
-        send, receive = anyio.create_memory_object_stream[JobEvent](config.event_buffer)
-        self._send: MemoryObjectSendStream[JobEvent] = send
-        self.events: MemoryObjectReceiveStream[JobEvent] = receive
-        self.reaped: list[ReapedRun] = []  # a virtual job does not outlive its executor
-        self._open = False
 
-    async def __aenter__(self) -> VirtualSupervisor:
-        self._open = True
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        with anyio.CancelScope(shield=True):
-            await self.shutdown()
-        self._open = False
-        self._send.close()
-        return None
-
-    async def shutdown(self) -> list[SuspendResult]:
-        self._open = False
-        jobs = list(self._jobs)
-        return list(
-            await asyncio.gather(*(self.suspend(j, self.config.shutdown_timeout_s) for j in jobs))
-        )
-
-    def running(self) -> list[RunningJob]:
-        return [run.handle for run in self._jobs.values()]
-
-    def parked(self) -> list[ParkedJob]:
-        return []
-
-    async def start(self, launch: RunSpec) -> RunningJob:
-        if not self._open:
-            raise SupervisorError("the supervisor is not running (use `async with`)")
-        if launch.job_id in self._jobs:
-            raise SupervisorError(f"job {launch.job_id} is already running on this node")
+    async def _launch(self, launch: RunSpec) -> _Run:
         if launch.prepared_gpus is not None:
             # A virtual job has nothing to import: it starts when it is given GPUs.
             raise JobStartError(f"job {launch.job_id}: virtual jobs are not started prepared")
-        known = self.config.gpu_indices
-        unknown = set() if known is None else set(launch.gpu_indices) - known
-        if unknown:
-            raise SupervisorError(f"job {launch.job_id}: this node has no GPU {sorted(unknown)}")
-        taken = {i for run in self._jobs.values() for i in run.handle.gpu_indices}
-        if taken & set(launch.gpu_indices):
-            raise SupervisorError(
-                f"job {launch.job_id}: GPUs {sorted(taken & set(launch.gpu_indices))} are in use"
-            )
         plan = _plan(launch, self._host.throughputs)
         checkpoint_dir = self.config.checkpoint_root / launch.job_id
         resume = launch.resume_from or self._host.latest_checkpoint(checkpoint_dir)
@@ -311,23 +240,23 @@ class VirtualSupervisor:
             ),
         )
         start_step = resume.step if resume is not None else 0
-        run = _Run(handle, plan, start_step, time.monotonic(), resume)
+        run = _Run(
+            handle=handle,
+            started_monotonic=time.monotonic(),
+            checkpoint=resume,
+            steps=start_step,
+            plan=plan,
+            start_step=start_step,
+        )
         if plan.checkpoint_every:
             run.checkpoint_mark = start_step - start_step % plan.checkpoint_every
-        self._jobs[launch.job_id] = run
-        self._finished.pop(launch.job_id, None)
-        run.task = asyncio.create_task(self._live(run), name=f"gfair-virtual-{launch.job_id}")
-        return handle
+        return run
 
-    async def suspend(
-        self, job_id: str, timeout_s: float, *, enforce: bool = False, park: bool = False
+    async def _suspend(
+        self, run: _Run, timeout_s: float, *, enforce: bool, park: bool
     ) -> SuspendResult:
-        """The synthetic job's yield: checkpoint after the mini-batch under way, then exit;
-        forced past `timeout_s` (`JobSupervisor.suspend`). `park` is not for it: it exits."""
-        run = self._jobs.get(job_id)
-        if run is None:
-            finished = self._finished_exit(job_id)
-            return SuspendResult(job_id, finished.checkpoint, False, None, 0.0, finished)
+        """The synthetic job's yield: checkpoint after the mini-batch under way, then exit.
+        `park` is not for it: it exits."""
         requested = time.monotonic()
         before = run.checkpoint
         if not run.yield_requested:
@@ -336,78 +265,25 @@ class VirtualSupervisor:
             if run.plan.hang_at is None or now_step < run.plan.hang_at:
                 run.yield_at = now_step + 1  # a hung job never gets to its yield
             run.news.set()
-        escalation: Escalation | None = None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(run.exited.wait(), timeout_s)
-        if not run.exited.is_set():
-            escalation = await self._terminate(
-                run,
-                f"did not yield within {timeout_s:g}s",
-                forced_yield=True,
-                grace_s=0.0 if enforce else None,
-            )
-        assert run.exit is not None
-        after = run.exit.checkpoint
-        fresh = after is not None and (before is None or after.seq > before.seq)
-        return SuspendResult(
-            job_id, after, fresh, escalation, time.monotonic() - requested, run.exit
+        with anyio.move_on_after(timeout_s):
+            await run.exited.wait()
+        return await self._force_off(
+            run,
+            timeout_s,
+            enforce=enforce,
+            before_seq=None if before is None else before.seq,
+            requested_at=requested,
         )
 
-    async def resume_in_place(
-        self,
-        job_id: str,
-        timeout_s: float,
-        gpu_indices: tuple[int, ...] | None = None,
-        gpu_uuids: tuple[str, ...] = (),
-    ) -> float | None:
-        return None  # never parked
-
-    def coming_up(self, job_id: str) -> bool:
-        return False  # never parks: nothing to wait for
-
-    async def until_parked(
-        self, job_id: str, timeout_s: float
-    ) -> Literal["parked", "exited", "timeout"]:
-        return "exited"  # never started prepared
-
-    def told(self, job: RunningJob) -> None:
-        pass  # (a virtual job leaves nothing behind to report: it dies with its executor)
-
-    async def kill(self, job_id: str, reason: str) -> JobExited:
-        run = self._jobs.get(job_id)
-        if run is None:
-            return self._finished_exit(job_id)
-        await self._terminate(run, reason, forced_yield=False)
-        assert run.exit is not None
-        return run.exit
+    def _signal(self, run: _Run, signum: signal.Signals) -> None:
+        if signum == signal.SIGTERM and run.plan.ignore_sigterm:
+            return
+        run.signalled = signum
+        run.news.set()
 
     # ----- internals -------------------------------------------------------------------------
 
-    async def _terminate(
-        self, run: _Run, reason: str, *, forced_yield: bool, grace_s: float | None = None
-    ) -> Escalation | None:
-        if run.exited.is_set():
-            return None
-        if run.terminated_by is not None:
-            await run.exited.wait()
-            return run.terminated_by
-        run.forced_yield, run.reason = forced_yield, reason
-        grace = self.config.term_grace_s if grace_s is None else grace_s
-        if grace > 0:
-            run.terminated_by = "SIGTERM"
-            if not run.plan.ignore_sigterm:
-                run.signalled = signal.SIGTERM
-                run.news.set()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(run.exited.wait(), grace)
-        if not run.exited.is_set():
-            run.terminated_by = "SIGKILL"
-            run.signalled = signal.SIGKILL
-            run.news.set()
-            await run.exited.wait()
-        return run.terminated_by
-
-    async def _live(self, run: _Run) -> None:
+    async def _watch(self, run: _Run) -> None:
         """The job's life: reports as they fall due, then its exit."""
         try:
             while True:
@@ -432,8 +308,10 @@ class VirtualSupervisor:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(run.news.wait(), max(0.0, wake - now) + 1e-4)
         except asyncio.CancelledError:
-            if not run.exited.is_set():
-                await self._exit(run, run.steps_at(time.monotonic()), None, signal.SIGKILL)
+            # Shielded: a cancelled runner still reports the exit of what it stops.
+            with anyio.CancelScope(shield=True):
+                if not run.exited.is_set():
+                    await self._exit(run, run.steps_at(time.monotonic()), None, signal.SIGKILL)
             raise
 
     async def _stopped_at(self, run: _Run, stop: int) -> bool:
@@ -476,7 +354,7 @@ class VirtualSupervisor:
         if now - run.last_progress < self.config.progress_interval_s:
             return
         run.last_progress, run.emitted_steps = now, done
-        elapsed = now - run.started
+        elapsed = now - run.started_monotonic
         report = JobProgress(
             job_id=run.handle.job_id,
             attempt=run.handle.attempt,
@@ -487,8 +365,7 @@ class VirtualSupervisor:
             checkpoint_step=run.checkpoint.step if run.checkpoint else None,
             first_step_at=run.handle.started_at + run.plan.step_s,
         )
-        with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError):
-            self._send.send_nowait(report)  # periodic: superseded by the next one
+        self._emit_progress(report)
 
     async def _exit(
         self,
@@ -500,42 +377,12 @@ class VirtualSupervisor:
         stderr: str = "",
         completed: bool = False,
     ) -> None:
-        yielded = exit_was_yield(
-            requested=run.yield_requested,
-            completed=completed,
-            exit_code=exit_code,
-            forced=run.forced_yield,
+        run.steps = steps
+        exited = run.settle(
+            exit_code, signum, stderr[-self.config.stderr_tail_bytes :], completed=completed
         )
-        run.exit = JobExited(
-            job_id=run.handle.job_id,
-            attempt=run.handle.attempt,
-            time=time.time(),
-            exit_code=exit_code,
-            signal=signum,
-            duration_s=time.monotonic() - run.started,
-            stderr_tail=stderr[-self.config.stderr_tail_bytes :],
-            yielded=yielded,
-            completed=completed,
-            terminated_by=run.terminated_by,
-            reason=run.reason,
-            steps=steps,
-            checkpoint=run.checkpoint,
-        )
-        self._jobs.pop(run.handle.job_id, None)
-        self._finished[run.handle.job_id] = run.exit
-        while len(self._finished) > _FINISHED_KEPT:
-            self._finished.pop(next(iter(self._finished)))
+        self._exited(run)
         try:
-            await self._deliver(run.exit)
+            await self._deliver(exited)
         finally:
             run.exited.set()
-
-    async def _deliver(self, event: JobEvent) -> None:
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await self._send.send(event)
-
-    def _finished_exit(self, job_id: str) -> JobExited:
-        exited = self._finished.get(job_id)
-        if exited is None:
-            raise UnknownJob(job_id)
-        return exited

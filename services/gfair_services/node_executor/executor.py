@@ -53,10 +53,10 @@ from gfair.node.job_account import JobAccount, check_distinct, owners_of
 from gfair.node.job_cgroup import AUTO, CgroupError, CgroupTree, locate, tenant_directory
 from gfair.node.job_host import JobHost, ProcessHost
 from gfair.node.job_limits import DEVICES, LimitTree, v1_hierarchies
+from gfair.node.job_runner import SupervisorConfig
 from gfair.node.job_threads import threads_per_gpu
 from gfair.node.orphans import ReapedRun, RunEnd
 from gfair.node.run_directory import PASSAGE_MODE
-from gfair.node.supervisor import SupervisorConfig
 from gfair.state.buckets import JOBS
 from gfair_services.node_executor.event_sink import EventSink, count_from_zero, count_suspend
 from gfair_services.node_executor.gpu_report import XidLog, inventory_event, telemetry_samples

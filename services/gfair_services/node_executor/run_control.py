@@ -29,8 +29,8 @@ from gfair.events.reasons import SuspendReason
 from gfair.node import lifecycle
 from gfair.node.gpu import GpuInfo
 from gfair.node.job_host import JobHost
+from gfair.node.job_runner import JobStartError
 from gfair.node.launch import CheckpointRef, RunSpec
-from gfair.node.supervisor import JobStartError
 from gfair_services.node_executor.event_sink import EventSink
 from gfair_services.node_executor.launch_book import LaunchBook
 from gfair_services.node_executor.local_job import LocalJob, RunStatus, RunTable, StopKind

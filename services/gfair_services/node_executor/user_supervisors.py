@@ -17,14 +17,15 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from gfair.events.fields import TOKEN_REGEX
-from gfair.node.job_host import JobHost, JobRunner
+from gfair.node.job_host import JobHost
+from gfair.node.job_runner import JobRunner, SupervisorConfig
 from gfair.node.lifecycle import JobEvent
 from gfair.node.orphans import ReapedRun
-from gfair.node.supervisor import SupervisorConfig
 
 _log = structlog.get_logger("gfair.services.node_executor")
 _TOKEN = re.compile(TOKEN_REGEX)
@@ -35,7 +36,7 @@ Relay = Callable[[str, JobEvent], Awaitable[None]]
 @dataclass
 class _Host:
     task: asyncio.Task[None] | None = None
-    ready: asyncio.Future[JobRunner] = field(
+    ready: asyncio.Future[JobRunner[Any]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -51,7 +52,7 @@ class UserSupervisors:
         self._hosts: dict[str, _Host] = {}
         self._closed = False
 
-    async def get(self, user: str) -> JobRunner:
+    async def get(self, user: str) -> JobRunner[Any]:
         """The user's supervisor, started (and its user's orphans reaped) on first use."""
         host = self._hosts.get(user)
         if host is None:
@@ -98,7 +99,7 @@ class UserSupervisors:
                     del self._hosts[user]
             raise
 
-    async def _pump(self, user: str, supervisor: JobRunner) -> None:
+    async def _pump(self, user: str, supervisor: JobRunner[Any]) -> None:
         async with supervisor.events:
             async for report in supervisor.events:
                 try:
