@@ -258,17 +258,14 @@ def _mib(text: str) -> float:
     raise ValueError(f"not a memory size: {text}")
 
 
+# The synthetic training job in the gfair image's own environment; its flags follow.
+SYNTHETIC_JOB = ["/opt/gfair/bin/python", "-m", "gfair.sdk.synthetic"]
+SYNTHETIC_JOB_TYPE = "ResNet-50 (batch size 32)"
+
+
 def synthetic(seconds: float) -> list[str]:
-    """A training job of the gfair image's own environment: `seconds` of work on a V100."""
-    return [
-        "/opt/gfair/bin/python",
-        "-m",
-        "gfair.sdk.synthetic",
-        "--job-type",
-        "ResNet-50 (batch size 32)",
-        "--duration-s",
-        str(seconds),
-    ]
+    """The synthetic job: `seconds` of work on a V100."""
+    return [*SYNTHETIC_JOB, "--job-type", SYNTHETIC_JOB_TYPE, "--duration-s", str(seconds)]
 
 
 async def connected(

@@ -31,6 +31,8 @@ from bench.compose_deployment import (
     COMPOSE_FILE,
     CONTROL_PLANE,
     ROOT,
+    SYNTHETIC_JOB,
+    SYNTHETIC_JOB_TYPE,
     ComposeProject,
     docker,
     fresh_secrets,
@@ -53,7 +55,7 @@ from .conftest import ProjectFactory
 HERE = Path(__file__).parent / "two_hosts"
 GPU_SERVER_FILE = ROOT / "deploy" / "gpu-server" / "compose.yaml"
 SERVERS = ("gpu-a", "gpu-b")
-RESNET = "ResNet-50 (batch size 32)"
+RESNET = SYNTHETIC_JOB_TYPE
 STEPS_PER_S = 4
 RUNNING = {"JobStarted", "JobResumed"}
 STOPPED = {"JobSuspended", "JobMigrated", "JobExited"}
@@ -61,19 +63,8 @@ STOPPED = {"JobSuspended", "JobMigrated", "JobExited"}
 
 def synthetic(seconds: float) -> list[str]:
     """A job of `seconds` of training that checkpoints every second, run in the executor."""
-    return [
-        "/opt/gfair/bin/python",
-        "-m",
-        "gfair.sdk.synthetic",
-        "--job-type",
-        RESNET,
-        "--steps-per-s",
-        str(STEPS_PER_S),
-        "--iterations",
-        str(round(seconds * STEPS_PER_S)),
-        "--checkpoint-every",
-        str(STEPS_PER_S),
-    ]
+    steps = ["--steps-per-s", str(STEPS_PER_S), "--iterations", str(round(seconds * STEPS_PER_S))]
+    return [*SYNTHETIC_JOB, "--job-type", RESNET, *steps, "--checkpoint-every", str(STEPS_PER_S)]
 
 
 @dataclass(frozen=True)
