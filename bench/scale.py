@@ -459,7 +459,7 @@ async def _restart(
     one before the kill); None for what did not come."""
     killed_at = datetime.now(UTC)
     due = ((recorder.ticks[-1] - killed_at).total_seconds() + quantum_s) if recorder.ticks else None
-    cluster.kill(SPLIT_STRIDE)
+    cluster.children.kill(SPLIT_STRIDE)
     serving: float | None = None
     try:
         serving = await cluster.wait_serving(SPLIT_STRIDE, killed_at, timeout_s=300.0)

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gfair import embedded_cluster
 from gfair.cli.main import main
-from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
+from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster, options
 from gfair.node.discovery import local_cluster_spec
 from node.fake_nvml import FakeDevice, FakeNvml, NVMLError_LibraryNotFound
 
@@ -18,10 +17,10 @@ from node.fake_nvml import FakeDevice, FakeNvml, NVMLError_LibraryNotFound
 def machine(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNvml]:
     """This machine's NVML, scripted: whatever GPUs the test gives it."""
     nvml = FakeNvml(devices=[])
-    monkeypatch.setattr(embedded_cluster, "local_cluster_spec", lambda: local_cluster_spec(nvml))
-    embedded_cluster._local_spec.cache_clear()
+    monkeypatch.setattr(options, "local_cluster_spec", lambda: local_cluster_spec(nvml))
+    options._local_spec.cache_clear()
     yield nvml
-    embedded_cluster._local_spec.cache_clear()
+    options._local_spec.cache_clear()
 
 
 def test_the_local_cluster_is_this_machine_with_its_own_gpus(

@@ -27,7 +27,7 @@ from gfair.client.cluster_context import (
     user_context_path,
     write_context,
 )
-from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
+from gfair.embedded_cluster import Brokers
 
 
 @pytest.fixture
@@ -183,28 +183,22 @@ def test_trace_reads_the_span_file_of_a_running_up(home: Path, tmp_path: Path) -
 
 
 async def test_the_broker_takes_the_preferred_port_only_when_free(tmp_path: Path) -> None:
-    for name in ("a", "b"):
-        (tmp_path / name / "logs").mkdir(parents=True)  # what `start` makes before the broker
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         taken = holder.getsockname()[1]
-        cluster = EmbeddedCluster(
-            ClusterOptions(cluster="v100:1x1", data_dir=tmp_path / "a", preferred_port=taken)
-        )
+        brokers = Brokers(tmp_path / "a", tmp_path / "a" / "logs")
         try:
-            url = await cluster._start_brokers()
+            url = await brokers.start(1, preferred_port=taken)
             assert url.startswith("nats://127.0.0.1:") and not url.endswith(f":{taken}")
         finally:
-            await cluster.stop()
+            await brokers.stop()
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         free = probe.getsockname()[1]
-    cluster = EmbeddedCluster(
-        ClusterOptions(cluster="v100:1x1", data_dir=tmp_path / "b", preferred_port=free)
-    )
+    brokers = Brokers(tmp_path / "b", tmp_path / "b" / "logs")
     try:
-        assert await cluster._start_brokers() == f"nats://127.0.0.1:{free}"
+        assert await brokers.start(1, preferred_port=free) == f"nats://127.0.0.1:{free}"
     finally:
-        await cluster.stop()
+        await brokers.stop()

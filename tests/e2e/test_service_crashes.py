@@ -35,9 +35,9 @@ async def test_killing_placement_and_split_stride_loses_no_job_and_shares_no_gpu
                 job_id=job_id,
             )
         await asyncio.sleep(1.5)
-        cluster.kill("split_stride")
+        cluster.children.kill("split_stride")
         for job_id in jobs[2:]:  # submitted while placement is down and coming back
-            cluster.kill("placement")
+            cluster.children.kill("placement")
             await client.submit(
                 "alice",
                 1,
@@ -47,7 +47,7 @@ async def test_killing_placement_and_split_stride_loses_no_job_and_shares_no_gpu
                 wait="none",
             )
         await asyncio.sleep(2.0)
-        cluster.kill("split_stride")
+        cluster.children.kill("split_stride")
         states = await asyncio.gather(*(finished(client, "alice", j, 90) for j in jobs))
         history = [decode(m.data) async for m in client.bus.history(JOBS_STREAM.name)]
     assert states == [JobState.COMPLETED] * 4

@@ -97,7 +97,7 @@ async def test_a_virtual_node_and_a_killed_service_are_waited_for_until_they_ser
             cluster.children[virtual_nodes_child(1)],
         )
         killed_at = datetime.now(UTC)
-        cluster.kill(second.name)
+        cluster.children.kill(second.name)
         # A server of the virtual cluster serves once the restarted process registered it: the
         # third server runs in the second process, restarted alone.
         await cluster.wait_serving("v100-2", since=killed_at, timeout_s=60)
@@ -107,7 +107,7 @@ async def test_a_virtual_node_and_a_killed_service_are_waited_for_until_they_ser
 
         split_stride = cluster.children["split_stride"]
         killed_at = datetime.now(UTC)
-        cluster.kill("split_stride")
+        cluster.children.kill("split_stride")
         # Not the killed process's unexpired pulls: the new process's own.
         await cluster.wait_serving("split_stride", since=killed_at, timeout_s=60)
         assert split_stride.starts == 2 and split_stride.alive

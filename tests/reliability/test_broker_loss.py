@@ -59,7 +59,7 @@ async def test_losing_one_of_three_brokers_loses_no_event_and_no_job(
         before = await stored(client)
         killed_at = time.monotonic()
         killed_when = datetime.now(UTC)
-        await cluster.kill_broker(0)
+        await cluster.brokers.kill(0)
         # Submissions go on while the cluster elects new leaders.
         for job_id in late:
             await patiently(
@@ -98,7 +98,7 @@ async def test_losing_one_of_three_brokers_loses_no_event_and_no_job(
         # Every service pulls from its consumers again, on its own connection.
         for name in SCHEDULER_SERVICES:
             await cluster.wait_serving(name, since=killed_when, timeout_s=30)
-        await cluster.restart_broker(0)
+        await cluster.brokers.restart(0)
         after = await stored(client)
         history = await patiently(partial(job_history, client.bus))
         restarts = {n: c.restarts for n, c in cluster.children.items() if c.restarts}

@@ -108,7 +108,7 @@ class Chaos:
         for at, victim in self.schedule:
             await asyncio.sleep(max(0.0, began + at - time.monotonic()))
             killed_at = datetime.now(UTC)
-            self.cluster.kill(victim)
+            self.cluster.children.kill(victim)
             waits.append(asyncio.create_task(self._recovered(victim, killed_at)))
         await asyncio.gather(*waits)
 

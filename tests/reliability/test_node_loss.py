@@ -99,7 +99,7 @@ async def test_a_dead_nodes_job_resumes_elsewhere_and_the_node_recovers(
             lambda d: d.job_id == "a" and d.node_id == survivor,
             timeout_s=30,
         )
-        cluster.revive(victim)
+        cluster.children.revive(victim)
         back_in_s = await cluster.wait_serving(victim, since=datetime.now(UTC))
         await first(
             client, NODES_STREAM.name, NodeRecovered, lambda d: d.node_id == victim, timeout_s=30
