@@ -41,7 +41,8 @@ from gfair.sim.simulator import PlanError, SimulationStalled
 from gfair.sim.timeline import TimelineWriter
 from gfair.sim.trace import Trace, TraceError, read_trace
 
-# Buckets of the share series (the report's, --plot's) start at this many quanta and double as needed.
+# Buckets of the share series (the report's, --plot's) start at this many quanta and
+# double as needed.
 _PLOT_BUCKET_QUANTA = 10
 
 
