@@ -39,7 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "why": ("why", "explain why a job waits"),
     "logs": ("logs", "a job's stdout and stderr"),
     "trace": ("trace", "show a job's life as one distributed trace"),
-    "trace-convert": ("trace_convert", "convert a Gavel or Philly trace to gfair's CSV"),
+    "trace-convert": (
+        "trace_convert",
+        "convert a Gavel or Philly trace to gfair's CSV (also: gfair trace convert)",
+    ),
     "demo": ("demo", "run a cluster and a multi-user workload for a few minutes, live"),
     "tenants": (
         "tenants",
