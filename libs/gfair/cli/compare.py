@@ -1,22 +1,26 @@
-"""`gfair compare`: several policies on several workloads in one run, one table, one figure.
+"""`gfair compare`: several policies on several workloads in one run, one table, one figure each.
 
+    gfair compare --trace jobs.csv --cluster v100:4x8,k80:8x4   # your own trace (gfair or Philly)
     gfair compare                                  # the standard set (gfair.sim.comparison)
     gfair compare --quick                          # three small generated workloads
     gfair compare --workloads 'gavel/*' --policies gandiva-fair max-min-fairness
     gfair compare --list                           # the workloads, their clusters and loads
     gfair compare --switch-cost 1 --migration-cost 60   # every policy charged real move costs
 
-Prints one row per (workload, policy): completed jobs, average, median and 99th-percentile
-JCT, makespan, the fraction of GPUs busy while jobs wait and of those idle that a waiting job
-fits, Jain's index of ideal/actual JCT, the largest share error, the trading gain, moves to other
-servers per job and per running job-hour, the average JCT relative to max-min-fairness's on
-the same workload, and the replay's wall time. `--plot`
-draws the JCT CDFs, `--json` writes the rows.
+Prints one row per (workload, policy): completed jobs, average, 95th and 99th-percentile
+JCT, mean queueing delay, makespan, finish-time fairness rho under both definitions
+(`gfair.sim.finish_time`; worst, mean, fraction over 1 and 1.05, Jain's index), the GPUs idle
+that a waiting job fits, the largest share error, the trading gain, moves to other servers per
+job, the average JCT relative to max-min-fairness's on the same workload, and the replay's
+wall time. `--json` writes the rows (each user's received and entitled share over time too),
+`--csv` every row's numbers (the median JCT, GPUs busy while jobs wait and moves per running
+job-hour as well), `--plot` one figure per workload.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sys
@@ -44,13 +48,16 @@ from gfair.sim.comparison import (
     hours,
     relative_jct,
     select,
+    trace_workload,
 )
+from gfair.sim.finish_time import DEFINITIONS, GANG_AWARE, THEMIS
 from gfair.sim.replay import MAX_MIN_FAIRNESS, POLICY_NAMES
 from gfair.sim.simulator import PlanError, SimulationStalled
-from gfair.sim.trace import TraceError
+from gfair.sim.speed import SpeedModel
+from gfair.sim.trace import TraceError, read_trace
 from gfair.sim.workloads import Workload, default_philly_trace_path
 
-_TABLE_WIDTH = 200
+_TABLE_WIDTH = 240
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -61,6 +68,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             "Replay every chosen workload under every chosen policy (in virtual time, worker "
             "processes side by side) and print one table of JCT, efficiency and fairness."
         ),
+    )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        help="compare on this trace (gfair or Philly CSV, .xz/.gz read directly; `gfair trace "
+        "convert` turns Gavel's into one) instead of the standard workloads; needs --cluster",
+    )
+    parser.add_argument("--cluster", help="with --trace: servers per generation, e.g. v100:4x8")
+    parser.add_argument(
+        "--jobs", type=int, metavar="N", help="with --trace: only its first N jobs by submission"
     )
     parser.add_argument(
         "--quick", action="store_true", help="three small generated workloads (seconds)"
@@ -122,8 +139,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     add_switch_cost_options(parser)
     parser.add_argument("--throughputs", type=Path, help="Gavel throughput JSON")
-    parser.add_argument("--plot", type=Path, help="draw the JCT CDFs here (PNG)")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        help="draw each workload's figure here (PNG): JCT CDF, rho per job, user shares over "
+        "time; with several workloads PATH-<workload>.png each",
+    )
     parser.add_argument("--json", type=Path, help="write the rows here (JSON)")
+    parser.add_argument("--csv", type=Path, help="write the rows' numbers here (CSV)")
     parser.set_defaults(func=run)
 
 
@@ -154,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
             philly_work_gpu_h=args.philly_work,
             philly_days=args.philly_days,
         )
-        workloads = select(sources, args.workloads, quick=args.quick)
+        workloads = _workloads(args, sources)
         if args.plot is not None:
             plotting()  # said now, not after the replays
     except (TraceError, ValueError, FileNotFoundError) as error:
@@ -200,16 +223,19 @@ def run(args: argparse.Namespace) -> int:
         highlight=False,
     )
     if args.plot is not None:
-        curves: dict[str, dict[str, list[float]]] = {}
-        for outcome in outcomes:
-            curves.setdefault(outcome.workload, {})[outcome.policy] = list(outcome.jcts_s)
-        plotting().plot_jct_cdfs(curves, args.plot, f"JCT CDFs, {args.quantum:g} s quanta")
-        console.print(f"JCT CDFs: {args.plot}", highlight=False)
+        for path in _plot(outcomes, args.plot, args.quantum):
+            console.print(f"figure: {path}", highlight=False)
+    if args.csv is not None:
+        rows = [outcome.row() for outcome in outcomes]
+        with args.csv.open("w", encoding="utf-8", newline="") as stream:
+            writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
     if args.json is not None:
         rows = []
         for outcome in outcomes:
             row = asdict(outcome)
-            del row["jcts_s"]
+            del row["jcts_s"], row["rhos"]
             rows.append(row)
         document = {
             "quantum_s": args.quantum,
@@ -223,6 +249,42 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workloads(args: argparse.Namespace, sources: Sources) -> list[Workload]:
+    if args.trace is None:
+        if args.cluster is not None or args.jobs is not None:
+            raise ValueError("--cluster and --jobs go with --trace")
+        return select(sources, args.workloads, quick=args.quick)
+    if args.cluster is None or args.quick or args.workloads:
+        raise ValueError("--trace needs --cluster, and takes no --quick or --workloads")
+    trace = read_trace(args.trace)
+    if args.jobs is not None:
+        if args.jobs < 1:
+            raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+        trace = trace.head(args.jobs)
+    return [trace_workload(trace, args.cluster, SpeedModel.from_rates(sources.throughput))]
+
+
+def _plot(outcomes: list[Outcome], path: Path, quantum_s: float) -> list[Path]:
+    """One figure per workload: `path` itself when there is one, else `path`-<workload>."""
+    by_workload: dict[str, list[Outcome]] = {}
+    for outcome in outcomes:
+        by_workload.setdefault(outcome.workload, []).append(outcome)
+    written: list[Path] = []
+    for workload, group in by_workload.items():
+        where = path
+        if len(by_workload) > 1:
+            where = path.with_name(f"{path.stem}-{workload.replace('/', '_')}{path.suffix}")
+        plotting().plot_comparison(
+            {outcome.policy: outcome.jcts_s for outcome in group},
+            {d: {outcome.policy: outcome.rhos[d] for outcome in group} for d in DEFINITIONS},
+            {outcome.policy: outcome.shares_over_time for outcome in group},
+            where,
+            f"{workload} on {group[0].cluster}, {quantum_s:g} s quanta",
+        )
+        written.append(where)
+    return written
+
+
 def _print_workloads(console: Console, workloads: list[Workload]) -> None:
     for workload in workloads:
         console.print(f"{workload.name}: {workload.cluster} ({workload.note})", highlight=False)
@@ -230,22 +292,28 @@ def _print_workloads(console: Console, workloads: list[Workload]) -> None:
 
 def table(outcomes: list[Outcome]) -> Table:
     ratios = relative_jct(outcomes)
-    view = Table(title="policies x workloads (JCT and makespan in hours)")
+    view = Table(
+        title="policies x workloads (JCT, queueing and makespan in hours; rho "
+        "themis|gang-aware, gfair.sim.finish_time)"
+    )
     headers = (
         "workload",
         "policy",
         "done",
         "avg",
-        "p50",
+        "p95",
         "p99",
+        "queue",
         "makespan",
-        "busy|wait",
+        "rho max",
+        "rho mean",
+        "rho>1",
+        "rho>1.05",
+        "Jain rho",
         "idle|fit",
-        "Jain JCT",
         "share err",
         "trade gain",
         "moves/job",
-        "moves/run h",
         f"÷{_short(MAX_MIN_FAIRNESS)}",
         "wall s",
     )
@@ -263,20 +331,29 @@ def table(outcomes: list[Outcome]) -> Table:
             outcome.policy,
             f"{outcome.completed}/{outcome.jobs}",
             hours(outcome.avg_jct_s),
-            hours(outcome.p50_jct_s),
+            hours(outcome.p95_jct_s),
             hours(outcome.p99_jct_s),
+            hours(outcome.avg_queueing_s),
             hours(outcome.makespan_s),
-            fraction(outcome.busy_while_waiting),
+            *(_both(outcome, stat) for stat in ("worst", "mean", "over_1", "over_1_05", "jain")),
             fraction(outcome.idle_while_fitting, 3),
-            fraction(outcome.jct_jain_index),
             fraction(outcome.max_share_error, 3),
             f"{outcome.trading_gain:+.1%}",
             fraction(outcome.moves_per_job, 1),
-            fraction(outcome.moves_per_running_hour),
             fraction(ratio),
             f"{outcome.wall_s:.1f}",
         )
     return view
+
+
+def _both(outcome: Outcome, stat: str) -> str:
+    """`stat` of rho under the Themis and the gang-aware definition, as "themis|gang"."""
+    values = [
+        getattr(outcome.finish_time_fairness.get(d), stat, None) for d in (THEMIS, GANG_AWARE)
+    ]
+    if stat in ("worst", "mean"):
+        return "|".join("-" if value is None else f"{value:.3g}" for value in values)
+    return "|".join(fraction(value) for value in values)
 
 
 def _short(policy: str) -> str:

@@ -39,6 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "why": ("why", "explain why a job waits"),
     "logs": ("logs", "a job's stdout and stderr"),
     "trace": ("trace", "show a job's life as one distributed trace"),
+    "trace-convert": (
+        "trace_convert",
+        "convert a Gavel or Philly trace to gfair's CSV (also: gfair trace convert)",
+    ),
     "demo": ("demo", "run a cluster and a multi-user workload for a few minutes, live"),
     "tenants": (
         "tenants",
@@ -104,6 +108,9 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # `gfair trace JOB` takes any job id, so `gfair trace convert` is its own command.
+    if argv[:2] == ["trace", "convert"]:
+        argv[:2] = ["trace-convert"]
     try:
         try:
             parser = build_parser(chosen_command(argv))

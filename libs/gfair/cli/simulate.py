@@ -41,7 +41,8 @@ from gfair.sim.simulator import PlanError, SimulationStalled
 from gfair.sim.timeline import TimelineWriter
 from gfair.sim.trace import Trace, TraceError, read_trace
 
-# Buckets of the share series behind --plot start at this many quanta and double as needed.
+# Buckets of the share series (the report's, --plot's) start at this many quanta and
+# double as needed.
 _PLOT_BUCKET_QUANTA = 10
 
 
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             costs=switch_costs(args),
             seed=args.seed,
             rate_noise=args.rate_noise,
-            series_bucket_s=args.quantum * _PLOT_BUCKET_QUANTA if args.plot else None,
+            series_bucket_s=args.quantum * _PLOT_BUCKET_QUANTA,
         )
         with _timeline(args.timeline, cluster) as timeline, _progress(errors, trace) as progress:
             outcome = replay(

@@ -20,7 +20,8 @@ The standard set (seeded; ``load`` is the offered load over cluster capacity, se
   and unequal numbers of jobs, same rate and clusters;
 - ``gavel/v100``: the homogeneous control, the same 500 jobs as ``gavel`` on 108 V100s.
 
-``--quick`` replaces them with three small generated workloads (a few seconds in all).
+``--quick`` replaces them with three small generated workloads (a few seconds in all);
+`trace_workload` makes a user's own trace and cluster the one workload.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ import multiprocessing
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
+from gfair.sim.finish_time import GANG_AWARE, THEMIS, RhoSummary
 from gfair.sim.replay import GANDIVA_FAIR, MAX_MIN_FAIRNESS, ReplayOptions, replay
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import Trace, read_trace
@@ -102,6 +104,26 @@ class Outcome:
     jcts_s: tuple[float, ...]
     moves_per_job: float | None = None  # starts on other servers than the job left
     moves_per_running_hour: float | None = None  # the same over the hours jobs held GPUs
+    p95_jct_s: float | None = None
+    avg_queueing_s: float | None = None
+    finish_time_fairness: dict[str, RhoSummary] = field(default_factory=dict)
+    # The completed jobs' rho per definition, for the plot; received and entitled shares per
+    # user over time (`gfair.sim.report.SharesOverTime` as JSON).
+    rhos: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    shares_over_time: dict[str, Any] | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The flat row of the CSV: every scalar, each rho summary as `rho_<def>_<stat>`."""
+        flat = {
+            key: value
+            for key, value in asdict(self).items()
+            if key not in ("jcts_s", "rhos", "shares_over_time", "finish_time_fairness")
+        }
+        for definition in (THEMIS, GANG_AWARE):
+            summary = self.finish_time_fairness.get(definition)
+            for stat, value in (asdict(summary) if summary else {}).items():
+                flat[f"rho_{definition}_{stat}"] = value
+        return flat
 
 
 @dataclass(frozen=True)
@@ -249,6 +271,15 @@ def _philly_family(sources: Sources, speeds: SpeedModel, types: JobTypes) -> lis
     return workloads
 
 
+def trace_workload(
+    trace: Trace, spec: str, speeds: SpeedModel, name: str | None = None
+) -> Workload:
+    """`trace` on the cluster `spec` as one workload (named after the trace's file), with the
+    jobs no pool can hold left out so that every policy sees the same jobs."""
+    label = name or Path(trace.source).name.split(".")[0] or "trace"
+    return _workload(label, "trace", trace, spec, speeds=speeds)
+
+
 def compare(
     workloads: Sequence[Workload],
     policies: Sequence[str],
@@ -298,11 +329,20 @@ def run_one(
     """One replay (gandiva-fair's includes the run without trading behind `trading_gain`)."""
     began = time.perf_counter()
     cluster = parse_cluster_spec(workload.cluster)
-    options = ReplayOptions(policy=policy, quantum_s=quantum_s, costs=costs)
+    options = ReplayOptions(
+        policy=policy, quantum_s=quantum_s, costs=costs, series_bucket_s=quantum_s
+    )
     report = replay(workload.trace, cluster, throughput, options).report
     wall = time.perf_counter() - began
     summary = report.summary
     jcts = tuple(job.jct_s for job in report.jobs if job.jct_s is not None)
+    rhos = {
+        THEMIS: tuple(job.rho_themis for job in report.jobs if job.rho_themis is not None),
+        GANG_AWARE: tuple(
+            job.rho_gang_aware for job in report.jobs if job.rho_gang_aware is not None
+        ),
+    }
+    shares = report.shares_over_time
     return Outcome(
         workload=workload.name,
         cluster=workload.cluster,
@@ -322,6 +362,11 @@ def run_one(
         jcts_s=jcts,
         moves_per_job=summary.moves_per_job,
         moves_per_running_hour=summary.moves_per_running_hour,
+        p95_jct_s=summary.p95_jct_s,
+        avg_queueing_s=summary.avg_queueing_s,
+        finish_time_fairness=summary.finish_time_fairness,
+        rhos=rhos,
+        shares_over_time=asdict(shares) if shares is not None else None,
     )
 
 

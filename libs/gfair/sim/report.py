@@ -38,6 +38,15 @@ Definitions (all times in virtual seconds, shares as fractions 0..1 of the clust
 - ``trading_gain``: relative rise of the users' summed effective throughput against the same
   run without trading (0.0 for policies that do not trade, with ``--no-trading``, and when the
   run made no trade, which leaves it identical to the run without).
+- ``avg_queueing_s``, ``p95_queueing_s``: the time from submission to first holding GPUs, over
+  the jobs that started.
+- ``finish_time_fairness``: per definition (``themis``, ``gang_aware``; `gfair.sim.finish_time`
+  defines both and each job's ``present``, the jobs present over its life) the worst and mean
+  rho, the fractions of completed jobs with rho > 1 and > 1.05, and Jain's index over rho. Each
+  completed job carries its ``rho_themis`` and ``rho_gang_aware``.
+- ``shares_over_time``: each user's received and entitled share of the cluster's GPUs per time
+  bucket (at most `SHARE_BUCKETS` of them, of ``bucket_s`` seconds from ``start_s``); None when
+  the replay kept no share series.
 - ``timing.jobs_per_s``: jobs simulated per second of wall time.
 """
 
@@ -50,9 +59,21 @@ from typing import Any
 
 from gfair.core.cluster import Cluster
 from gfair.core.shares_tree import ROOT, depth_of
+from gfair.sim.finish_time import (
+    GANG_AWARE,
+    THEMIS,
+    RhoSummary,
+    jobs_present,
+    rho_gang_aware,
+    rho_themis,
+)
+from gfair.sim.ledger import ShareSeries
 from gfair.sim.simulator import SimResult
 
 REPORT_VERSION = 1
+# The report's share series is coarsened to at most this many buckets: a thousand users' series
+# at the simulator's resolution would be megabytes of JSON.
+SHARE_BUCKETS = 48
 
 
 @dataclass(frozen=True)
@@ -87,6 +108,19 @@ class JobReport:
     ideal_s: float
     status: str
     reason: str
+    present: float | None = None  # jobs present over its life (gfair.sim.finish_time)
+    rho_themis: float | None = None
+    rho_gang_aware: float | None = None
+
+
+@dataclass(frozen=True)
+class SharesOverTime:
+    """Per user, received and entitled share of the cluster's GPUs in each time bucket."""
+
+    start_s: float
+    bucket_s: float
+    received: dict[str, list[float]]
+    entitled: dict[str, list[float]]
 
 
 @dataclass(frozen=True)
@@ -112,6 +146,9 @@ class Summary:
     moves_per_running_hour: float | None
     trades: int
     trading_gain: float
+    avg_queueing_s: float | None
+    p95_queueing_s: float | None
+    finish_time_fairness: dict[str, RhoSummary]
 
 
 @dataclass(frozen=True)
@@ -137,6 +174,7 @@ class Report:
     timing: Timing
     accounts: dict[str, AccountReport]
     share_error_by_level: dict[str, float]
+    shares_over_time: SharesOverTime | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -158,6 +196,35 @@ def jain_index(values: Sequence[float]) -> float | None:
         return None
     squares = sum(v * v for v in values)
     return (sum(values) ** 2) / (len(values) * squares) if squares > 0 else 1.0
+
+
+def rho_summary(rhos: Sequence[float]) -> RhoSummary:
+    if not rhos:
+        return RhoSummary(None, None, None, None, None)
+    return RhoSummary(
+        worst=max(rhos),
+        mean=sum(rhos) / len(rhos),
+        over_1=sum(rho > 1.0 for rho in rhos) / len(rhos),
+        over_1_05=sum(rho > 1.05 for rho in rhos) / len(rhos),
+        jain=jain_index(rhos),
+    )
+
+
+def shares_over_time(series: ShareSeries, buckets: int = SHARE_BUCKETS) -> SharesOverTime:
+    """`series` summed `k` buckets at a time, `k` the least that leaves at most `buckets`."""
+    times = series.times()
+    step = max(1, -(-len(times) // buckets))
+
+    def coarse(table: dict[str, list[float]], user: str) -> list[float]:
+        fine = series.shares(user, table)
+        return [sum(fine[i : i + step]) / step for i in range(0, len(fine), step)]
+
+    return SharesOverTime(
+        start_s=series.start,
+        bucket_s=series.bucket_s * step,
+        received={user: coarse(series.gpu_s, user) for user in series.users},
+        entitled={user: coarse(series.entitled_gpu_s, user) for user in series.users},
+    )
 
 
 def cluster_spec(cluster: Cluster) -> str:
@@ -194,13 +261,30 @@ def build_report(
     jobs: list[JobReport] = []
     jcts: list[float] = []
     slowdowns: list[float] = []
+    rhos: dict[str, list[float]] = {THEMIS: [], GANG_AWARE: []}
+    admitted = [job for job in result.jobs if job.status != "rejected"]
+    lives = jobs_present(
+        [
+            (job.submit_s, max(job.submit_s, result.end_s if job.end_s is None else job.end_s))
+            for job in admitted
+        ]
+    )
+    present_of = {id(job): n for job, n in zip(admitted, lives, strict=True)}
+    waits = [job.start_s - job.submit_s for job in result.jobs if job.start_s is not None]
     for job in result.jobs:
         submitted_by_user[job.user] = submitted_by_user.get(job.user, 0) + 1
         jct = job.end_s - job.submit_s if job.end_s is not None else None
+        present = present_of.get(id(job))
+        themis = gang = None
         if jct is not None:
             jcts.append(jct)
             slowdowns.append(jct / job.ideal_s)
             jct_by_user.setdefault(job.user, []).append(jct)
+            if present is not None:
+                themis = rho_themis(jct, job.ideal_s, present)
+                gang = rho_gang_aware(jct, job.ideal_s, present, job.gpus, capacity)
+                rhos[THEMIS].append(themis)
+                rhos[GANG_AWARE].append(gang)
         if job.status == "rejected":
             rejected_by_user[job.user] = rejected_by_user.get(job.user, 0) + 1
         jobs.append(
@@ -215,6 +299,9 @@ def build_report(
                 ideal_s=job.ideal_s,
                 status=job.status,
                 reason=job.reason,
+                present=present,
+                rho_themis=themis,
+                rho_gang_aware=gang,
             )
         )
     tree = result.ledger.tree
@@ -292,6 +379,9 @@ def build_report(
         ),
         trades=result.trades,
         trading_gain=trading_gain,
+        avg_queueing_s=sum(waits) / len(waits) if waits else None,
+        p95_queueing_s=percentile(waits, 0.95),
+        finish_time_fairness={name: rho_summary(values) for name, values in rhos.items()},
     )
     timing = Timing(
         wall_s=result.wall_s,
@@ -313,6 +403,9 @@ def build_report(
         timing=timing,
         accounts=accounts,
         share_error_by_level=dict(sorted(by_level.items(), key=lambda item: int(item[0]))),
+        shares_over_time=(
+            shares_over_time(result.ledger.series) if result.ledger.series is not None else None
+        ),
     )
 
 

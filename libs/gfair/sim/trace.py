@@ -373,3 +373,84 @@ class _PhillyRows(_Rows):
 def _finish(jobs: list[TraceJob], tickets: dict[str, float], source: str, form: str) -> Trace:
     jobs.sort(key=lambda job: job.submit_s)  # stable: ties keep file order
     return Trace(jobs=tuple(jobs), tickets=tickets, source=source, format=form)
+
+
+def write_trace(trace: Trace, stream: IO[str]) -> None:
+    """`trace` as gfair CSV (`submit_time_s,user,gpus,duration_s,job_type,tickets,job_id`),
+    a user's tickets on its first row; `read_trace` reads it back as the same jobs."""
+    writer = csv.writer(stream, lineterminator="\n")
+    writer.writerow((*GFAIR_REQUIRED, "job_type", "tickets", "job_id"))
+    ticketed: set[str] = set()
+    for job in trace.jobs:
+        tickets = trace.tickets.get(job.user)
+        first = job.user not in ticketed
+        ticketed.add(job.user)
+        writer.writerow(
+            (
+                _number(job.submit_s),
+                job.user,
+                job.gpus,
+                _number(job.duration_s),
+                job.job_type or "",
+                f"{tickets:g}" if tickets is not None and first else "",
+                job.id,
+            )
+        )
+
+
+def _number(value: float) -> str:
+    """Exact, and without a ".0" on whole numbers."""
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def read_gavel_trace(
+    path: str | Path, rates: Mapping[tuple[str, int], Mapping[str, float]]
+) -> Trace:
+    """Gavel's trace format (``scheduler/utils.py: parse_trace``), one job per line, ten
+    tab-separated fields: ``job_type, command, working_directory, num_steps_arg,
+    needs_data_dir, total_steps, scale_factor, priority_weight, SLO, arrival_time``.
+
+    Mapping: job i (0-based line order) becomes job ``i`` of its own user ``job-i`` (Gavel's
+    traces have no users), with ``priority_weight`` as its tickets; ``scale_factor`` is its
+    GPU count, ``arrival_time`` its submission (s); its V100 run time is ``total_steps`` over
+    the V100 steps/s that `rates` (Gavel's table, ``(job_type, gpus) -> generation -> steps/s``)
+    gives its type at its scale; ``job_type`` is kept. Command, directory, data flag and SLO
+    are dropped.
+    """
+    source = str(path)
+    jobs: list[TraceJob] = []
+    tickets: dict[str, float] = {}
+    try:
+        with _open_text(Path(path)) as stream:
+            lines = list(stream)
+    except (OSError, EOFError, lzma.LZMAError, UnicodeDecodeError) as error:
+        raise TraceError(source, f"cannot read: {error}") from error
+    for line_number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        fields = line.rstrip("\r\n").split("\t")
+        if len(fields) != 10:
+            raise TraceError(
+                source, f"expected 10 tab-separated fields, got {len(fields)}", line_number
+            )
+        job_type = fields[0].strip()
+        try:
+            total_steps, gpus = float(fields[5]), int(fields[6])
+            weight, arrival = float(fields[7]), float(fields[9])
+        except ValueError as error:
+            raise TraceError(source, f"bad number: {error}", line_number) from None
+        v100 = rates.get((job_type, gpus), {}).get("v100", 0.0)
+        if not (v100 > 0 and total_steps > 0 and gpus >= 1 and weight > 0 and arrival >= 0):
+            raise TraceError(
+                source,
+                f"job type {job_type!r} on {gpus} GPU(s): need a V100 rate in the table, "
+                "total_steps > 0, scale_factor >= 1, priority_weight > 0, arrival_time >= 0",
+                line_number,
+            )
+        index = len(jobs)
+        user = f"job-{index}"
+        tickets[user] = weight
+        jobs.append(
+            TraceJob(str(index), user, gpus, arrival, total_steps / v100, job_type, line_number)
+        )
+    return _finish(jobs, tickets, source, "gavel")
