@@ -1,4 +1,4 @@
-"""`python -m bench.machine`: what the split-stride state machine (`gfair.core.split_stride`)
+"""`python -m bench.machine`: what the split-stride state machine (`gfair.core.scheduler`)
 costs per event at scale, without the bus: one admission, one release report and one tick on
 1,000 servers of 8 GPUs with 2,000 and 20,000 jobs admitted (docs/benchmarks.md); and what the
 split-stride service then pays to write its record after a batch of events that changed ten
@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from gfair.bus.memory_kv import InMemoryKeyValue
 from gfair.bus.topology import BucketSpec
 from gfair.core import kernel
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     Admitted,
     Config,
     Exited,

@@ -6,8 +6,8 @@ import copy
 
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.kernel import JobState, PoolState, Snapshot, UserState, decide
+from gfair.core.scheduler import Admitted, Config, Node, ServersChanged, SplitStride
 from gfair.core.scheduler_config import SchedulerConfig
-from gfair.core.split_stride import Admitted, Config, Node, ServersChanged, SplitStride
 from gfair.core.throughput import ThroughputEstimator
 
 from .machine_harness import JobSpec, MachineHarness

@@ -124,7 +124,7 @@ def test_a_packing_copy_is_taken_from_independently() -> None:
 def test_queues_stay_in_pass_order_whichever_way_they_are_updated() -> None:
     # "few" has a long queue of which a few run each quantum (its jobs taken out and put
     # back), "most" a short one that mostly runs, on a contended cluster: the machine's
-    # snapshot (its queues, kept as passes move, `split_stride.queues`) lists every runnable
+    # snapshot (its queues, kept as passes move, `scheduler.queues`) lists every runnable
     # job of each user in (pass, arrival) order.
     scheduler = MachineHarness(parse_cluster_spec("v100:1x4,k80:1x4"), {}, {}, SchedulerConfig())
     for n in range(300):

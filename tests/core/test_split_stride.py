@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     Admitted,
     Config,
     Ended,

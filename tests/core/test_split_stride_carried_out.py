@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     CarriedOut,
     Config,
     Migrated,

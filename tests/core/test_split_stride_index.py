@@ -12,7 +12,7 @@ import pytest
 
 from gfair.core import accounts, arrays
 from gfair.core.kernel import JobState
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     Admitted,
     Config,
     Ended,
@@ -33,7 +33,7 @@ from gfair.core.split_stride import (
     TypeProfiled,
     Unstartable,
 )
-from gfair.core.split_stride.snapshot import job_state
+from gfair.core.scheduler.snapshot import job_state
 from gfair.core.switch_costs import MeasuredSwitches
 from gfair.core.throughput import ThroughputEstimator
 

@@ -31,10 +31,10 @@ import pytest
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
 from gfair.core.cluster import Cluster, Server
+from gfair.core.scheduler import Journal, Phase, SplitStride
 from gfair.core.scheduler_config import SchedulerConfig
 from gfair.core.shares_file import parse_shares
 from gfair.core.shares_tree import ShareTree
-from gfair.core.split_stride import Journal, Phase, SplitStride
 from gfair.events.commands import NodeCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import JobCompleted, JobStarted, JobSuspended

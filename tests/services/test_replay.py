@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     Admitted,
     QuantumPlan,
     Recording,

@@ -22,7 +22,7 @@ from gfair.bus.dead_letter import DeadLetter, DeadLetterReason
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.transport import PubAck, PublishFailed
-from gfair.core.split_stride import Exited, Job, Phase, Recording, Releases
+from gfair.core.scheduler import Exited, Job, Phase, Recording, Releases
 from gfair.events.commands import KillCommand, PrepareCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.job_array import ArrayMembership, array_environment

@@ -6,7 +6,7 @@ machine decided from the inputs the simulator played (placement, auction, profil
 from __future__ import annotations
 
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     Admitted,
     CarriedOut,
     EntitlementsPublished,

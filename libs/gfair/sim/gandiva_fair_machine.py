@@ -1,5 +1,5 @@
 """The `gandiva-fair` policy: the live service's state machine
-(`gfair.core.split_stride.SplitStride`), driven with virtual time.
+(`gfair.core.scheduler.SplitStride`), driven with virtual time.
 
 The simulator plays the services around the machine with the core functions they use, and
 decides nothing itself:
@@ -37,8 +37,7 @@ from gfair.core import accounts, arrays
 from gfair.core.cluster import Cluster, generation_rank
 from gfair.core.placement import PoolView, filter_pools, rejection_reason
 from gfair.core.pools import pools_of, shares
-from gfair.core.scheduler_config import SchedulerConfig
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     Admitted,
     CarriedOut,
     Config,
@@ -52,6 +51,7 @@ from gfair.core.split_stride import (
     Stop,
     TypeProfiled,
 )
+from gfair.core.scheduler_config import SchedulerConfig
 from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.tickets import check_tickets

@@ -1,4 +1,4 @@
-"""Split-stride's state machine (`gfair.core.split_stride`) to and from the `StrideRecord` kept in
+"""Split-stride's state machine (`gfair.core.scheduler`) to and from the `StrideRecord` kept in
 `gfair_stride`: times in seconds since the epoch in the machine, aware datetimes in the record;
 the node inventory and the ids of the events applied, which the machine does not hold, beside.
 
@@ -15,8 +15,8 @@ from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 
 from gfair.core.kernel import UserState
-from gfair.core.split_stride import Job, Launch, Node, Phase, Saved, SplitStride, Stay
-from gfair.core.split_stride.residency import Switches
+from gfair.core.scheduler import Job, Launch, Node, Phase, Saved, SplitStride, Stay
+from gfair.core.scheduler.residency import Switches
 from gfair.core.switch_costs import MeasuredSwitches
 from gfair.events.jobs import JobLaunch
 from gfair.state.profile_record import type_key

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from gfair.core.split_stride import Config
+from gfair.core.scheduler import Config
 from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
@@ -86,7 +86,7 @@ class Settings(TenantSettings, TopologySettings):
         return max(MIN_YIELD_GRACE_S, self.quantum_s / 4)
 
     def machine_config(self) -> Config:
-        """What the state machine (`gfair.core.split_stride`) is configured with."""
+        """What the state machine (`gfair.core.scheduler`) is configured with."""
         return Config(
             quantum_s=self.quantum_s,
             operator_costs=SwitchCosts(
