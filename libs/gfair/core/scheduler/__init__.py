@@ -18,7 +18,7 @@ and replayed.
 The split-stride service drives it, and so does the simulator's `gandiva-fair` policy (with
 `Config.moves_at_once`: its nodes let go at once); tests/services/test_parity.py shows that the
 two feed it alike. The paper's reference split stride (per-server and central strides) is
-`gfair.core.paper_split_stride`.
+`gfair.sim.baselines.paper_split_stride`.
 """
 
 from .config import Config

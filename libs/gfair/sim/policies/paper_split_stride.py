@@ -1,7 +1,7 @@
 """The paper's split stride as a baseline (Gandiva_fair, EuroSys 2020; docs/design.md §2.3).
 
 Jobs live on servers and time-slice there, as the paper describes, with
-`gfair.core.paper_split_stride.SplitStride`:
+`gfair.sim.baselines.paper_split_stride.PerServerStride`:
 
 - **Tickets.** A user's tickets are split equally among its active jobs, again as its jobs
   arrive and end.
@@ -34,7 +34,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from gfair.core.cluster import Cluster, Server
-from gfair.core.paper_split_stride import SplitStride
+from gfair.sim.baselines.paper_split_stride import PerServerStride
 from gfair.sim.policy import EVERY_QUANTUM, Admission, Decision
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
@@ -64,7 +64,7 @@ class PaperSplitStride:
         self._tickets = tickets
         self._default_tickets = default_tickets
         self._balance = balance or BalanceConfig()
-        self._stride = SplitStride(cluster)
+        self._stride = PerServerStride(cluster)
         self._by_generation: dict[str, list[Server]] = defaultdict(list)
         for server in cluster.servers:
             self._by_generation[server.generation].append(server)
