@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gfair.core.cluster import Cluster, parse_cluster_spec
-from gfair.core.kernel import decide
+from gfair.core.kernel import DEFAULT_QUANTUM_S, decide
 from gfair.core.scheduler import QuantumPlan
 from gfair.gavel import load_throughputs
 from gfair.sim.gandiva_fair_machine import GandivaFairMachine
@@ -38,7 +38,7 @@ from gfair.sim.policies.paper_split_stride import PaperSplitStride
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
 
-QUANTUM_S = 60.0
+QUANTUM_S = DEFAULT_QUANTUM_S
 
 
 def _workload(jobs: int, users: int, job_types: list[str], seed: int) -> list[TraceJob]:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from gfair.core.arrays import ArrayMember, array_key, excess_demand, limit_arrays
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.kernel import JobState
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.scheduler import SchedulerConfig
 
 from .machine_harness import JobSpec, MachineHarness
 

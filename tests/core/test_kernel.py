@@ -6,8 +6,7 @@ import copy
 
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.kernel import JobState, PoolState, Snapshot, UserState, decide
-from gfair.core.scheduler import Admitted, Config, Node, ServersChanged, SplitStride
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.scheduler import Admitted, Node, SchedulerConfig, ServersChanged, SplitStride
 from gfair.core.throughput import ThroughputEstimator
 
 from .machine_harness import JobSpec, MachineHarness
@@ -159,7 +158,7 @@ def test_a_waiting_gang_saves_up_and_then_runs_first() -> None:
 def test_a_users_share_is_split_among_its_jobs_by_weight() -> None:
     # Weights come with live submissions only (the event contract bounds them, like tickets):
     # the machine is fed the admissions directly, its one GPU's starts and stops confirmed.
-    machine = SplitStride(Config(), ThroughputEstimator())
+    machine = SplitStride(SchedulerConfig(), ThroughputEstimator())
     machine.apply(ServersChanged((Node("k80-0", "k80", (0,)),)))
     for job_id, weight in (("heavy", 3.0), ("light", 1.0)):
         admitted = Admitted(user="u", job_id=job_id, now=0.0, gpus=1, weight=weight, job_type=None)

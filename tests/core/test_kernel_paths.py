@@ -12,7 +12,7 @@ from gfair.core import kernel
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState, decide
 from gfair.core.packing import Packing
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.scheduler import SchedulerConfig
 
 from .machine_harness import JobSpec, MachineHarness
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.kernel import JobState, PoolState, Snapshot, UserState, decide
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.scheduler import SchedulerConfig
 from gfair.core.switch_costs import SwitchCosts
 
 from .machine_harness import JobSpec, MachineHarness

@@ -14,7 +14,6 @@ from gfair.core import accounts, arrays
 from gfair.core.kernel import JobState
 from gfair.core.scheduler import (
     Admitted,
-    Config,
     Ended,
     Event,
     Exited,
@@ -25,6 +24,7 @@ from gfair.core.scheduler import (
     Phase,
     Releases,
     Retried,
+    SchedulerConfig,
     ServersChanged,
     SplitStride,
     Started,
@@ -216,7 +216,9 @@ def _event(m: SplitStride, rng: random.Random, now: float, serial: int) -> Event
 @pytest.mark.parametrize("seed", range(6))
 def test_node_indexes_answer_what_every_job_says(seed: int, at_once: bool) -> None:
     rng = random.Random(seed)
-    m = SplitStride(Config(quantum_s=QUANTUM_S, moves_at_once=at_once), ThroughputEstimator())
+    m = SplitStride(
+        SchedulerConfig(quantum_s=QUANTUM_S, moves_at_once=at_once), ThroughputEstimator()
+    )
     m.apply(ServersChanged(NODES))
     now = 0.0
     for serial in range(400):
@@ -241,7 +243,9 @@ def test_the_jobs_an_input_changed_are_named_by_take_changed(seed: int, at_once:
     # (`Job.signature`) differs after an input or a tick, and every job admitted or ended,
     # must be among them, or the record would keep it as it was.
     rng = random.Random(seed)
-    m = SplitStride(Config(quantum_s=QUANTUM_S, moves_at_once=at_once), ThroughputEstimator())
+    m = SplitStride(
+        SchedulerConfig(quantum_s=QUANTUM_S, moves_at_once=at_once), ThroughputEstimator()
+    )
     m.apply(ServersChanged(NODES))
     m.take_changed()
     before = {key: job.signature() for key, job in m.jobs.items()}

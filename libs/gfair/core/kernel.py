@@ -86,10 +86,14 @@ import operator
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from gfair.core.cluster import Server
 from gfair.core.packing import Packing
 from gfair.core.switch_costs import DEFAULT_COSTS
+
+# The quantum's length unless the operator sets one: what every driver and the kernel default to.
+DEFAULT_QUANTUM_S: Final = 60.0
 
 _EPS = 1e-9
 # Jobs of one user that a visit may skip (do not fit the pool) before the entry gives up for
@@ -175,7 +179,7 @@ class Snapshot:
     # told, so it has none
     unheld: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     # The quantum's length: what a move's seconds are weighed against (rule 8)
-    quantum_s: float = 60.0
+    quantum_s: float = DEFAULT_QUANTUM_S
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,8 @@ decides nothing itself:
   input (`CarriedOut`: what the stops' reports, `Suspended` or `Migrated` when the job moves,
   handed in together, then the starts' `Started` would say); what the releases let start (idle
   GPUs filled) is carried out in turn. Since they let go at once, the machine is told so
-  (`Config.moves_at_once`): a job a quantum moves starts in the quantum's own plan, after the
-  stops, not once per release report.
+  (`SchedulerConfig.moves_at_once`): a job a quantum moves starts in the quantum's own plan,
+  after the stops, not once per release report.
 
 Jobs the machine starts between ticks (an arrival or an end filled idle GPUs) are what `fill`
 hands the simulator; each quantum's `runs` are where jobs hold GPUs once its plan is carried out.
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from gfair.core import accounts, arrays
 from gfair.core.cluster import Cluster, generation_rank
@@ -40,18 +41,17 @@ from gfair.core.pools import pools_of, shares
 from gfair.core.scheduler import (
     Admitted,
     CarriedOut,
-    Config,
     Ended,
     EntitlementsPublished,
     Node,
     Reply,
+    SchedulerConfig,
     ServersChanged,
     SplitStride,
     Start,
     Stop,
     TypeProfiled,
 )
-from gfair.core.scheduler_config import SchedulerConfig
 from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.tickets import check_tickets
@@ -81,11 +81,10 @@ class GandivaFairMachine:
         self._pools = pools_of(cluster)
         self._capacity = {g: pool.gpus for g, pool in self._pools.items()}  # slowest first
         self.machine = SplitStride(
-            Config(
-                quantum_s=config.quantum_s,
+            replace(
+                config,
                 operator_costs=costs,
                 tickets_of=self._user_tickets,
-                shares=config.shares,
                 # The simulated nodes confirm every stop before any start.
                 moves_at_once=True,
             ),

@@ -26,6 +26,7 @@ from typing import Final, Protocol
 
 from gfair.core.cluster import Cluster
 from gfair.core.dependencies import Outcome, Readiness, eligibility
+from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.core.packing import Packing
 from gfair.core.shares_tree import ShareTree
 from gfair.core.switch_costs import SwitchCosts as SwitchCosts
@@ -44,7 +45,7 @@ _MIN_NOISY_RATE: Final = 0.05  # noise never reports a job as stopped or backwar
 
 @dataclass(frozen=True)
 class SimConfig:
-    quantum_s: float = 60.0
+    quantum_s: float = DEFAULT_QUANTUM_S
     # Each job's switching costs unless its trace row gives its own (`TraceJob.costs`)
     costs: SwitchCosts = field(default_factory=SwitchCosts)
     until_s: float | None = None  # stop the clock here (backlogged experiments)

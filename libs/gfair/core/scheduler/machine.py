@@ -11,7 +11,7 @@ from gfair.core.kernel import PoolState, Snapshot, UserState
 from gfair.core.throughput import ThroughputEstimator
 
 from . import preparing, reports, snapshot, turns
-from .config import Config
+from .config import SchedulerConfig
 from .events import (
     Admitted,
     CarriedOut,
@@ -66,7 +66,7 @@ class Saved:
 class SplitStride:
     def __init__(
         self,
-        config: Config,
+        config: SchedulerConfig,
         estimator: ThroughputEstimator,
         saved: Saved | None = None,
         *,

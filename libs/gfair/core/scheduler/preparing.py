@@ -1,6 +1,6 @@
 """Prepared starts: a newly admitted job that opted in (`Admitted.prepare`), fits one server and
 did not start at once gets its process started without GPUs on a server where it could run, and
-parks there (`Parked`). It is given no GPUs until then (or until `Config.prepared_wait_s`
+parks there (`Parked`). It is given no GPUs until then (or until `SchedulerConfig.prepared_wait_s`
 passed: a process that never parks), so its first slice is not spent importing. From then on
 it is held as parked there on no GPUs in particular (`Job.parked` with no indices), so the
 kernel's preference for a job's own server and cheap in-place resume brings its first slice

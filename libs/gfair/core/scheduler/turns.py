@@ -10,7 +10,8 @@ the difference with what runs now, assigning concrete GPU indices:
 - a job the kernel placed on other servers than before (a move, within or between pools) is
   suspended wherever it still runs and starts on its new servers once every old node confirmed
   it let go (`start_at_once` then): it never runs twice. A driver whose nodes let go at once
-  (`Config.moves_at_once`: the simulator) has it start in the quantum's plan, after the stops;
+  (`SchedulerConfig.moves_at_once`: the simulator) has it start in the quantum's plan, after the
+  stops;
 - a job entering takes free indices (those it is parked on in place, when free; else preferably
   ones no other job is parked on); since a node executor carries out the commands of a GPU in
   the order they were sent, a start listed after the suspends of the same server finds their
@@ -69,8 +70,8 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
             if key not in chosen or key in moved or held.attempt != job.attempt:
                 leaving.append(_stop(machine, job, held, now, quantum))
     # Moved jobs still resident anywhere start once their old nodes let go (unless the nodes
-    # let go at once, `Config.moves_at_once`: then in this plan, after the stops); their GPUs are
-    # promised to them until then (or until the next quantum decides anew).
+    # let go at once, `SchedulerConfig.moves_at_once`: then in this plan, after the stops);
+    # their GPUs are promised to them until then (or until the next quantum decides anew).
     # (One moved in an earlier quantum and still waiting keeps its promise; the GPUs are its own
     # again only if this quantum left them free.)
     held_back: set[str] = set()
