@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gfair.node.job_runner import JobStartError, SupervisorError, UnknownJob
+from gfair.node.job_runner import JobNotSupervised, JobStartError, SupervisorError
 from gfair.node.launch import CheckpointRef, RunSpec
 from gfair.node.lifecycle import JobCheckpointed, JobExited, JobProgress
 from gfair.node.progress import ProgressTail
@@ -350,7 +350,7 @@ async def test_requests_that_cannot_be_honoured_are_refused(tmp_path: Path) -> N
             await supervisor.start(
                 synthetic("d", (3,), "v100", "--iterations", "1", resume_from=missing)
             )
-        with pytest.raises(UnknownJob):
+        with pytest.raises(JobNotSupervised):
             await supervisor.suspend("nobody", timeout_s=1)
         with pytest.raises(ValueError, match="must match"):
             RunSpec("../etc", ("true",), gpu_indices=(0,), generation="v100")

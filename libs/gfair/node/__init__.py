@@ -8,11 +8,11 @@ the plain results and events here into bus events.
 from gfair.node.discovery import open_gpus
 from gfair.node.gpu import GpuBackend, GpuInfo, GpuSample, NoGpusError, XidError
 from gfair.node.job_runner import (
+    JobNotSupervised,
     JobRunner,
     JobStartError,
     SupervisorConfig,
     SupervisorError,
-    UnknownJob,
 )
 from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec
 from gfair.node.lifecycle import JobCheckpointed, JobEvent, JobExited, JobProgress, SuspendResult
@@ -28,6 +28,7 @@ __all__ = [
     "JobCheckpointed",
     "JobEvent",
     "JobExited",
+    "JobNotSupervised",
     "JobPaths",
     "JobProgress",
     "JobRunner",
@@ -41,7 +42,6 @@ __all__ = [
     "SupervisorError",
     "SuspendResult",
     "TelemetryReport",
-    "UnknownJob",
     "XidError",
     "open_gpus",
     "telemetry_reports",

@@ -52,7 +52,7 @@ class SupervisorError(Exception):
     """A request the supervisor refuses; the message says why."""
 
 
-class UnknownJob(SupervisorError, KeyError):
+class JobNotSupervised(SupervisorError, KeyError):
     pass
 
 
@@ -434,5 +434,5 @@ class JobRunner(ABC, Generic[R]):
         check_job_id(job_id)
         exited = self._finished.get(job_id)
         if exited is None:
-            raise UnknownJob(job_id)
+            raise JobNotSupervised(job_id)
         return exited

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 Shape = tuple[str, str | None, int]  # user, job type, GPUs: what a job's speeds depend on
 
 
-class _Queue:
+class _UserQueue:
     """One user's runnable jobs by (pass, arrival number), and its position among the users
     (the arrival position of its earliest runnable job)."""
 
@@ -92,7 +92,7 @@ class Queues:
 
     def __init__(self) -> None:
         self._states: dict[str, JobState] = {}  # runnable job -> its state
-        self._queues: dict[str, _Queue] = {}
+        self._queues: dict[str, _UserQueue] = {}
         # The jobs `touch` marked since the last refresh (the machine adds to it at once: it
         # marks a job at every turn).
         self.touched: set[str] = set()
@@ -170,7 +170,7 @@ class Queues:
                 state = states[key] = job_state(job, speeds, operator)
                 queue = self._queues.get(job.user)
                 if queue is None:
-                    queue = self._queues[job.user] = _Queue()
+                    queue = self._queues[job.user] = _UserQueue()
                 if queue.add(state, positions[key]):
                     self._reorder = True
                 if job.array is not None:

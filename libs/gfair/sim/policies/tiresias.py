@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from gfair.core.cluster import Cluster
-from gfair.sim.policies.occupancy import Occupancy, Placement, RunningJobs
+from gfair.sim.policies.occupancy import Holding, Occupancy, RunningJobs
 from gfair.sim.policy import UNTIL_NEXT_EVENT, Admission, Decision
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
@@ -58,7 +58,7 @@ class _Entry:
         self.attained = 0.0  # GPU-seconds counted towards demotion (reset on promotion)
         self.executed_s = 0.0  # wall seconds run, for the starvation guard
         self.waiting_since = now
-        self.last: Placement | None = None  # where it ran before it was preempted
+        self.last: Holding | None = None  # where it ran before it was preempted
 
 
 class Tiresias:
@@ -201,11 +201,11 @@ class Tiresias:
                     self._waiting[victim.spec.id] = victim
                     evicted.add(victim.spec.id)
 
-    def _begin(self, entry: _Entry, placement: Placement) -> None:
+    def _begin(self, entry: _Entry, placement: Holding) -> None:
         self._running.start(entry.spec.id, placement)
         del self._waiting[entry.spec.id]
 
-    def _place(self, entry: _Entry) -> Placement | None:
+    def _place(self, entry: _Entry) -> Holding | None:
         """Where it ran last if that is free (a resume in place costs less than a move)."""
         if entry.last is not None:
             placement = self._occupancy.take(entry.last.servers, entry.spec.gpus)
