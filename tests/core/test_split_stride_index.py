@@ -11,7 +11,7 @@ import random
 import pytest
 
 from gfair.core import accounts, arrays
-from gfair.core.kernel import JobState
+from gfair.core.kernel import RunnableJob
 from gfair.core.scheduler import (
     Admitted,
     Ended,
@@ -61,11 +61,11 @@ def _brute_parked(m: SplitStride, node_id: str) -> dict[str, tuple[int, ...]]:
     }
 
 
-def _rebuilt(m: SplitStride, now: float) -> tuple[dict[str, list[JobState]], list[JobState]]:
+def _rebuilt(m: SplitStride, now: float) -> tuple[dict[str, list[RunnableJob]], list[RunnableJob]]:
     """The snapshot's jobs from every job, in the machine's order (users by their earliest
     runnable job, each user's by pass, then arrival); and every runnable job's state."""
     pool_gpus = m.pools[1]
-    queues: dict[str, list[JobState]] = {}
+    queues: dict[str, list[RunnableJob]] = {}
     members: dict[str, arrays.ArrayMember] = {}
     for key, job in m.jobs.items():
         if not m.runnable(job, now):

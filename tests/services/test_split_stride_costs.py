@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gfair.bus.memory_bus import InMemoryBus
-from gfair.core.kernel import JobState
+from gfair.core.kernel import RunnableJob
 from gfair.events.commands import StartCommand
 from gfair.events.jobs import JobSuspended
 from gfair.events.reasons import SuspendReason
@@ -39,7 +39,7 @@ def settings(tmp_path: Path) -> Settings:
     )
 
 
-def charged(state: SplitStrideService, user: str = "alice") -> JobState:
+def charged(state: SplitStrideService, user: str = "alice") -> RunnableJob:
     """The job of `user` as the kernel's snapshot shows it."""
     (job,) = state.machine.snapshot(state.clock().timestamp()).jobs[user]
     return job

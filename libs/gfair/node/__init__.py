@@ -6,7 +6,7 @@ the plain results and events here into bus events.
 """
 
 from gfair.node.discovery import open_gpus
-from gfair.node.gpu import GpuBackend, GpuInfo, GpuSample, NoGpusError, XidError
+from gfair.node.gpu import GpuBackend, GpuDevice, GpuReading, NoGpusError, XidError
 from gfair.node.job_runner import (
     JobNotSupervised,
     JobRunner,
@@ -23,8 +23,8 @@ from gfair.node.telemetry import TelemetryReport, telemetry_reports
 __all__ = [
     "CheckpointRef",
     "GpuBackend",
-    "GpuInfo",
-    "GpuSample",
+    "GpuDevice",
+    "GpuReading",
     "JobCheckpointed",
     "JobEvent",
     "JobExited",

@@ -57,7 +57,7 @@ from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.tickets import check_tickets
 from gfair.core.trading import Trade
 from gfair.core.usage_decay import DecayedUsage
-from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Admission, Decision
+from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Admission, PolicyDecision
 from gfair.sim.trace import TraceJob
 
 
@@ -199,7 +199,7 @@ class GandivaFairMachine:
         if self._config.trading and (before is None or self._bid(user) != before):
             self._auction_due = True
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         if not self.machine.nodes:
             self.machine.apply(ServersChanged(self._nodes))
         new = self._auction(now)
@@ -212,7 +212,7 @@ class GandivaFairMachine:
         self._filled.clear()  # the runs below tell the simulator of them
         self._waiting = plan.waiting
         self._changed = False
-        return Decision(runs=self._runs(), trades=new)
+        return PolicyDecision(runs=self._runs(), trades=new)
 
     def fill(self, now: float) -> dict[str, tuple[str, ...]]:
         filled, self._filled = self._filled, {}

@@ -125,7 +125,7 @@ class Submission(_Record):
         return self.tickets if self.tickets is not None else 1.0
 
 
-class Decision(_Record):
+class DecisionEntry(_Record):
     """One thing the scheduler decided about the job, and why (a line of `gfair why`)."""
 
     at: AwareDatetime
@@ -195,7 +195,7 @@ class JobRecord(_Record):
     reason: str | None = Field(default=None, description="Why it was rejected, failed, ...")
     created_at: AwareDatetime
     updated_at: AwareDatetime
-    decisions: tuple[Decision, ...] = ()
+    decisions: tuple[DecisionEntry, ...] = ()
     accounting: Accounting = Field(default_factory=Accounting)
     applied_event_ids: tuple[str, ...] = Field(
         default=(), description="Recently folded event ids (idempotency)"
@@ -283,7 +283,7 @@ class JobRecord(_Record):
     def with_decision(
         self, at: datetime, kind: str, text: str, rule: str | None = None
     ) -> JobRecord:
-        decisions = (*self.decisions, Decision(at=at, kind=kind, text=text, rule=rule))
+        decisions = (*self.decisions, DecisionEntry(at=at, kind=kind, text=text, rule=rule))
         return self.model_copy(
             update={"decisions": decisions[-MAX_DECISIONS:], "updated_at": max(at, self.updated_at)}
         )

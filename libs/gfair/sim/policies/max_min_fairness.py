@@ -68,7 +68,7 @@ from numpy.typing import NDArray
 
 from gfair.core.cluster import Cluster, generation_rank
 from gfair.sim.policies.occupancy import Holding, Occupancy
-from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Admission, Decision
+from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Admission, PolicyDecision
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
 
@@ -310,12 +310,12 @@ class MaxMinFairness:
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         """Speeds are known up front (Gavel's oracle throughputs); measurements change nothing."""
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         if self._changed:
             self._allocate()
         if not self._rows:
             self._settled = True
-            return Decision(runs={})
+            return PolicyDecision(runs={})
         chosen = self._choose()
         placed = self._place(chosen)
         runs: dict[str, tuple[str, ...]] = {}
@@ -331,7 +331,7 @@ class MaxMinFairness:
         self._settled = len(placed) == len(self._rows) and all(
             self._x[row, column] >= _WHOLE for row, (column, _) in placed.items()
         )
-        return Decision(runs=runs)
+        return PolicyDecision(runs=runs)
 
     def quiet_until(self, now: float) -> float:
         # Otherwise the rounds time-slice, so any round may differ from the last.

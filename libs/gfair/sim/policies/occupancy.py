@@ -146,7 +146,7 @@ class Occupancy:
 
 
 class RunningJobs:
-    """Which job holds which placement, and the per-server view a `Decision` needs."""
+    """Which job holds which placement, and the per-server view a `PolicyDecision` needs."""
 
     def __init__(self) -> None:
         self.placements: dict[str, Holding] = {}

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from gfair.core.cluster import Cluster, Server
 from gfair.sim.baselines.paper_split_stride import PerServerStride
-from gfair.sim.policy import EVERY_QUANTUM, Admission, Decision
+from gfair.sim.policy import EVERY_QUANTUM, Admission, PolicyDecision
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
 
@@ -94,14 +94,14 @@ class PaperSplitStride:
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         """The paper's stride is agnostic of speed; measurements change nothing here."""
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         budget = max(1, int(len(self._cluster.servers) * self._balance.budget))
         budget -= self._fill_idle(budget)
         budget -= self._spread_gangs(budget)
         budget -= self._fill_faster(budget)
         for servers in self._by_generation.values():
             budget -= self._balance_generation(servers, budget)
-        return Decision(runs=self._stride.schedule())
+        return PolicyDecision(runs=self._stride.schedule())
 
     def quiet_until(self, now: float) -> float:
         return EVERY_QUANTUM

@@ -25,7 +25,7 @@ from typing import Final
 
 from gfair.core.cluster import Cluster
 from gfair.sim.policies.occupancy import Holding, Occupancy, RunningJobs
-from gfair.sim.policy import UNTIL_NEXT_EVENT, Admission, Decision
+from gfair.sim.policy import UNTIL_NEXT_EVENT, Admission, PolicyDecision
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
 
@@ -94,13 +94,13 @@ class Tiresias:
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         """Tiresias is agnostic of speed; measurements change nothing here."""
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         self._account(now)
         if self._waiting:
             running = set(self._running.placements)
             if not self._fill_free():
                 self._replan(now, running)
-        return Decision(runs=self._running.runs)
+        return PolicyDecision(runs=self._running.runs)
 
     def quiet_until(self, now: float) -> float:
         if not self._waiting:
