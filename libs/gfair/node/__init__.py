@@ -15,26 +15,32 @@ from gfair.node.job_runner import (
     SupervisorError,
 )
 from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec
-from gfair.node.lifecycle import JobCheckpointed, JobEvent, JobExited, JobProgress, SuspendResult
+from gfair.node.lifecycle import (
+    CheckpointReport,
+    ExitReport,
+    JobEvent,
+    ProgressReport,
+    SuspendResult,
+)
 from gfair.node.orphans import ReapedRun
 from gfair.node.supervisor import JobSupervisor
 from gfair.node.telemetry import TelemetryReport, telemetry_reports
 
 __all__ = [
     "CheckpointRef",
+    "CheckpointReport",
+    "ExitReport",
     "GpuBackend",
     "GpuDevice",
     "GpuReading",
-    "JobCheckpointed",
     "JobEvent",
-    "JobExited",
     "JobNotSupervised",
     "JobPaths",
-    "JobProgress",
     "JobRunner",
     "JobStartError",
     "JobSupervisor",
     "NoGpusError",
+    "ProgressReport",
     "ReapedRun",
     "RunSpec",
     "RunningJob",
