@@ -29,11 +29,11 @@ from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.core.scheduler import (
     Admitted,
     Exited,
-    Job,
     Node,
     Phase,
     Saved,
     SchedulerConfig,
+    SchedulerJob,
     SplitStride,
     Started,
 )
@@ -56,7 +56,7 @@ def build(servers: int, jobs: int) -> SplitStride:
     saved = Saved(usage_since=0.0, nodes=nodes)
     for n in range(jobs):
         user = f"u{n % USERS}"
-        job = Job(user, f"j{n}", GANGS[n % len(GANGS)], 1.0, None, seq=n + 1)
+        job = SchedulerJob(user, f"j{n}", GANGS[n % len(GANGS)], 1.0, None, seq=n + 1)
         saved.jobs[job.key] = job
     saved.seq = jobs
     machine = SplitStride(SchedulerConfig(quantum_s=QUANTUM_S), ThroughputEstimator(), saved)

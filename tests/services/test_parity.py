@@ -43,7 +43,7 @@ from gfair.sim.gandiva_fair_machine import GandivaFairMachine
 from gfair.sim.trace import TraceJob
 from gfair.state.buckets import JOBS
 from gfair.state.job_record import JobRecord, save_job
-from gfair_services.split_stride import Settings, SplitStrideService
+from gfair_services.split_stride import SplitStrideService, SplitStrideSettings
 
 from .scheduling_harness import FAST, Probe, eventually, registered, submitted
 
@@ -187,8 +187,8 @@ class FakeClock:
         return self.now
 
 
-def settings_of(tmp_path: Path, shares_file: Path | None) -> Settings:
-    return Settings(
+def settings_of(tmp_path: Path, shares_file: Path | None) -> SplitStrideSettings:
+    return SplitStrideSettings(
         quantum_s=QUANTUM_S,  # its own timer never fires: the test ticks
         checkpoint_root=tmp_path,
         user_tickets=",".join(f"{user}={n:g}" for user, n in TICKETS.items()),

@@ -13,7 +13,7 @@ from gfair.events.commands import StartCommand
 from gfair.events.jobs import JobSuspended
 from gfair.events.reasons import SuspendReason
 from gfair.events.scheduling import SwitchCostsUpdated
-from gfair_services.split_stride import Settings, SplitStrideService
+from gfair_services.split_stride import SplitStrideService, SplitStrideSettings
 
 from .scheduling_harness import Probe, eventually
 from .test_split_stride import COMMANDS, NEVER, admit, register, split_stride, started
@@ -30,8 +30,8 @@ def probe(bus: InMemoryBus) -> Probe:
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(
+def settings(tmp_path: Path) -> SplitStrideSettings:
+    return SplitStrideSettings(
         quantum_s=NEVER,
         checkpoint_root=tmp_path / "ck",
         migration_cost_s=20.0,
@@ -53,7 +53,7 @@ async def measured(
 
 
 async def test_a_jobs_measured_switches_are_what_the_kernel_weighs(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
@@ -107,7 +107,7 @@ async def test_a_jobs_measured_switches_are_what_the_kernel_weighs(
 
 
 async def test_part_measured_costs_fall_back_to_the_operators(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))

@@ -89,21 +89,21 @@ class ServerRecord(_Record):
         return len(self.gpu_indices)
 
 
-class Phase(StrEnum):
+class ResidencyPhase(StrEnum):
     STARTING = "starting"  # a StartCommand was sent
     RUNNING = "running"  # the node said it started (or resumed)
     SUSPENDING = "suspending"  # a SuspendCommand was sent; the node has not confirmed it yet
 
     @property
     def holds_gpus(self) -> bool:
-        return self is not Phase.SUSPENDING
+        return self is not ResidencyPhase.SUSPENDING
 
 
 class Residency(_Record):
     """Where split-stride last told a job to run, until the node lets it go."""
 
     node_id: NodeId
-    phase: Phase
+    phase: ResidencyPhase
     attempt: Attempt
     gpu_indices: tuple[GpuIndex, ...]
     since: AwareDatetime
@@ -132,7 +132,7 @@ class SwitchMeasurements(_Record):
     cold_start_s: Seconds | None = None
 
 
-class Parked(_Record):
+class ParkedPlace(_Record):
     """Where a job's process waits parked in place, holding no GPU: its node, and the GPUs it
     resumes on (none in particular for a prepared start)."""
 
@@ -170,7 +170,7 @@ class StrideJob(_Record):
         default=None, description="Its measured switch costs; None: the operator's until measured"
     )
     prepare: bool = Field(default=False, description="It opted in to prepared starts")
-    parked: Parked | None = Field(default=None, description="Where its process waits parked")
+    parked: ParkedPlace | None = Field(default=None, description="Where its process waits parked")
     coming_up_until: AwareDatetime | None = Field(
         default=None, description="It gets no GPUs until its prepared start parks, or until then"
     )

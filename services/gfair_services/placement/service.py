@@ -85,9 +85,9 @@ from gfair_services.profiler.seed import seed_table
 from gfair_services.topology import cluster_topology
 
 from .admission import Refusal, answer_invalid_submission, check_pending, check_submission
-from .book import JobBook
+from .book import LiveJobs
 from .feasibility import unsatisfiable
-from .settings import Settings
+from .settings import PlacementSettings
 
 SERVICE_NAME = "placement"
 
@@ -111,12 +111,12 @@ _tracer = trace.get_tracer("gfair.placement")
 
 class PlacementService:
     def __init__(
-        self, settings: Settings, estimator: ThroughputEstimator, clock: Clock = utc_now
+        self, settings: PlacementSettings, estimator: ThroughputEstimator, clock: Clock = utc_now
     ) -> None:
         self.settings = settings
         self.estimator = estimator
         self.clock = clock
-        self.book = JobBook()
+        self.book = LiveJobs()
         self.inventory = NodeInventory()
         self._lock = asyncio.Lock()
         self._kv: KeyValue | None = None
@@ -641,8 +641,8 @@ def _cancel_outputs(record: JobRecord) -> list[Emit]:
     return outputs
 
 
-def build_service(settings: Settings | None = None) -> Service:
-    settings = settings or Settings()
+def build_service(settings: PlacementSettings | None = None) -> Service:
+    settings = settings or PlacementSettings()
     return PlacementService(
         settings, ThroughputEstimator(seed_table(settings.throughputs))
     ).service()

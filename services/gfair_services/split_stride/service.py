@@ -151,7 +151,7 @@ from gfair_services.profiler.seed import seed_table
 from gfair_services.topology import cluster_topology
 
 from . import record
-from .settings import Settings
+from .settings import SplitStrideSettings
 
 SERVICE_NAME = "split-stride"
 
@@ -185,7 +185,7 @@ _tracer = trace.get_tracer("gfair.split_stride")
 
 class SplitStrideService:
     def __init__(
-        self, settings: Settings, clock: Clock = utc_now, journal: Journal | None = None
+        self, settings: SplitStrideSettings, clock: Clock = utc_now, journal: Journal | None = None
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -832,8 +832,8 @@ def _stop(stop: Stop, grace_s: float) -> KillCommand | SuspendCommand:
     )
 
 
-def build_service(settings: Settings | None = None, clock: Clock = utc_now) -> Service:
-    return SplitStrideService(settings or Settings(), clock).service()
+def build_service(settings: SplitStrideSettings | None = None, clock: Clock = utc_now) -> Service:
+    return SplitStrideService(settings or SplitStrideSettings(), clock).service()
 
 
 def _admitted_launch(admission: JobAccepted) -> JobLaunch:

@@ -22,7 +22,7 @@ from gfair_services.topology import TopologySettings
 MIN_YIELD_GRACE_S = 2.0
 
 
-class Settings(TenantSettings, TopologySettings):
+class SplitStrideSettings(TenantSettings, TopologySettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
     quantum_s: float = Field(

@@ -59,7 +59,7 @@ from .plan import (
     Stop,
     StopReason,
 )
-from .residency import Job, Phase, Stay, Switches
+from .residency import Phase, SchedulerJob, Stay, Switches
 
 __all__ = [
     "Admitted",
@@ -69,7 +69,6 @@ __all__ = [
     "Event",
     "Exited",
     "Forgotten",
-    "Job",
     "JobEvent",
     "Journal",
     "Launch",
@@ -87,6 +86,7 @@ __all__ = [
     "Retried",
     "Saved",
     "SchedulerConfig",
+    "SchedulerJob",
     "ServerTurn",
     "ServersChanged",
     "SplitStride",

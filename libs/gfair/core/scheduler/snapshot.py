@@ -23,7 +23,7 @@ from gfair.core.kernel import PoolState, RunnableJob, Snapshot, UserState
 from gfair.core.switch_costs import SwitchCosts
 
 from .events import Node
-from .residency import Job
+from .residency import SchedulerJob
 
 if TYPE_CHECKING:
     from .machine import SplitStride
@@ -68,7 +68,7 @@ def server_pools(schedulable: Sequence[Node]) -> tuple[tuple[PoolState, ...], di
     return pool_states, pool_gpus
 
 
-def job_state(job: Job, speeds: dict[str, float], operator: SwitchCosts) -> RunnableJob:
+def job_state(job: SchedulerJob, speeds: dict[str, float], operator: SwitchCosts) -> RunnableJob:
     """A runnable `job` as the kernel sees it, running only where its whole gang holds GPUs in
     its current attempt."""
     charged = costs(job, operator)
@@ -87,7 +87,9 @@ def job_state(job: Job, speeds: dict[str, float], operator: SwitchCosts) -> Runn
     )
 
 
-def restate(state: RunnableJob, job: Job, speeds: dict[str, float], operator: SwitchCosts) -> None:
+def restate(
+    state: RunnableJob, job: SchedulerJob, speeds: dict[str, float], operator: SwitchCosts
+) -> None:
     """Bring `state`, made by `job_state` for `job`, up to date with it (what `job_state` would
     make now; a job's key, user, GPUs and arrival never change)."""
     charged = costs(job, operator)
@@ -100,7 +102,7 @@ def restate(state: RunnableJob, job: Job, speeds: dict[str, float], operator: Sw
     state.resume_s = charged.resume_s
 
 
-def _running(job: Job) -> tuple[str, ...]:
+def _running(job: SchedulerJob) -> tuple[str, ...]:
     """The job's servers when its whole gang holds GPUs there in its current attempt, else
     none."""
     servers = job.servers
@@ -112,7 +114,7 @@ def _running(job: Job) -> tuple[str, ...]:
     return servers
 
 
-def costs(job: Job, operator: SwitchCosts) -> SwitchCosts:
+def costs(job: SchedulerJob, operator: SwitchCosts) -> SwitchCosts:
     """What a resume and a move cost `job` (`MeasuredSwitches.charged`; its own, else the
     `operator`'s, until measured): its resume is in place while its process is parked on its
     node."""

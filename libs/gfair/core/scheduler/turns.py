@@ -34,7 +34,7 @@ from gfair.core import kernel
 from gfair.core.kernel import Decision, Snapshot, backfill, decide
 
 from .plan import Forgotten, Placement, QuantumPlan, ServerTurn, Start, Starts, Stop, StopReason
-from .residency import Job, Phase, Stay
+from .residency import Phase, SchedulerJob, Stay
 from .snapshot import snapshot
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
     for node in scheduled:
         node_id = node.node_id
         run = runs.get(node_id, ())
-        entering: list[Job] = []
+        entering: list[SchedulerJob] = []
         for key in run:
             job = jobs[key]
             stay = job.stays.get(node_id)
@@ -200,14 +200,14 @@ def fill(machine: SplitStride, now: float) -> Starts:
     return Starts(tuple(turns), tuple(placed))
 
 
-def _account(machine: SplitStride, now: float) -> list[tuple[Job, Stay]]:
+def _account(machine: SplitStride, now: float) -> list[tuple[SchedulerJob, Stay]]:
     """Charge the GPUs held since the last tick (or since they were taken, if later) to their
     users, per pool; the residencies not running (told to start or to stop, unconfirmed)."""
     return machine.meter.tick(machine.residents(), machine.generations(), now)
 
 
 def _expire(
-    machine: SplitStride, unsettled: list[tuple[Job, Stay]], heard_until: float
+    machine: SplitStride, unsettled: list[tuple[SchedulerJob, Stay]], heard_until: float
 ) -> tuple[Forgotten, ...]:
     """Drop starts and suspends no node confirmed in time (of the `unsettled` residencies);
     what was dropped. Timed by what was heard (`Tick.heard_until`): a confirmation sent but not
@@ -241,10 +241,10 @@ def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
             machine.changed(state.id)
 
 
-def _place(machine: SplitStride, decision: Decision) -> list[Job]:
+def _place(machine: SplitStride, decision: Decision) -> list[SchedulerJob]:
     """Take the decision's placements; the jobs placed on other servers than before."""
     pool_of = machine.generations()
-    moved: list[Job] = []
+    moved: list[SchedulerJob] = []
     for key, servers in decision.placed.items():
         job = machine.jobs[key]
         if job.servers != servers:
@@ -255,7 +255,11 @@ def _place(machine: SplitStride, decision: Decision) -> list[Job]:
 
 
 def _pick_indices(
-    job: Job, node_id: str, free: list[int], need: int, parked: Mapping[str, tuple[int, ...]]
+    job: SchedulerJob,
+    node_id: str,
+    free: list[int],
+    need: int,
+    parked: Mapping[str, tuple[int, ...]],
 ) -> list[int]:
     """`need` of the `free` indices of `node_id` for `job`: the ones it is parked on there,
     when free (it then resumes in place, without a checkpoint); else preferably ones no other
@@ -274,7 +278,7 @@ def _pick_indices(
 
 
 def _start_on(
-    machine: SplitStride, job: Job, servers: tuple[str, ...], now: float
+    machine: SplitStride, job: SchedulerJob, servers: tuple[str, ...], now: float
 ) -> tuple[ServerTurn, ...] | None:
     """Start `job` on `servers` with free GPU indices there; None when they are not free."""
     key = job.key
@@ -308,7 +312,7 @@ def _start_on(
 
 def _start(
     machine: SplitStride,
-    job: Job,
+    job: SchedulerJob,
     node_id: str,
     indices: tuple[int, ...],
     now: float,
@@ -328,7 +332,13 @@ def _start(
 
 
 def _stop(
-    machine: SplitStride, job: Job, stay: Stay, now: float, quantum: int, *, drain: bool = False
+    machine: SplitStride,
+    job: SchedulerJob,
+    stay: Stay,
+    now: float,
+    quantum: int,
+    *,
+    drain: bool = False,
 ) -> Stop:
     if stay.attempt < job.attempt:
         # That attempt failed and was retried: its leftover processes are of no use.
@@ -354,6 +364,6 @@ def _stop(
     return Stop(job.user, job.job_id, stay.node_id, stay.attempt, reason)
 
 
-def _placement(job: Job) -> Placement:
+def _placement(job: SchedulerJob) -> Placement:
     assert job.generation is not None
     return Placement(job.user, job.job_id, job.servers, job.generation)
