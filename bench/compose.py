@@ -30,6 +30,7 @@ from bench.live import Timeline, measure_latency, percentiles
 from gfair.bus.logs import configure_logging
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.publisher import EventPublisher
+from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 
 USER = "alice"  # a tenant of deploy/nats/tenants.toml
@@ -90,7 +91,10 @@ async def main_async(args: argparse.Namespace) -> None:
         finally:
             project.down(volumes=True)
     options = ClusterOptions(
-        cluster="v100:1x4", quantum_s=60.0, data_dir=Path(tempfile.mkdtemp()), log_level="WARNING"
+        cluster="v100:1x4",
+        quantum_s=DEFAULT_QUANTUM_S,
+        data_dir=Path(tempfile.mkdtemp()),
+        log_level="WARNING",
     )
     print("submit -> running on the embedded cluster, GPUs free:")
     async with EmbeddedCluster(options) as cluster:

@@ -37,7 +37,7 @@ from pathlib import Path
 from gfair.bus.logs import configure_logging
 from gfair.client import GfairClient
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.scheduler import SchedulerConfig
 from gfair.core.shares_tree import ShareTree
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.gavel import load_throughputs

@@ -25,6 +25,7 @@ from typing import TextIO
 
 from bench.live import brokers_of, cpu_seconds
 from bench.scale import cluster_spec
+from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 
 SETTLE_S = 15.0
@@ -38,7 +39,7 @@ async def measure(
         os.chmod(tmp, 0o711)  # an executor running as root wants its roots open to passage
         options = ClusterOptions(
             cluster=cluster_spec(servers),
-            quantum_s=60.0,
+            quantum_s=DEFAULT_QUANTUM_S,
             data_dir=Path(tmp) / "gfair",
             virtual=True,
             log_level="WARNING",

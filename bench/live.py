@@ -49,6 +49,7 @@ from gfair.bus.logs import configure_logging
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.publisher import EventPublisher
 from gfair.bus.transport import PubAck
+from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.events.subjects import STREAMS
 from gfair.events.submission import JobCancelRequested, JobSubmitted
@@ -260,7 +261,10 @@ async def main_async(args: argparse.Namespace) -> None:
     configure_logging("bench", level="WARNING", fmt="console")
     with tempfile.TemporaryDirectory(prefix="gfair-bench-live-") as data_dir:
         options = ClusterOptions(
-            cluster=args.cluster, quantum_s=60.0, data_dir=Path(data_dir), log_level="WARNING"
+            cluster=args.cluster,
+            quantum_s=DEFAULT_QUANTUM_S,
+            data_dir=Path(data_dir),
+            log_level="WARNING",
         )
         async with EmbeddedCluster(options) as cluster:
             url = cluster.nats_url

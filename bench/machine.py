@@ -1,4 +1,4 @@
-"""`python -m bench.machine`: what the split-stride state machine (`gfair.core.split_stride`)
+"""`python -m bench.machine`: what the split-stride state machine (`gfair.core.scheduler`)
 costs per event at scale, without the bus: one admission, one release report and one tick on
 1,000 servers of 8 GPUs with 2,000 and 20,000 jobs admitted (docs/benchmarks.md); and what the
 split-stride service then pays to write its record after a batch of events that changed ten
@@ -25,14 +25,15 @@ from datetime import UTC, datetime
 from gfair.bus.memory_kv import InMemoryKeyValue
 from gfair.bus.topology import BucketSpec
 from gfair.core import kernel
-from gfair.core.split_stride import (
+from gfair.core.kernel import DEFAULT_QUANTUM_S
+from gfair.core.scheduler import (
     Admitted,
-    Config,
     Exited,
-    Job,
     Node,
     Phase,
     Saved,
+    SchedulerConfig,
+    SchedulerJob,
     SplitStride,
     Started,
 )
@@ -43,7 +44,7 @@ from gfair.state.stride_record import save_stride
 from gfair_services.inventory import NodeEntry, NodeInventory
 from gfair_services.split_stride.record import Records
 
-QUANTUM_S = 60.0
+QUANTUM_S = DEFAULT_QUANTUM_S
 T0 = datetime(2026, 11, 29, tzinfo=UTC)
 GANGS = (1, 1, 2, 4, 8)  # GPUs of the jobs in turn
 USERS = 50
@@ -55,10 +56,10 @@ def build(servers: int, jobs: int) -> SplitStride:
     saved = Saved(usage_since=0.0, nodes=nodes)
     for n in range(jobs):
         user = f"u{n % USERS}"
-        job = Job(user, f"j{n}", GANGS[n % len(GANGS)], 1.0, None, seq=n + 1)
+        job = SchedulerJob(user, f"j{n}", GANGS[n % len(GANGS)], 1.0, None, seq=n + 1)
         saved.jobs[job.key] = job
     saved.seq = jobs
-    machine = SplitStride(Config(quantum_s=QUANTUM_S), ThroughputEstimator(), saved)
+    machine = SplitStride(SchedulerConfig(quantum_s=QUANTUM_S), ThroughputEstimator(), saved)
     machine.tick(QUANTUM_S)
     _confirm(machine, QUANTUM_S + 1)
     return machine

@@ -6,7 +6,7 @@ The cluster has 1,024 servers of 8 GPUs (half K80, a quarter each P100 and V100)
 runnable jobs of 64 users (mostly 1 GPU, some 2/4/8-GPU gangs, ~1% 16-GPU multi-server gangs),
 job types drawn from the Gavel table. Measured in the same run:
 
-- the split-stride state machine's ``tick()`` (`gfair.core.split_stride`), driven by the
+- the split-stride state machine's ``tick()`` (`gfair.core.scheduler`), driven by the
   simulator's `gandiva-fair` policy (first tick: after all the admissions, the servers just
   announced; then steady state), and how many jobs it moves to other servers per quantum;
 - the policy's whole quantum around it: the auction's entitlements and trades before the tick,
@@ -30,15 +30,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gfair.core.cluster import Cluster, parse_cluster_spec
-from gfair.core.kernel import decide
-from gfair.core.split_stride import QuantumPlan
+from gfair.core.kernel import DEFAULT_QUANTUM_S, decide
+from gfair.core.scheduler import QuantumPlan
 from gfair.gavel import load_throughputs
 from gfair.sim.gandiva_fair_machine import GandivaFairMachine
 from gfair.sim.policies.paper_split_stride import PaperSplitStride
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
 
-QUANTUM_S = 60.0
+QUANTUM_S = DEFAULT_QUANTUM_S
 
 
 def _workload(jobs: int, users: int, job_types: list[str], seed: int) -> list[TraceJob]:

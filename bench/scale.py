@@ -75,6 +75,7 @@ from gfair.client.job_history import (
     job_history,
     most_nodes_at_once,
 )
+from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.embedded_cluster import ClusterError, ClusterOptions, EmbeddedCluster
 from gfair.events.commands import MigrateCommand, ResumeCommand, StartCommand, SuspendCommand
 from gfair.events.jobs import (
@@ -594,7 +595,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
     parser.add_argument("--servers", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--jobs-per-gpu", type=float, default=2.5)
-    parser.add_argument("--quantum", type=float, default=60.0)
+    parser.add_argument("--quantum", type=float, default=DEFAULT_QUANTUM_S)
     parser.add_argument("--quanta", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--heartbeat", type=float, default=5.0)

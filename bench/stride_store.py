@@ -31,8 +31,8 @@ from gfair.bus.topology import BucketSpec, Topology
 from gfair.state.buckets import STRIDE
 from gfair.state.stride_record import (
     STATE_KEY,
-    Phase,
     Residency,
+    ResidencyPhase,
     ServerRecord,
     StrideJob,
     StrideRecord,
@@ -106,7 +106,7 @@ def job(n: int, stride_pass: float = 0.0) -> StrideJob:
         residency=(
             Residency(
                 node_id=node,
-                phase=Phase.RUNNING,
+                phase=ResidencyPhase.RUNNING,
                 attempt=1,
                 gpu_indices=(n % 8,),
                 since=T0,

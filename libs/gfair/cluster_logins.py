@@ -31,7 +31,7 @@ from gfair.tenancy import (
     QUERY_USER,
     SERVICES_PASSWORD_VARIABLE,
     SERVICES_USER_VARIABLE,
-    Node,
+    NodeLogin,
     Tenants,
     TenantsError,
     load_tenants,
@@ -82,7 +82,7 @@ def embedded_tenants(
     production would not know; requiring them in the file would only make it fail to start.
     """
     declared = {node.node_id for node in tenants.nodes}
-    nodes = tenants.nodes + tuple(Node(n) for n in node_ids if n not in declared)
+    nodes = tenants.nodes + tuple(NodeLogin(n) for n in node_ids if n not in declared)
     for tenant in tenants.tenants:
         if tenant.name == SERVICES_USER:
             raise TenantsError(

@@ -61,7 +61,7 @@ QUERY_USER = "gfair-query"
 QUERY_PASSWORD_VARIABLE = "GFAIR_QUERY_SERVICE_PASSWORD"
 QUERY_PERMISSIONS_VARIABLE = "QUERY_SERVICE"
 # The durable consumers the services keep (`gfair_services`; the node executors' are
-# `Node.durable`). The query login may create, read and delete ephemeral consumers, whose
+# `NodeLogin.durable`). The query login may create, read and delete ephemeral consumers, whose
 # names permissions cannot tell from these, so each of these is denied to it by name.
 # tests/e2e/test_cluster_auth.py checks that every durable a running cluster has is listed.
 SERVICE_DURABLES: tuple[str, ...] = (
@@ -114,7 +114,7 @@ class Tenant:
 
 
 @dataclass(frozen=True, slots=True)
-class Node:
+class NodeLogin:
     """A node executor's login: it may act for its own node only (`node_permissions`)."""
 
     node_id: str
@@ -153,7 +153,7 @@ NODE_USER_PREFIX = "node-"
 @dataclass(frozen=True, slots=True)
 class Tenants:
     tenants: tuple[Tenant, ...] = ()
-    nodes: tuple[Node, ...] = ()
+    nodes: tuple[NodeLogin, ...] = ()
 
     def __post_init__(self) -> None:
         seen: dict[str, str] = {}
@@ -248,7 +248,7 @@ def _js_api(*tokens: str) -> str:
     return ".".join(("$JS.API", *tokens))
 
 
-def node_permissions(node: Node) -> TenantPermissions:
+def node_permissions(node: NodeLogin) -> TenantPermissions:
     """What the executor of `node` may publish and subscribe to.
 
     - publish its node's reports, `gfair.node.<n>.registered|heartbeat|telemetry`, not the
@@ -308,7 +308,7 @@ def query_permissions(tenants: Tenants) -> TenantPermissions:
     Denied even where an allow would match: purging or deleting a stream or a message,
     creating, updating or deleting a stream, the durable-create API, and creating (which
     updates), pulling from or deleting any durable consumer of the services or a node
-    executor (`SERVICE_DURABLES`, `Node.durable`); no gfair event, no key-value write, no
+    executor (`SERVICE_DURABLES`, `NodeLogin.durable`); no gfair event, no key-value write, no
     acknowledgement. Ephemeral consumers' names are single tokens permissions cannot tell
     from a durable's, hence the list.
     """
@@ -416,7 +416,7 @@ def _tenant(row: Any, source: str, where: str) -> Tenant:
     return Tenant(name=name)
 
 
-def _node(row: Any, source: str, where: str) -> Node:
+def _node(row: Any, source: str, where: str) -> NodeLogin:
     if not isinstance(row, Mapping):
         raise TenantsError(f"{source}: {where}: expected a table")
     _no_unknown_keys(row, _NODE_KEYS, source, f"{where}.")
@@ -428,7 +428,7 @@ def _node(row: Any, source: str, where: str) -> Node:
         validate_token(f"{NODE_USER_PREFIX}{node_id}", what="its NATS user")
     except SubjectError as error:
         raise TenantsError(f"{source}: {where}.id: {error}") from None
-    return Node(node_id=node_id)
+    return NodeLogin(node_id=node_id)
 
 
 # --- rendering --------------------------------------------------------------------------------

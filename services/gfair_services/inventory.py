@@ -24,7 +24,7 @@ import structlog
 
 from gfair.core.cluster import Cluster, Server
 from gfair.core.pools import Pool, pools_of
-from gfair.core.split_stride import Node, NodeHealth
+from gfair.core.scheduler import Node, NodeHealth
 from gfair.events.envelope import Envelope
 from gfair.events.nodes import (
     NodeEvent,

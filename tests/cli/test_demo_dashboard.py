@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 from gfair.cli.demo_dashboard import (
+    DashboardFrame,
     ShareWindow,
-    Snapshot,
     Tally,
     plain_line,
     pools_of,
@@ -60,7 +60,7 @@ def test_plain_line_reports_entitled_against_received() -> None:
             )
         },
     )
-    snapshot = Snapshot(
+    snapshot = DashboardFrame(
         elapsed_s=42,
         duration_s=120,
         shares=shares,
@@ -129,8 +129,10 @@ def test_received_is_measured_between_split_strides_ticks_and_states_that_span()
     assert window.span_s() == pytest.approx(60.0)
 
 
-def _snapshot(shares: SharesRecord | None, stride: StrideRecord | None, tally: Tally) -> Snapshot:
-    return Snapshot(
+def _snapshot(
+    shares: SharesRecord | None, stride: StrideRecord | None, tally: Tally
+) -> DashboardFrame:
+    return DashboardFrame(
         elapsed_s=1,
         duration_s=10,
         shares=shares,

@@ -17,7 +17,7 @@ from gfair.events.jobs import JobExited, JobSuspended
 from gfair.events.reasons import SuspendReason
 from gfair.events.states import JobState
 from gfair.state.profile_record import JobProfileRecord, SwitchEstimate, SwitchSamples
-from gfair.state.usage import JobAccount
+from gfair.state.usage import HistoryLine
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 REASON = "asks for 512 GPUs; it can never fit: the largest pool has 256 GPUs on 32 servers"
@@ -29,9 +29,9 @@ def render(renderable: object, width: int = 80) -> str:
     return console.export_text()
 
 
-def _line(job_id: str, reason: str | None, *, held_s: float, wall_s: float) -> JobAccount:
+def _line(job_id: str, reason: str | None, *, held_s: float, wall_s: float) -> HistoryLine:
     started = NOW - timedelta(seconds=wall_s + 5)
-    return JobAccount(
+    return HistoryLine(
         user="alice",
         job_id=job_id,
         state=JobState.FAILED,

@@ -36,9 +36,9 @@ def test_a_bad_submit_flag_exits_2_naming_it(
 
 
 def test_placement_limit_is_the_one_the_cli_states() -> None:
-    from gfair_services.placement.settings import Settings
+    from gfair_services.placement.settings import PlacementSettings
 
-    assert Settings().max_job_gpus == MAX_JOB_GPUS
+    assert PlacementSettings().max_job_gpus == MAX_JOB_GPUS
 
 
 @pytest.mark.parametrize("command", ["job", "why", "wait", "cancel", "logs"])

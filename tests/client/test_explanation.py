@@ -13,8 +13,8 @@ from gfair.state.job_record import JobRecord, Submission
 from gfair.state.node_record import NodeRecord
 from gfair.state.share_record import AccountShare, PoolShare, SharesRecord, UserShare
 from gfair.state.stride_record import (
-    Phase,
     Residency,
+    ResidencyPhase,
     ServerRecord,
     StrideJob,
     StrideRecord,
@@ -63,7 +63,7 @@ def stride(*, runnable_at: datetime | None = None) -> StrideRecord:
                 residency=(
                     Residency(
                         node_id="v100-0",
-                        phase=Phase.RUNNING,
+                        phase=ResidencyPhase.RUNNING,
                         attempt=1,
                         gpu_indices=(0, 1, 2),
                         since=NOW,

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gfair.bus.history import HistoricalEvent
-from gfair.client.switching import SwitchCosts, describe_charges, describe_estimate
+from gfair.client.switching import SwitchStats, describe_charges, describe_estimate
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.jobs import JobProgress, JobResumed, JobSuspended
 from gfair.events.reasons import SuspendReason
@@ -33,7 +33,7 @@ def test_switch_costs_come_from_the_jobs_own_reports() -> None:
         ),
         JobResumed(**COMMON, gpu_indices=(1,), duration_s=0.02),  # a new process: not in place
     )
-    costs = SwitchCosts.of(events)
+    costs = SwitchStats.of(events)
     assert (costs.suspends, costs.in_place) == (3, 2)
     assert costs.yield_p50_s == 0.03
     assert costs.resume_in_place_p50_s == 0.005
@@ -43,7 +43,7 @@ def test_switch_costs_come_from_the_jobs_own_reports() -> None:
 
 
 def test_a_job_never_switched_has_nothing_to_say() -> None:
-    costs = SwitchCosts.of([])
+    costs = SwitchStats.of([])
     assert costs.suspends == 0 and costs.yield_p50_s is None
     assert costs.describe() == "0 suspends (0 in place)"
 

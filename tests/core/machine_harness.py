@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gfair.core.cluster import Cluster
-from gfair.core.scheduler_config import SchedulerConfig
-from gfair.core.split_stride import SplitStride
+from gfair.core.scheduler import SchedulerConfig, SplitStride
 from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair.core.throughput import ThroughputTable
 from gfair.sim.gandiva_fair_machine import GandivaFairMachine

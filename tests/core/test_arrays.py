@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from gfair.core.arrays import ArrayMember, array_key, excess_demand, limit_arrays
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.kernel import JobState
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.kernel import RunnableJob
+from gfair.core.scheduler import SchedulerConfig
 
 from .machine_harness import JobSpec, MachineHarness
 
@@ -111,19 +111,21 @@ _job = st.tuples(
 def test_limit_arrays_never_leaves_more_than_the_limit_and_keeps_running_members_first(
     jobs: list[tuple[str, int, str | None, int | None, bool]],
 ) -> None:
-    queues: dict[str, list[JobState]] = {}
+    queues: dict[str, list[RunnableJob]] = {}
     members: dict[str, ArrayMember] = {}
     for seq, (user, gpus, array, limit, ran) in enumerate(jobs):
         job_id = f"j{seq}"
         running = ("s0",) if ran else ()
-        queues.setdefault(user, []).append(JobState(job_id, user, gpus, seq, {}, running=running))
+        queues.setdefault(user, []).append(
+            RunnableJob(job_id, user, gpus, seq, {}, running=running)
+        )
         if array is not None:
             members[job_id] = ArrayMember(array_key(user, array), limit)
     out = limit_arrays(queues, members)
     for user, queue in queues.items():
         kept = out[user]
         assert [j.id for j in kept] == [j.id for j in queue if j in kept]  # order kept
-        by_array: dict[str, list[JobState]] = {}
+        by_array: dict[str, list[RunnableJob]] = {}
         for job in queue:
             if job.id in members:
                 by_array.setdefault(members[job.id].array, []).append(job)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import copy
 
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.kernel import JobState, PoolState, Snapshot, UserState, decide
-from gfair.core.scheduler_config import SchedulerConfig
-from gfair.core.split_stride import Admitted, Config, Node, ServersChanged, SplitStride
+from gfair.core.kernel import PoolState, RunnableJob, Snapshot, UserState, decide
+from gfair.core.scheduler import Admitted, Node, SchedulerConfig, ServersChanged, SplitStride
 from gfair.core.throughput import ThroughputEstimator
 
 from .machine_harness import JobSpec, MachineHarness
@@ -54,8 +53,10 @@ def _snapshot() -> Snapshot:
     }
     speeds = {"v100": 3.0, "k80": 1.0}
     jobs = {
-        "a": [JobState(f"a{i}", "a", 2, i, dict(speeds), running=("k80-0",)) for i in range(3)],
-        "b": [JobState(f"b{i}", "b", 1, 10 + i, dict(speeds), home=("v100-0",)) for i in range(9)],
+        "a": [RunnableJob(f"a{i}", "a", 2, i, dict(speeds), running=("k80-0",)) for i in range(3)],
+        "b": [
+            RunnableJob(f"b{i}", "b", 1, 10 + i, dict(speeds), home=("v100-0",)) for i in range(9)
+        ],
     }
     return Snapshot(pools, users, jobs)
 
@@ -83,8 +84,8 @@ def test_one_gpu_jobs_spread_over_servers_move_together_so_a_waiting_gang_runs()
     }
     ran = ("k80-0", "k80-1", "k80-0", "k80-1")
     jobs = {
-        "a": [JobState(f"a{i}", "a", 1, i, {"k80": 1.0}, running=(ran[i],)) for i in range(4)],
-        "g": [JobState("gang", "g", 4, 9, {"k80": 1.0})],
+        "a": [RunnableJob(f"a{i}", "a", 1, i, {"k80": 1.0}, running=(ran[i],)) for i in range(4)],
+        "g": [RunnableJob("gang", "g", 4, 9, {"k80": 1.0})],
     }
     decision = decide(Snapshot(pools, users, jobs))
     assert decision.waiting == 0
@@ -104,7 +105,7 @@ def _two_jobs_one_fast_gpu(waiting: bool) -> Snapshot:
     share = 1.0 / len(names)
     users = {n: UserState(n, i, {"v100": share, "k80": share}) for i, n in enumerate(names)}
     speeds = {"a": {"v100": 1.0, "k80": 0.5}, "b": {"v100": 1.0, "k80": 0.1}, "c": {"v100": 1.0}}
-    jobs = {n: [JobState(n + "0", n, 1, i, dict(speeds[n]))] for i, n in enumerate(names)}
+    jobs = {n: [RunnableJob(n + "0", n, 1, i, dict(speeds[n]))] for i, n in enumerate(names)}
     if waiting:  # "c" is owed the most, and only fits the V100
         users["c"].credit["v100"] = 2.0
     return Snapshot(pools, users, jobs)
@@ -137,8 +138,8 @@ def test_a_job_coming_from_another_pool_does_not_take_the_place_of_one_that_stay
     users = {n: UserState(n, i, {"v100": 1.0}) for i, n in enumerate("ms")}
     speeds = {"v100": 1.0, "k80": 0.5}
     jobs = {
-        "m": [JobState("m0", "m", 1, 0, dict(speeds), running=("k80-0",))],
-        "s": [JobState("s0", "s", 1, 1, dict(speeds), running=("v100-0",))],
+        "m": [RunnableJob("m0", "m", 1, 0, dict(speeds), running=("k80-0",))],
+        "s": [RunnableJob("s0", "s", 1, 1, dict(speeds), running=("v100-0",))],
     }
     decision = decide(Snapshot(pools, users, jobs))
     assert decision.placed == {"s0": ("v100-0",), "m0": ("v100-1",)}
@@ -159,7 +160,7 @@ def test_a_waiting_gang_saves_up_and_then_runs_first() -> None:
 def test_a_users_share_is_split_among_its_jobs_by_weight() -> None:
     # Weights come with live submissions only (the event contract bounds them, like tickets):
     # the machine is fed the admissions directly, its one GPU's starts and stops confirmed.
-    machine = SplitStride(Config(), ThroughputEstimator())
+    machine = SplitStride(SchedulerConfig(), ThroughputEstimator())
     machine.apply(ServersChanged((Node("k80-0", "k80", (0,)),)))
     for job_id, weight in (("heavy", 3.0), ("light", 1.0)):
         admitted = Admitted(user="u", job_id=job_id, now=0.0, gpus=1, weight=weight, job_type=None)

@@ -10,9 +10,9 @@ import pytest
 
 from gfair.core import kernel
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.kernel import Decision, JobState, PoolState, Snapshot, UserState, decide
+from gfair.core.kernel import Decision, PoolState, RunnableJob, Snapshot, UserState, decide
 from gfair.core.packing import Packing
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.scheduler import SchedulerConfig
 
 from .machine_harness import JobSpec, MachineHarness
 
@@ -29,7 +29,7 @@ def _random_snapshot(seed: int, *, types_per_user: int = 1) -> Snapshot:
     )
     servers = [s.id for s in cluster.servers]
     users: dict[str, UserState] = {}
-    jobs: dict[str, list[JobState]] = {}
+    jobs: dict[str, list[RunnableJob]] = {}
     seq = 0
     for n in range(rng.randint(2, 6)):
         name = f"u{n}"
@@ -59,7 +59,7 @@ def _random_snapshot(seed: int, *, types_per_user: int = 1) -> Snapshot:
                 where = (rng.choice(block),)
             running, home = (where, where) if rng.random() < 0.5 else ((), where)
             queue.append(
-                JobState(
+                RunnableJob(
                     f"{name}-{seq}",
                     name,
                     gpus,
@@ -124,7 +124,7 @@ def test_a_packing_copy_is_taken_from_independently() -> None:
 def test_queues_stay_in_pass_order_whichever_way_they_are_updated() -> None:
     # "few" has a long queue of which a few run each quantum (its jobs taken out and put
     # back), "most" a short one that mostly runs, on a contended cluster: the machine's
-    # snapshot (its queues, kept as passes move, `split_stride.queues`) lists every runnable
+    # snapshot (its queues, kept as passes move, `scheduler.queues`) lists every runnable
     # job of each user in (pass, arrival) order.
     scheduler = MachineHarness(parse_cluster_spec("v100:1x4,k80:1x4"), {}, {}, SchedulerConfig())
     for n in range(300):
@@ -204,7 +204,7 @@ def test_a_gang_larger_than_a_server_takes_the_first_idle_servers_in_server_orde
     assert packing.total == 0
 
 
-def _holding(seed: int, *, consistent: bool) -> tuple[list[PoolState], list[JobState]]:
+def _holding(seed: int, *, consistent: bool) -> tuple[list[PoolState], list[RunnableJob]]:
     """Running jobs on a cluster of two pools: one-server jobs in any order, gangs holding
     whole servers; unless `consistent`, some overbook a server or share a gang's."""
     rng = random.Random(seed)
@@ -213,7 +213,7 @@ def _holding(seed: int, *, consistent: bool) -> tuple[list[PoolState], list[JobS
     size = {s.id: s.gpus for s in cluster.servers}
     free = dict(size)
     pool_of = {s.id: s.generation for s in cluster.servers}
-    jobs: list[JobState] = []
+    jobs: list[RunnableJob] = []
     for n in range(rng.randint(0, 40)):
         if rng.random() < 0.15:
             generation = rng.choice(("v100", "k80"))
@@ -235,9 +235,9 @@ def _holding(seed: int, *, consistent: bool) -> tuple[list[PoolState], list[JobS
             gpus = rng.randint(1, 4)
         for server in servers:
             free[server] = max(0, free[server] - (gpus if len(servers) == 1 else size[server]))
-        jobs.append(JobState(f"j{n}", "u", gpus, n, {"v100": 1.0, "k80": 1.0}, running=servers))
+        jobs.append(RunnableJob(f"j{n}", "u", gpus, n, {"v100": 1.0, "k80": 1.0}, running=servers))
     if rng.random() < 0.3:
-        jobs.append(JobState("gone", "u", 1, 99, {"v100": 1.0}, running=("elsewhere",)))
+        jobs.append(RunnableJob("gone", "u", 1, 99, {"v100": 1.0}, running=("elsewhere",)))
     rng.shuffle(jobs)
     return pools, jobs
 

@@ -4,8 +4,8 @@ servers, starts elsewhere only when what it gains there exceeds what the move co
 from __future__ import annotations
 
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.kernel import JobState, PoolState, Snapshot, UserState, decide
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.kernel import PoolState, RunnableJob, Snapshot, UserState, decide
+from gfair.core.scheduler import SchedulerConfig
 from gfair.core.switch_costs import SwitchCosts
 
 from .machine_harness import JobSpec, MachineHarness
@@ -33,9 +33,9 @@ def _owed_on_the_v100(move_s: float) -> Snapshot:
     }
     speeds = {"v100": 1.0, "k80": 1.0}
     jobs = {
-        "u": [JobState("u0", "u", 1, 1, dict(speeds), running=("k80-0",), move_s=move_s)],
-        "w": [JobState("w0", "w", 1, 2, dict(speeds))],
-        "x": [JobState("x0", "x", 1, 3, dict(speeds))],
+        "u": [RunnableJob("u0", "u", 1, 1, dict(speeds), running=("k80-0",), move_s=move_s)],
+        "w": [RunnableJob("w0", "w", 1, 2, dict(speeds))],
+        "x": [RunnableJob("x0", "x", 1, 3, dict(speeds))],
     }
     return Snapshot(_pools("v100:1x1,k80:1x1"), users, jobs, quantum_s=QUANTUM_S)
 
@@ -56,7 +56,7 @@ def _idle_v100_beside(v100_speed: float) -> Snapshot:
     # One job, which ran on the K80; the V100 is idle and nobody waits.
     users = {"u": UserState("u", 1, {"v100": 1.0, "k80": 1.0})}
     speeds = {"v100": v100_speed, "k80": 1.0}
-    job = JobState("u0", "u", 1, 1, speeds, running=("k80-0",), move_s=60.0)
+    job = RunnableJob("u0", "u", 1, 1, speeds, running=("k80-0",), move_s=60.0)
     return Snapshot(_pools("v100:1x1,k80:1x1"), users, {"u": [job]}, quantum_s=QUANTUM_S)
 
 
@@ -95,7 +95,7 @@ def test_dear_moves_do_not_bounce_and_every_job_still_gets_its_turns() -> None:
     assert all(40 <= count <= 66 for count in ran.values()), ran
 
 
-def _gang_whose_server_is_taken(also: list[JobState]) -> Snapshot:
+def _gang_whose_server_is_taken(also: list[RunnableJob]) -> Snapshot:
     # "g"'s 4-GPU gang left its checkpoint on v100-0, which "o1"'s jobs (more owed) keep
     # running on; "g" is owed 3 GPU-quanta of K80 share, where "o2"'s new jobs would run. A
     # move costs the gang a third of a quantum: 4/3 GPU-quanta, far less than it is owed, but
@@ -106,14 +106,14 @@ def _gang_whose_server_is_taken(also: list[JobState]) -> Snapshot:
         "o2": UserState("o2", 3, {"v100": 0.0, "k80": 2.0}),
     }
     speeds = {"v100": 1.0, "k80": 1.0}
-    gang = JobState("gang", "g", 4, 1, dict(speeds), home=("v100-0",), move_s=120.0)
+    gang = RunnableJob("gang", "g", 4, 1, dict(speeds), home=("v100-0",), move_s=120.0)
     jobs = {
         "g": [gang, *also],
         "o1": [
-            JobState(f"o1-{i}", "o1", 1, 10 + i, dict(speeds), running=("v100-0",))
+            RunnableJob(f"o1-{i}", "o1", 1, 10 + i, dict(speeds), running=("v100-0",))
             for i in range(4)
         ],
-        "o2": [JobState(f"o2-{i}", "o2", 1, 20 + i, dict(speeds)) for i in range(4)],
+        "o2": [RunnableJob(f"o2-{i}", "o2", 1, 20 + i, dict(speeds)) for i in range(4)],
     }
     return Snapshot(_pools("v100:1x4,k80:1x4"), users, jobs, quantum_s=QUANTUM_S)
 
@@ -129,7 +129,7 @@ def test_a_waiting_gang_moves_once_its_user_has_lost_the_move_to_waiting() -> No
 def test_a_waiting_gang_of_a_user_asking_more_than_its_share_saves_up() -> None:
     # A fifth GPU asked (a job that runs on V100s only): "g" will run beyond its share later
     # with what it is owed now, so the dear move waits until it has saved up all it may.
-    v100_only = JobState("v100-only", "g", 1, 2, {"v100": 1.0, "k80": 0.0}, pass_=1.0)
+    v100_only = RunnableJob("v100-only", "g", 1, 2, {"v100": 1.0, "k80": 0.0}, pass_=1.0)
     decision = decide(_gang_whose_server_is_taken([v100_only]))
     assert "gang" not in decision.placed
     assert sorted(decision.runs["k80-0"]) == [f"o2-{i}" for i in range(4)]

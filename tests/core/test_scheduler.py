@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.scheduler import SchedulerConfig
 
 from .machine_harness import JobSpec, MachineHarness, Plan
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.pools import entitlements, shares
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.scheduler import SchedulerConfig
 from gfair.core.shares_file import parse_shares
 from gfair.core.shares_tree import ShareTree
 from gfair.core.tickets import water_fill

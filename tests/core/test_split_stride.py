@@ -7,9 +7,8 @@ import copy
 
 import pytest
 
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     Admitted,
-    Config,
     Ended,
     Exited,
     Migrated,
@@ -20,6 +19,7 @@ from gfair.core.split_stride import (
     Recording,
     Releases,
     Reply,
+    SchedulerConfig,
     ServersChanged,
     ServerTurn,
     SplitStride,
@@ -36,7 +36,7 @@ QUANTUM_S = 60.0
 
 
 def machine(*nodes: tuple[str, int], journal: Recording | None = None) -> SplitStride:
-    made = SplitStride(Config(quantum_s=QUANTUM_S), ThroughputEstimator(), journal=journal)
+    made = SplitStride(SchedulerConfig(quantum_s=QUANTUM_S), ThroughputEstimator(), journal=journal)
     made.apply(
         ServersChanged(
             tuple(Node(name, name.split("-")[0], tuple(range(gpus))) for name, gpus in nodes)
@@ -446,7 +446,7 @@ def test_users_new_between_ticks_join_their_pools_together_at_the_next_tick() ->
 def test_a_moved_job_starts_once_its_old_node_let_go_or_in_the_plan_when_nodes_let_go_at_once(
     at_once: bool,
 ) -> None:
-    config = Config(quantum_s=QUANTUM_S, moves_at_once=at_once)
+    config = SchedulerConfig(quantum_s=QUANTUM_S, moves_at_once=at_once)
     m = SplitStride(config, ThroughputEstimator())
     m.apply(ServersChanged((Node("v100-0", "v100", (0,)), Node("k80-0", "k80", (0,)))))
     for user, job_id in (("alice", "a"), ("bob", "b")):

@@ -10,13 +10,13 @@ from collections.abc import Callable
 
 import pytest
 
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     CarriedOut,
-    Config,
     Migrated,
     QuantumPlan,
     Releases,
     Reply,
+    SchedulerConfig,
     ServersChanged,
     SplitStride,
     Start,
@@ -84,7 +84,9 @@ def _state(m: SplitStride, now: float) -> tuple[object, ...]:
 def test_carried_out_folds_in_as_the_reports_it_stands_for(seed: int, at_once: bool) -> None:
     rng = random.Random(seed)
     machines = [
-        SplitStride(Config(quantum_s=QUANTUM_S, moves_at_once=at_once), ThroughputEstimator())
+        SplitStride(
+            SchedulerConfig(quantum_s=QUANTUM_S, moves_at_once=at_once), ThroughputEstimator()
+        )
         for _ in range(2)
     ]
     for m in machines:

@@ -11,10 +11,9 @@ import random
 import pytest
 
 from gfair.core import accounts, arrays
-from gfair.core.kernel import JobState
-from gfair.core.split_stride import (
+from gfair.core.kernel import RunnableJob
+from gfair.core.scheduler import (
     Admitted,
-    Config,
     Ended,
     Event,
     Exited,
@@ -25,6 +24,7 @@ from gfair.core.split_stride import (
     Phase,
     Releases,
     Retried,
+    SchedulerConfig,
     ServersChanged,
     SplitStride,
     Started,
@@ -33,7 +33,7 @@ from gfair.core.split_stride import (
     TypeProfiled,
     Unstartable,
 )
-from gfair.core.split_stride.snapshot import job_state
+from gfair.core.scheduler.snapshot import job_state
 from gfair.core.switch_costs import MeasuredSwitches
 from gfair.core.throughput import ThroughputEstimator
 
@@ -61,11 +61,11 @@ def _brute_parked(m: SplitStride, node_id: str) -> dict[str, tuple[int, ...]]:
     }
 
 
-def _rebuilt(m: SplitStride, now: float) -> tuple[dict[str, list[JobState]], list[JobState]]:
+def _rebuilt(m: SplitStride, now: float) -> tuple[dict[str, list[RunnableJob]], list[RunnableJob]]:
     """The snapshot's jobs from every job, in the machine's order (users by their earliest
     runnable job, each user's by pass, then arrival); and every runnable job's state."""
     pool_gpus = m.pools[1]
-    queues: dict[str, list[JobState]] = {}
+    queues: dict[str, list[RunnableJob]] = {}
     members: dict[str, arrays.ArrayMember] = {}
     for key, job in m.jobs.items():
         if not m.runnable(job, now):
@@ -216,7 +216,9 @@ def _event(m: SplitStride, rng: random.Random, now: float, serial: int) -> Event
 @pytest.mark.parametrize("seed", range(6))
 def test_node_indexes_answer_what_every_job_says(seed: int, at_once: bool) -> None:
     rng = random.Random(seed)
-    m = SplitStride(Config(quantum_s=QUANTUM_S, moves_at_once=at_once), ThroughputEstimator())
+    m = SplitStride(
+        SchedulerConfig(quantum_s=QUANTUM_S, moves_at_once=at_once), ThroughputEstimator()
+    )
     m.apply(ServersChanged(NODES))
     now = 0.0
     for serial in range(400):
@@ -241,7 +243,9 @@ def test_the_jobs_an_input_changed_are_named_by_take_changed(seed: int, at_once:
     # (`Job.signature`) differs after an input or a tick, and every job admitted or ended,
     # must be among them, or the record would keep it as it was.
     rng = random.Random(seed)
-    m = SplitStride(Config(quantum_s=QUANTUM_S, moves_at_once=at_once), ThroughputEstimator())
+    m = SplitStride(
+        SchedulerConfig(quantum_s=QUANTUM_S, moves_at_once=at_once), ThroughputEstimator()
+    )
     m.apply(ServersChanged(NODES))
     m.take_changed()
     before = {key: job.signature() for key, job in m.jobs.items()}

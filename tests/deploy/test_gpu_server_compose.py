@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gfair.tenancy import Node
+from gfair.tenancy import NodeLogin
 from gfair_services.node_executor.settings import NodeExecutorSettings
 
 from .test_compose import compose_config, resolve_compose
@@ -26,7 +26,7 @@ def test_a_gpu_server_runs_one_executor_with_its_own_nodes_login() -> None:
     config = compose_config({**SERVER_ENV, "GFAIR_NATS_URL": "nats://127.0.0.1:4222"}, (SERVER,))
     (service,) = config["services"].values()
     env = service["environment"]
-    node = Node("gpu-7")
+    node = NodeLogin("gpu-7")
     assert service["command"] == ["service", "node-executor"]
     assert env["GFAIR_NATS_URL"] == "tls://cp.example:4222"
     assert (env["GFAIR_NODE_ID"], env["GFAIR_NATS_USER"]) == (node.node_id, node.user)

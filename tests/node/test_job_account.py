@@ -20,7 +20,7 @@ from gfair.node.job_account import (
     parse_accounts,
 )
 from gfair.node.launch import RunSpec
-from gfair.node.lifecycle import JobExited
+from gfair.node.lifecycle import ExitReport
 from gfair.node.supervisor import JobSupervisor
 from gfair_services.node_executor.settings import NodeExecutorSettings, parse_job_accounts
 
@@ -84,7 +84,7 @@ async def test_a_job_runs_as_its_tenants_account_with_no_extra_groups(shared_roo
     async with JobSupervisor(config) as supervisor:
         log = EventLog(supervisor.events)
         job = await supervisor.start(_python("who", code))
-        exited = await log.first(JobExited)
+        exited = await log.first(ExitReport)
     assert exited.exit_code == 0
     uid, gid, groups, home = job.paths.stdout.read_text().split(maxsplit=3)
     assert (int(uid), int(gid), groups) == (ALICE.uid, ALICE.gid, "[]")
@@ -102,7 +102,7 @@ async def test_a_tenants_job_cannot_read_another_tenants_checkpoints(shared_root
         await supervisor.start(
             _python("keep", "import os; open(os.environ['GFAIR_CHECKPOINT_DIR'] + '/w', 'w')")
         )
-        assert (await log.first(JobExited)).exit_code == 0
+        assert (await log.first(ExitReport)).exit_code == 0
     secret = bob.checkpoint_root / "keep" / "w"
     assert secret.exists() and secret.stat().st_uid == BOB.uid
 
@@ -110,7 +110,7 @@ async def test_a_tenants_job_cannot_read_another_tenants_checkpoints(shared_root
     async with JobSupervisor(alice) as supervisor:
         log = EventLog(supervisor.events)
         job = await supervisor.start(_python("peek", f"open({str(secret)!r}).read()"))
-        exited = await log.first(JobExited)
+        exited = await log.first(ExitReport)
     assert exited.exit_code != 0
     assert "PermissionError" in job.paths.stderr.read_text()
 

@@ -14,7 +14,7 @@ import pytest
 
 from gfair.node.job_runner import JobRunner, SupervisedRun, SupervisorConfig, SupervisorError
 from gfair.node.launch import JobPaths, RunningJob, RunSpec
-from gfair.node.lifecycle import JobExited, SuspendResult
+from gfair.node.lifecycle import ExitReport, SuspendResult
 from gfair.sdk.environment import YIELD_EXIT_CODE
 
 
@@ -107,7 +107,7 @@ async def test_a_run_that_yields_frees_its_gpus_and_its_exit_is_reported_once(
         assert (await runner.suspend("j1", timeout_s=1.0)).exit == result.exit
         await runner.start(_launch("j2", "yields"))
         reported = await runner.events.receive()
-    assert isinstance(reported, JobExited) and reported.job_id == "j1"
+    assert isinstance(reported, ExitReport) and reported.job_id == "j1"
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 
 from gfair.node.job_cgroup import CgroupTree, JobCgroup
 from gfair.node.launch import RunSpec
-from gfair.node.lifecycle import JobProgress
+from gfair.node.lifecycle import ProgressReport
 from gfair.node.supervisor import JobSupervisor
 from gfair.sdk.checkpoint import CheckpointStore
 from gfair.sdk.environment import PARKED_MARKER
@@ -43,7 +43,7 @@ async def test_a_parked_job_frees_its_gpus_and_resumes_in_the_same_process(
     async with JobSupervisor(config) as supervisor:
         log = EventLog(supervisor.events)
         job = await supervisor.start(parking("job-p", 400))
-        await log.first(JobProgress, lambda p: p.steps >= 20)
+        await log.first(ProgressReport, lambda p: p.steps >= 20)
         for _ in range(3):
             parked = await supervisor.suspend("job-p", timeout_s=10, park=True)
             assert parked.parked and parked.exited is None
@@ -72,7 +72,7 @@ async def test_a_parked_job_is_frozen_until_answered_and_resumes_or_leaves(
     async with JobSupervisor(config) as supervisor:
         log = EventLog(supervisor.events)
         job = await supervisor.start(parking("job-f", 100_000))
-        await log.first(JobProgress, lambda p: p.steps >= 20)
+        await log.first(ProgressReport, lambda p: p.steps >= 20)
         for _ in range(2):
             assert (await supervisor.suspend("job-f", timeout_s=10, park=True)).parked
             assert JobCgroup(tree.path / "job-f").frozen()
@@ -89,7 +89,7 @@ async def test_a_parked_job_told_to_leave_checkpoints_where_it_parked(tmp_path: 
     async with JobSupervisor(config) as supervisor:
         log = EventLog(supervisor.events)
         job = await supervisor.start(parking("job-q", 100_000))
-        await log.first(JobProgress, lambda p: p.steps >= 20)
+        await log.first(ProgressReport, lambda p: p.steps >= 20)
         parked = await supervisor.suspend("job-q", timeout_s=10, park=True)
         assert parked.parked
         records = (job.paths.control_dir / "progress.jsonl").read_text().splitlines()
@@ -126,7 +126,7 @@ async def test_a_job_that_cannot_park_exits_for_its_yield_as_before(tmp_path: Pa
     async with JobSupervisor(config) as supervisor:
         log = EventLog(supervisor.events)
         job = await supervisor.start(parking("job-x", 100_000))
-        await log.first(JobProgress, lambda p: p.steps >= 20)
+        await log.first(ProgressReport, lambda p: p.steps >= 20)
         result = await supervisor.suspend("job-x", timeout_s=10)
     assert not result.parked and result.fresh
     assert result.exit.yielded

@@ -11,9 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gfair.node.job_runner import JobStartError, SupervisorError, UnknownJob
+from gfair.node.job_runner import JobNotSupervised, JobStartError, SupervisorError
 from gfair.node.launch import CheckpointRef, RunSpec
-from gfair.node.lifecycle import JobCheckpointed, JobExited, JobProgress
+from gfair.node.lifecycle import CheckpointReport, ExitReport, ProgressReport
 from gfair.node.progress import ProgressTail
 from gfair.node.supervisor import JobSupervisor
 from gfair.sdk import YIELD_EXIT_CODE
@@ -58,7 +58,7 @@ async def test_suspend_checkpoints_then_resume_continues_to_completion(tmp_path:
         assert environ["GFAIR_CONTROL_DIR"] == str(job.paths.control_dir)
         assert supervisor.busy_gpus() == {1, 2}
 
-        progress = await log.first(JobProgress, lambda p: p.steps >= 40)
+        progress = await log.first(ProgressReport, lambda p: p.steps >= 40)
         result = await supervisor.suspend("job-a", timeout_s=10)
 
         assert result.fresh and result.escalation is None
@@ -70,7 +70,7 @@ async def test_suspend_checkpoints_then_resume_continues_to_completion(tmp_path:
         assert result.switch_s < 5
         assert supervisor.busy_gpus() == frozenset()
         assert_group_gone(job.pgid)
-        checkpointed = log.of(JobCheckpointed)
+        checkpointed = log.of(CheckpointReport)
         assert checkpointed[-1].checkpoint == result.checkpoint
 
         # Resume elsewhere on the node (a migration is the same thing on another node).
@@ -84,7 +84,7 @@ async def test_suspend_checkpoints_then_resume_continues_to_completion(tmp_path:
     assert exited.exit_code == 0 and exited.completed and not exited.yielded
     assert exited.checkpoint is not None and exited.checkpoint.step == 400
     assert f"steps {result.checkpoint.step}..400" in resumed.paths.stdout.read_text()
-    after = log.of(JobProgress, after=mark)
+    after = log.of(ProgressReport, after=mark)
     assert after, "the resumed run reported progress"
     assert all(p.steps > result.checkpoint.step for p in after), "restarted from scratch"
     assert resumed.paths.run_dir != job.paths.run_dir
@@ -100,7 +100,7 @@ async def test_a_job_deaf_to_yield_and_sigterm_is_killed_and_falls_back(tmp_path
     async with JobSupervisor(config) as supervisor:
         log = EventLog(supervisor.events)
         job = await supervisor.start(launch)
-        await log.first(JobCheckpointed, lambda c: c.checkpoint.step == 40)
+        await log.first(CheckpointReport, lambda c: c.checkpoint.step == 40)
         await wait_for_text(job.paths.stderr, "hanging at step 50")
 
         result = await supervisor.suspend("stuck", timeout_s=0.5)
@@ -232,7 +232,7 @@ async def test_oom_exit_carries_code_and_stderr_tail(tmp_path: Path) -> None:
     async with JobSupervisor(make_config(tmp_path)) as supervisor:
         log = EventLog(supervisor.events)
         await supervisor.start(launch)
-        exited = await log.first(JobExited)
+        exited = await log.first(ExitReport)
 
     assert exited.exit_code == 1 and exited.signal is None
     assert "CUDA out of memory" in exited.stderr_tail
@@ -272,7 +272,7 @@ async def test_speed_follows_the_measured_table_per_generation(tmp_path: Path) -
         await anyio.sleep(1.6)
         measured: dict[str, float] = {}
         for job_id, generation in (("fast", "v100"), ("slow", "k80")):
-            latest = [p for p in log.of(JobProgress) if p.job_id == job_id][-1]
+            latest = [p for p in log.of(ProgressReport) if p.job_id == job_id][-1]
             assert latest.rate_per_s is not None
             measured[generation] = latest.rate_per_s
         await supervisor.kill("fast", "test over")
@@ -304,7 +304,7 @@ async def test_shutdown_checkpoints_then_kills_everything(tmp_path: Path) -> Non
         log = EventLog(supervisor.events)
         first = await supervisor.start(wrapped)
         second = await supervisor.start(deaf)
-        await log.first(JobProgress, lambda p: p.job_id == "wrapped" and p.steps > 10)
+        await log.first(ProgressReport, lambda p: p.job_id == "wrapped" and p.steps > 10)
         await wait_for_text(second.paths.stderr, "hanging at step 0")
         results = await supervisor.shutdown()
         with pytest.raises(SupervisorError, match="not running"):
@@ -350,7 +350,7 @@ async def test_requests_that_cannot_be_honoured_are_refused(tmp_path: Path) -> N
             await supervisor.start(
                 synthetic("d", (3,), "v100", "--iterations", "1", resume_from=missing)
             )
-        with pytest.raises(UnknownJob):
+        with pytest.raises(JobNotSupervised):
             await supervisor.suspend("nobody", timeout_s=1)
         with pytest.raises(ValueError, match="must match"):
             RunSpec("../etc", ("true",), gpu_indices=(0,), generation="v100")

@@ -30,7 +30,7 @@ from gfair.events.reasons import RejectionCode
 from gfair.events.subjects import JOBS_STREAM
 from gfair.events.submission import JobCancelRequested, JobSubmitted
 from gfair.state.buckets import JOBS
-from gfair_services.placement import PlacementService, Settings
+from gfair_services.placement import PlacementService, PlacementSettings
 from gfair_services.topology import cluster_topology
 
 from .live_services import FAST
@@ -93,7 +93,7 @@ class Placement:
 @pytest.fixture
 async def placement() -> AsyncIterator[Placement]:
     bus = InMemoryBus()
-    state = PlacementService(Settings(max_job_gpus=8), ThroughputEstimator({}))
+    state = PlacementService(PlacementSettings(max_job_gpus=8), ThroughputEstimator({}))
     async with ServiceRuntime(state.service(), bus, settings=FAST):
         yield Placement(bus, state)
 

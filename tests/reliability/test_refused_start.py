@@ -30,7 +30,7 @@ from gfair.events.subjects import COMMANDS_STREAM
 from gfair.events.submission import JobSubmitted
 from gfair.state.buckets import JOBS
 from gfair.state.job_record import JobRecord, save_job
-from gfair_services.split_stride import Settings, SplitStrideService
+from gfair_services.split_stride import SplitStrideService, SplitStrideSettings
 
 from .live_services import FAST
 
@@ -84,7 +84,7 @@ class Split:
 @pytest.fixture
 async def split(tmp_path: Path) -> AsyncIterator[Split]:
     bus = InMemoryBus()
-    settings = Settings(
+    settings = SplitStrideSettings(
         quantum_s=QUANTUM_S,
         checkpoint_root=tmp_path,
         unconfirmed_release_s=REFUSED_AFTER_S,

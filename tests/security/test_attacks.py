@@ -33,7 +33,7 @@ from gfair.events.submission import JobSubmitted
 from gfair.state import buckets
 from gfair.state.job_record import load_job
 from gfair.tenancy import consumer_create_subject
-from gfair_services.placement import PlacementService, Settings
+from gfair_services.placement import PlacementService, PlacementSettings
 from gfair_services.topology import cluster_topology
 from tenancy.conftest import SERVICES_USER, Connection, Logins
 
@@ -128,7 +128,7 @@ async def test_a_push_consumer_aimed_at_another_subject_is_never_created(logins:
 
 async def test_a_tenants_envelope_time_neither_dates_nor_orders_its_jobs(logins: Logins) -> None:
     operator = await services(logins)
-    state = PlacementService(Settings(), ThroughputEstimator({}))
+    state = PlacementService(PlacementSettings(), ThroughputEstimator({}))
     alice = await logins.bus("alice")
     async with ServiceRuntime(state.service(), await logins.bus(SERVICES_USER)):
         before = datetime.now(UTC)
@@ -153,7 +153,7 @@ async def test_a_tenants_envelope_time_neither_dates_nor_orders_its_jobs(logins:
 
 async def test_a_tenant_beyond_its_pending_cap_is_rejected_with_the_reason(logins: Logins) -> None:
     operator = await services(logins)
-    state = PlacementService(Settings(max_pending_jobs=3), ThroughputEstimator({}))
+    state = PlacementService(PlacementSettings(max_pending_jobs=3), ThroughputEstimator({}))
     alice = await logins.connection("alice")
     answers: list[Envelope] = []
 

@@ -26,7 +26,7 @@ from gfair.events.jobs import JobAccepted, JobLaunch
 from gfair.events.submission import JobSubmitted
 from gfair.state import buckets
 from gfair.state.job_record import load_job
-from gfair_services.placement import PlacementService, Settings
+from gfair_services.placement import PlacementService, PlacementSettings
 from tenancy.conftest import SERVICES_USER, Logins
 
 from .test_attacks import services
@@ -80,7 +80,7 @@ async def test_a_tenant_cannot_have_a_services_event_dropped_as_a_duplicate(
     monkeypatch.setenv(EVENT_ID_KEY_VARIABLE, "a-secret-the-services-share")
     publisher._event_id_key.cache_clear()
     try:
-        state = PlacementService(Settings(), ThroughputEstimator({}))
+        state = PlacementService(PlacementSettings(), ThroughputEstimator({}))
         async with ServiceRuntime(state.service(), await logins.bus(SERVICES_USER)):
             await alice.publish(submission.subject, encode(submission), msg_id=submission.id)
             kv = await operator.key_value(buckets.JOBS.name)

@@ -23,7 +23,7 @@ from gfair.node.job_account import derived_account
 from gfair.node.job_cgroup import AUTO, CgroupTree, locate, tenant_directory
 from gfair.node.job_limits import JobLimits, LimitTree, v1_hierarchies
 from gfair.node.job_runner import JobStartError
-from gfair.node.lifecycle import JobCheckpointed, JobExited
+from gfair.node.lifecycle import CheckpointReport, ExitReport
 from gfair.node.supervisor import JobSupervisor
 from node.helpers import (
     EventLog,
@@ -186,9 +186,9 @@ async def test_a_forged_checkpoint_path_is_not_published(tmp_path: Path) -> None
         async with JobSupervisor(make_config(tmp_path / "alice", account=ALICE)) as alice:
             log = EventLog(alice.events)
             await alice.start(python_job("forger", forger, str(bob_checkpoint)))
-            exited = await log.first(JobExited)
+            exited = await log.first(ExitReport)
         assert exited.exit_code == 0, exited.stderr_tail
-        assert log.of(JobCheckpointed) == []
+        assert log.of(CheckpointReport) == []
         assert exited.checkpoint is None
 
 

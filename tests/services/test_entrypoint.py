@@ -15,7 +15,7 @@ from gfair_services.entrypoint import (
     settings_class,
     settings_from_flags,
 )
-from gfair_services.split_stride import Settings as SplitStrideSettings
+from gfair_services.split_stride import SplitStrideSettings
 from gfair_services.tenants import TenantSettings, parse_user_tickets
 
 

@@ -974,7 +974,7 @@ async def test_a_job_forced_off_while_it_still_comes_up_is_reported_as_starting(
 ) -> None:
     # Its import takes longer than the slice's grace: killed then, it would import again at
     # its next slice, and again, and never train; the report tells the scheduler so (it
-    # prepares such a job's next start, gfair.core.split_stride.preparing). Killed, not frozen
+    # prepares such a job's next start, gfair.core.scheduler.preparing). Killed, not frozen
     # in place: its GPUs say they hold memory (a process that made its CUDA context early).
     monkeypatch.setattr(gpus, "compute_processes", lambda indices: len(indices))
     async for node in running_node(memory_bus, make_settings(tmp_path), gpus):

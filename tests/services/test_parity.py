@@ -8,8 +8,8 @@ machine alike.
 The test plays placement (it writes each job's record and announces its admission) and the node
 executors (it confirms every start and suspend at once), so what differs between the two runs is
 only how the drivers feed the machine: the simulator plays placement, the auction and the nodes
-in-process (its nodes let go at once, `Config.moves_at_once`); the service hears them on the bus,
-keeps its records and reports moves as its nodes confirm them.
+in-process (its nodes let go at once, `SchedulerConfig.moves_at_once`); the service hears them on
+the bus, keeps its records and reports moves as its nodes confirm them.
 The workload has three users with unequal tickets, 1- to 8-GPU gangs (an 8-GPU gang spans two
 servers), job types that run at different speeds on V100 and K80, arrivals while the cluster is
 backlogged and jobs that end; it runs once with flat tickets and once with a shares file
@@ -31,10 +31,9 @@ import pytest
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
 from gfair.core.cluster import Cluster, Server
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.scheduler import Journal, Phase, SchedulerConfig, SplitStride
 from gfair.core.shares_file import parse_shares
 from gfair.core.shares_tree import ShareTree
-from gfair.core.split_stride import Journal, Phase, SplitStride
 from gfair.events.commands import NodeCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import JobCompleted, JobStarted, JobSuspended
@@ -44,7 +43,7 @@ from gfair.sim.gandiva_fair_machine import GandivaFairMachine
 from gfair.sim.trace import TraceJob
 from gfair.state.buckets import JOBS
 from gfair.state.job_record import JobRecord, save_job
-from gfair_services.split_stride import Settings, SplitStrideService
+from gfair_services.split_stride import SplitStrideService, SplitStrideSettings
 
 from .scheduling_harness import FAST, Probe, eventually, registered, submitted
 
@@ -188,8 +187,8 @@ class FakeClock:
         return self.now
 
 
-def settings_of(tmp_path: Path, shares_file: Path | None) -> Settings:
-    return Settings(
+def settings_of(tmp_path: Path, shares_file: Path | None) -> SplitStrideSettings:
+    return SplitStrideSettings(
         quantum_s=QUANTUM_S,  # its own timer never fires: the test ticks
         checkpoint_root=tmp_path,
         user_tickets=",".join(f"{user}={n:g}" for user, n in TICKETS.items()),

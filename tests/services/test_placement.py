@@ -33,7 +33,7 @@ from gfair.events.states import JobState
 from gfair.events.submission import JobCancelRequested
 from gfair.state.buckets import JOBS, UnreadableRecord
 from gfair.state.job_record import JobRecord, load_job, load_jobs
-from gfair_services.placement import PlacementService, Settings
+from gfair_services.placement import PlacementService, PlacementSettings
 
 from .scheduling_harness import FAST, Probe, eventually, registered, submitted
 
@@ -46,9 +46,9 @@ COMMANDS = "GFAIR_COMMANDS"
 
 @asynccontextmanager
 async def placement(
-    bus: InMemoryBus, settings: Settings | None = None
+    bus: InMemoryBus, settings: PlacementSettings | None = None
 ) -> AsyncIterator[PlacementService]:
-    state = PlacementService(settings or Settings(), ThroughputEstimator(TABLE))
+    state = PlacementService(settings or PlacementSettings(), ThroughputEstimator(TABLE))
     async with ServiceRuntime(state.service(), bus, settings=FAST):
         yield state
 
@@ -153,7 +153,7 @@ async def test_the_schedulers_placements_are_recorded(bus: InMemoryBus, probe: P
 async def test_submissions_breaking_the_limits_are_rejected_with_reasons(
     bus: InMemoryBus, probe: Probe
 ) -> None:
-    settings = Settings(max_job_gpus=16, max_job_tickets=10, allowed_users="alice,bob")
+    settings = PlacementSettings(max_job_gpus=16, max_job_tickets=10, allowed_users="alice,bob")
     async with placement(bus, settings) as state:
         await register(probe, state, ("v100-0", 4))
         await register(probe, state, ("k80-0", 4))
@@ -180,7 +180,7 @@ async def test_submissions_breaking_the_limits_are_rejected_with_reasons(
 async def test_a_user_at_its_pending_cap_is_refused_until_a_job_ends(
     bus: InMemoryBus, probe: Probe
 ) -> None:
-    async with placement(bus, Settings(max_pending_jobs=2)) as state:
+    async with placement(bus, PlacementSettings(max_pending_jobs=2)) as state:
         await register(probe, state, ("v100-0", 4))
         for job_id in ("j1", "j2", "j3"):
             await probe.publish(submitted("alice", job_id, 1))
@@ -216,7 +216,7 @@ async def test_a_duplicate_job_id_is_rejected_and_the_first_job_kept(
 
 
 async def test_a_rejected_job_id_may_be_submitted_again(bus: InMemoryBus, probe: Probe) -> None:
-    async with placement(bus, Settings(max_job_gpus=2)) as state:
+    async with placement(bus, PlacementSettings(max_job_gpus=2)) as state:
         await register(probe, state, ("v100-0", 4))
         await probe.publish(submitted("alice", "j1", 3))
         await probe.wait_for(JOBS_STREAM, JobRejected)
@@ -228,7 +228,7 @@ async def test_a_rejected_job_id_may_be_submitted_again(bus: InMemoryBus, probe:
 async def test_a_redelivered_submission_repeats_its_outputs_without_a_new_write(
     bus: InMemoryBus, probe: Probe
 ) -> None:
-    state = PlacementService(Settings(), ThroughputEstimator(TABLE))
+    state = PlacementService(PlacementSettings(), ThroughputEstimator(TABLE))
     runtime = ServiceRuntime(state.service(), bus, settings=FAST)
     await runtime.prepare()
     await state.start(runtime)
@@ -251,7 +251,7 @@ async def test_a_failed_record_create_fails_its_submission_whoever_saw_it_first(
 ) -> None:
     # A cancel in the same batch awaits the create first and gets its failure: the batch must
     # still not be settled, or the admission would be announced for a record that never was.
-    state = PlacementService(Settings(), ThroughputEstimator(TABLE))
+    state = PlacementService(PlacementSettings(), ThroughputEstimator(TABLE))
     runtime = ServiceRuntime(state.service(), bus, settings=FAST)
     await runtime.prepare()
     await state.start(runtime)
@@ -410,7 +410,7 @@ async def test_records_of_ended_jobs_are_purged_after_the_retention(
     bus: InMemoryBus, probe: Probe
 ) -> None:
     now = [datetime.now(UTC)]
-    settings = Settings(job_retention_s=3600.0)
+    settings = PlacementSettings(job_retention_s=3600.0)
 
     def clock() -> datetime:
         return now[0]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     Admitted,
     QuantumPlan,
     Recording,
@@ -25,12 +25,12 @@ from gfair.core.split_stride import (
 )
 from gfair.core.throughput import ThroughputEstimator
 from gfair_services.profiler.seed import seed_table
-from gfair_services.split_stride import Settings
+from gfair_services.split_stride import SplitStrideSettings
 
 from .test_parity import QUANTA, TICKETS, live, settings_of, written_shares
 
 
-def fresh(settings: Settings) -> SplitStride:
+def fresh(settings: SplitStrideSettings) -> SplitStride:
     """A machine as split-stride starts one on an empty record."""
     estimator = ThroughputEstimator(seed_table(settings.throughputs), alpha=1.0)
     return SplitStride(settings.machine_config(), estimator)

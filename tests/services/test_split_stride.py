@@ -22,7 +22,7 @@ from gfair.bus.dead_letter import DeadLetter, DeadLetterReason
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.transport import PubAck, PublishFailed
-from gfair.core.split_stride import Exited, Job, Phase, Recording, Releases
+from gfair.core.scheduler import Exited, Phase, Recording, Releases, SchedulerJob
 from gfair.events.commands import KillCommand, PrepareCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.job_array import ArrayMembership, array_environment
@@ -44,7 +44,7 @@ from gfair.state.buckets import JOBS, STRIDE
 from gfair.state.job_record import JobRecord, save_job
 from gfair.state.stride_record import STATE_KEY, StrideRecord, load_stride, save_stride
 from gfair_services.placement.service import admission
-from gfair_services.split_stride import Settings, SplitStrideService
+from gfair_services.split_stride import SplitStrideService, SplitStrideSettings
 from gfair_services.split_stride import service as split_stride_service
 from gfair_services.topology import cluster_topology
 
@@ -66,12 +66,14 @@ def probe(bus: InMemoryBus) -> Probe:
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(quantum_s=NEVER, checkpoint_root=tmp_path / "ck")
+def settings(tmp_path: Path) -> SplitStrideSettings:
+    return SplitStrideSettings(quantum_s=NEVER, checkpoint_root=tmp_path / "ck")
 
 
 @asynccontextmanager
-async def split_stride(bus: InMemoryBus, settings: Settings) -> AsyncIterator[SplitStrideService]:
+async def split_stride(
+    bus: InMemoryBus, settings: SplitStrideSettings
+) -> AsyncIterator[SplitStrideService]:
     state = SplitStrideService(settings)
     async with ServiceRuntime(state.service(), bus, settings=FAST):
         yield state
@@ -159,7 +161,7 @@ def completed_on(node_id: str, job_id: str) -> JobExited:
 
 
 async def test_a_placed_job_starts_at_once_on_idle_gpus(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 4))
@@ -176,7 +178,7 @@ async def test_a_placed_job_starts_at_once_on_idle_gpus(
 
 
 async def test_jobs_time_slice_one_gpu_and_never_share_it(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
@@ -207,7 +209,7 @@ async def test_jobs_time_slice_one_gpu_and_never_share_it(
 async def test_users_get_gpu_time_in_proportion_to_their_tickets(
     bus: InMemoryBus, probe: Probe, tmp_path: Path
 ) -> None:
-    settings = Settings(
+    settings = SplitStrideSettings(
         quantum_s=NEVER, checkpoint_root=tmp_path, user_tickets="alice=2,bob=1,carol=1"
     )
     async with split_stride(bus, settings) as state:
@@ -229,7 +231,7 @@ async def test_users_get_gpu_time_in_proportion_to_their_tickets(
 
 
 async def test_a_gang_starts_on_all_its_servers_in_one_quantum(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 4), ("v100-1", 4))
@@ -267,7 +269,7 @@ async def test_a_gang_starts_on_all_its_servers_in_one_quantum(
 
 
 async def test_a_moved_job_starts_on_its_new_server_only_after_the_old_one_let_go(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1), ("k80-0", 1))
@@ -313,7 +315,7 @@ async def stop_before_its_start_is_confirmed(probe: Probe, state: SplitStrideSer
 
 
 async def test_a_stop_of_an_unconfirmed_start_is_forgotten_soon_even_after_a_reload(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     # A node that refused the start answers neither it nor the stop: only the short
     # `unconfirmed_release_s` may hold the job back, also once the ledger was reloaded from
@@ -332,7 +334,7 @@ async def test_a_stop_of_an_unconfirmed_start_is_forgotten_soon_even_after_a_rel
 
 
 async def test_no_stop_is_forgotten_while_the_nodes_reports_wait_unread(
-    bus: InMemoryBus, probe: Probe, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # As above, but split-stride is behind on its job events (made so here: any backlog counts
     # as one): the node's answer may be among them, so the stop is not forgotten until they
@@ -353,7 +355,7 @@ async def test_no_stop_is_forgotten_while_the_nodes_reports_wait_unread(
 
 
 async def test_a_job_still_suspending_is_not_backfilled_onto_another_server(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1), ("v100-1", 1))
@@ -390,7 +392,7 @@ async def test_a_job_still_suspending_is_not_backfilled_onto_another_server(
 
 
 async def test_an_exited_job_waits_for_its_verdict_and_a_retry_starts_the_next_attempt(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
@@ -420,7 +422,7 @@ async def test_an_exited_job_waits_for_its_verdict_and_a_retry_starts_the_next_a
 
 
 async def test_a_retry_waits_out_its_delay(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
@@ -450,7 +452,7 @@ async def test_a_retry_waits_out_its_delay(
 
 
 async def test_an_ended_job_is_killed_where_it_runs_and_frees_its_gpus(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
@@ -484,7 +486,7 @@ async def start_then_lose_its_node(
 
 
 async def test_jobs_on_a_failed_node_are_placed_elsewhere(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         first, second = await start_then_lose_its_node(probe, state)
@@ -495,7 +497,7 @@ async def test_jobs_on_a_failed_node_are_placed_elsewhere(
 
 
 async def test_the_end_of_a_copy_on_a_node_the_job_left_decides_nothing(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     # The node was declared failed while its copy kept running; the job started elsewhere. The
     # failure detector ignores that copy's end, so split-stride must not wait for its verdict.
@@ -513,7 +515,7 @@ async def test_the_end_of_a_copy_on_a_node_the_job_left_decides_nothing(
 
 
 async def test_a_quarantined_node_is_drained(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 2))
@@ -532,7 +534,7 @@ async def test_a_quarantined_node_is_drained(
 
 
 async def test_an_old_suspend_confirmed_after_a_new_start_keeps_the_job_running(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
@@ -560,7 +562,7 @@ async def test_an_old_suspend_confirmed_after_a_new_start_keeps_the_job_running(
 
 
 async def test_a_restarted_split_stride_continues_where_it_stopped(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
@@ -584,7 +586,7 @@ async def test_a_restarted_split_stride_continues_where_it_stopped(
 
 
 async def test_a_batch_writes_the_part_of_the_server_it_changed_and_of_no_other(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1), ("v100-1", 1), ("v100-2", 1))
@@ -622,7 +624,7 @@ async def test_a_batch_writes_the_part_of_the_server_it_changed_and_of_no_other(
 
 
 async def test_a_job_waiting_across_a_restart_starts_from_what_its_admission_carried(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     """Placement's bucket holds no record of bob's job: its start after the restart comes from
     the admission kept in split-stride's own record, and joins the job's life."""
@@ -651,7 +653,7 @@ async def test_a_job_waiting_across_a_restart_starts_from_what_its_admission_car
 
 
 async def test_a_job_stored_before_admissions_carried_its_launch_starts_from_its_jobs_record(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     """A record written before `JobAccepted.launch`: the launch of each job it lacks is read
     once from the job's record in placement's bucket, as split-stride loads it."""
@@ -679,7 +681,7 @@ async def test_a_job_stored_before_admissions_carried_its_launch_starts_from_its
 
 
 async def test_a_batch_writes_the_job_it_changed_and_looks_at_no_other_and_a_crash_loses_none(
-    bus: InMemoryBus, probe: Probe, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The machine names the jobs a batch changed (`take_changed`): a write stores those, and
     # neither stores nor looks at any other (at 20,000 jobs, telling each job's state apart
@@ -699,13 +701,13 @@ async def test_a_batch_writes_the_job_it_changed_and_looks_at_no_other_and_a_cra
             await eventually(lambda: not state._dirty)
             was = {key: await revision(key) for key in ("alice.a", "bob.b")}
             looked: list[str] = []
-            signature = Job.signature
+            signature = SchedulerJob.signature
 
-            def counted(job: Job) -> tuple[object, ...]:
+            def counted(job: SchedulerJob) -> tuple[object, ...]:
                 looked.append(job.key)
                 return signature(job)
 
-            monkeypatch.setattr(Job, "signature", counted)
+            monkeypatch.setattr(SchedulerJob, "signature", counted)
             (start,) = [s for s in starts(probe) if s.job_id == "a"]
             await started(probe, start)  # alice/a's start confirmed: its residency runs
             await eventually(lambda: state.machine.jobs["alice.a"].stays[start.node_id].phase
@@ -726,7 +728,7 @@ async def test_a_restarted_split_stride_decides_when_the_quantum_it_took_over_en
 ) -> None:
     # A quantum of 60 s: coming back a whole quantum after a restart would leave the cluster
     # undecided for up to twice that.
-    settings = Settings(quantum_s=60.0, checkpoint_root=tmp_path / "ck")
+    settings = SplitStrideSettings(quantum_s=60.0, checkpoint_root=tmp_path / "ck")
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
         await state.on_tick()
@@ -741,7 +743,7 @@ async def test_a_restarted_split_stride_decides_when_the_quantum_it_took_over_en
 
 
 async def test_usage_counts_gpu_seconds_per_user_and_pool(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 4))
@@ -767,7 +769,7 @@ def phases(state: SplitStrideService) -> set[Phase]:
 
 
 async def test_each_gpu_second_of_a_switch_is_charged_once_to_whoever_held_it(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     # The quantum gives alice's GPU to bob; alice's job takes 0.4 s to let go, and bob's starts
     # only then. Alice pays those seconds (she held the GPU); bob is given them back (the
@@ -809,7 +811,7 @@ async def test_each_gpu_second_of_a_switch_is_charged_once_to_whoever_held_it(
 
 
 async def test_a_job_ending_mid_quantum_is_charged_until_it_ended(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
@@ -829,7 +831,7 @@ async def test_a_job_ending_mid_quantum_is_charged_until_it_ended(
 
 
 async def test_a_repeated_placement_is_handled_once(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 2))
@@ -844,7 +846,7 @@ async def test_a_repeated_placement_is_handled_once(
 
 
 async def test_a_job_holding_its_gpus_past_its_suspend_is_charged_for_them(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
@@ -897,7 +899,7 @@ def prepared(user: str, job_id: str, node_id: str) -> JobSuspended:
 
 
 async def test_an_opted_in_job_waiting_for_gpus_starts_prepared_and_then_runs_there(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1), ("v100-1", 1))
@@ -926,7 +928,7 @@ async def test_an_opted_in_job_waiting_for_gpus_starts_prepared_and_then_runs_th
 
 
 async def test_a_server_prepares_no_more_waiting_jobs_than_it_has_gpus(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     # A burst of opted-in submissions must not start a process per job on one server at once.
     async with split_stride(bus, settings) as state:
@@ -941,7 +943,7 @@ async def test_a_server_prepares_no_more_waiting_jobs_than_it_has_gpus(
 
 
 async def test_a_prepared_job_started_elsewhere_or_cancelled_is_let_go_where_it_waits(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 2))
@@ -971,7 +973,7 @@ async def test_a_prepared_job_started_elsewhere_or_cancelled_is_let_go_where_it_
 
 
 async def test_a_restarted_split_stride_knows_which_processes_wait_prepared_or_parked(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     """The processes outlive split-stride's restart: one still coming up counts against its
     server's prepared starts, and a cancelled job's parked process is killed where it waits."""
@@ -1020,7 +1022,7 @@ async def three_jobs(probe: Probe, state: SplitStrideService, gpus: int) -> None
 
 
 async def test_each_job_has_its_key_and_a_batch_rewrites_only_the_jobs_it_changed(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await three_jobs(probe, state, 4)
@@ -1046,7 +1048,7 @@ async def test_each_job_has_its_key_and_a_batch_rewrites_only_the_jobs_it_change
 
 
 async def test_a_one_key_record_is_stored_per_job_and_read_back_after_a_restart(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await three_jobs(probe, state, 2)
@@ -1070,7 +1072,7 @@ async def test_a_one_key_record_is_stored_per_job_and_read_back_after_a_restart(
 
 
 async def test_a_batch_of_reports_that_let_go_is_handed_in_together_with_one_fill(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     recording = Recording()
     state = SplitStrideService(settings, journal=recording)
@@ -1109,7 +1111,7 @@ class _BusyBroker(InMemoryBus):
 
 
 async def test_a_command_the_broker_is_slow_to_store_is_sent_again_not_decided_again(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    settings: SplitStrideSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A quantum whose commands the broker did not acknowledge in time was decided again from
     # the last record: under overload, twice the work the broker was already short of.
@@ -1137,7 +1139,7 @@ async def test_a_command_the_broker_is_slow_to_store_is_sent_again_not_decided_a
 
 
 async def test_an_unreadable_state_is_dead_lettered_and_placements_jobs_start_afresh(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     """Issue 41: a JetStream ack written over the state (`{"stream": ..., "seq": ...}`) made
     split-stride fail every quantum and crash-loop after a restart: no job started anywhere."""

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from gfair.bus.memory_bus import InMemoryBus
-from gfair.core.kernel import JobState
+from gfair.core.kernel import RunnableJob
 from gfair.events.commands import StartCommand
 from gfair.events.jobs import JobSuspended
 from gfair.events.reasons import SuspendReason
 from gfair.events.scheduling import SwitchCostsUpdated
-from gfair_services.split_stride import Settings, SplitStrideService
+from gfair_services.split_stride import SplitStrideService, SplitStrideSettings
 
 from .scheduling_harness import Probe, eventually
 from .test_split_stride import COMMANDS, NEVER, admit, register, split_stride, started
@@ -30,8 +30,8 @@ def probe(bus: InMemoryBus) -> Probe:
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(
+def settings(tmp_path: Path) -> SplitStrideSettings:
+    return SplitStrideSettings(
         quantum_s=NEVER,
         checkpoint_root=tmp_path / "ck",
         migration_cost_s=20.0,
@@ -39,7 +39,7 @@ def settings(tmp_path: Path) -> Settings:
     )
 
 
-def charged(state: SplitStrideService, user: str = "alice") -> JobState:
+def charged(state: SplitStrideService, user: str = "alice") -> RunnableJob:
     """The job of `user` as the kernel's snapshot shows it."""
     (job,) = state.machine.snapshot(state.clock().timestamp()).jobs[user]
     return job
@@ -53,7 +53,7 @@ async def measured(
 
 
 async def test_a_jobs_measured_switches_are_what_the_kernel_weighs(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))
@@ -107,7 +107,7 @@ async def test_a_jobs_measured_switches_are_what_the_kernel_weighs(
 
 
 async def test_part_measured_costs_fall_back_to_the_operators(
-    bus: InMemoryBus, probe: Probe, settings: Settings
+    bus: InMemoryBus, probe: Probe, settings: SplitStrideSettings
 ) -> None:
     async with split_stride(bus, settings) as state:
         await register(probe, state, ("v100-0", 1))

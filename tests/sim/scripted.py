@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gfair.sim.policy import EVERY_QUANTUM, Admission, Decision, Policy
+from gfair.sim.policy import EVERY_QUANTUM, Admission, Policy, PolicyDecision
 from gfair.sim.trace import TraceJob
 
 Runs = Mapping[str, tuple[str, ...]]
@@ -33,9 +33,9 @@ class Scripted:
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         self.observed.append((job_id, generation, rate, now))
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         self.plans.append(now)
-        return Decision(runs=self.script(now, list(self.active)))
+        return PolicyDecision(runs=self.script(now, list(self.active)))
 
     def quiet_until(self, now: float) -> float:
         return EVERY_QUANTUM
@@ -73,7 +73,7 @@ class EveryQuantum:
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         self.inner.observe(job_id, generation, rate, now)
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         return self.inner.plan(now)
 
     def quiet_until(self, now: float) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.scheduler import SchedulerConfig
 from gfair.core.throughput import ThroughputTable
 from gfair.sim.gandiva_fair_machine import GandivaFairMachine
 from gfair.sim.replay import ReplayOptions, build_policy

@@ -6,7 +6,7 @@ machine decided from the inputs the simulator played (placement, auction, profil
 from __future__ import annotations
 
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     Admitted,
     CarriedOut,
     EntitlementsPublished,
@@ -76,8 +76,9 @@ def test_the_simulators_machine_replays_from_its_journal(
     plans = [out for out in recording.outputs if isinstance(out, QuantumPlan)]
     assert any(turn.stops and turn.starts for plan in plans for turn in plan.turns)
     assert any(plan.placed for plan in plans)
-    # The simulated nodes let go at once (`Config.moves_at_once`): every job a quantum places
-    # on other servers starts in that quantum's own plan, none waits for its release report.
+    # The simulated nodes let go at once (`SchedulerConfig.moves_at_once`): every job a quantum
+    # places on other servers starts in that quantum's own plan, none waits for its release
+    # report.
     for plan in plans:
         started = {start.job_id for turn in plan.turns for start in turn.starts}
         assert {placement.job_id for placement in plan.placed} <= started

@@ -13,7 +13,7 @@ import pytest
 from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.core.throughput import ThroughputTable
 from gfair.sim.policies.max_min_fairness import MaxMinConfig, MaxMinFairness, max_min_allocation
-from gfair.sim.policy import Admission, Decision
+from gfair.sim.policy import Admission, PolicyDecision
 from gfair.sim.replay import ReplayOptions, replay
 from gfair.sim.simulator import SimConfig, Simulator
 from gfair.sim.speed import SpeedModel
@@ -228,7 +228,7 @@ class _WorkConservationCheck:
     def quiet_until(self, now: float) -> float:
         return self.policy.quiet_until(now)
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         decision = self.policy.plan(now)
         self.decisions += 1
         servers_of: dict[str, list[str]] = {}

@@ -15,7 +15,7 @@ from gfair.cluster_logins import (
     new_password,
 )
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
-from gfair.tenancy import Node, Tenant, Tenants, TenantsError, parse_tenants
+from gfair.tenancy import NodeLogin, Tenant, Tenants, TenantsError, parse_tenants
 
 NODES = ("v100-0", "v100-1")
 
@@ -27,7 +27,7 @@ def test_the_simulated_nodes_are_added() -> None:
     tenants = embedded_tenants(declared, node_ids=NODES)
     assert tenants.tenants == (Tenant("alice"),)
     # The file's own nodes keep their place; only those it lacks are added.
-    assert tenants.nodes == (Node("v100-1"), Node("gpu-9"), Node("v100-0"))
+    assert tenants.nodes == (NodeLogin("v100-1"), NodeLogin("gpu-9"), NodeLogin("v100-0"))
 
 
 @pytest.mark.parametrize(
@@ -66,7 +66,7 @@ def test_passwords_are_long_random_and_read_back_as_they_are() -> None:
 
 
 def test_every_login_has_its_own_password_given_to_the_server_by_variable() -> None:
-    tenants = Tenants(tenants=(Tenant("alice"), Tenant("team-b")), nodes=(Node("v100-0"),))
+    tenants = Tenants(tenants=(Tenant("alice"), Tenant("team-b")), nodes=(NodeLogin("v100-0"),))
     logins = ClusterLogins(tenants, source="t.toml")
     env = logins.server_env()
     assert env["GFAIR_SERVICES_USER"] == "gfair-services"

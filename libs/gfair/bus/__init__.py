@@ -14,7 +14,7 @@ from gfair.bus.metrics import GfairMetrics, JsonlMetricExporter, configure_metri
 from gfair.bus.nats_bus import NatsBus, NatsOptions
 from gfair.bus.observability import Observability, ObservabilitySettings, configure_observability
 from gfair.bus.publisher import EventPublisher, derived_event_id
-from gfair.bus.runner import Outcome, RunnerSettings
+from gfair.bus.runner import DeliveryOutcome, RunnerSettings
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.serve import BusSettings, main, serve
 from gfair.bus.server import EmbeddedNatsServer, NatsServerConfig, NatsServerError
@@ -57,6 +57,7 @@ __all__ = [
     "DeadLetterReason",
     "DeliverPolicy",
     "Delivery",
+    "DeliveryOutcome",
     "EmbeddedNatsServer",
     "Emit",
     "EventPublisher",
@@ -77,7 +78,6 @@ __all__ = [
     "NoStreamForSubject",
     "Observability",
     "ObservabilitySettings",
-    "Outcome",
     "PubAck",
     "PullConsumer",
     "Route",

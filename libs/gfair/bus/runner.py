@@ -51,7 +51,7 @@ from gfair.events.registry import UnknownEventType, model_for
 _log = structlog.get_logger("gfair.bus.runner")
 
 
-class Outcome(StrEnum):
+class DeliveryOutcome(StrEnum):
     HANDLED = "handled"
     SKIPPED = "skipped"
     RETRIED = "retried"
@@ -363,7 +363,7 @@ class HandlerRunner:
 
     async def handle(
         self, delivery: Delivery, batch: _Batch, decoded: _Decoded | None = None
-    ) -> Outcome:
+    ) -> DeliveryOutcome:
         """Handle one delivery; a handled or skipped one joins `batch` to be settled with it.
 
         `decoded`: its event, decoded ahead (`_prepare`); else it is decoded here.
@@ -393,7 +393,7 @@ class HandlerRunner:
 
     async def _handle(
         self, delivery: Delivery, span: Span, batch: _Batch, decoded: _Decoded | None
-    ) -> Outcome:
+    ) -> DeliveryOutcome:
         limit = self._route.consumer.max_attempts
         if delivery.num_delivered > limit:
             return await self._dead_letter(
@@ -422,7 +422,7 @@ class HandlerRunner:
         ):
             # Another kind of event on the same subjects: someone else's business.
             batch.skipped.append(delivery)
-            return Outcome.SKIPPED
+            return DeliveryOutcome.SKIPPED
         try:
             data = validated_data(envelope, delivery.subject)
         except InvalidEvent as exc:
@@ -438,7 +438,7 @@ class HandlerRunner:
         batch: _Batch,
         envelope: Envelope,
         data: EventData,
-    ) -> Outcome:
+    ) -> DeliveryOutcome:
         """`span` is None for an untraced delivery (`Route.untraced`)."""
         try:
             outputs = await self._call(envelope, data, delivery)
@@ -464,7 +464,7 @@ class HandlerRunner:
             )
         )
         self._log.debug("handled", event_id=envelope.id, event_type=envelope.type)
-        return Outcome.HANDLED
+        return DeliveryOutcome.HANDLED
 
     async def _settle(self, batch: _Batch) -> None:
         """The batch's deferred writes, then its outputs stored, then its inputs acknowledged."""
@@ -539,7 +539,7 @@ class HandlerRunner:
         error: str,
         *,
         envelope: Envelope | None,
-    ) -> Outcome:
+    ) -> DeliveryOutcome:
         """An input that can never be handled: answer it if the route says how, dead-letter it.
 
         The answer goes first: a crash before the dead letter redelivers the input, which
@@ -593,7 +593,7 @@ class HandlerRunner:
 
     async def _retry(
         self, delivery: Delivery, span: Span | None, reason: DeadLetterReason, exc: Exception
-    ) -> Outcome:
+    ) -> DeliveryOutcome:
         """`span` is None when the delivery's processing span has ended (failed settling), or
         it has none (`Route.untraced`)."""
         error = f"{type(exc).__name__}: {exc}"
@@ -610,11 +610,11 @@ class HandlerRunner:
             retry_in_s=delay,
         )
         await delivery.nak(delay)
-        return Outcome.RETRIED
+        return DeliveryOutcome.RETRIED
 
     async def _dead_letter(
         self, delivery: Delivery, span: Span | None, reason: DeadLetterReason, error: str
-    ) -> Outcome:
+    ) -> DeliveryOutcome:
         if span is not None:
             span.set_status(Status(StatusCode.ERROR, f"{reason.value}: {error}"))
             span.set_attribute("gfair.dead_letter.reason", reason.value)
@@ -631,7 +631,7 @@ class HandlerRunner:
             # Never drop it: keep it on the consumer and try again later.
             self._log.error("dead-lettering failed", error=repr(exc), reason=reason.value)
             await delivery.nak(self._route.backoff.delay(delivery.num_delivered))
-            return Outcome.RETRIED
+            return DeliveryOutcome.RETRIED
         gfair_metrics().dead_letters.add(
             1, {"service": self._service, "stream": delivery.stream, "reason": reason.value}
         )
@@ -644,7 +644,7 @@ class HandlerRunner:
             attempt=delivery.num_delivered,
         )
         await delivery.ack()
-        return Outcome.DEAD_LETTERED
+        return DeliveryOutcome.DEAD_LETTERED
 
 
 class _Lanes:

@@ -3,7 +3,7 @@ the trades, and a running count of the scheduler's actions.
 
 Received share is measured over a sliding window (`ShareWindow`) from split-stride's usage
 counters (GPU-seconds per user per pool), so it follows the entitlement as it changes instead
-of averaging over the whole run. A `Snapshot` is read once per refresh; the same snapshot is
+of averaging over the whole run. A `DashboardFrame` is read once per refresh; the same snapshot is
 drawn as rich tables on a terminal or as one plain line otherwise.
 """
 
@@ -111,7 +111,7 @@ class Tally:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class DashboardFrame:
     elapsed_s: float
     duration_s: float
     shares: SharesRecord | None
@@ -123,7 +123,7 @@ class Snapshot:
     received_over_s: float = 0.0  # the span `received` averages over (`ShareWindow.span_s`)
 
 
-def pools_of(snapshot: Snapshot) -> list[str]:
+def pools_of(snapshot: DashboardFrame) -> list[str]:
     """Every pool the snapshot knows, fastest first (the pool everybody wants is the first
     column), in one fixed order whichever record names them: a column must not move between
     frames when the shares first appear or a pool's last node is cordoned."""
@@ -143,7 +143,7 @@ def job_counts(jobs: list[JobRecord], user: str) -> tuple[int, int, int]:
     return running, len(mine) - running - done, done
 
 
-def users_table(snapshot: Snapshot) -> Table:
+def users_table(snapshot: DashboardFrame) -> Table:
     pools = pools_of(snapshot)
     table = Table(
         title="fair share: entitled (after trading, what its jobs can use) vs received "
@@ -191,14 +191,14 @@ def users_table(snapshot: Snapshot) -> Table:
     return table
 
 
-def received_over(snapshot: Snapshot) -> str:
+def received_over(snapshot: DashboardFrame) -> str:
     """The span the received shares average over, as measured (split-stride's ticks)."""
     if snapshot.received_over_s <= 0:
         return "not measured yet: split-stride has not charged a quantum"
     return f"average over the last {snapshot.received_over_s:.0f}s"
 
 
-def servers_table(snapshot: Snapshot) -> Table:
+def servers_table(snapshot: DashboardFrame) -> Table:
     table = Table(title="what runs where (this quantum)", title_justify="left")
     table.add_column("server")
     table.add_column("GPUs", justify="right")
@@ -218,7 +218,7 @@ def servers_table(snapshot: Snapshot) -> Table:
     return table
 
 
-def trades_text(snapshot: Snapshot) -> Text:
+def trades_text(snapshot: DashboardFrame) -> Text:
     shares = snapshot.shares
     if shares is None or not shares.trades:
         # Trades end when their jobs do: "none" beside a count of cleared ones must say so.
@@ -235,12 +235,12 @@ def trades_text(snapshot: Snapshot) -> Text:
     return Text("\n".join(["trades in force (second price):", *lines]))
 
 
-def counters_text(snapshot: Snapshot) -> Text:
+def counters_text(snapshot: DashboardFrame) -> Text:
     counts = ", ".join(f"{name} {snapshot.tally.events[name]}" for name in COUNTED)
     return Text(f"jobs: {counts}; trades cleared: {snapshot.tally.trades}")
 
 
-def dashboard(snapshot: Snapshot) -> Group:
+def dashboard(snapshot: DashboardFrame) -> Group:
     header = Text(
         f"gfair demo: {snapshot.elapsed_s:5.0f}s of {snapshot.duration_s:.0f}s", style="bold"
     )
@@ -253,7 +253,7 @@ def dashboard(snapshot: Snapshot) -> Group:
     )
 
 
-def plain_line(snapshot: Snapshot) -> str:
+def plain_line(snapshot: DashboardFrame) -> str:
     """One line per report when the output is not a terminal (CI logs, pipes)."""
     shares = snapshot.shares.users if snapshot.shares is not None else {}
     parts = []

@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 
 from gfair.bus.history import read_history
-from gfair.cli.demo_dashboard import ShareWindow, Snapshot, Tally, dashboard, plain_line
+from gfair.cli.demo_dashboard import DashboardFrame, ShareWindow, Tally, dashboard, plain_line
 from gfair.cli.demo_workload import JOBS, USERS, DemoJob
 from gfair.client import GfairClient, Submitted
 from gfair.events.jobs import JobEvent
@@ -38,7 +38,7 @@ class DemoOptions:
 @dataclass
 class DemoResult:
     submitted: list[Submitted] = field(default_factory=list)
-    snapshot: Snapshot | None = None
+    snapshot: DashboardFrame | None = None
     # Time-weighted sums over the run, per user: usable entitled GPUs x seconds, and its
     # effective throughput without and with trading x seconds.
     entitled_s: dict[str, float] = field(default_factory=dict)
@@ -76,7 +76,7 @@ class DemoRun:
         else:
             last_report = -self.options.report_every_s
 
-            def report(s: Snapshot) -> None:
+            def report(s: DashboardFrame) -> None:
                 nonlocal last_report
                 if s.elapsed_s - last_report >= self.options.report_every_s:
                     last_report = s.elapsed_s
@@ -87,7 +87,7 @@ class DemoRun:
         self.result.elapsed_s = time.monotonic() - self._started
         return self.result
 
-    async def _loop(self, show: Callable[[Snapshot], None]) -> None:
+    async def _loop(self, show: Callable[[DashboardFrame], None]) -> None:
         previous = time.monotonic()
         while (now := time.monotonic()) - self._started < self.options.duration_s:
             await asyncio.sleep(min(self.options.refresh_s, self._left()))
@@ -129,7 +129,7 @@ class DemoRun:
                 )
             )
 
-    async def sample(self) -> Snapshot:
+    async def sample(self) -> DashboardFrame:
         shares = await self.client.shares()
         stride = await self.client.stride()
         jobs = await self.client.jobs()
@@ -139,7 +139,7 @@ class DemoRun:
                 self.result.usage_start = {u: dict(p) for u, p in stride.usage.items()}
             self.window.add_record(stride)
         await self._count_events()
-        snapshot = Snapshot(
+        snapshot = DashboardFrame(
             elapsed_s=now - self._started,
             duration_s=self.options.duration_s,
             shares=shares,

@@ -25,7 +25,7 @@ from gfair.cli import output, session
 from gfair.cli.output import Column
 from gfair.client import GfairClient
 from gfair.events.states import JobState
-from gfair.state.usage import JobAccount, account, parse_duration, selected
+from gfair.state.usage import HistoryLine, account, parse_duration, selected
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -97,7 +97,7 @@ async def _history(client: GfairClient, args: argparse.Namespace) -> int:
     return session.EXIT_OK
 
 
-def account_json(line: JobAccount, now: datetime) -> dict[str, Any]:
+def account_json(line: HistoryLine, now: datetime) -> dict[str, Any]:
     return {
         "user": line.user,
         "job_id": line.job_id,
@@ -115,7 +115,7 @@ def account_json(line: JobAccount, now: datetime) -> dict[str, Any]:
     }
 
 
-def history_table(lines: list[JobAccount], now: datetime, width: int = 80) -> Group:
+def history_table(lines: list[HistoryLine], now: datetime, width: int = 80) -> Group:
     """The table, then each job's reason on a line of its own (whole, however long)."""
     today = now.astimezone().date()
     rows = [

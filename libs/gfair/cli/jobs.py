@@ -20,7 +20,7 @@ from rich.table import Table
 from gfair.bus.history import HistoricalEvent
 from gfair.cli import output, session
 from gfair.client import GfairClient, JobDetails
-from gfair.client.switching import SwitchCosts, describe_charges, describe_estimate
+from gfair.client.switching import SwitchStats, describe_charges, describe_estimate
 from gfair.events.states import JobState
 
 
@@ -147,7 +147,7 @@ def _summary(details: JobDetails) -> Table:
         if record.reason:
             table.add_row("reason", record.reason)
         table.add_row("submitted", f"{sub.submitted_at:%Y-%m-%d %H:%M:%S %Z}")
-    costs = SwitchCosts.of(details.events)
+    costs = SwitchStats.of(details.events)
     if costs.suspends or costs.cold_start_p50_s is not None:
         table.add_row("switches", costs.describe())
     estimate = details.profile.switches.published if details.profile is not None else None

@@ -32,6 +32,7 @@ from rich.table import Table
 from gfair.cli.figures import plotting
 from gfair.cli.switch_cost_options import add_switch_cost_options, switch_costs
 from gfair.core.cluster import Cluster, parse_cluster_spec
+from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.data import PHILLY_TRACE
 from gfair.gavel import load_throughputs
 from gfair.shares import read_shares
@@ -66,7 +67,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--policy", choices=POLICY_NAMES, default="gandiva-fair")
     parser.add_argument(
-        "--quantum", type=_positive, default=60.0, metavar="SECONDS", help="default 60"
+        "--quantum",
+        type=_positive,
+        default=DEFAULT_QUANTUM_S,
+        metavar="SECONDS",
+        help=f"default {DEFAULT_QUANTUM_S:g}",
     )
     parser.add_argument(
         "--tickets",

@@ -17,7 +17,7 @@ from typing import Any
 
 from gfair.events.subjects import SubjectError, validate_token
 from gfair.tenancy import (
-    Node,
+    NodeLogin,
     Tenants,
     TenantsError,
     load_tenants,
@@ -194,7 +194,7 @@ def run_add_node(args: argparse.Namespace) -> int:
     tenants = _load(args.file)
     if tenants is None:
         return 1
-    node = Node(args.node_id)
+    node = NodeLogin(args.node_id)
     if node not in tenants.nodes:
         text = args.file.read_text(encoding="utf-8").rstrip("\n")
         text += f'\n\n[[nodes]]\nid = "{node.node_id}"\n'

@@ -24,8 +24,8 @@ from rich.text import Text
 
 from gfair.cli import output, session
 from gfair.cli.demo_dashboard import (
+    DashboardFrame,
     ShareWindow,
-    Snapshot,
     Tally,
     counters_text,
     plain_line,
@@ -79,7 +79,7 @@ class ClusterView:
         self._tally = Tally()
         self._started = time.monotonic()
 
-    async def sample(self) -> Snapshot:
+    async def sample(self) -> DashboardFrame:
         shares = await self._client.shares()
         stride = await self._client.stride()
         jobs = await self._client.jobs()
@@ -89,7 +89,7 @@ class ClusterView:
         await self._count_events()
         users = set(shares.users) if shares is not None else set()
         users |= {j.user for j in jobs if j.live}
-        return Snapshot(
+        return DashboardFrame(
             elapsed_s=now - self._started,
             duration_s=0.0,
             shares=shares,
@@ -112,7 +112,7 @@ class ClusterView:
             self._tally.trades += 1
 
 
-def view(snapshot: Snapshot, window_s: float) -> Group:
+def view(snapshot: DashboardFrame, window_s: float) -> Group:
     header = Text(
         f"gfair top: {len(snapshot.jobs)} job(s); received: {received_over(snapshot)} "
         f"(window {window_s:g}s)",

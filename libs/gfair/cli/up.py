@@ -52,6 +52,7 @@ from gfair.cli.speeds import generation_warnings
 from gfair.client.cluster_context import CONTEXT_FILE, read_context
 from gfair.client.connection import DEFAULT_NATS_URL, NATS_URL_ENV
 from gfair.cluster_logins import LOGINS_FILE
+from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.embedded_cluster import ClusterError, ClusterOptions, EmbeddedCluster
 from gfair.node.discovery import LOCAL_CLUSTER
 from gfair.node.job_cgroup import AUTO, CgroupError, locate
@@ -148,7 +149,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 # Short quanta show time slicing quickly on simulated GPUs; real jobs need their start-up to fit
 # in one (the deployment's quantum, compose.yaml).
 SIMULATED_QUANTUM_S = 3.0
-LOCAL_QUANTUM_S = 60.0
+LOCAL_QUANTUM_S = DEFAULT_QUANTUM_S
 # One GPU's share of a development machine (24 GiB, 2 cores): a one-GPU PyTorch job gets 8 GiB
 # and a core, a four-GPU one 32 GiB (a cap, not a reservation) and four cores' quota.
 DEFAULT_MEMORY_PER_GPU = "8G"

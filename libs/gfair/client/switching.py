@@ -26,7 +26,7 @@ _UNSET = ChargedCosts(resume_s=0.0, migration_s=0.0)
 
 
 @dataclass(frozen=True, slots=True)
-class SwitchCosts:
+class SwitchStats:
     suspends: int
     in_place: int
     yield_p50_s: float | None
@@ -35,7 +35,7 @@ class SwitchCosts:
     checkpoint_bytes: int | None  # the last suspend's checkpoint that said its size
 
     @classmethod
-    def of(cls, events: Iterable[HistoricalEvent]) -> SwitchCosts:
+    def of(cls, events: Iterable[HistoricalEvent]) -> SwitchStats:
         yields: list[float] = []
         resumes: list[float] = []
         cold: list[float] = []

@@ -1,6 +1,6 @@
 """Users' accounts with the decision kernel, kept between quanta (docs/design.md §2.7).
 
-The split-stride state machine (`split_stride`), which the simulator and the split-stride
+The split-stride state machine (`gfair.core.scheduler`), which the simulator and the split-stride
 service both drive, keeps per active user a kernel `UserState` (arrival order, entitlement and
 credit per pool) and per job its pass and arrival order. How those change as shares, users and
 jobs change is decided here:

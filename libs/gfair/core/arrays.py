@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gfair.core.kernel import JobState
+from gfair.core.kernel import RunnableJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,15 +53,15 @@ def limits(members: Iterable[ArrayMember]) -> dict[str, int]:
 
 
 def limit_arrays(
-    jobs: Mapping[str, Sequence[JobState]], members: Mapping[str, ArrayMember]
-) -> dict[str, Sequence[JobState]]:
+    jobs: Mapping[str, Sequence[RunnableJob]], members: Mapping[str, ArrayMember]
+) -> dict[str, Sequence[RunnableJob]]:
     """Each user's runnable jobs with every limited array cut down to its limit (module doc).
 
     `jobs` is the snapshot's user -> jobs in the user's order; `members` maps a job id to its
     array membership (jobs of no array are absent). A user's list is returned as it came when
     none of its jobs is in a limited array.
     """
-    out: dict[str, Sequence[JobState]] = {}
+    out: dict[str, Sequence[RunnableJob]] = {}
     for user, queue in jobs.items():
         mine = [members[job.id] for job in queue if job.id in members]
         caps = limits(mine)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 
-class Outcome(StrEnum):
+class DependencyOutcome(StrEnum):
     """What is known of a job another one depends on."""
 
     PENDING = "pending"  # not ended yet
@@ -45,7 +45,7 @@ class Eligibility:
     readiness: Readiness
     waiting_on: tuple[str, ...] = ()  # HELD: the dependencies not ended yet, in the job's order
     blocker: str | None = None  # DOOMED or UNKNOWN: the first dependency that decided it
-    blocker_outcome: Outcome | None = None  # DOOMED: how that one ended
+    blocker_outcome: DependencyOutcome | None = None  # DOOMED: how that one ended
 
     @property
     def reason(self) -> str:
@@ -61,7 +61,7 @@ class Eligibility:
                 return f"dependency {self.blocker} is no job of this user"
 
 
-def eligibility(after_ok: Iterable[str], outcomes: Mapping[str, Outcome]) -> Eligibility:
+def eligibility(after_ok: Iterable[str], outcomes: Mapping[str, DependencyOutcome]) -> Eligibility:
     """Whether a job that depends on `after_ok` may run, from the known `outcomes` (module doc).
 
     `outcomes` maps the user's job ids to what is known of them; a job id absent from it is
@@ -69,7 +69,11 @@ def eligibility(after_ok: Iterable[str], outcomes: Mapping[str, Outcome]) -> Eli
     """
     deps = tuple(after_ok)
     failed = next(
-        (d for d in deps if outcomes.get(d) not in (None, Outcome.PENDING, Outcome.COMPLETED)),
+        (
+            d
+            for d in deps
+            if outcomes.get(d) not in (None, DependencyOutcome.PENDING, DependencyOutcome.COMPLETED)
+        ),
         None,
     )
     if failed is not None:
@@ -77,7 +81,7 @@ def eligibility(after_ok: Iterable[str], outcomes: Mapping[str, Outcome]) -> Eli
     unknown = next((d for d in deps if d not in outcomes), None)
     if unknown is not None:
         return Eligibility(Readiness.UNKNOWN, blocker=unknown)
-    waiting = tuple(d for d in deps if outcomes[d] is Outcome.PENDING)
+    waiting = tuple(d for d in deps if outcomes[d] is DependencyOutcome.PENDING)
     if waiting:
         return Eligibility(Readiness.HELD, waiting_on=waiting)
     return Eligibility(Readiness.READY)

@@ -27,11 +27,17 @@ from enum import StrEnum
 
 
 class FailureClass(StrEnum):
+    """How a job run ended (docs/design.md §2.6); the failure policy retries by class."""
+
     SUCCESS = "success"
+    # Non-zero exit of the program itself: deterministic, retried at most once.
     USER_ERROR = "user_error"
     OUT_OF_MEMORY = "out_of_memory"
+    # Node lost, GPU error (NVML XID), executor crash: resumes from checkpoint elsewhere.
     INFRASTRUCTURE = "infrastructure"
     PREEMPTED = "preempted"
+    # Its user cancelled it: a job's end, never the outcome of classifying an exit.
+    CANCELLED = "cancelled"
 
 
 # XIDs NVIDIA documents as hardware, driver or interconnect faults, with their meaning.

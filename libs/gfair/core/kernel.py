@@ -51,7 +51,7 @@ The rules, in order:
    other than its own weighed by what a move there leaves of the next quanta. Otherwise rule 1
    decides, and on a cluster with few fast GPUs the earliest users visited would hold them
    whether they gain 10x there or nothing.
-8. **Moves only when they pay.** Every job carries its own switch costs (`JobState.move_s`,
+8. **Moves only when they pay.** Every job carries its own switch costs (`RunnableJob.move_s`,
    `resume_s`; `gfair.core.switch_costs`) and the snapshot the quantum's length. A job that ran
    or has a checkpoint moves to other servers or another pool only when what it gains over the
    next quanta exceeds its move cost: a faster generation (`_HORIZON` quanta at the speed
@@ -86,10 +86,14 @@ import operator
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from gfair.core.cluster import Server
 from gfair.core.packing import Packing
 from gfair.core.switch_costs import DEFAULT_COSTS
+
+# The quantum's length unless the operator sets one: what every driver and the kernel default to.
+DEFAULT_QUANTUM_S: Final = 60.0
 
 _EPS = 1e-9
 # Jobs of one user that a visit may skip (do not fit the pool) before the entry gives up for
@@ -125,7 +129,7 @@ _SPEEDS = operator.attrgetter("job.speeds")
 
 
 @dataclass(slots=True)
-class JobState:
+class RunnableJob:
     """A runnable job as the kernel sees it. Drivers own these records; `decide` reads them."""
 
     id: str
@@ -164,7 +168,7 @@ class Snapshot:
     users: Mapping[str, UserState]
     # user -> its runnable jobs in the order its share goes to them: by pass, then arrival
     # (drivers keep them sorted, so a quantum costs what runs, not what waits)
-    jobs: Mapping[str, Sequence[JobState]]
+    jobs: Mapping[str, Sequence[RunnableJob]]
     # user -> pool -> GPU-quanta its jobs held beyond what earlier decisions gave them (a job
     # told to stop that went on holding its GPUs until its node reported it off), for `settle`
     # to charge; the simulator's jobs stop when told, so it has none
@@ -175,7 +179,7 @@ class Snapshot:
     # told, so it has none
     unheld: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     # The quantum's length: what a move's seconds are weighed against (rule 8)
-    quantum_s: float = 60.0
+    quantum_s: float = DEFAULT_QUANTUM_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,13 +197,13 @@ class Decision:
 
 @dataclass(slots=True)
 class _Choice:
-    job: JobState
+    job: RunnableJob
     pool: str
     servers: tuple[str, ...]
 
 
 # Stands for every running job `backfill` leaves where it is (only whether one is chosen is read).
-_RUNNING = _Choice(JobState("", "", 0, 0, {}), "", ())
+_RUNNING = _Choice(RunnableJob("", "", 0, 0, {}), "", ())
 
 
 # What a decision derives from its pools alone, kept for the pools decided last (by identity,
@@ -282,7 +286,7 @@ def decide(snapshot: Snapshot) -> Decision:
     )
 
 
-def backfill(snapshot: Snapshot, holding: Iterable[JobState]) -> dict[str, tuple[str, ...]]:
+def backfill(snapshot: Snapshot, holding: Iterable[RunnableJob]) -> dict[str, tuple[str, ...]]:
     """Between decisions (a job ended, or arrived, mid-quantum): the GPUs that `holding` (the
     jobs running, on their `running` servers) leave idle go to waiting jobs by rule 3, so no
     GPU idles until the next quantum while a job that fits waits. Running jobs stay where they
@@ -305,7 +309,7 @@ def backfill(snapshot: Snapshot, holding: Iterable[JobState]) -> dict[str, tuple
 
 
 def _held_in_order(
-    pools: list[PoolState], holding: list[JobState]
+    pools: list[PoolState], holding: list[RunnableJob]
 ) -> tuple[dict[str, Packing], dict[str, _Choice]]:
     """The pools' free GPUs once `holding` is placed on its servers one job at a time, and
     the jobs placed. In an order of the kernel's own: best fit picks among equally free servers
@@ -325,7 +329,7 @@ def _held_in_order(
 
 
 def _held_in_place(
-    pools: list[PoolState], holding: list[JobState]
+    pools: list[PoolState], holding: list[RunnableJob]
 ) -> tuple[dict[str, Packing], list[str]] | None:
     """What `_held_in_order` gives, without sorting and placing every running job, when every
     job fits where it runs (a consistent cluster: the drivers never start a job on GPUs still
@@ -374,7 +378,7 @@ def _held_in_place(
     return packing, placed
 
 
-def _prefer(job: JobState) -> tuple[tuple[str, ...], ...]:
+def _prefer(job: RunnableJob) -> tuple[tuple[str, ...], ...]:
     # Servers of another pool are simply not free in this one.
     return (job.running, job.home)
 
@@ -403,7 +407,7 @@ class _Queue:
     at_own: list[int]
 
     def __init__(
-        self, jobs: Sequence[JobState], pools: int, state: UserState, spent: dict[str, float]
+        self, jobs: Sequence[RunnableJob], pools: int, state: UserState, spent: dict[str, float]
     ) -> None:
         self.jobs = jobs
         self.state = state
@@ -446,7 +450,7 @@ def _start_in_place(
     chosen: Mapping[str, object],
     fits: Sequence[Callable[[int], bool]],
     pool_of: Mapping[str, int],
-) -> tuple[JobState | None, int]:
+) -> tuple[RunnableJob | None, int]:
     """A visit's first look in a long queue: the first of the user's jobs from `at` on,
     before `end`, that starts in pool `rank` without moving, and where the look stopped (at
     that job, else at `end`). Only the jobs that never ran and those living in the pool can:
@@ -462,7 +466,7 @@ def _start_in_place(
         first += 1
     while second < kept_end and own[second] < at:
         second += 1
-    job: JobState | None = None
+    job: RunnableJob | None = None
     free = room.free
     while True:
         fresh = anywhere[first] if first < fresh_end else end
@@ -501,7 +505,7 @@ def _entitled_runs(
     snapshot: Snapshot,
     pools: list[PoolState],
     packing: dict[str, Packing],
-    order: Mapping[str, Sequence[JobState]],
+    order: Mapping[str, Sequence[RunnableJob]],
     chosen: dict[str, _Choice],
 ) -> dict[str, dict[str, float]]:
     """Rule 1: the per-pool stride over users' entitlements."""
@@ -575,7 +579,7 @@ def _entitled_runs(
         # decision, and GPUs are only taken as it goes: they are not looked at again for that.
         marks = queue.marks
         at = marks[rank] if marks[rank] > index else index
-        job: JobState | None = None
+        job: RunnableJob | None = None
         if count <= _SHORT_QUEUE:
             while at < end:
                 candidate = jobs[at]
@@ -629,7 +633,7 @@ def _entitled_runs(
 
 
 def _charge(
-    job: JobState, state: UserState, spent: Mapping[str, float], turn: str, where: str
+    job: RunnableJob, state: UserState, spent: Mapping[str, float], turn: str, where: str
 ) -> tuple[str, float]:
     """The pool a job run on the turn of its user's entry in `turn` is charged in, and how
     many GPU-quanta: its GPUs where it runs, while its user is still owed there (credit left
@@ -653,12 +657,12 @@ def _charge(
     return turn, float(job.gpus)
 
 
-def _own(job: JobState) -> tuple[str, ...]:
+def _own(job: RunnableJob) -> tuple[str, ...]:
     """The servers the job starts on without moving: where it ran, else its checkpoint's."""
     return job.running or job.home
 
 
-def _switch_s(job: JobState, servers: tuple[str, ...]) -> float:
+def _switch_s(job: RunnableJob, servers: tuple[str, ...]) -> float:
     """Seconds of progress the job loses running on `servers` this quantum."""
     if job.running:
         return 0.0 if servers == job.running else job.move_s
@@ -674,7 +678,7 @@ def _pays(gain_s: float, cost_s: float) -> bool:
 
 
 def _next_move(
-    jobs: Sequence[JobState],
+    jobs: Sequence[RunnableJob],
     index: int,
     end: int,
     rank: int,
@@ -687,7 +691,7 @@ def _next_move(
     spent: Mapping[str, float],
     quantum_s: float,
     marks: list[int],
-) -> tuple[JobState, str] | None:
+) -> tuple[RunnableJob, str] | None:
     """The job the user's entry in pool `rank` runs when none of its jobs (from `index`, before
     `end`) starts there without moving, and the pool it runs in (rule 8).
 
@@ -742,7 +746,7 @@ def _next_move(
 
 
 def _owed_enough(
-    job: JobState,
+    job: RunnableJob,
     state: UserState,
     spent: Mapping[str, float],
     generation: str,
@@ -776,7 +780,7 @@ def _owed_enough(
     return credit > _EPS and credit >= needed - _EPS
 
 
-def _saves(jobs: Sequence[JobState], state: UserState) -> bool:
+def _saves(jobs: Sequence[RunnableJob], state: UserState) -> bool:
     """Whether the user's jobs ask for more GPUs than its share: only then can it spend later
     (running beyond its share while others' jobs wait) the credit it is owed while a job of it
     waits. Otherwise that credit is share lost: its jobs cannot run on more than they ask."""
@@ -790,7 +794,7 @@ def _saves(jobs: Sequence[JobState], state: UserState) -> bool:
 
 
 def _faster(
-    job: JobState, here: float, there: float, own: tuple[str, ...], quantum_s: float
+    job: RunnableJob, here: float, there: float, own: tuple[str, ...], quantum_s: float
 ) -> bool:
     """Whether running at speed `here` instead of `there` (where it ran) gains the job more
     over the next quanta than moving costs it beyond starting on `own`."""
@@ -881,7 +885,7 @@ def _surplus_runs(
     snapshot: Snapshot,
     pools: list[PoolState],
     packing: dict[str, Packing],
-    order: Mapping[str, Sequence[JobState]],
+    order: Mapping[str, Sequence[RunnableJob]],
     chosen: dict[str, _Choice],
     charged: Mapping[str, Mapping[str, float]],
     *,
@@ -912,7 +916,7 @@ def _surplus_runs(
         index = next(itertools.compress(itertools.count(), unchosen), None)
         if index is not None:
             first[user] = index
-    movers: list[JobState] = []
+    movers: list[RunnableJob] = []
     # The most GPUs free in any pool: a job of more starts nowhere, and `_start_fastest` is
     # spared (it would look at each pool and leave everything as it was).
     most = max(map(_TOTAL, packing.values()))
@@ -952,7 +956,7 @@ def _surplus_runs(
 
 
 def _start_fastest(
-    job: JobState,
+    job: RunnableJob,
     pools: list[PoolState],
     packing: dict[str, Packing],
     chosen: dict[str, _Choice],
@@ -1093,14 +1097,14 @@ def _fastest_to_fastest(
     _affinity(pools, packing, chosen)  # the same sets, packed to stay where they ran
 
 
-def _fastest_for(job: JobState, pools: Iterable[PoolState]) -> list[PoolState]:
+def _fastest_for(job: RunnableJob, pools: Iterable[PoolState]) -> list[PoolState]:
     """The pools `job` can run in, fastest for it first."""
     fitting = [p for p in pools if job.speeds.get(p.generation, 0.0) > 0]
     return sorted(fitting, key=lambda p: -job.speeds[p.generation])
 
 
 def _work(
-    job: JobState, generations: Sequence[str], pool_of: Mapping[str, str], quantum_s: float
+    job: RunnableJob, generations: Sequence[str], pool_of: Mapping[str, str], quantum_s: float
 ) -> list[float]:
     """What `job` does on each of `generations` over the next quanta, moves paid."""
     own = _own(job)
@@ -1165,7 +1169,7 @@ def _affinity(
 
 def settle(
     users: Mapping[str, UserState],
-    ran: Iterable[JobState],
+    ran: Iterable[RunnableJob],
     decision: Decision,
     ceiling: Mapping[str, float],
     overrun: Mapping[str, Mapping[str, float]] | None = None,

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+# The core's classes of how a run ended are the events' (the core is pure: no import back).
+from gfair.core.failure import FailureClass
 
-class FailureClass(StrEnum):
-    """How a job run ended (docs/design.md §2.6); the failure policy retries by class."""
-
-    SUCCESS = "success"
-    # Non-zero exit of the program itself: deterministic, retried at most once.
-    USER_ERROR = "user_error"
-    OUT_OF_MEMORY = "out_of_memory"
-    # Node lost, GPU error (NVML XID), executor crash: resumes from checkpoint elsewhere.
-    INFRASTRUCTURE = "infrastructure"
-    PREEMPTED = "preempted"
-    CANCELLED = "cancelled"
+__all__ = ["FailureClass", "MigrationReason", "RejectionCode", "SuspendReason"]
 
 
 class RejectionCode(StrEnum):

@@ -6,34 +6,41 @@ the plain results and events here into bus events.
 """
 
 from gfair.node.discovery import open_gpus
-from gfair.node.gpu import GpuBackend, GpuInfo, GpuSample, NoGpusError, XidError
+from gfair.node.gpu import GpuBackend, GpuDevice, GpuReading, NoGpusError, XidError
 from gfair.node.job_runner import (
+    JobNotSupervised,
     JobRunner,
     JobStartError,
     SupervisorConfig,
     SupervisorError,
-    UnknownJob,
 )
 from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec
-from gfair.node.lifecycle import JobCheckpointed, JobEvent, JobExited, JobProgress, SuspendResult
+from gfair.node.lifecycle import (
+    CheckpointReport,
+    ExitReport,
+    JobEvent,
+    ProgressReport,
+    SuspendResult,
+)
 from gfair.node.orphans import ReapedRun
 from gfair.node.supervisor import JobSupervisor
 from gfair.node.telemetry import TelemetryReport, telemetry_reports
 
 __all__ = [
     "CheckpointRef",
+    "CheckpointReport",
+    "ExitReport",
     "GpuBackend",
-    "GpuInfo",
-    "GpuSample",
-    "JobCheckpointed",
+    "GpuDevice",
+    "GpuReading",
     "JobEvent",
-    "JobExited",
+    "JobNotSupervised",
     "JobPaths",
-    "JobProgress",
     "JobRunner",
     "JobStartError",
     "JobSupervisor",
     "NoGpusError",
+    "ProgressReport",
     "ReapedRun",
     "RunSpec",
     "RunningJob",
@@ -41,7 +48,6 @@ __all__ = [
     "SupervisorError",
     "SuspendResult",
     "TelemetryReport",
-    "UnknownJob",
     "XidError",
     "open_gpus",
     "telemetry_reports",

@@ -18,7 +18,7 @@ class NoGpusError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class GpuInfo:
+class GpuDevice:
     index: int
     uuid: str
     name: str
@@ -31,7 +31,7 @@ class GpuInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuSample:
+class GpuReading:
     """One reading of one GPU; a field is None where the device does not support it."""
 
     index: int
@@ -56,11 +56,11 @@ class XidError:
 
 
 class GpuBackend(Protocol):
-    def inventory(self) -> Sequence[GpuInfo]:
+    def inventory(self) -> Sequence[GpuDevice]:
         """The node's GPUs, in index order (the order CUDA_VISIBLE_DEVICES indices refer to)."""
         ...
 
-    def sample(self, busy: Set[int]) -> list[GpuSample]:
+    def sample(self, busy: Set[int]) -> list[GpuReading]:
         """Read every GPU once; `busy` are the indices jobs run on (used by simulated GPUs)."""
         ...
 

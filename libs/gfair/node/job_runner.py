@@ -34,10 +34,10 @@ from gfair.node.job_limits import LimitTree
 from gfair.node.launch import CheckpointRef, RunningJob, RunSpec, check_job_id
 from gfair.node.lifecycle import (
     Escalation,
+    ExitReport,
     JobEvent,
-    JobExited,
-    JobProgress,
     ParkedJob,
+    ProgressReport,
     SuspendResult,
     exit_was_yield,
 )
@@ -52,7 +52,7 @@ class SupervisorError(Exception):
     """A request the supervisor refuses; the message says why."""
 
 
-class UnknownJob(SupervisorError, KeyError):
+class JobNotSupervised(SupervisorError, KeyError):
     pass
 
 
@@ -121,7 +121,7 @@ class SupervisedRun:
     started_monotonic: float
     # Set once its exit is settled and its events are in the stream.
     exited: anyio.Event = field(default_factory=anyio.Event)
-    exit: JobExited | None = None
+    exit: ExitReport | None = None
     steps: int = 0
     checkpoint: CheckpointRef | None = None
     yield_requested: bool = False
@@ -149,9 +149,9 @@ class SupervisedRun:
         *,
         completed: bool,
         reported: bool = False,
-    ) -> JobExited:
+    ) -> ExitReport:
         """Its exit, from how it ended and what it was asked (`reported`: it said it yielded)."""
-        self.exit = JobExited(
+        self.exit = ExitReport(
             job_id=self.handle.job_id,
             attempt=self.handle.attempt,
             time=time.time(),
@@ -184,7 +184,7 @@ class JobRunner(ABC, Generic[R]):
     def __init__(self, config: SupervisorConfig) -> None:
         self.config = config
         self._jobs: dict[str, R] = {}
-        self._finished: OrderedDict[str, JobExited] = OrderedDict()
+        self._finished: OrderedDict[str, ExitReport] = OrderedDict()
         send, receive = anyio.create_memory_object_stream[JobEvent](config.event_buffer)
         self._send: MemoryObjectSendStream[JobEvent] = send
         self.events: MemoryObjectReceiveStream[JobEvent] = receive
@@ -320,7 +320,7 @@ class JobRunner(ABC, Generic[R]):
         """The scheduler was told how `job`'s run ended (or needs no telling): a restart after
         this finds nothing of it to report."""
 
-    async def kill(self, job_id: str, reason: str) -> JobExited:
+    async def kill(self, job_id: str, reason: str) -> ExitReport:
         """Stop the job now (SIGTERM, then SIGKILL after the grace period); no checkpoint."""
         run = self._jobs.get(job_id)
         if run is None:
@@ -329,7 +329,7 @@ class JobRunner(ABC, Generic[R]):
         assert run.exit is not None
         return run.exit
 
-    async def wait(self, job_id: str) -> JobExited:
+    async def wait(self, job_id: str) -> ExitReport:
         run = self._jobs.get(job_id)
         if run is None:
             return self._finished_exit(job_id)
@@ -421,7 +421,7 @@ class JobRunner(ABC, Generic[R]):
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await self._send.send(event)
 
-    def _emit_progress(self, event: JobProgress) -> None:
+    def _emit_progress(self, event: ProgressReport) -> None:
         try:
             self._send.send_nowait(event)
         except anyio.WouldBlock:
@@ -430,9 +430,9 @@ class JobRunner(ABC, Generic[R]):
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass
 
-    def _finished_exit(self, job_id: str) -> JobExited:
+    def _finished_exit(self, job_id: str) -> ExitReport:
         check_job_id(job_id)
         exited = self._finished.get(job_id)
         if exited is None:
-            raise UnknownJob(job_id)
+            raise JobNotSupervised(job_id)
         return exited

@@ -12,7 +12,7 @@ Escalation = Literal["SIGTERM", "SIGKILL"]
 
 
 @dataclass(frozen=True, slots=True)
-class JobProgress:
+class ProgressReport:
     """Emitted at most every `progress_interval_s` per job while it reports mini-batches.
 
     `steps` counts mini-batches done (including those before the resumed checkpoint);
@@ -31,7 +31,7 @@ class JobProgress:
 
 
 @dataclass(frozen=True, slots=True)
-class JobCheckpointed:
+class CheckpointReport:
     job_id: str
     attempt: int
     time: float
@@ -39,7 +39,7 @@ class JobCheckpointed:
 
 
 @dataclass(frozen=True, slots=True)
-class JobExited:
+class ExitReport:
     """The job's process group leader exited (stragglers in its group are killed then).
 
     `signal` is set when a signal ended it (then `exit_code` is None). `yielded` is true when it
@@ -71,13 +71,13 @@ def exit_was_yield(
     forced: bool,
     reported: bool = False,
 ) -> bool:
-    """Whether a run's exit gave its GPUs back as asked (`JobExited.yielded`): a yield was
+    """Whether a run's exit gave its GPUs back as asked (`ExitReport.yielded`): a yield was
     requested, training did not finish, and the job said it yielded (`reported`), exited
     cleanly or with the SDK's yield code, or was forced off its GPUs."""
     return requested and not completed and (reported or exit_code in (0, YIELD_EXIT_CODE) or forced)
 
 
-JobEvent = JobProgress | JobCheckpointed | JobExited
+JobEvent = ProgressReport | CheckpointReport | ExitReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +96,11 @@ class SuspendResult:
     fresh: bool
     escalation: Escalation | None
     switch_s: float
-    exited: JobExited | None
+    exited: ExitReport | None
     parked: bool = False
 
     @property
-    def exit(self) -> JobExited:
+    def exit(self) -> ExitReport:
         """How the process ended (not for a `parked` result: it did not)."""
         if self.exited is None:
             raise ValueError(f"job {self.job_id} parked in place: its process did not exit")

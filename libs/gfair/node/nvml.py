@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gfair.node.generation import generation_of
-from gfair.node.gpu import GpuInfo, GpuSample, NoGpusError, XidError
+from gfair.node.gpu import GpuDevice, GpuReading, NoGpusError, XidError
 
 SIMULATE_HINT = "pass --simulate-gpus GENERATION:COUNT (e.g. --simulate-gpus v100:4) to simulate"
 # Bound one poll so a storm of events cannot pin the telemetry loop.
@@ -75,10 +75,10 @@ class NvmlGpus:
         self.xid_supported: frozenset[int] = frozenset()
         self._register_xid_events()
 
-    def inventory(self) -> Sequence[GpuInfo]:
+    def inventory(self) -> Sequence[GpuDevice]:
         return list(self._inventory)
 
-    def sample(self, busy: Set[int]) -> list[GpuSample]:
+    def sample(self, busy: Set[int]) -> list[GpuReading]:
         del busy  # real devices report their own utilisation
         return [self._sample_one(info, self._handles[info.index]) for info in self._inventory]
 
@@ -130,10 +130,10 @@ class NvmlGpus:
         with contextlib.suppress(nvml.NVMLError):
             nvml.nvmlShutdown()
 
-    def _describe(self, index: int, handle: Any) -> GpuInfo:
+    def _describe(self, index: int, handle: Any) -> GpuDevice:
         nvml = self._nvml
         name = _text(nvml.nvmlDeviceGetName(handle))
-        return GpuInfo(
+        return GpuDevice(
             index=index,
             uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
             name=name,
@@ -165,7 +165,7 @@ class NvmlGpus:
             with contextlib.suppress(nvml.NVMLError):
                 nvml.nvmlEventSetFree(event_set)
 
-    def _sample_one(self, info: GpuInfo, handle: Any) -> GpuSample:
+    def _sample_one(self, info: GpuDevice, handle: Any) -> GpuReading:
         nvml = self._nvml
         now = self._clock()
 
@@ -183,8 +183,8 @@ class NvmlGpus:
             )
             power_mw = read(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
         except nvml.NVMLError as exc:
-            return GpuSample(info.index, info.uuid, now, None, None, None, None, error=str(exc))
-        return GpuSample(
+            return GpuReading(info.index, info.uuid, now, None, None, None, None, error=str(exc))
+        return GpuReading(
             index=info.index,
             uuid=info.uuid,
             time=now,

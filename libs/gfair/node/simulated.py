@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 
 from gfair.node.generation import generation_of
-from gfair.node.gpu import GpuInfo, GpuSample, XidError
+from gfair.node.gpu import GpuDevice, GpuReading, XidError
 
 _GIB = 1024**3
 _SPEC_ENTRY = re.compile(r"^([A-Za-z0-9_-]+):(\d+)$")
@@ -71,7 +71,7 @@ class SimulatedGpus:
         self, spec: str, *, node_id: str = "local", clock: Callable[[], float] = time.time
     ) -> None:
         self._clock = clock
-        self._inventory: list[GpuInfo] = []
+        self._inventory: list[GpuDevice] = []
         self._models: list[SimulatedModel] = []
         for generation, count in parse_gpu_spec(spec):
             known = MODELS.get(generation)
@@ -85,7 +85,7 @@ class SimulatedGpus:
                 index = len(self._inventory)
                 device_uuid = uuid.uuid5(_UUID_NAMESPACE, f"{node_id}/{index}/{generation}")
                 self._inventory.append(
-                    GpuInfo(
+                    GpuDevice(
                         index=index,
                         uuid=f"GPU-{device_uuid}",
                         name=model.name,
@@ -99,10 +99,10 @@ class SimulatedGpus:
         self._temperature = [_IDLE_TEMP_C + 0.5 * g.index for g in self._inventory]
         self._pending_xids: list[XidError] = []
 
-    def inventory(self) -> Sequence[GpuInfo]:
+    def inventory(self) -> Sequence[GpuDevice]:
         return list(self._inventory)
 
-    def sample(self, busy: Set[int]) -> list[GpuSample]:
+    def sample(self, busy: Set[int]) -> list[GpuReading]:
         now = self._clock()
         tick = self._samples_taken
         self._samples_taken += 1
@@ -125,7 +125,7 @@ class SimulatedGpus:
                 0.9 * utilization / 100.0
             )
             samples.append(
-                GpuSample(
+                GpuReading(
                     index=info.index,
                     uuid=info.uuid,
                     time=now,

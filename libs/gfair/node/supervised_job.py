@@ -21,9 +21,9 @@ from gfair.node.job_limits import JobLimitGroups
 from gfair.node.job_runner import SupervisedRun
 from gfair.node.launch import CheckpointRef, RunSpec
 from gfair.node.lifecycle import (
-    JobCheckpointed,
+    CheckpointReport,
     JobEvent,
-    JobProgress,
+    ProgressReport,
 )
 from gfair.node.progress import ProgressTail, RateWindow
 from gfair.node.run_directory import RunDirectory
@@ -130,7 +130,7 @@ class SupervisedJob(SupervisedRun):
                 self.completed = True
         return events
 
-    def progress_due(self, interval_s: float) -> JobProgress | None:
+    def progress_due(self, interval_s: float) -> ProgressReport | None:
         """A progress report if the job advanced and the last report is `interval_s` old."""
         now = time.monotonic()
         if self.steps == self.progress_emitted_steps or now - self.last_progress_at < interval_s:
@@ -143,7 +143,7 @@ class SupervisedJob(SupervisedRun):
             return None
         self.last_progress_at = now
         self.progress_emitted_steps = self.steps
-        return JobProgress(
+        return ProgressReport(
             job_id=self.handle.job_id,
             attempt=self.handle.attempt,
             time=time.time(),
@@ -157,7 +157,7 @@ class SupervisedJob(SupervisedRun):
     def finish(
         self, returncode: int, latest: Checkpoint | None, stderr_tail: str
     ) -> list[JobEvent]:
-        """Settle the exit; return the events to deliver, the JobExited last.
+        """Settle the exit; return the events to deliver, the ExitReport last.
 
         `latest` is the newest valid checkpoint now: the job may have committed one and died
         before announcing it, and the checkpoint directory, not the announcements, is the truth.
@@ -233,8 +233,8 @@ class SupervisedJob(SupervisedRun):
             "ignored a file a job named that is not its own: job %s: %s", self.handle.job_id, why
         )
 
-    def _checkpointed(self) -> JobCheckpointed:
+    def _checkpointed(self) -> CheckpointReport:
         assert self.checkpoint is not None
-        return JobCheckpointed(
+        return CheckpointReport(
             self.handle.job_id, self.handle.attempt, time.time(), self.checkpoint
         )

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 import anyio
 import anyio.to_thread
 
-from gfair.node.gpu import GpuBackend, GpuSample, XidError
+from gfair.node.gpu import GpuBackend, GpuReading, XidError
 
 
 @dataclass(frozen=True, slots=True)
 class TelemetryReport:
     time: float
-    samples: tuple[GpuSample, ...]
+    samples: tuple[GpuReading, ...]
     xid_errors: tuple[XidError, ...]
 
 
@@ -41,5 +41,5 @@ async def telemetry_reports(
         await anyio.sleep(next_at - now)
 
 
-def _read(gpus: GpuBackend, busy: Set[int]) -> tuple[list[GpuSample], list[XidError]]:
+def _read(gpus: GpuBackend, busy: Set[int]) -> tuple[list[GpuReading], list[XidError]]:
     return gpus.sample(busy), gpus.poll_xid_errors()

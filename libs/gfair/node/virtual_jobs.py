@@ -44,8 +44,8 @@ import anyio
 from gfair.node.job_runner import JobRunner, JobStartError, SupervisedRun, SupervisorConfig
 from gfair.node.launch import CheckpointRef, JobPaths, RunningJob, RunSpec
 from gfair.node.lifecycle import (
-    JobCheckpointed,
-    JobProgress,
+    CheckpointReport,
+    ProgressReport,
     SuspendResult,
 )
 from gfair.sdk import synthetic
@@ -346,7 +346,7 @@ class VirtualSupervisor(JobRunner[_Run]):
         ref = self._host.commit(run.handle.paths.checkpoint_dir, step)
         run.checkpoint = ref
         job = run.handle
-        await self._deliver(JobCheckpointed(job.job_id, job.attempt, ref.created_at, ref))
+        await self._deliver(CheckpointReport(job.job_id, job.attempt, ref.created_at, ref))
 
     def _progress(self, run: _Run, done: int, now: float) -> None:
         if done <= run.start_step or done == run.emitted_steps:
@@ -355,7 +355,7 @@ class VirtualSupervisor(JobRunner[_Run]):
             return
         run.last_progress, run.emitted_steps = now, done
         elapsed = now - run.started_monotonic
-        report = JobProgress(
+        report = ProgressReport(
             job_id=run.handle.job_id,
             attempt=run.handle.attempt,
             time=time.time(),

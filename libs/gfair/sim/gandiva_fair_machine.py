@@ -1,5 +1,5 @@
 """The `gandiva-fair` policy: the live service's state machine
-(`gfair.core.split_stride.SplitStride`), driven with virtual time.
+(`gfair.core.scheduler.SplitStride`), driven with virtual time.
 
 The simulator plays the services around the machine with the core functions they use, and
 decides nothing itself:
@@ -17,8 +17,8 @@ decides nothing itself:
   input (`CarriedOut`: what the stops' reports, `Suspended` or `Migrated` when the job moves,
   handed in together, then the starts' `Started` would say); what the releases let start (idle
   GPUs filled) is carried out in turn. Since they let go at once, the machine is told so
-  (`Config.moves_at_once`): a job a quantum moves starts in the quantum's own plan, after the
-  stops, not once per release report.
+  (`SchedulerConfig.moves_at_once`): a job a quantum moves starts in the quantum's own plan,
+  after the stops, not once per release report.
 
 Jobs the machine starts between ticks (an arrival or an end filled idle GPUs) are what `fill`
 hands the simulator; each quantum's `runs` are where jobs hold GPUs once its plan is carried out.
@@ -32,20 +32,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from gfair.core import accounts, arrays
 from gfair.core.cluster import Cluster, generation_rank
 from gfair.core.placement import PoolView, filter_pools, rejection_reason
 from gfair.core.pools import pools_of, shares
-from gfair.core.scheduler_config import SchedulerConfig
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     Admitted,
     CarriedOut,
-    Config,
     Ended,
     EntitlementsPublished,
     Node,
     Reply,
+    SchedulerConfig,
     ServersChanged,
     SplitStride,
     Start,
@@ -57,7 +57,7 @@ from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.tickets import check_tickets
 from gfair.core.trading import Trade
 from gfair.core.usage_decay import DecayedUsage
-from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Admission, Decision
+from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Admission, PolicyDecision
 from gfair.sim.trace import TraceJob
 
 
@@ -81,11 +81,10 @@ class GandivaFairMachine:
         self._pools = pools_of(cluster)
         self._capacity = {g: pool.gpus for g, pool in self._pools.items()}  # slowest first
         self.machine = SplitStride(
-            Config(
-                quantum_s=config.quantum_s,
+            replace(
+                config,
                 operator_costs=costs,
                 tickets_of=self._user_tickets,
-                shares=config.shares,
                 # The simulated nodes confirm every stop before any start.
                 moves_at_once=True,
             ),
@@ -200,7 +199,7 @@ class GandivaFairMachine:
         if self._config.trading and (before is None or self._bid(user) != before):
             self._auction_due = True
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         if not self.machine.nodes:
             self.machine.apply(ServersChanged(self._nodes))
         new = self._auction(now)
@@ -213,7 +212,7 @@ class GandivaFairMachine:
         self._filled.clear()  # the runs below tell the simulator of them
         self._waiting = plan.waiting
         self._changed = False
-        return Decision(runs=self._runs(), trades=new)
+        return PolicyDecision(runs=self._runs(), trades=new)
 
     def fill(self, now: float) -> dict[str, tuple[str, ...]]:
         filled, self._filled = self._filled, {}

@@ -20,8 +20,8 @@ __all__ = [
     "UNTIL_NEXT_EVENT",
     "Admission",
     "Backfilling",
-    "Decision",
     "Policy",
+    "PolicyDecision",
 ]
 
 # `quiet_until` of a policy whose decision can change at any quantum.
@@ -41,7 +41,7 @@ class Admission:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class PolicyDecision:
     """One quantum's decision.
 
     `runs` maps a server id to the jobs holding GPUs on it; a job listed on one server uses its
@@ -68,7 +68,7 @@ class Policy(Protocol):
         """A measured rate of `job_id` on `generation`, V100-seconds of work per second."""
         ...
 
-    def plan(self, now: float) -> Decision: ...
+    def plan(self, now: float) -> PolicyDecision: ...
 
     def quiet_until(self, now: float) -> float:
         """The earliest time the decision could change if no job arrives or finishes.

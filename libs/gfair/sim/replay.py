@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from gfair.core.cluster import Cluster
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.kernel import DEFAULT_QUANTUM_S
+from gfair.core.scheduler import SchedulerConfig
 from gfair.core.shares_tree import ShareTree
 from gfair.core.switch_costs import SwitchCosts
 from gfair.core.throughput import ThroughputTable
@@ -50,7 +51,7 @@ POLICY_NAMES: Final = (
 @dataclass(frozen=True)
 class ReplayOptions:
     policy: str = GANDIVA_FAIR
-    quantum_s: float = 60.0
+    quantum_s: float = DEFAULT_QUANTUM_S
     trading: bool = True
     tickets: Mapping[str, float] = field(default_factory=dict)  # override the trace's
     default_tickets: float = 1.0

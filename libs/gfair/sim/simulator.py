@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from gfair.core.cluster import Cluster
-from gfair.core.dependencies import Outcome, Readiness, eligibility
+from gfair.core.dependencies import DependencyOutcome, Readiness, eligibility
+from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.core.packing import Packing
 from gfair.core.shares_tree import ShareTree
 from gfair.core.switch_costs import SwitchCosts as SwitchCosts
@@ -44,7 +45,7 @@ _MIN_NOISY_RATE: Final = 0.05  # noise never reports a job as stopped or backwar
 
 @dataclass(frozen=True)
 class SimConfig:
-    quantum_s: float = 60.0
+    quantum_s: float = DEFAULT_QUANTUM_S
     # Each job's switching costs unless its trace row gives its own (`TraceJob.costs`)
     costs: SwitchCosts = field(default_factory=SwitchCosts)
     until_s: float | None = None  # stop the clock here (backlogged experiments)
@@ -230,7 +231,7 @@ class Simulator:
         self._vacated: set[str] = set()  # servers where jobs finished since the last decision
         # Dependencies (gfair.core.dependencies): what is known of each arrived job, the jobs
         # held for others, and who waits for whom. A held job reaches the policy when released.
-        self._known: dict[str, Outcome] = {}
+        self._known: dict[str, DependencyOutcome] = {}
         self._held: dict[str, TraceJob] = {}
         self._dependents: dict[str, list[str]] = {}
 
@@ -361,7 +362,7 @@ class Simulator:
         if spec.after_ok:
             verdict = eligibility(spec.after_ok, self._known)
             if verdict.readiness is Readiness.HELD:
-                self._known[spec.id] = Outcome.PENDING
+                self._known[spec.id] = DependencyOutcome.PENDING
                 self._held[spec.id] = spec
                 for dependency in verdict.waiting_on:
                     self._dependents.setdefault(dependency, []).append(spec.id)
@@ -374,7 +375,7 @@ class Simulator:
     def _admit(self, spec: TraceJob, now: float) -> None:
         array = self._gated_array(spec)
         if array is not None and self._array_admitted[array] >= (spec.array_limit or 0):
-            self._known[spec.id] = Outcome.PENDING
+            self._known[spec.id] = DependencyOutcome.PENDING
             self._array_waiting.setdefault(array, deque()).append(spec)
             return
         began = time.process_time()
@@ -387,7 +388,7 @@ class Simulator:
             self._array_admitted[array] += 1
         if spec.id in self._jobs:
             raise ValueError(f"{self.trace.source}:{spec.line}: duplicate job id {spec.id!r}")
-        self._known[spec.id] = Outcome.PENDING
+        self._known[spec.id] = DependencyOutcome.PENDING
         self._tally(now)
         self._jobs[spec.id] = _Job(spec)
         self._unplaced[spec.gpus, spec.job_type] += 1
@@ -410,7 +411,7 @@ class Simulator:
             reason=reason,
         )
         self.ledger.account(spec.user)
-        self._known[spec.id] = Outcome.REJECTED
+        self._known[spec.id] = DependencyOutcome.REJECTED
         self._release_after(spec.id, now)
 
     def _release_after(self, job_id: str, now: float) -> None:
@@ -449,7 +450,7 @@ class Simulator:
         began = time.process_time()
         self.policy.finish(spec.id, at)
         self._sched_cpu += time.process_time() - began
-        self._known[spec.id] = Outcome.COMPLETED
+        self._known[spec.id] = DependencyOutcome.COMPLETED
         self._release_after(spec.id, at)
         array = self._gated_array(spec)
         if array is not None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, Field
 
 from gfair.events.fields import Attempt, JobId, NodeId, Reason, UserName
 from gfair.events.reasons import FailureClass
 from gfair.events.states import JobState
 from gfair.state.buckets import FAILURES, job_key
+from gfair.state.record import Record
 
 BUCKET = FAILURES.name
 MAX_DECISIONS_KEPT = 20
@@ -24,10 +25,8 @@ MAX_DECISIONS_KEPT = 20
 Outcome = Literal["completed", "retried", "failed", "node_lost", "hung"]
 
 
-class FailureDecision(BaseModel):
+class FailureDecision(Record):
     """One thing the detector concluded about a job, and why."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
 
     time: AwareDatetime
     attempt: Attempt
@@ -39,9 +38,7 @@ class FailureDecision(BaseModel):
     resume_from_step: int | None = None
 
 
-class JobFailureRecord(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
+class JobFailureRecord(Record):
     user: UserName
     job_id: JobId
     # The attempt the job is on: 1 until the first retry. Exits of earlier attempts are stale.

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, computed_field
+from pydantic import AwareDatetime, Field, computed_field
 
 from gfair.events.envelope import Envelope
 from gfair.events.fields import (
@@ -65,6 +65,7 @@ from gfair.events.reasons import FailureClass, RejectionCode
 from gfair.events.states import JobState
 from gfair.events.submission import JobSubmitted
 from gfair.state.buckets import JOBS, UnreadableRecord, job_key, read_record
+from gfair.state.record import Record
 
 # Decisions kept per record (oldest dropped first): enough to explain a job's recent life.
 MAX_DECISIONS = 64
@@ -72,11 +73,7 @@ MAX_DECISIONS = 64
 MAX_APPLIED_IDS = 32
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class Submission(_Record):
+class Submission(Record):
     """The job as its user submitted it (`JobSubmitted`), and the envelope that carried it."""
 
     event_id: str = Field(description="Envelope id of the JobSubmitted; a redelivery repeats it")
@@ -125,7 +122,7 @@ class Submission(_Record):
         return self.tickets if self.tickets is not None else 1.0
 
 
-class Decision(_Record):
+class DecisionEntry(Record):
     """One thing the scheduler decided about the job, and why (a line of `gfair why`)."""
 
     at: AwareDatetime
@@ -134,7 +131,7 @@ class Decision(_Record):
     rule: str | None = Field(default=None, description="The placement rule that decided")
 
 
-class Accounting(_Record):
+class Accounting(Record):
     """When the job ran and the GPU time it held, per generation (see the module's docstring)."""
 
     started_at: AwareDatetime | None = Field(default=None, description="When it first ran")
@@ -178,7 +175,7 @@ class Accounting(_Record):
         return totals
 
 
-class JobRecord(_Record):
+class JobRecord(Record):
     user: UserName
     job_id: JobId
     state: JobState
@@ -195,7 +192,7 @@ class JobRecord(_Record):
     reason: str | None = Field(default=None, description="Why it was rejected, failed, ...")
     created_at: AwareDatetime
     updated_at: AwareDatetime
-    decisions: tuple[Decision, ...] = ()
+    decisions: tuple[DecisionEntry, ...] = ()
     accounting: Accounting = Field(default_factory=Accounting)
     applied_event_ids: tuple[str, ...] = Field(
         default=(), description="Recently folded event ids (idempotency)"
@@ -283,7 +280,7 @@ class JobRecord(_Record):
     def with_decision(
         self, at: datetime, kind: str, text: str, rule: str | None = None
     ) -> JobRecord:
-        decisions = (*self.decisions, Decision(at=at, kind=kind, text=text, rule=rule))
+        decisions = (*self.decisions, DecisionEntry(at=at, kind=kind, text=text, rule=rule))
         return self.model_copy(
             update={"decisions": decisions[-MAX_DECISIONS:], "updated_at": max(at, self.updated_at)}
         )
@@ -438,7 +435,7 @@ class RecordBucket(Protocol):
     async def keys(self) -> list[str]: ...
 
 
-class StoredJob(_Record):
+class StoredJob(Record):
     record: JobRecord
     revision: int
 

@@ -6,13 +6,14 @@ any service that wants the inventory or the health of a node without replaying i
 
 from __future__ import annotations
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, Field
 
 from gfair.events.fields import JobRefs, NodeId, Reason
 from gfair.events.nodes import GpuInfo
 from gfair.events.reasons import FailureClass
 from gfair.events.states import NodeState
 from gfair.state.buckets import NODES
+from gfair.state.record import Record
 
 BUCKET = NODES.name
 # Enough to explain the last few hours of a node in `gfair nodes`, small enough for one KV value.
@@ -24,10 +25,8 @@ def node_key(node_id: str) -> str:
     return node_id
 
 
-class NodeFailureEntry(BaseModel):
+class NodeFailureEntry(Record):
     """One failure held against the node (counted by the quarantine policy)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
 
     time: AwareDatetime
     failure_class: FailureClass
@@ -36,19 +35,15 @@ class NodeFailureEntry(BaseModel):
     job_id: str | None = None
 
 
-class NodeTransition(BaseModel):
+class NodeTransition(Record):
     """A change of the node's state, with the reason the failure detector gave."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
 
     time: AwareDatetime
     state: NodeState
     reason: Reason
 
 
-class NodeRecord(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
+class NodeRecord(Record):
     node_id: NodeId
     state: NodeState
     state_since: AwareDatetime

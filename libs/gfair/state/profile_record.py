@@ -22,9 +22,10 @@ import hashlib
 import re
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gfair.events.fields import Bytes, Generation, GpuCount, JobId, Name, Seconds, UserName
+from gfair.state.record import Record
 
 GENERATIONS_KEY = "generations"
 _NOT_IN_KEY = re.compile(r"[^A-Za-z0-9-]+")
@@ -51,18 +52,14 @@ def job_profile_key(user: str, job_id: str) -> str:
     return f"job.{user}.{job_id}"
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class Measurement(_Record):
+class Measurement(Record):
     """An exponentially weighted mean of observed per-GPU rates on one generation."""
 
     rate: float = Field(ge=0, allow_inf_nan=False, description="Mini-batches/s per GPU")
     samples: int = Field(ge=1)
 
 
-class PublishedProfile(_Record):
+class PublishedProfile(Record):
     """The estimate last published in a `ProfileUpdated`, kept to throttle the next one."""
 
     rates: dict[Generation, float] = Field(description="Per-GPU mini-batches/s, all generations")
@@ -75,7 +72,7 @@ class PublishedProfile(_Record):
     cause_id: str | None = None
 
 
-class SwitchEstimate(_Record):
+class SwitchEstimate(Record):
     """The switch estimates last published in a `SwitchCostsUpdated` (medians; None: never
     measured), kept to throttle the next one and for `gfair job`."""
 
@@ -88,7 +85,7 @@ class SwitchEstimate(_Record):
     cause_id: str | None = None  # as `PublishedProfile.cause_id`
 
 
-class SwitchSamples(_Record):
+class SwitchSamples(Record):
     """A job's last measured switches of each kind, oldest first (the profiler keeps a few).
 
     `folded` names the reports folded in last: a redelivery of one is not counted again.
@@ -106,7 +103,7 @@ class SwitchSamples(_Record):
     published: SwitchEstimate | None = None
 
 
-class TypeProfileRecord(_Record):
+class TypeProfileRecord(Record):
     user: UserName
     job_type: Name | None = None
     measured: dict[Generation, Measurement] = Field(default_factory=dict)
@@ -114,7 +111,7 @@ class TypeProfileRecord(_Record):
     updated_at: datetime
 
 
-class JobProfileRecord(_Record):
+class JobProfileRecord(Record):
     user: UserName
     job_id: JobId
     job_type: Name | None = None
@@ -130,7 +127,7 @@ class JobProfileRecord(_Record):
     updated_at: datetime
 
 
-class GenerationsRecord(_Record):
+class GenerationsRecord(Record):
     generations: tuple[Generation, ...] = ()
     # The node registration that added the last ones (see `PublishedProfile.cause_id`).
     cause_id: str | None = None

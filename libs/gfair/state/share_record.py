@@ -19,23 +19,20 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gfair.events.fields import Generation, UserName
+from gfair.state.record import Record
 
 SHARES_KEY = "shares"
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class PoolShare(_Record):
+class PoolShare(Record):
     fair: float = Field(ge=0, description="GPUs of share without trading (ticket share)")
     entitled: float = Field(ge=0, description="GPUs of share after trading")
 
 
-class UserShare(_Record):
+class UserShare(Record):
     user: UserName
     tickets: float = Field(gt=0)
     jobs: int = Field(ge=0, description="Active (accepted, not finished) jobs")
@@ -70,7 +67,7 @@ class UserShare(_Record):
         return self.throughput_entitled / self.throughput_fair - 1.0
 
 
-class AccountShare(_Record):
+class AccountShare(Record):
     tickets: float = Field(gt=0)
     fair: float = Field(
         ge=0, description="GPUs of its subtree's ticket share (0 while nobody below is active)"
@@ -78,7 +75,7 @@ class AccountShare(_Record):
     demand: float = Field(default=0.0, ge=0, description="GPUs its users' active jobs ask")
 
 
-class TradeRecord(_Record):
+class TradeRecord(Record):
     buyer: UserName
     seller: UserName
     fast_pool: Generation
@@ -89,7 +86,7 @@ class TradeRecord(_Record):
     seller_bid: float
 
 
-class SharesRecord(_Record):
+class SharesRecord(Record):
     revision: int = Field(ge=0)
     computed_at: datetime
     trading: bool = True

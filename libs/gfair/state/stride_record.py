@@ -40,7 +40,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, Field, model_validator
 
 from gfair.events.fields import (
     Attempt,
@@ -57,6 +57,7 @@ from gfair.events.jobs import JobLaunch
 from gfair.events.states import NodeState
 from gfair.state.buckets import STRIDE, job_key, read_record
 from gfair.state.job_record import RecordBucket, StoredValue
+from gfair.state.record import Record
 
 STATE_KEY = "state"
 JOB_PREFIX = "job."
@@ -70,11 +71,7 @@ PARALLEL_PARTS = 256
 PARTS_LAYOUT = 2
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class ServerRecord(_Record):
+class ServerRecord(Record):
     """A registered node as split-stride knows it (folded from the node events)."""
 
     node_id: NodeId
@@ -89,21 +86,21 @@ class ServerRecord(_Record):
         return len(self.gpu_indices)
 
 
-class Phase(StrEnum):
+class ResidencyPhase(StrEnum):
     STARTING = "starting"  # a StartCommand was sent
     RUNNING = "running"  # the node said it started (or resumed)
     SUSPENDING = "suspending"  # a SuspendCommand was sent; the node has not confirmed it yet
 
     @property
     def holds_gpus(self) -> bool:
-        return self is not Phase.SUSPENDING
+        return self is not ResidencyPhase.SUSPENDING
 
 
-class Residency(_Record):
+class Residency(Record):
     """Where split-stride last told a job to run, until the node lets it go."""
 
     node_id: NodeId
-    phase: Phase
+    phase: ResidencyPhase
     attempt: Attempt
     gpu_indices: tuple[GpuIndex, ...]
     since: AwareDatetime
@@ -122,7 +119,7 @@ class Residency(_Record):
     )
 
 
-class SwitchMeasurements(_Record):
+class SwitchMeasurements(Record):
     """A job's measured switches as the profiler last published them (`SwitchCostsUpdated`):
     what split-stride charges it for a resume and a move (`gfair.core.switch_costs`)."""
 
@@ -132,7 +129,7 @@ class SwitchMeasurements(_Record):
     cold_start_s: Seconds | None = None
 
 
-class Parked(_Record):
+class ParkedPlace(Record):
     """Where a job's process waits parked in place, holding no GPU: its node, and the GPUs it
     resumes on (none in particular for a prepared start)."""
 
@@ -140,7 +137,7 @@ class Parked(_Record):
     gpu_indices: tuple[GpuIndex, ...] = ()
 
 
-class StrideJob(_Record):
+class StrideJob(Record):
     user: UserName
     job_id: JobId
     gpus: GpuCount
@@ -170,7 +167,7 @@ class StrideJob(_Record):
         default=None, description="Its measured switch costs; None: the operator's until measured"
     )
     prepare: bool = Field(default=False, description="It opted in to prepared starts")
-    parked: Parked | None = Field(default=None, description="Where its process waits parked")
+    parked: ParkedPlace | None = Field(default=None, description="Where its process waits parked")
     coming_up_until: AwareDatetime | None = Field(
         default=None, description="It gets no GPUs until its prepared start parks, or until then"
     )
@@ -210,7 +207,7 @@ class StrideJob(_Record):
         return next((r for r in self.residency if r.node_id == node_id), None)
 
 
-class StrideUser(_Record):
+class StrideUser(Record):
     """A user's account with the decision kernel (`gfair.core.kernel.UserState`)."""
 
     seq: int = Field(ge=0, description="Arrival order of the user")
@@ -219,12 +216,12 @@ class StrideUser(_Record):
     )
 
 
-class TypeProfile(_Record):
+class TypeProfile(Record):
     job_type: Name | None = None
     rates: dict[Generation, float]
 
 
-class StrideRecord(_Record):
+class StrideRecord(Record):
     epoch: str = Field(description="Made when the record is first written; seeds tick event ids")
     quantum: int = Field(default=0, ge=0, description="The next quantum to decide")
     last_tick_at: AwareDatetime | None = None
@@ -276,7 +273,7 @@ class StrideRecord(_Record):
         return cls(epoch=epoch, usage_since=now, updated_at=now)
 
 
-class StoredStride(_Record):
+class StoredStride(Record):
     record: StrideRecord
     revision: int
 
@@ -396,7 +393,7 @@ async def save_stride(
     return StoredStride(record=stored, revision=revision)
 
 
-class _Log(_Record):
+class _Log(Record):
     """One chunk of a batch's redo log: each changed part's new value, None if deleted."""
 
     commit: int

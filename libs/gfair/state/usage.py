@@ -23,7 +23,7 @@ HOUR_S = 3600.0
 
 
 @dataclass(frozen=True)
-class JobAccount:
+class HistoryLine:
     """One line of `gfair history`."""
 
     user: str
@@ -57,8 +57,8 @@ class JobAccount:
         return sum(self.gpu_hours.values()) * HOUR_S / self.gpus if self.gpus else 0.0
 
 
-def account(record: JobRecord, now: datetime) -> JobAccount:
-    return JobAccount(
+def account(record: JobRecord, now: datetime) -> HistoryLine:
+    return HistoryLine(
         user=record.user,
         job_id=record.job_id,
         state=record.state,

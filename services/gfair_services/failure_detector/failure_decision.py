@@ -11,7 +11,6 @@ import hashlib
 from datetime import datetime
 
 from gfair.core.failure import Classification
-from gfair.core.failure import FailureClass as CoreFailureClass
 from gfair.core.retry import RetryPolicy, decide
 from gfair.events.fields import MAX_ATTEMPTS, MAX_STDERR_TAIL_CHARS
 from gfair.events.jobs import JobCompleted, JobExited, JobFailed, JobRetried
@@ -25,9 +24,10 @@ from gfair.state.job_failures import (
 )
 from gfair_services.failure_detector.change import Change
 
-_CORE_CLASSES = frozenset(kind.value for kind in CoreFailureClass)
 # The classes a run's failure is put in (`decide_failure`), in the order the core lists them.
-FAILURE_CLASSES = tuple(k.value for k in CoreFailureClass if k is not CoreFailureClass.SUCCESS)
+FAILURE_CLASSES = tuple(
+    k.value for k in FailureClass if k not in (FailureClass.SUCCESS, FailureClass.CANCELLED)
+)
 # A job that ends no longer runs anywhere.
 _STOPPED: dict[str, object] = {"running_on": None, "running_since": None}
 
@@ -50,15 +50,10 @@ def decide_failure(
 
     `exit` is None when the run did not end by itself (it hung and is being killed).
     """
-    kind = FailureClass(classification.kind.value)
-    if classification.kind is CoreFailureClass.SUCCESS:
+    kind = classification.kind
+    if kind is FailureClass.SUCCESS:
         return _completed(record, classification, node_id, now, exit)
-    retries = {
-        CoreFailureClass(past.value): count
-        for past, count in record.retries.items()
-        if past.value in _CORE_CLASSES
-    }
-    decision = decide(classification, retries, policy, seed=job_seed(record.key))
+    decision = decide(classification, record.retries, policy, seed=job_seed(record.key))
     retry, reason = decision.retry, decision.reason
     if retry and record.max_retries is not None and record.total_retries >= record.max_retries:
         retry = False

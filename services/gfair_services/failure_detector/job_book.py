@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gfair.core.failure import Classification, ExitFacts, classify
-from gfair.core.failure import FailureClass as CoreFailureClass
 from gfair.core.retry import RetryPolicy
 from gfair.events.commands import KillCommand
 from gfair.events.fields import JobRef
@@ -291,7 +290,7 @@ class JobBook:
         )
         change = decide_failure(record, classification, data.node_id, now, self._policy, exit=data)
         entry = None
-        if classification.kind is CoreFailureClass.INFRASTRUCTURE:
+        if classification.kind is FailureClass.INFRASTRUCTURE:
             entry = NodeFailureEntry(
                 time=now,
                 failure_class=FailureClass.INFRASTRUCTURE,
@@ -368,7 +367,7 @@ class JobBook:
                 attempt=record.attempt,
                 reason=reason,
             )
-            classification = Classification(CoreFailureClass.INFRASTRUCTURE, reason, "hang")
+            classification = Classification(FailureClass.INFRASTRUCTURE, reason, "hang")
             decided = decide_failure(record, classification, node_id, now, self._policy, exit=None)
             started = record.running_since.isoformat() if record.running_since else "-"
             hangs.append(

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from gfair.core.failure import FailureClass as CoreFailureClass
 from gfair.core.health import (
     HeartbeatPolicy,
     Liveness,
@@ -48,8 +47,6 @@ from gfair.state.node_record import (
     NodeTransition,
 )
 from gfair_services.failure_detector.change import NO_CHANGE, Change
-
-_CORE_CLASSES = frozenset(kind.value for kind in CoreFailureClass)
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,11 +325,10 @@ class NodeBook:
                 NodeFailure(
                     node_id=record.node_id,
                     time=f.time.timestamp(),
-                    kind=CoreFailureClass(f.failure_class.value),
+                    kind=f.failure_class,
                     job_id=f.job_id or "",
                 )
                 for f in recent
-                if f.failure_class.value in _CORE_CLASSES
             ),
             now.timestamp(),
             self._quarantine,

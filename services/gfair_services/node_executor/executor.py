@@ -48,7 +48,7 @@ from gfair.events.reasons import SuspendReason
 from gfair.events.subjects import node_commands_pattern, stream_for_subject
 from gfair.node import device_program
 from gfair.node.discovery import open_gpus
-from gfair.node.gpu import GpuBackend, GpuSample, XidError
+from gfair.node.gpu import GpuBackend, GpuReading, XidError
 from gfair.node.job_account import JobAccount, check_distinct, owners_of
 from gfair.node.job_cgroup import AUTO, CgroupError, CgroupTree, locate, tenant_directory
 from gfair.node.job_host import JobHost, ProcessHost
@@ -392,7 +392,7 @@ class NodeExecutor:
             return []
         return [Emit(NodeTelemetry(node_id=self.node_id, gpus=gpus), traced=False)]
 
-    def _record_utilization(self, samples: Sequence[GpuSample]) -> None:
+    def _record_utilization(self, samples: Sequence[GpuReading]) -> None:
         gauge = gfair_metrics().gpu_utilization
         for sample in samples:
             gpu = self._inventory.get(sample.index)
@@ -415,7 +415,7 @@ class NodeExecutor:
         for generation, count in busy.items():
             gfair_metrics().gpus_busy.set(count, {"node": self.node_id, "generation": generation})
 
-    def _read_gpus(self, busy: frozenset[int]) -> tuple[list[GpuSample], list[XidError]]:
+    def _read_gpus(self, busy: frozenset[int]) -> tuple[list[GpuReading], list[XidError]]:
         return self._gpus.sample(busy), self._gpus.poll_xid_errors()
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import structlog
 
 from gfair.events import nodes as events
-from gfair.node.gpu import GpuInfo, GpuSample, XidError
+from gfair.node.gpu import GpuDevice, GpuReading, XidError
 
 _log = structlog.get_logger("gfair.services.node_executor")
 # Hours of XIDs even on a sick node; older ones cannot be tied to a running job anyway.
@@ -22,7 +22,7 @@ _XIDS_KEPT = 4096
 _XID_SLACK_S = 1.0
 
 
-def inventory_event(gpus: Sequence[GpuInfo]) -> tuple[events.GpuInfo, ...]:
+def inventory_event(gpus: Sequence[GpuDevice]) -> tuple[events.GpuInfo, ...]:
     return tuple(
         events.GpuInfo(
             index=gpu.index,
@@ -36,7 +36,7 @@ def inventory_event(gpus: Sequence[GpuInfo]) -> tuple[events.GpuInfo, ...]:
 
 
 def telemetry_samples(
-    samples: Iterable[GpuSample], xids: Mapping[int, Sequence[int]]
+    samples: Iterable[GpuReading], xids: Mapping[int, Sequence[int]]
 ) -> tuple[events.GpuSample, ...]:
     """Samples of the GPUs that could be read; a reading the device does not support is 0."""
     out = []
@@ -59,7 +59,7 @@ def telemetry_samples(
 
 
 class XidLog:
-    def __init__(self, inventory: Sequence[GpuInfo]) -> None:
+    def __init__(self, inventory: Sequence[GpuDevice]) -> None:
         self._index_of = {gpu.uuid: gpu.index for gpu in inventory}
         self._seen: deque[tuple[int | None, int, float]] = deque(maxlen=_XIDS_KEPT)
         self._unreported: list[tuple[int | None, int]] = []

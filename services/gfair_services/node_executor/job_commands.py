@@ -52,7 +52,7 @@ from gfair.events.commands import (
 from gfair.events.envelope import Envelope
 from gfair.events.fields import JobRef
 from gfair.events.reasons import SuspendReason
-from gfair.node.gpu import GpuInfo
+from gfair.node.gpu import GpuDevice
 from gfair_services.node_executor.event_sink import EventSink, count_migration, count_suspend
 from gfair_services.node_executor.local_job import LocalJob, RunStatus, RunTable
 from gfair_services.node_executor.run_control import RunControl
@@ -81,7 +81,7 @@ class JobCommands:
     def __init__(
         self,
         settings: NodeExecutorSettings,
-        inventory: Mapping[int, GpuInfo],
+        inventory: Mapping[int, GpuDevice],
         runs: RunTable,
         sink: EventSink,
         control: RunControl,

@@ -13,7 +13,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from gfair.events.fields import JobRef
 from gfair.events.jobs import JobSuspended
 from gfair.events.reasons import SuspendReason
-from gfair.node.lifecycle import JobExited, SuspendResult
+from gfair.node.lifecycle import ExitReport, SuspendResult
 from gfair.sdk.checkpoint import checkpoint_bytes
 
 
@@ -90,7 +90,7 @@ class LocalJob:
         """Its process lives: running, parked in place, or a prepared start not yet parked."""
         return self.status in (RunStatus.RUNNING, RunStatus.PARKED, RunStatus.PREPARING)
 
-    def end_span(self, ended: JobExited) -> None:
+    def end_span(self, ended: ExitReport) -> None:
         """Close the run's span with how it ended; later calls do nothing."""
         span, self.span = self.span, None
         if span is None:

@@ -50,15 +50,15 @@ class ReportRelay:
 
     async def __call__(self, user: str, report: lifecycle.JobEvent) -> None:
         run = self._runs.get(JobRef(user=user, job_id=report.job_id))
-        if isinstance(report, lifecycle.JobProgress):
+        if isinstance(report, lifecycle.ProgressReport):
             await self._progress(user, run, report)
-        elif isinstance(report, lifecycle.JobCheckpointed):
+        elif isinstance(report, lifecycle.CheckpointReport):
             await self._checkpointed(user, run, report)
         else:
             await self._exited(user, run, report)
 
     async def _progress(
-        self, user: str, run: LocalJob | None, report: lifecycle.JobProgress
+        self, user: str, run: LocalJob | None, report: lifecycle.ProgressReport
     ) -> None:
         if run is None or not run.running or report.rate_per_s is None:
             return  # no rate yet (two reports make one), or a run already over
@@ -96,7 +96,7 @@ class ReportRelay:
         )
 
     async def _checkpointed(
-        self, user: str, run: LocalJob | None, report: lifecycle.JobCheckpointed
+        self, user: str, run: LocalJob | None, report: lifecycle.CheckpointReport
     ) -> None:
         checkpoint = report.checkpoint
         if run is not None:
@@ -114,7 +114,7 @@ class ReportRelay:
             key=f"{self._node_id}/checkpoint/{checkpoint.path}",
         )
 
-    async def _exited(self, user: str, run: LocalJob | None, report: lifecycle.JobExited) -> None:
+    async def _exited(self, user: str, run: LocalJob | None, report: lifecycle.ExitReport) -> None:
         # The XID that killed a job is usually raised as it dies: look now, not at the next
         # telemetry sample.
         self._xids.add(self._gpus.poll_xid_errors())
@@ -148,7 +148,7 @@ class ReportRelay:
                 run.exit_handled.set()
 
     async def _report_exit(
-        self, user: str, run: LocalJob | None, report: lifecycle.JobExited
+        self, user: str, run: LocalJob | None, report: lifecycle.ExitReport
     ) -> None:
         gpus = run.gpu_indices if run is not None else ()
         started = run.started_at if run is not None else report.time - report.duration_s

@@ -27,7 +27,7 @@ from gfair.events.envelope import Envelope
 from gfair.events.fields import MAX_STDERR_TAIL_CHARS, JobRef
 from gfair.events.reasons import SuspendReason
 from gfair.node import lifecycle
-from gfair.node.gpu import GpuInfo
+from gfair.node.gpu import GpuDevice
 from gfair.node.job_host import JobHost
 from gfair.node.job_runner import JobStartError
 from gfair.node.launch import CheckpointRef, RunSpec
@@ -49,7 +49,7 @@ class RunControl:
     def __init__(
         self,
         settings: NodeExecutorSettings,
-        inventory: Mapping[int, GpuInfo],
+        inventory: Mapping[int, GpuDevice],
         runs: RunTable,
         sink: EventSink,
         supervisors: UserSupervisors,

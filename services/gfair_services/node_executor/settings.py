@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gfair.core.cluster import parse_cluster_spec
+from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.events.fields import TOKEN_REGEX
 from gfair.node.job_account import (
     DEFAULT_JOB_UID_BASE,
@@ -109,7 +110,7 @@ class NodeExecutorSettings(BaseSettings):
         default=5.0, gt=0, description="Between SIGTERM and SIGKILL when a job must stop"
     )
     quantum_s: float = Field(
-        default=60.0,
+        default=DEFAULT_QUANTUM_S,
         gt=0,
         description="The scheduler's quantum (split-stride's GFAIR_QUANTUM_S): how often a job "
         "reports its progress follows it, unless progress_interval_s says",

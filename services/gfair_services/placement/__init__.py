@@ -1,6 +1,8 @@
 """The placement service: admission and the job records."""
 
 from .service import PlacementService, build_service
-from .settings import Settings
+from .settings import PlacementSettings
 
-__all__ = ["PlacementService", "Settings", "build_service"]
+Settings = PlacementSettings  # what `gfair service` looks up
+
+__all__ = ["PlacementService", "PlacementSettings", "Settings", "build_service"]

@@ -3,7 +3,7 @@ to a submission the event contract refuses.
 
 The event contract bounds every field; a payload that breaks it never reaches a handler (the
 runtime refuses it, calls `answer_invalid_submission`, then dead-letters it). The limits here
-are the operator's tighter ones (`Settings.max_job_gpus` and friends), refused with
+are the operator's tighter ones (`PlacementSettings.max_job_gpus` and friends), refused with
 `limit_exceeded`.
 """
 
@@ -20,7 +20,7 @@ from gfair.events.reasons import RejectionCode
 from gfair.events.subjects import SubjectError, parse_submit_subject, validate_token
 from gfair.events.submission import JobSubmitted
 
-from .settings import Settings
+from .settings import PlacementSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,9 @@ class Refusal:
     reason: str
 
 
-def check_submission(data: JobSubmitted, subject_user: str, settings: Settings) -> Refusal | None:
+def check_submission(
+    data: JobSubmitted, subject_user: str, settings: PlacementSettings
+) -> Refusal | None:
     if data.user != subject_user:
         return Refusal(
             RejectionCode.USER_MISMATCH,
@@ -62,7 +64,7 @@ def check_submission(data: JobSubmitted, subject_user: str, settings: Settings) 
     return None
 
 
-def check_pending(user: str, unfinished: int, settings: Settings) -> Refusal | None:
+def check_pending(user: str, unfinished: int, settings: PlacementSettings) -> Refusal | None:
     """Refuse a new job of `user` when it already has `settings.max_pending_jobs` unfinished.
 
     Untrusted tenants could otherwise queue without bound: every queued job costs the

@@ -11,7 +11,7 @@ from gfair.state.job_record import JobRecord, StoredJob
 from gfair_services.retention import EndedJobs
 
 
-class JobBook:
+class LiveJobs:
     def __init__(self) -> None:
         self._jobs: dict[str, StoredJob] = {}
         self._per_user: Counter[str] = Counter()

@@ -53,7 +53,7 @@ from gfair.bus.service import Emit, Service
 from gfair.bus.topology import consumer_for
 from gfair.bus.tracing import current_traceparent
 from gfair.bus.transport import BusError
-from gfair.core.dependencies import Eligibility, Outcome, Readiness, eligibility
+from gfair.core.dependencies import DependencyOutcome, Eligibility, Readiness, eligibility
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand
 from gfair.events.envelope import Clock, Envelope, EventData, utc_now
@@ -85,9 +85,9 @@ from gfair_services.profiler.seed import seed_table
 from gfair_services.topology import cluster_topology
 
 from .admission import Refusal, answer_invalid_submission, check_pending, check_submission
-from .book import JobBook
+from .book import LiveJobs
 from .feasibility import unsatisfiable
-from .settings import Settings
+from .settings import PlacementSettings
 
 SERVICE_NAME = "placement"
 
@@ -111,12 +111,12 @@ _tracer = trace.get_tracer("gfair.placement")
 
 class PlacementService:
     def __init__(
-        self, settings: Settings, estimator: ThroughputEstimator, clock: Clock = utc_now
+        self, settings: PlacementSettings, estimator: ThroughputEstimator, clock: Clock = utc_now
     ) -> None:
         self.settings = settings
         self.estimator = estimator
         self.clock = clock
-        self.book = JobBook()
+        self.book = LiveJobs()
         self.inventory = NodeInventory()
         self._lock = asyncio.Lock()
         self._kv: KeyValue | None = None
@@ -372,17 +372,20 @@ class PlacementService:
             self._dependents.setdefault(job_key(record.user, dependency), set()).add(record.key)
 
     async def _outcomes(
-        self, user: str, job_ids: Sequence[str], known: Mapping[str, Outcome] | None = None
-    ) -> dict[str, Outcome]:
+        self,
+        user: str,
+        job_ids: Sequence[str],
+        known: Mapping[str, DependencyOutcome] | None = None,
+    ) -> dict[str, DependencyOutcome]:
         """What is known of `user`'s jobs `job_ids` (absent: no such job), `known` first."""
-        outcomes: dict[str, Outcome] = {}
+        outcomes: dict[str, DependencyOutcome] = {}
         for job_id in job_ids:
             if known is not None and job_id in known:
                 outcomes[job_id] = known[job_id]
                 continue
             stored = self.book.get(job_key(user, job_id)) or await load_job(self.kv, user, job_id)
             if stored is not None:
-                outcomes[job_id] = _OUTCOMES.get(stored.record.state, Outcome.PENDING)
+                outcomes[job_id] = _OUTCOMES.get(stored.record.state, DependencyOutcome.PENDING)
         return outcomes
 
     async def _decide_dependents(self, ended: JobRecord, envelope: Envelope) -> list[Emit]:
@@ -544,10 +547,10 @@ def _duplicate(existing: JobRecord) -> Emit:
 
 # What a dependency's record state says of it; a live state is pending.
 _OUTCOMES = {
-    JobState.COMPLETED: Outcome.COMPLETED,
-    JobState.FAILED: Outcome.FAILED,
-    JobState.CANCELLED: Outcome.CANCELLED,
-    JobState.REJECTED: Outcome.REJECTED,
+    JobState.COMPLETED: DependencyOutcome.COMPLETED,
+    JobState.FAILED: DependencyOutcome.FAILED,
+    JobState.CANCELLED: DependencyOutcome.CANCELLED,
+    JobState.REJECTED: DependencyOutcome.REJECTED,
 }
 
 
@@ -638,8 +641,8 @@ def _cancel_outputs(record: JobRecord) -> list[Emit]:
     return outputs
 
 
-def build_service(settings: Settings | None = None) -> Service:
-    settings = settings or Settings()
+def build_service(settings: PlacementSettings | None = None) -> Service:
+    settings = settings or PlacementSettings()
     return PlacementService(
         settings, ThroughputEstimator(seed_table(settings.throughputs))
     ).service()

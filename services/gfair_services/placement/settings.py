@@ -20,7 +20,7 @@ def _names(value: object) -> object:
     return value
 
 
-class Settings(TenantSettings, TopologySettings, RetentionSettings):
+class PlacementSettings(TenantSettings, TopologySettings, RetentionSettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
     max_job_gpus: int = Field(

@@ -1,4 +1,4 @@
-"""Split-stride's state machine (`gfair.core.split_stride`) to and from the `StrideRecord` kept in
+"""Split-stride's state machine (`gfair.core.scheduler`) to and from the `StrideRecord` kept in
 `gfair_stride`: times in seconds since the epoch in the machine, aware datetimes in the record;
 the node inventory and the ids of the events applied, which the machine does not hold, beside.
 
@@ -15,23 +15,21 @@ from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 
 from gfair.core.kernel import UserState
-from gfair.core.split_stride import Job, Launch, Node, Phase, Saved, SplitStride, Stay
-from gfair.core.split_stride.residency import Switches
+from gfair.core.scheduler import Launch, Node, Phase, Saved, SchedulerJob, SplitStride, Stay
+from gfair.core.scheduler.residency import Switches
 from gfair.core.switch_costs import MeasuredSwitches
 from gfair.events.jobs import JobLaunch
 from gfair.state.profile_record import type_key
 from gfair.state.stride_record import (
-    Parked,
+    ParkedPlace,
     Residency,
+    ResidencyPhase,
     ServerRecord,
     StrideJob,
     StrideRecord,
     StrideUser,
     SwitchMeasurements,
     TypeProfile,
-)
-from gfair.state.stride_record import (
-    Phase as RecordPhase,
 )
 from gfair_services.inventory import NodeEntry, NodeInventory
 
@@ -201,7 +199,7 @@ def _stay(record: Residency) -> Stay:
 def _residency(stay: Stay) -> Residency:
     return Residency(
         node_id=stay.node_id,
-        phase=RecordPhase(stay.phase.value),
+        phase=ResidencyPhase(stay.phase.value),
         attempt=stay.attempt,
         gpu_indices=stay.gpu_indices,
         since=moment(stay.since),
@@ -233,9 +231,9 @@ def _entry(record: ServerRecord) -> NodeEntry:
     )
 
 
-def _job(record: StrideJob) -> Job:
+def _job(record: StrideJob) -> SchedulerJob:
     switches = record.switches
-    return Job(
+    return SchedulerJob(
         user=record.user,
         job_id=record.job_id,
         gpus=record.gpus,
@@ -269,7 +267,7 @@ def _job(record: StrideJob) -> Job:
     )
 
 
-def _record(job: Job) -> StrideJob:
+def _record(job: SchedulerJob) -> StrideJob:
     switches = job.switches
     return StrideJob(
         user=job.user,
@@ -290,7 +288,7 @@ def _record(job: Job) -> StrideJob:
         prepare=job.prepare,
         parked=None
         if job.parked is None
-        else Parked(node_id=job.parked[0], gpu_indices=job.parked[1]),
+        else ParkedPlace(node_id=job.parked[0], gpu_indices=job.parked[1]),
         prepared_unproven=job.prepared_unproven,
         coming_up_until=None if job.coming_up_until is None else moment(job.coming_up_until),
         launch=None

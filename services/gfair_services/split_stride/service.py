@@ -1,5 +1,5 @@
 """The split-stride service: owns time, and carries out what the split-stride state machine
-(`gfair.core.split_stride`) decides. It decides nothing itself: it turns the events it consumes
+(`gfair.core.scheduler`) decides. It decides nothing itself: it turns the events it consumes
 into the machine's inputs, and the machine's plans into commands.
 
 Consumers (durable, one worker each):
@@ -68,7 +68,7 @@ from gfair.bus.service import Emit, Service
 from gfair.bus.topology import consumer_for
 from gfair.bus.tracing import current_traceparent
 from gfair.bus.transport import BusError, PubAck
-from gfair.core.split_stride import (
+from gfair.core.scheduler import (
     Admitted,
     Ended,
     EntitlementsPublished,
@@ -96,8 +96,8 @@ from gfair.core.split_stride import (
     TypeProfiled,
     Unstartable,
 )
-from gfair.core.split_stride import Event as MachineEvent
-from gfair.core.split_stride import JobEvent as MachineJobEvent
+from gfair.core.scheduler import Event as MachineEvent
+from gfair.core.scheduler import JobEvent as MachineJobEvent
 from gfair.core.switch_costs import MeasuredSwitches
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import (
@@ -151,7 +151,7 @@ from gfair_services.profiler.seed import seed_table
 from gfair_services.topology import cluster_topology
 
 from . import record
-from .settings import Settings
+from .settings import SplitStrideSettings
 
 SERVICE_NAME = "split-stride"
 
@@ -185,11 +185,11 @@ _tracer = trace.get_tracer("gfair.split_stride")
 
 class SplitStrideService:
     def __init__(
-        self, settings: Settings, clock: Clock = utc_now, journal: Journal | None = None
+        self, settings: SplitStrideSettings, clock: Clock = utc_now, journal: Journal | None = None
     ) -> None:
         self.settings = settings
         self.clock = clock
-        # Every input the state machine is given and its outcome (`gfair.core.split_stride`'s
+        # Every input the state machine is given and its outcome (`gfair.core.scheduler`'s
         # journal), for a replay of a live run; a reload starts the machine from the record.
         self.journal = journal
         self._lock = asyncio.Lock()
@@ -832,8 +832,8 @@ def _stop(stop: Stop, grace_s: float) -> KillCommand | SuspendCommand:
     )
 
 
-def build_service(settings: Settings | None = None, clock: Clock = utc_now) -> Service:
-    return SplitStrideService(settings or Settings(), clock).service()
+def build_service(settings: SplitStrideSettings | None = None, clock: Clock = utc_now) -> Service:
+    return SplitStrideService(settings or SplitStrideSettings(), clock).service()
 
 
 def _admitted_launch(admission: JobAccepted) -> JobLaunch:

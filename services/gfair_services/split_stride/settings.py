@@ -8,7 +8,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from gfair.core.split_stride import Config
+from gfair.core.kernel import DEFAULT_QUANTUM_S
+from gfair.core.scheduler import SchedulerConfig
 from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
@@ -21,10 +22,12 @@ from gfair_services.topology import TopologySettings
 MIN_YIELD_GRACE_S = 2.0
 
 
-class Settings(TenantSettings, TopologySettings):
+class SplitStrideSettings(TenantSettings, TopologySettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
-    quantum_s: float = Field(default=60.0, gt=0, description="Length of a time-slice quantum")
+    quantum_s: float = Field(
+        default=DEFAULT_QUANTUM_S, gt=0, description="Length of a time-slice quantum"
+    )
     checkpoint_root: Path = Field(
         default=Path("/tmp/gfair/checkpoints"),
         description="Root shared by every node; a job checkpoints in <root>/<user>/<job_id>",
@@ -85,9 +88,9 @@ class Settings(TenantSettings, TopologySettings):
             return self.yield_grace_s
         return max(MIN_YIELD_GRACE_S, self.quantum_s / 4)
 
-    def machine_config(self) -> Config:
-        """What the state machine (`gfair.core.split_stride`) is configured with."""
-        return Config(
+    def machine_config(self) -> SchedulerConfig:
+        """What the state machine (`gfair.core.scheduler`) is configured with."""
+        return SchedulerConfig(
             quantum_s=self.quantum_s,
             operator_costs=SwitchCosts(
                 resume_s=self.resume_cost_s, migration_s=self.migration_cost_s

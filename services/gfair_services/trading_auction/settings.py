@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from gfair.core.scheduler_config import SchedulerConfig
+from gfair.core.scheduler import SchedulerConfig
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
 
@@ -29,7 +29,7 @@ class TradingAuctionSettings(TenantSettings, TopologySettings):
         description="Least relative gain a seller must make on a trade (docs/design.md §2.5)",
     )
     quantum_s: float = Field(
-        default=60.0,
+        default=_DEFAULTS.quantum_s,
         gt=0,
         description="Split-stride's quantum (the same setting): in the shares file's decayed "
         "mode the auction reads split-stride's usage twice a quantum",

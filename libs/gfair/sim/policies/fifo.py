@@ -13,7 +13,7 @@ from collections import deque
 
 from gfair.core.cluster import Cluster
 from gfair.sim.policies.occupancy import Occupancy, RunningJobs
-from gfair.sim.policy import UNTIL_NEXT_EVENT, Admission, Decision
+from gfair.sim.policy import UNTIL_NEXT_EVENT, Admission, PolicyDecision
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
 
@@ -40,7 +40,7 @@ class Fifo:
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         """Speeds are known up front; measurements change nothing here."""
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         while self._queue:
             head = self._queue[0]
             generations = self._speeds.ranked(head.job_type, self._generations)
@@ -49,7 +49,7 @@ class Fifo:
                 break
             self._queue.popleft()
             self._running.start(head.id, placement)
-        return Decision(runs=self._running.runs)
+        return PolicyDecision(runs=self._running.runs)
 
     def quiet_until(self, now: float) -> float:
         return UNTIL_NEXT_EVENT

@@ -67,12 +67,12 @@ from highspy._core import _Highs
 from numpy.typing import NDArray
 
 from gfair.core.cluster import Cluster, generation_rank
-from gfair.sim.policies.occupancy import Occupancy, Placement
-from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Admission, Decision
+from gfair.sim.policies.occupancy import Holding, Occupancy
+from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Admission, PolicyDecision
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
 
-__all__ = ["Allocation", "MaxMinConfig", "MaxMinFairness", "max_min_allocation"]
+__all__ = ["MaxMinConfig", "MaxMinFairness", "MaxMinSolution", "max_min_allocation"]
 
 FloatArray = NDArray[np.float64]
 
@@ -91,7 +91,7 @@ class MaxMinConfig:
 
 
 @dataclass(frozen=True)
-class Allocation:
+class MaxMinSolution:
     """A solved program: `x[k][g]` per class and generation, `t` the max-min value."""
 
     x: FloatArray
@@ -108,7 +108,7 @@ def max_min_allocation(
     *,
     pareto: bool = True,
     solver: _Highs | None = None,
-) -> Allocation:
+) -> MaxMinSolution:
     """Solve the program of the module docstring over job classes.
 
     `speed` and `held` are (classes x generations): speed of one job of the class and the GPUs
@@ -118,7 +118,7 @@ def max_min_allocation(
     """
     classes, generations = speed.shape
     if classes == 0:
-        return Allocation(np.zeros((0, generations)), 0.0)
+        return MaxMinSolution(np.zeros((0, generations)), 0.0)
     jobs = float(count.sum())
     weight = weight * jobs / float((weight * count).sum())  # mean 1 over jobs
     fits = (speed > 0) & (held > 0) & (held <= capacity[np.newaxis, :])
@@ -131,7 +131,7 @@ def max_min_allocation(
     rows_k, cols_g = np.nonzero(fits & present[:, np.newaxis])  # row-major: by class, then g
     variables = len(rows_k)
     if variables == 0:
-        return Allocation(np.zeros_like(speed), 0.0)
+        return MaxMinSolution(np.zeros_like(speed), 0.0)
     # Rows: [0, K) r[k] - t >= 0; [K, 2K) time fractions <= 1; [2K, 2K + G) pool capacities.
     # Columns: one per fitting (class, generation), then t. Column-wise sparse matrix.
     index = np.empty((variables, 3), dtype=np.int32)
@@ -194,7 +194,7 @@ def max_min_allocation(
         # Else stage 1's optimum stands: it is feasible, only not Pareto-efficient.
     x = np.zeros_like(speed)
     x[rows_k, cols_g] = np.clip(values[:variables], 0.0, 1.0)
-    return Allocation(x, t)
+    return MaxMinSolution(x, t)
 
 
 def new_solver() -> _Highs:
@@ -223,7 +223,7 @@ def _solved(highs: _Highs) -> bool:
     return bool(highs.getModelStatus() == highspy.HighsModelStatus.kOptimal)
 
 
-class _Entry:
+class _MaxMinJob:
     __slots__ = ("cls", "held", "last", "row", "seq", "spec", "speed")
 
     def __init__(self, spec: TraceJob, seq: int, speed: list[float], held: list[int]) -> None:
@@ -233,7 +233,7 @@ class _Entry:
         self.held = held  # GPUs held per generation; 0 where it does not fit
         self.row = -1  # row in the round arrays, -1 until the first allocation
         self.cls = -1
-        self.last: Placement | None = None  # where it ran most recently
+        self.last: Holding | None = None  # where it ran most recently
 
 
 class MaxMinFairness:
@@ -258,12 +258,12 @@ class MaxMinFairness:
         self._capacity = np.array([float(pools[g]) for g in self._generations])
         self._servers = [cluster.by_generation(g) for g in self._generations]
         self._probe = Occupancy(cluster)  # for gang sizes only; never reserved
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, _MaxMinJob] = {}
         self._user_jobs: dict[str, int] = {}
         self._seq = 0
         self._changed = False
         # Round state, one row per active job as of the last allocation.
-        self._rows: list[_Entry] = []
+        self._rows: list[_MaxMinJob] = []
         self._x = np.zeros((0, len(self._generations)))
         self._received = np.zeros((0, len(self._generations)))
         self._deficit = np.zeros((0, len(self._generations)))
@@ -293,7 +293,7 @@ class MaxMinFairness:
                 held.append(need)
         if not any(held):
             return Admission(False, f"{job.gpus} GPUs do not fit any generation of the cluster")
-        self._entries[job.id] = _Entry(job, self._seq, speed, held)
+        self._entries[job.id] = _MaxMinJob(job, self._seq, speed, held)
         self._seq += 1
         self._user_jobs[job.user] = self._user_jobs.get(job.user, 0) + 1
         self._changed = True
@@ -310,12 +310,12 @@ class MaxMinFairness:
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         """Speeds are known up front (Gavel's oracle throughputs); measurements change nothing."""
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         if self._changed:
             self._allocate()
         if not self._rows:
             self._settled = True
-            return Decision(runs={})
+            return PolicyDecision(runs={})
         chosen = self._choose()
         placed = self._place(chosen)
         runs: dict[str, tuple[str, ...]] = {}
@@ -331,7 +331,7 @@ class MaxMinFairness:
         self._settled = len(placed) == len(self._rows) and all(
             self._x[row, column] >= _WHOLE for row, (column, _) in placed.items()
         )
-        return Decision(runs=runs)
+        return PolicyDecision(runs=runs)
 
     def quiet_until(self, now: float) -> float:
         # Otherwise the rounds time-slice, so any round may differ from the last.
@@ -445,11 +445,11 @@ class MaxMinFairness:
                 left -= need
         return chosen
 
-    def _place(self, chosen: dict[int, int]) -> dict[int, tuple[int, Placement]]:
+    def _place(self, chosen: dict[int, int]) -> dict[int, tuple[int, Holding]]:
         """Servers for the chosen rows: previous ones first, largest gangs first per pool."""
         occupancy = Occupancy(self._cluster)
         rows = self._rows
-        placed: dict[int, tuple[int, Placement]] = {}
+        placed: dict[int, tuple[int, Holding]] = {}
         failed = False
         by_column: dict[int, list[int]] = {}
         for row, column in chosen.items():
@@ -485,7 +485,7 @@ class MaxMinFairness:
             self._backfill(occupancy, placed)
         return placed
 
-    def _backfill(self, occupancy: Occupancy, placed: dict[int, tuple[int, Placement]]) -> None:
+    def _backfill(self, occupancy: Occupancy, placed: dict[int, tuple[int, Holding]]) -> None:
         """Fragmentation left a chosen gang without room: let the next jobs that fit use it."""
         rows = self._rows
         free = [sum(occupancy.free[s.id] for s in servers) for servers in self._servers]

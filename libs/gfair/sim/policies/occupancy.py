@@ -19,7 +19,7 @@ from gfair.core.cluster import Cluster
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class Holding:
     servers: tuple[str, ...]
     held: int  # GPUs held: the request on one server, every GPU of whole servers
     generation: str
@@ -67,7 +67,7 @@ class Occupancy:
                 break
         return held
 
-    def place(self, gpus: int, generations: Iterable[str]) -> Placement | None:
+    def place(self, gpus: int, generations: Iterable[str]) -> Holding | None:
         """Reserve GPUs for a gang on the first generation with room; None if none has."""
         for generation in generations:
             pool = self._pools.get(generation)
@@ -80,7 +80,7 @@ class Occupancy:
                 return placement
         return None
 
-    def take(self, servers: Sequence[str], gpus: int) -> Placement | None:
+    def take(self, servers: Sequence[str], gpus: int) -> Holding | None:
         """Reserve exactly `servers` for a gang (to keep a job where it is) if they are free."""
         pool = self._pool_of[servers[0]]
         if len(servers) == 1:
@@ -92,7 +92,7 @@ class Occupancy:
         self._reserve(placement)
         return placement
 
-    def release(self, placement: Placement) -> None:
+    def release(self, placement: Holding) -> None:
         if len(placement.servers) == 1:
             self._move(placement.servers[0], placement.held)
         else:
@@ -118,11 +118,11 @@ class Occupancy:
         return ()
 
     @staticmethod
-    def _placement(pool: _Pool, servers: tuple[str, ...], gpus: int) -> Placement:
+    def _placement(pool: _Pool, servers: tuple[str, ...], gpus: int) -> Holding:
         held = gpus if len(servers) == 1 else sum(pool.sizes[s] for s in servers)
-        return Placement(servers, held, pool.generation)
+        return Holding(servers, held, pool.generation)
 
-    def _reserve(self, placement: Placement) -> None:
+    def _reserve(self, placement: Holding) -> None:
         if len(placement.servers) == 1:
             self._move(placement.servers[0], -placement.held)
         else:
@@ -146,10 +146,10 @@ class Occupancy:
 
 
 class RunningJobs:
-    """Which job holds which placement, and the per-server view a `Decision` needs."""
+    """Which job holds which placement, and the per-server view a `PolicyDecision` needs."""
 
     def __init__(self) -> None:
-        self.placements: dict[str, Placement] = {}
+        self.placements: dict[str, Holding] = {}
         self.runs: dict[str, tuple[str, ...]] = {}
 
     def __contains__(self, job_id: object) -> bool:
@@ -158,14 +158,14 @@ class RunningJobs:
     def __len__(self) -> int:
         return len(self.placements)
 
-    def start(self, job_id: str, placement: Placement) -> None:
+    def start(self, job_id: str, placement: Holding) -> None:
         if job_id in self.placements:
             raise ValueError(f"job {job_id} is already running")
         self.placements[job_id] = placement
         for server in placement.servers:
             self.runs[server] = (*self.runs.get(server, ()), job_id)
 
-    def stop(self, job_id: str) -> Placement:
+    def stop(self, job_id: str) -> Holding:
         placement = self.placements.pop(job_id)
         for server in placement.servers:
             remaining = tuple(other for other in self.runs[server] if other != job_id)

@@ -1,7 +1,7 @@
 """The paper's split stride as a baseline (Gandiva_fair, EuroSys 2020; docs/design.md §2.3).
 
 Jobs live on servers and time-slice there, as the paper describes, with
-`gfair.core.paper_split_stride.SplitStride`:
+`gfair.sim.baselines.paper_split_stride.PerServerStride`:
 
 - **Tickets.** A user's tickets are split equally among its active jobs, again as its jobs
   arrive and end.
@@ -34,8 +34,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from gfair.core.cluster import Cluster, Server
-from gfair.core.paper_split_stride import SplitStride
-from gfair.sim.policy import EVERY_QUANTUM, Admission, Decision
+from gfair.sim.baselines.paper_split_stride import PerServerStride
+from gfair.sim.policy import EVERY_QUANTUM, Admission, PolicyDecision
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
 
@@ -64,7 +64,7 @@ class PaperSplitStride:
         self._tickets = tickets
         self._default_tickets = default_tickets
         self._balance = balance or BalanceConfig()
-        self._stride = SplitStride(cluster)
+        self._stride = PerServerStride(cluster)
         self._by_generation: dict[str, list[Server]] = defaultdict(list)
         for server in cluster.servers:
             self._by_generation[server.generation].append(server)
@@ -94,14 +94,14 @@ class PaperSplitStride:
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         """The paper's stride is agnostic of speed; measurements change nothing here."""
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         budget = max(1, int(len(self._cluster.servers) * self._balance.budget))
         budget -= self._fill_idle(budget)
         budget -= self._spread_gangs(budget)
         budget -= self._fill_faster(budget)
         for servers in self._by_generation.values():
             budget -= self._balance_generation(servers, budget)
-        return Decision(runs=self._stride.schedule())
+        return PolicyDecision(runs=self._stride.schedule())
 
     def quiet_until(self, now: float) -> float:
         return EVERY_QUANTUM

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 
 from gfair.core.cluster import Cluster
 from gfair.sim.policies.occupancy import Occupancy, RunningJobs
-from gfair.sim.policy import UNTIL_NEXT_EVENT, Admission, Decision
+from gfair.sim.policy import UNTIL_NEXT_EVENT, Admission, PolicyDecision
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
 
@@ -79,7 +79,7 @@ class StaticPartition:
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         """Speeds are known up front; measurements change nothing here."""
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         for user, queue in self._queues.items():
             while queue:
                 head = queue[0]
@@ -92,7 +92,7 @@ class StaticPartition:
                 self._running.start(head.id, placement)
                 self._owner[head.id] = user
                 self._held[user][placement.generation] += placement.held
-        return Decision(runs=self._running.runs)
+        return PolicyDecision(runs=self._running.runs)
 
     def quiet_until(self, now: float) -> float:
         return UNTIL_NEXT_EVENT

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from gfair.core.cluster import Cluster
-from gfair.sim.policies.occupancy import Occupancy, Placement, RunningJobs
-from gfair.sim.policy import UNTIL_NEXT_EVENT, Admission, Decision
+from gfair.sim.policies.occupancy import Holding, Occupancy, RunningJobs
+from gfair.sim.policy import UNTIL_NEXT_EVENT, Admission, PolicyDecision
 from gfair.sim.speed import SpeedModel
 from gfair.sim.trace import TraceJob
 
@@ -58,7 +58,7 @@ class _Entry:
         self.attained = 0.0  # GPU-seconds counted towards demotion (reset on promotion)
         self.executed_s = 0.0  # wall seconds run, for the starvation guard
         self.waiting_since = now
-        self.last: Placement | None = None  # where it ran before it was preempted
+        self.last: Holding | None = None  # where it ran before it was preempted
 
 
 class Tiresias:
@@ -94,13 +94,13 @@ class Tiresias:
     def observe(self, job_id: str, generation: str, rate: float, now: float) -> None:
         """Tiresias is agnostic of speed; measurements change nothing here."""
 
-    def plan(self, now: float) -> Decision:
+    def plan(self, now: float) -> PolicyDecision:
         self._account(now)
         if self._waiting:
             running = set(self._running.placements)
             if not self._fill_free():
                 self._replan(now, running)
-        return Decision(runs=self._running.runs)
+        return PolicyDecision(runs=self._running.runs)
 
     def quiet_until(self, now: float) -> float:
         if not self._waiting:
@@ -201,11 +201,11 @@ class Tiresias:
                     self._waiting[victim.spec.id] = victim
                     evicted.add(victim.spec.id)
 
-    def _begin(self, entry: _Entry, placement: Placement) -> None:
+    def _begin(self, entry: _Entry, placement: Holding) -> None:
         self._running.start(entry.spec.id, placement)
         del self._waiting[entry.spec.id]
 
-    def _place(self, entry: _Entry) -> Placement | None:
+    def _place(self, entry: _Entry) -> Holding | None:
         """Where it ran last if that is free (a resume in place costs less than a move)."""
         if entry.last is not None:
             placement = self._occupancy.take(entry.last.servers, entry.spec.gpus)

@@ -78,7 +78,7 @@ class Switches:
 
 
 @dataclass
-class Job:
+class SchedulerJob:
     user: str
     job_id: str
     gpus: int

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfair.core.stride import StrideQueue
+from gfair.sim.baselines.stride import StrideQueue
 
 # Slides: A has 4 tickets, B 1. Time -> (A's pass, B's pass, job run).
 SLIDES = [

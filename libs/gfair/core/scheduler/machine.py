@@ -11,7 +11,7 @@ from gfair.core.kernel import PoolState, Snapshot, UserState
 from gfair.core.throughput import ThroughputEstimator
 
 from . import preparing, reports, snapshot, turns
-from .config import Config
+from .config import SchedulerConfig
 from .events import (
     Admitted,
     CarriedOut,
@@ -35,7 +35,7 @@ from .events import (
 )
 from .plan import CHANGED, UNCHANGED, QuantumPlan, Reply, Starts, Stop, StopReason
 from .queues import Queues
-from .residency import Job, Phase, Stay, Switches, job_key
+from .residency import Phase, SchedulerJob, Stay, Switches, job_key
 from .usage import Meter
 
 _NO_STAYS: Mapping[str, Stay] = {}
@@ -57,7 +57,7 @@ class Saved:
     users: dict[str, UserState] = field(default_factory=dict)
     profiles: Profiles = field(default_factory=dict)
     nodes: tuple[Node, ...] = ()
-    jobs: dict[str, Job] = field(default_factory=dict)
+    jobs: dict[str, SchedulerJob] = field(default_factory=dict)
     usage: dict[str, dict[str, float]] = field(default_factory=dict)
     entitlements: dict[str, dict[str, float]] = field(default_factory=dict)
     entitlements_revision: int = -1
@@ -66,7 +66,7 @@ class Saved:
 class SplitStride:
     def __init__(
         self,
-        config: Config,
+        config: SchedulerConfig,
         estimator: ThroughputEstimator,
         saved: Saved | None = None,
         *,
@@ -239,7 +239,7 @@ class SplitStride:
         if user not in self._min_pass:
             passes = (self.jobs[k].stride_pass for k in mine)
             self._min_pass[user] = accounts.joining_pass(passes)
-        job = Job(
+        job = SchedulerJob(
             user=user,
             job_id=event.job_id,
             gpus=event.gpus,
@@ -501,7 +501,7 @@ class SplitStride:
     def unheld(self) -> dict[str, dict[str, float]]:
         return self.meter.unheld
 
-    def job(self, user: str, job_id: str) -> Job | None:
+    def job(self, user: str, job_id: str) -> SchedulerJob | None:
         return self.jobs.get(job_key(user, job_id))
 
     def schedulable(self) -> list[Node]:
@@ -521,11 +521,11 @@ class SplitStride:
         """The names of the servers jobs run on."""
         return self._names
 
-    def pool(self, job: Job, stay: Stay) -> str:
+    def pool(self, job: SchedulerJob, stay: Stay) -> str:
         node = self.nodes.get(stay.node_id)
         return node.generation if node is not None else job.generation or "unknown"
 
-    def runnable(self, job: Job, now: float) -> bool:
+    def runnable(self, job: SchedulerJob, now: float) -> bool:
         """A job may run when its process has not exited awaiting the failure detector's
         verdict, a retry's delay is over, a prepared start it waits for parked (or it waited
         long enough: `preparing.after_start_up`), and it holds no residency outside the servers the
@@ -577,7 +577,7 @@ class SplitStride:
                 self._promised_on.setdefault(server, {})[key] = None
 
     def changed(self, key: str) -> None:
-        """Something persisted of `key` changed (`Job.signature`), or the job came or went:
+        """Something persisted of `key` changed (`SchedulerJob.signature`), or the job came or went:
         `take_changed` names it."""
         self._changed.add(key)
 
@@ -587,7 +587,7 @@ class SplitStride:
         changed, self._changed = self._changed, set()
         return changed
 
-    def reside(self, job: Job, stay: Stay) -> None:
+    def reside(self, job: SchedulerJob, stay: Stay) -> None:
         """Record a residency of `job` (the only way one is added or replaced)."""
         key = job.key
         old = job.stays.get(stay.node_id)
@@ -598,7 +598,7 @@ class SplitStride:
         self._index(key, stay)
         self.touch(key)
 
-    def unreside(self, job: Job, node_id: str) -> Stay | None:
+    def unreside(self, job: SchedulerJob, node_id: str) -> Stay | None:
         """Drop `job`'s residency on `node_id` (the only way one is removed); what it was."""
         stay = job.stays.pop(node_id, None)
         if stay is not None:
@@ -607,7 +607,7 @@ class SplitStride:
             self.touch(key)
         return stay
 
-    def suspend(self, job: Job, stay: Stay) -> None:
+    def suspend(self, job: SchedulerJob, stay: Stay) -> None:
         """`job`'s residency `stay` is told to stop: it holds no GPUs from now on (the only way
         a residency lets its GPUs go while it lasts)."""
         if stay.holds_gpus:
@@ -638,9 +638,9 @@ class SplitStride:
         if node_id in self._names:
             self._held_schedulable += gpus
 
-    def park(self, job: Job, where: tuple[str, tuple[int, ...]] | None) -> None:
+    def park(self, job: SchedulerJob, where: tuple[str, tuple[int, ...]] | None) -> None:
         """Hold `job` as parked in place `where` (node, GPU indices), or nowhere (the only way
-        `Job.parked` is set)."""
+        `SchedulerJob.parked` is set)."""
         if job.parked is not None:
             self._parked_at[job.parked[0]].discard(job.key)
         job.parked = where
@@ -648,7 +648,7 @@ class SplitStride:
             self._parked_at.setdefault(where[0], set()).add(job.key)
         self.touch(job.key)
 
-    def _forget(self, job: Job) -> None:
+    def _forget(self, job: SchedulerJob) -> None:
         """Take an ended job out of the node indexes (its stays stay on it, to be killed)."""
         for stay in job.stays.values():
             self._unindex(job.key, stay)
@@ -659,9 +659,9 @@ class SplitStride:
         """Whether every residency is on one of the servers `names`."""
         return all(node_id in names for node_id in self._on_node)
 
-    def residents(self) -> list[Job]:
+    def residents(self) -> list[SchedulerJob]:
         """The jobs with residencies."""
-        found: list[Job] = []
+        found: list[SchedulerJob] = []
         for key in list(self._residents):
             job = self.jobs.get(key)
             if job is None or not job.stays:

@@ -16,12 +16,12 @@ driver persists and restores it from). Every input and its outcome can be record
 and replayed.
 
 The split-stride service drives it, and so does the simulator's `gandiva-fair` policy (with
-`Config.moves_at_once`: its nodes let go at once); tests/services/test_parity.py shows that the
-two feed it alike. The paper's reference split stride (per-server and central strides) is
-`gfair.core.paper_split_stride`.
+`SchedulerConfig.moves_at_once`: its nodes let go at once); tests/services/test_parity.py shows
+that the two feed it alike. The paper's reference split stride (per-server and central strides)
+is `gfair.sim.baselines.paper_split_stride`.
 """
 
-from .config import Config
+from .config import SchedulerConfig
 from .events import (
     Admitted,
     CarriedOut,
@@ -59,18 +59,16 @@ from .plan import (
     Stop,
     StopReason,
 )
-from .residency import Job, Phase, Stay, Switches
+from .residency import Phase, SchedulerJob, Stay, Switches
 
 __all__ = [
     "Admitted",
     "CarriedOut",
-    "Config",
     "Ended",
     "EntitlementsPublished",
     "Event",
     "Exited",
     "Forgotten",
-    "Job",
     "JobEvent",
     "Journal",
     "Launch",
@@ -87,6 +85,8 @@ __all__ = [
     "Reply",
     "Retried",
     "Saved",
+    "SchedulerConfig",
+    "SchedulerJob",
     "ServerTurn",
     "ServersChanged",
     "SplitStride",

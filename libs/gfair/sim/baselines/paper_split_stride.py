@@ -26,11 +26,11 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from gfair.core.cluster import Cluster
-from gfair.core.gang import ENTRY_ORDER, GangStride
-from gfair.core.stride import StrideEntry, check_tickets, retick
+from gfair.sim.baselines.gang import ENTRY_ORDER, GangStride
+from gfair.sim.baselines.stride import StrideEntry, check_tickets, retick
 
 
-class SplitStride:
+class PerServerStride:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self._local: dict[str, GangStride] = {s.id: GangStride(s.gpus) for s in cluster.servers}

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any
 
-from gfair.core.stride import StrideEntry, check_tickets, retick
+from gfair.sim.baselines.stride import StrideEntry, check_tickets, retick
 
 ENTRY_ORDER = attrgetter("pass_", "seq")
 

@@ -179,7 +179,7 @@ class Releases:
 
 @dataclass(frozen=True, slots=True)
 class CarriedOut:
-    """Nodes that act at once (`Config.moves_at_once`: the simulator's) ran a plan's or a
+    """Nodes that act at once (`SchedulerConfig.moves_at_once`: the simulator's) ran a plan's or a
     reply's `stops`, then its `starts`, at `now`, and reported each at once: the same as the
     stops' reports handed in together (`Releases`: `Suspended`, not in place, or `Migrated` for
     a move; a kill or a release has none), if any, then each start's `Started`, all heard at

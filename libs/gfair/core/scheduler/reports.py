@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from .events import Exited, Migrated, NodeHealth, Started, Suspended
 from .plan import CHANGED, UNCHANGED, Reply
-from .residency import Job, Phase, Stay
+from .residency import Phase, SchedulerJob, Stay
 
 if TYPE_CHECKING:
     from .machine import SplitStride
@@ -26,7 +26,7 @@ def confirmed(machine: SplitStride, event: Started) -> bool:
 
 def started(
     machine: SplitStride,
-    job: Job,
+    job: SchedulerJob,
     node_id: str,
     attempt: int,
     gpu_indices: tuple[int, ...],
@@ -82,7 +82,7 @@ def released(machine: SplitStride, event: Suspended | Migrated | Exited) -> Repl
 
 def let_go(
     machine: SplitStride,
-    job: Job,
+    job: SchedulerJob,
     node_id: str,
     now: float,
     at: float,

@@ -10,7 +10,8 @@ the difference with what runs now, assigning concrete GPU indices:
 - a job the kernel placed on other servers than before (a move, within or between pools) is
   suspended wherever it still runs and starts on its new servers once every old node confirmed
   it let go (`start_at_once` then): it never runs twice. A driver whose nodes let go at once
-  (`Config.moves_at_once`: the simulator) has it start in the quantum's plan, after the stops;
+  (`SchedulerConfig.moves_at_once`: the simulator) has it start in the quantum's plan, after the
+  stops;
 - a job entering takes free indices (those it is parked on in place, when free; else preferably
   ones no other job is parked on); since a node executor carries out the commands of a GPU in
   the order they were sent, a start listed after the suspends of the same server finds their
@@ -33,7 +34,7 @@ from gfair.core import kernel
 from gfair.core.kernel import Decision, Snapshot, backfill, decide
 
 from .plan import Forgotten, Placement, QuantumPlan, ServerTurn, Start, Starts, Stop, StopReason
-from .residency import Job, Phase, Stay
+from .residency import Phase, SchedulerJob, Stay
 from .snapshot import snapshot
 
 if TYPE_CHECKING:
@@ -69,8 +70,8 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
             if key not in chosen or key in moved or held.attempt != job.attempt:
                 leaving.append(_stop(machine, job, held, now, quantum))
     # Moved jobs still resident anywhere start once their old nodes let go (unless the nodes
-    # let go at once, `Config.moves_at_once`: then in this plan, after the stops); their GPUs are
-    # promised to them until then (or until the next quantum decides anew).
+    # let go at once, `SchedulerConfig.moves_at_once`: then in this plan, after the stops);
+    # their GPUs are promised to them until then (or until the next quantum decides anew).
     # (One moved in an earlier quantum and still waiting keeps its promise; the GPUs are its own
     # again only if this quantum left them free.)
     held_back: set[str] = set()
@@ -86,7 +87,7 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
     for node in scheduled:
         node_id = node.node_id
         run = runs.get(node_id, ())
-        entering: list[Job] = []
+        entering: list[SchedulerJob] = []
         for key in run:
             job = jobs[key]
             stay = job.stays.get(node_id)
@@ -199,14 +200,14 @@ def fill(machine: SplitStride, now: float) -> Starts:
     return Starts(tuple(turns), tuple(placed))
 
 
-def _account(machine: SplitStride, now: float) -> list[tuple[Job, Stay]]:
+def _account(machine: SplitStride, now: float) -> list[tuple[SchedulerJob, Stay]]:
     """Charge the GPUs held since the last tick (or since they were taken, if later) to their
     users, per pool; the residencies not running (told to start or to stop, unconfirmed)."""
     return machine.meter.tick(machine.residents(), machine.generations(), now)
 
 
 def _expire(
-    machine: SplitStride, unsettled: list[tuple[Job, Stay]], heard_until: float
+    machine: SplitStride, unsettled: list[tuple[SchedulerJob, Stay]], heard_until: float
 ) -> tuple[Forgotten, ...]:
     """Drop starts and suspends no node confirmed in time (of the `unsettled` residencies);
     what was dropped. Timed by what was heard (`Tick.heard_until`): a confirmation sent but not
@@ -240,10 +241,10 @@ def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
             machine.changed(state.id)
 
 
-def _place(machine: SplitStride, decision: Decision) -> list[Job]:
+def _place(machine: SplitStride, decision: Decision) -> list[SchedulerJob]:
     """Take the decision's placements; the jobs placed on other servers than before."""
     pool_of = machine.generations()
-    moved: list[Job] = []
+    moved: list[SchedulerJob] = []
     for key, servers in decision.placed.items():
         job = machine.jobs[key]
         if job.servers != servers:
@@ -254,7 +255,11 @@ def _place(machine: SplitStride, decision: Decision) -> list[Job]:
 
 
 def _pick_indices(
-    job: Job, node_id: str, free: list[int], need: int, parked: Mapping[str, tuple[int, ...]]
+    job: SchedulerJob,
+    node_id: str,
+    free: list[int],
+    need: int,
+    parked: Mapping[str, tuple[int, ...]],
 ) -> list[int]:
     """`need` of the `free` indices of `node_id` for `job`: the ones it is parked on there,
     when free (it then resumes in place, without a checkpoint); else preferably ones no other
@@ -273,7 +278,7 @@ def _pick_indices(
 
 
 def _start_on(
-    machine: SplitStride, job: Job, servers: tuple[str, ...], now: float
+    machine: SplitStride, job: SchedulerJob, servers: tuple[str, ...], now: float
 ) -> tuple[ServerTurn, ...] | None:
     """Start `job` on `servers` with free GPU indices there; None when they are not free."""
     key = job.key
@@ -307,7 +312,7 @@ def _start_on(
 
 def _start(
     machine: SplitStride,
-    job: Job,
+    job: SchedulerJob,
     node_id: str,
     indices: tuple[int, ...],
     now: float,
@@ -327,7 +332,13 @@ def _start(
 
 
 def _stop(
-    machine: SplitStride, job: Job, stay: Stay, now: float, quantum: int, *, drain: bool = False
+    machine: SplitStride,
+    job: SchedulerJob,
+    stay: Stay,
+    now: float,
+    quantum: int,
+    *,
+    drain: bool = False,
 ) -> Stop:
     if stay.attempt < job.attempt:
         # That attempt failed and was retried: its leftover processes are of no use.
@@ -353,6 +364,6 @@ def _stop(
     return Stop(job.user, job.job_id, stay.node_id, stay.attempt, reason)
 
 
-def _placement(job: Job) -> Placement:
+def _placement(job: SchedulerJob) -> Placement:
     assert job.generation is not None
     return Placement(job.user, job.job_id, job.servers, job.generation)

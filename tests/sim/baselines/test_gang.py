@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfair.core.gang import GangStride
 from gfair.core.tickets import water_fill
+from gfair.sim.baselines.gang import GangStride
 
 SIZES = {"A": 1, "B": 1, "C": 2, "D": 2, "E": 4}
 # Slides: time -> passes of A..E and the jobs run.

@@ -1,8 +1,8 @@
-"""The kernel's job input kept up to date: each runnable job's `JobState` and each user's queue
+"""The kernel's job input kept up to date: each runnable job's `RunnableJob` and each user's queue
 of them by (pass, arrival), changed only where jobs changed, so that a snapshot (`snapshot`)
 costs what changed since the last one, not a pass over every job.
 
-The machine marks a job (`touch`) wherever anything a `JobState` is made of changes: it is
+The machine marks a job (`touch`) wherever anything a `RunnableJob` is made of changes: it is
 admitted or ends; a residency is added, dropped or told to stop; it is placed on other servers;
 its pass, attempt, exit, retry delay, parking or measured switches change. Speeds are kept per
 gang shape: a user's profile of a job type forgets its gangs of that type and remakes its
@@ -28,7 +28,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gfair.core.kernel import JobState
+from gfair.core.kernel import RunnableJob
 
 from .snapshot import job_state, restate
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 Shape = tuple[str, str | None, int]  # user, job type, GPUs: what a job's speeds depend on
 
 
-class _Queue:
+class _UserQueue:
     """One user's runnable jobs by (pass, arrival number), and its position among the users
     (the arrival position of its earliest runnable job)."""
 
@@ -46,11 +46,11 @@ class _Queue:
 
     def __init__(self) -> None:
         self._order: list[tuple[float, int]] = []
-        self.states: list[JobState] = []  # (handed out as kept: read it, never change it)
+        self.states: list[RunnableJob] = []  # (handed out as kept: read it, never change it)
         self._positions: dict[str, int] = {}  # job -> its arrival position
         self.first = 0
 
-    def add(self, state: JobState, position: int) -> bool:
+    def add(self, state: RunnableJob, position: int) -> bool:
         """Whether the user's position changed."""
         at = bisect_left(self._order, (state.pass_, state.seq))
         self._order.insert(at, (state.pass_, state.seq))
@@ -61,7 +61,7 @@ class _Queue:
             return True
         return False
 
-    def remove(self, state: JobState) -> bool:
+    def remove(self, state: RunnableJob) -> bool:
         """Whether the user's position changed (or it has no runnable job left)."""
         at = bisect_left(self._order, (state.pass_, state.seq))
         del self._order[at]
@@ -74,7 +74,7 @@ class _Queue:
             return self.first != position
         return False
 
-    def repass(self, state: JobState, before: float) -> None:
+    def repass(self, state: RunnableJob, before: float) -> None:
         """`state`'s pass moved on from `before`: it takes its new place."""
         if len(self._order) == 1:  # (most users have one runnable job)
             self._order[0] = (state.pass_, state.seq)
@@ -91,8 +91,8 @@ class Queues:
     """The states of a machine's runnable jobs and its users' queues of them (module doc)."""
 
     def __init__(self) -> None:
-        self._states: dict[str, JobState] = {}  # runnable job -> its state
-        self._queues: dict[str, _Queue] = {}
+        self._states: dict[str, RunnableJob] = {}  # runnable job -> its state
+        self._queues: dict[str, _UserQueue] = {}
         # The jobs `touch` marked since the last refresh (the machine adds to it at once: it
         # marks a job at every turn).
         self.touched: set[str] = set()
@@ -100,12 +100,12 @@ class Queues:
         self._speeds: dict[Shape, dict[str, float]] = {}
         self._pool_gpus: dict[str, int] | None = None
         self._in_arrays: dict[str, set[str]] = {}  # user -> its runnable jobs in job arrays
-        self._running: dict[str, JobState] = {}  # the runnable jobs running (whole gangs)
+        self._running: dict[str, RunnableJob] = {}  # the runnable jobs running (whole gangs)
         # GPUs asked -> how many runnable jobs asking that many do not run (`least_waiting`).
         self._waiting: dict[int, int] = {}
         # The last answer (users in order), until a user's queue comes, goes, or its earliest
         # runnable job changes.
-        self._answer: dict[str, Sequence[JobState]] = {}
+        self._answer: dict[str, Sequence[RunnableJob]] = {}
         self._reorder = False
 
     def touch(self, key: str) -> None:
@@ -121,7 +121,7 @@ class Queues:
             del self._speeds[shape]
         self.touched.update(keys)
 
-    def repass(self, ran: Sequence[JobState], before: Sequence[float]) -> None:
+    def repass(self, ran: Sequence[RunnableJob], before: Sequence[float]) -> None:
         """The booking of a quantum advanced the passes of the states `ran` (the machine's
         own, handed out by the last `refresh`) from `before`: they take their new places in
         their users' queues. Nothing else a state is made of changes when its job runs on, so
@@ -132,7 +132,7 @@ class Queues:
 
     def refresh(
         self, machine: SplitStride, now: float, pool_gpus: dict[str, int]
-    ) -> Mapping[str, Sequence[JobState]]:
+    ) -> Mapping[str, Sequence[RunnableJob]]:
         """User -> its runnable jobs' states in its order, the users in the order of their
         earliest runnable job's arrival (`machine.positions`), as of `now`. (The machine's
         own: read it, never change it.)"""
@@ -170,7 +170,7 @@ class Queues:
                 state = states[key] = job_state(job, speeds, operator)
                 queue = self._queues.get(job.user)
                 if queue is None:
-                    queue = self._queues[job.user] = _Queue()
+                    queue = self._queues[job.user] = _UserQueue()
                 if queue.add(state, positions[key]):
                     self._reorder = True
                 if job.array is not None:
@@ -194,7 +194,7 @@ class Queues:
         touched.clear()  # (nothing above marks a job)
         return self._ordered() if self._reorder else self._answer
 
-    def _drop(self, key: str, state: JobState) -> None:
+    def _drop(self, key: str, state: RunnableJob) -> None:
         del self._states[key]
         queue = self._queues[state.user]
         if queue.remove(state):
@@ -207,14 +207,14 @@ class Queues:
         else:
             self._waiting[state.gpus] -= 1
 
-    def _ordered(self) -> Mapping[str, Sequence[JobState]]:
+    def _ordered(self) -> Mapping[str, Sequence[RunnableJob]]:
         queues = self._queues
         ordered = sorted((queue.first, user) for user, queue in queues.items())
         self._answer = {user: queues[user].states for _, user in ordered}
         self._reorder = False
         return self._answer
 
-    def states(self, keys: Iterable[str]) -> list[JobState]:
+    def states(self, keys: Iterable[str]) -> list[RunnableJob]:
         """The states of `keys` (runnable jobs, as of the last `refresh`)."""
         states = self._states
         return [states[key] for key in keys]
@@ -224,7 +224,7 @@ class Queues:
         (None: every one runs)."""
         return min((gpus for gpus, count in self._waiting.items() if count), default=None)
 
-    def running(self) -> list[JobState]:
+    def running(self) -> list[RunnableJob]:
         """The states of the runnable jobs whose whole gang runs, as of the last `refresh`."""
         return list(self._running.values())
 

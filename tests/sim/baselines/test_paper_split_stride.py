@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.paper_split_stride import SplitStride
+from gfair.sim.baselines.paper_split_stride import PerServerStride
 
 
 def _check_quantum(
-    stride: SplitStride, runs: dict[str, tuple[str, ...]], sizes: dict[str, int]
+    stride: PerServerStride, runs: dict[str, tuple[str, ...]], sizes: dict[str, int]
 ) -> None:
     for server_id, jobs in runs.items():
         server = stride.cluster.server(server_id)
@@ -37,7 +37,7 @@ def _check_quantum(
 
 
 def test_a_multi_server_job_claims_whole_servers_and_locals_yield() -> None:
-    stride = SplitStride(parse_cluster_spec("v100:3x4"))
+    stride = PerServerStride(parse_cluster_spec("v100:3x4"))
     sizes = {"M": 6, "a": 1, "b": 2, "c": 4}
     stride.add("a", ["v100-0"], 1, 1)
     stride.add("b", ["v100-1"], 2, 1)
@@ -59,7 +59,7 @@ def test_a_multi_server_job_claims_whole_servers_and_locals_yield() -> None:
 @pytest.mark.parametrize("m_tickets", [1.0, 2.0, 4.0])
 def test_multi_server_gpu_time_tracks_tickets(m_tickets: float) -> None:
     # Two 4-GPU servers with four 1-GPU jobs of one ticket each, and an 8-GPU job M on both.
-    stride = SplitStride(parse_cluster_spec("k80:2x4"))
+    stride = PerServerStride(parse_cluster_spec("k80:2x4"))
     for server in ("k80-0", "k80-1"):
         for index in range(4):
             stride.add(f"{server}/{index}", [server], 1, 1.0)
@@ -81,7 +81,7 @@ def test_multi_server_gpu_time_tracks_tickets(m_tickets: float) -> None:
 
 
 def test_servers_nobody_spans_cost_nothing_centrally() -> None:
-    stride = SplitStride(parse_cluster_spec("k80:3x4"))
+    stride = PerServerStride(parse_cluster_spec("k80:3x4"))
     stride.add("x", ["k80-0"], 2, 1)
     stride.add("y", ["k80-1"], 4, 1)
     assert stride.snapshot()["aggregates"] == []
@@ -90,7 +90,7 @@ def test_servers_nobody_spans_cost_nothing_centrally() -> None:
 
 
 def test_rejects_bad_placements() -> None:
-    stride = SplitStride(parse_cluster_spec("k80:2x4,v100:1x8"))
+    stride = PerServerStride(parse_cluster_spec("k80:2x4,v100:1x8"))
     with pytest.raises(ValueError, match="mix GPU generations"):
         stride.add("m", ["k80-0", "v100-0"], 12, 1)
     with pytest.raises(ValueError, match="asks 9 GPUs"):
@@ -105,7 +105,7 @@ def test_rejects_bad_placements() -> None:
 
 
 def test_move_keeps_the_lag_a_job_had() -> None:
-    stride = SplitStride(parse_cluster_spec("k80:2x1"))
+    stride = PerServerStride(parse_cluster_spec("k80:2x1"))
     stride.add("a", ["k80-0"], 1, 1)
     stride.add("b", ["k80-0"], 1, 1)
     stride.add("c", ["k80-1"], 1, 1)
@@ -131,7 +131,7 @@ placements = st.lists(
 def test_invariants_and_snapshot_round_trip(
     spec: list[tuple[str, int, int]], tickets: list[int]
 ) -> None:
-    stride = SplitStride(parse_cluster_spec("a100:4x4"))
+    stride = PerServerStride(parse_cluster_spec("a100:4x4"))
     sizes: dict[str, int] = {}
     for index, (kind, first, gpus) in enumerate(spec):
         job = f"j{index}"
@@ -146,15 +146,15 @@ def test_invariants_and_snapshot_round_trip(
                 # An idle server has no local job: it runs locally unless a gang took it.
                 assert not stride.local_jobs(server.id)
     snapshot = json.loads(json.dumps(stride.snapshot()))
-    copy = SplitStride(stride.cluster)
+    copy = PerServerStride(stride.cluster)
     copy.restore(snapshot)
     assert [stride.schedule() for _ in range(20)] == [copy.schedule() for _ in range(20)]
 
 
-def _twin_strides() -> tuple[SplitStride, SplitStride]:
+def _twin_strides() -> tuple[PerServerStride, PerServerStride]:
     strides = (
-        SplitStride(parse_cluster_spec("v100:3x4")),
-        SplitStride(parse_cluster_spec("v100:3x4")),
+        PerServerStride(parse_cluster_spec("v100:3x4")),
+        PerServerStride(parse_cluster_spec("v100:3x4")),
     )
     for stride in strides:
         stride.add("a", ["v100-0"], 1, 1.0)
@@ -187,12 +187,12 @@ def test_bad_tickets_in_a_batch_change_nothing() -> None:
 
 
 def test_a_quantum_skips_servers_left_empty_and_restored_ones_run() -> None:
-    stride = SplitStride(parse_cluster_spec("v100:3x4"))
+    stride = PerServerStride(parse_cluster_spec("v100:3x4"))
     stride.add("a", ["v100-0"], 1, 1.0)
     stride.add("b", ["v100-2"], 1, 1.0)
     assert stride.schedule() == {"v100-0": ("a",), "v100-2": ("b",)}
     stride.remove("a")
     assert stride.schedule() == {"v100-2": ("b",)}
-    twin = SplitStride(parse_cluster_spec("v100:3x4"))
+    twin = PerServerStride(parse_cluster_spec("v100:3x4"))
     twin.restore(stride.snapshot())
     assert twin.schedule() == {"v100-2": ("b",)}

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 
 from gfair.core.kernel import Decision
 
-from .residency import Job, Phase, Stay
+from .residency import Phase, SchedulerJob, Stay
 
 Seconds = dict[str, dict[str, float]]  # user -> pool -> GPU-seconds
 
@@ -55,12 +55,12 @@ class Meter:
         return max(0.0, min(until - since, self.gap_s))
 
     def tick(
-        self, residents: Iterable[Job], generations: Mapping[str, str], now: float
-    ) -> list[tuple[Job, Stay]]:
+        self, residents: Iterable[SchedulerJob], generations: Mapping[str, str], now: float
+    ) -> list[tuple[SchedulerJob, Stay]]:
         """A tick at `now`: each residency of `residents` is charged as `held` (running) or
         `overran` (suspending) says, in its server's pool (`generations`: server -> pool; else
         the job's); what is not running (told to start or to stop, unconfirmed), in order."""
-        unsettled: list[tuple[Job, Stay]] = []
+        unsettled: list[tuple[SchedulerJob, Stay]] = []
         running = Phase.RUNNING
         for job in residents:
             for stay in job.stays.values():
@@ -76,13 +76,13 @@ class Meter:
         self.last_tick_at = now
         return unsettled
 
-    def held(self, job: Job, stay: Stay, pool: str, until: float) -> None:
+    def held(self, job: SchedulerJob, stay: Stay, pool: str, until: float) -> None:
         """`stay` held its GPUs until `until` (since the last tick, or since it took them)."""
         if stay.phase is Phase.STARTING:
             return  # it holds its GPUs from its start report on (`started_late`)
         _add(self.seconds, job.user, pool, len(stay.gpu_indices) * self._elapsed(stay, until))
 
-    def overran(self, job: Job, stay: Stay, pool: str, until: float) -> None:
+    def overran(self, job: SchedulerJob, stay: Stay, pool: str, until: float) -> None:
         """A suspending stay's GPU time up to `until` (since its suspend, or the last tick):
         its node has not reported it off, so the job still holds those GPUs, whatever the
         decision said. A stop of a start never confirmed holds nothing: the node refused it,
@@ -96,7 +96,7 @@ class Meter:
         _add(self.seconds, job.user, pool, held)
         _add(self.overrun, job.user, pool, held)
 
-    def started_late(self, job: Job, stay: Stay, pool: str, at: float) -> None:
+    def started_late(self, job: SchedulerJob, stay: Stay, pool: str, at: float) -> None:
         """The start was told at `stay.since` and confirmed at `at`: the job holds its GPUs from
         then on. If the last quantum charged it, the seconds since the tick it did not hold
         are given back to its user (at most what the quantum charged it there)."""

@@ -1,8 +1,8 @@
 """Prepared starts: a newly admitted job that opted in (`Admitted.prepare`), fits one server and
 did not start at once gets its process started without GPUs on a server where it could run, and
-parks there (`Parked`). It is given no GPUs until then (or until `Config.prepared_wait_s`
+parks there (`Parked`). It is given no GPUs until then (or until `SchedulerConfig.prepared_wait_s`
 passed: a process that never parks), so its first slice is not spent importing. From then on
-it is held as parked there on no GPUs in particular (`Job.parked` with no indices), so the
+it is held as parked there on no GPUs in particular (`SchedulerJob.parked` with no indices), so the
 kernel's preference for a job's own server and cheap in-place resume brings its first slice
 there; a start elsewhere tells that node to let it go (`Start.release`), as for any job parked
 in place.
@@ -21,14 +21,14 @@ from gfair.core.cluster import generation_rank
 
 from .events import Node, Suspended
 from .plan import Placement, Prepare
-from .residency import Job
+from .residency import SchedulerJob
 
 if TYPE_CHECKING:
     from .machine import SplitStride
 
 
 def prepare(
-    machine: SplitStride, job: Job, now: float, near: str | None = None
+    machine: SplitStride, job: SchedulerJob, now: float, near: str | None = None
 ) -> tuple[Placement, Prepare] | None:
     """Where `job` starts prepared at `now`, if anywhere (module doc): on `near` when it can."""
     if job.stays or job.parked is not None:
@@ -46,7 +46,7 @@ def prepare(
     )
 
 
-def came_up(machine: SplitStride, job: Job) -> bool:
+def came_up(machine: SplitStride, job: SchedulerJob) -> bool:
     """A process of `job` was let go past its start-up (so it may be prepared again another
     time), or its prepared process was let go (it waits for none): whether it was waiting for
     one."""
@@ -61,7 +61,7 @@ def came_up(machine: SplitStride, job: Job) -> bool:
 
 
 def after_start_up(
-    machine: SplitStride, job: Job, event: Suspended
+    machine: SplitStride, job: SchedulerJob, event: Suspended
 ) -> tuple[Placement, Prepare] | None:
     """Whether `job`, forced off by `event` while it came up and not started again since,
     starts prepared on that node (module doc)."""
@@ -72,7 +72,7 @@ def after_start_up(
     return prepared
 
 
-def waits_prepared(job: Job) -> bool:
+def waits_prepared(job: SchedulerJob) -> bool:
     """Whether `job`'s prepared process waits on its server for GPUs: coming up, or parked on
     none in particular (a restored machine's `preparing` is made of these)."""
     prepared = job.coming_up_until is not None or (job.parked is not None and not job.parked[1])
@@ -90,7 +90,7 @@ def waiting(machine: SplitStride, node_id: str) -> int:
     return len(keys)
 
 
-def _node(machine: SplitStride, job: Job, near: str | None) -> Node | None:
+def _node(machine: SplitStride, job: SchedulerJob, near: str | None) -> Node | None:
     """Among the servers that take the whole job and have fewer prepared jobs waiting than GPUs
     (a burst of submissions must not start a process per job on one server at once): `near`,
     else those of the fastest pool its user is entitled to (any pool before entitlements are

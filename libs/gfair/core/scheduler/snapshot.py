@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 from gfair.core import accounts, arrays, pools
 from gfair.core.cluster import generation_rank
-from gfair.core.kernel import JobState, PoolState, Snapshot, UserState
+from gfair.core.kernel import PoolState, RunnableJob, Snapshot, UserState
 from gfair.core.switch_costs import SwitchCosts
 
 from .events import Node
-from .residency import Job
+from .residency import SchedulerJob
 
 if TYPE_CHECKING:
     from .machine import SplitStride
@@ -37,7 +37,7 @@ def snapshot(machine: SplitStride, now: float, *, entitle: bool = True) -> Snaps
     pool_states, pool_gpus = machine.pools
     if entitle:
         _entitle(machine, pool_gpus)
-    queues: Mapping[str, Sequence[JobState]] = machine.queues.refresh(machine, now, pool_gpus)
+    queues: Mapping[str, Sequence[RunnableJob]] = machine.queues.refresh(machine, now, pool_gpus)
     if in_arrays := machine.queues.in_arrays():
         limited = dict(queues)
         # Only the queues with array members are cut (`limit_arrays` keeps the others).
@@ -68,11 +68,11 @@ def server_pools(schedulable: Sequence[Node]) -> tuple[tuple[PoolState, ...], di
     return pool_states, pool_gpus
 
 
-def job_state(job: Job, speeds: dict[str, float], operator: SwitchCosts) -> JobState:
+def job_state(job: SchedulerJob, speeds: dict[str, float], operator: SwitchCosts) -> RunnableJob:
     """A runnable `job` as the kernel sees it, running only where its whole gang holds GPUs in
     its current attempt."""
     charged = costs(job, operator)
-    return JobState(
+    return RunnableJob(
         job.key,
         job.user,
         job.gpus,
@@ -87,7 +87,9 @@ def job_state(job: Job, speeds: dict[str, float], operator: SwitchCosts) -> JobS
     )
 
 
-def restate(state: JobState, job: Job, speeds: dict[str, float], operator: SwitchCosts) -> None:
+def restate(
+    state: RunnableJob, job: SchedulerJob, speeds: dict[str, float], operator: SwitchCosts
+) -> None:
     """Bring `state`, made by `job_state` for `job`, up to date with it (what `job_state` would
     make now; a job's key, user, GPUs and arrival never change)."""
     charged = costs(job, operator)
@@ -100,7 +102,7 @@ def restate(state: JobState, job: Job, speeds: dict[str, float], operator: Switc
     state.resume_s = charged.resume_s
 
 
-def _running(job: Job) -> tuple[str, ...]:
+def _running(job: SchedulerJob) -> tuple[str, ...]:
     """The job's servers when its whole gang holds GPUs there in its current attempt, else
     none."""
     servers = job.servers
@@ -112,7 +114,7 @@ def _running(job: Job) -> tuple[str, ...]:
     return servers
 
 
-def costs(job: Job, operator: SwitchCosts) -> SwitchCosts:
+def costs(job: SchedulerJob, operator: SwitchCosts) -> SwitchCosts:
     """What a resume and a move cost `job` (`MeasuredSwitches.charged`; its own, else the
     `operator`'s, until measured): its resume is in place while its process is parked on its
     node."""

@@ -1,0 +1,1 @@
+"""Tests of the paper's algorithms kept as baselines (`gfair.sim.baselines`)."""
