@@ -12,7 +12,7 @@ same code for both.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gfair.node.job_runner import JobRunner, SupervisorConfig
 from gfair.node.launch import CheckpointRef
@@ -20,6 +20,9 @@ from gfair.node.supervisor import JobSupervisor
 from gfair.node.tenant_paths import exists_in
 from gfair.sdk.checkpoint import CheckpointStore
 from gfair.sdk.environment import PARKED_MARKER
+
+if TYPE_CHECKING:
+    from gfair.node.container_jobs import ContainerOptions
 
 
 class JobHost(Protocol):
@@ -38,10 +41,19 @@ class JobHost(Protocol):
 
 
 class ProcessHost:
-    """Jobs as OS processes, their checkpoints in their directories on the checkpoint root."""
+    """Jobs as OS processes, their checkpoints in their directories on the checkpoint root;
+    with `containers`, a job that names an image runs in it (`container_jobs`)."""
+
+    def __init__(self, containers: ContainerOptions | None = None) -> None:
+        self.containers = containers
 
     def runner(self, config: SupervisorConfig) -> JobRunner[Any]:
-        return JobSupervisor(config)
+        if self.containers is None:
+            return JobSupervisor(config)
+        # Imported only here: the engine's client is an extra (`gfair[containers]`).
+        from gfair.node.container_jobs import ContainerSupervisor
+
+        return ContainerSupervisor(config, self.containers)
 
     def latest_checkpoint(self, checkpoint_dir: Path) -> CheckpointRef | None:
         latest = CheckpointStore(checkpoint_dir).latest()

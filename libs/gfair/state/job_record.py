@@ -38,7 +38,9 @@ from gfair.events.fields import (
     Environment,
     Generation,
     GpuCount,
+    ImageRef,
     JobId,
+    Mount,
     Name,
     NodeId,
     Step,
@@ -93,6 +95,8 @@ class Submission(_Record):
     name: Name | None = None
     env: Environment = Field(default_factory=dict)
     working_dir: AbsolutePath | None = None
+    image: ImageRef | None = None
+    mounts: tuple[Mount, ...] = ()
     max_retries: int | None = None
     array: ArrayMembership | None = None
     after_ok: tuple[JobId, ...] = ()
@@ -113,6 +117,8 @@ class Submission(_Record):
             name=data.name,
             env=data.env,
             working_dir=data.working_dir,
+            image=data.image,
+            mounts=data.mounts,
             max_retries=data.max_retries,
             array=data.array,
             after_ok=data.after_ok,
@@ -250,7 +256,13 @@ class JobRecord(_Record):
             gpus=sub.gpus,
             job_type=sub.job_type,
             array=sub.array,
-            launch=JobLaunch(command=sub.command, env=sub.env, working_dir=sub.working_dir),
+            launch=JobLaunch(
+                command=sub.command,
+                env=sub.env,
+                working_dir=sub.working_dir,
+                image=sub.image,
+                mounts=sub.mounts,
+            ),
             tickets=sub.tickets,
             prepare=sub.prepare,
             attempt=self.attempt,

@@ -296,7 +296,11 @@ def _record(job: Job) -> StrideJob:
         launch=None
         if job.launch is None
         else JobLaunch(
-            command=job.launch.command, env=job.launch.env, working_dir=job.launch.working_dir
+            command=job.launch.command,
+            env=job.launch.env,
+            working_dir=job.launch.working_dir,
+            image=job.launch.image,
+            mounts=job.launch.mounts,
         ),
         correlation_id=None if job.launch is None else job.launch.correlation_id,
         trace_parent=None if job.launch is None else job.launch.trace_parent,
@@ -314,4 +318,12 @@ def _record(job: Job) -> StrideJob:
 def launch(of: JobLaunch, correlation_id: str | None, trace_parent: str | None) -> Launch:
     """The core's `Launch` of an event's or a record's `JobLaunch`, and the job's ids: made
     here only (the core may not know the event models)."""
-    return Launch(tuple(of.command), dict(of.env), of.working_dir, correlation_id, trace_parent)
+    return Launch(
+        tuple(of.command),
+        dict(of.env),
+        of.working_dir,
+        of.image,
+        tuple(of.mounts),
+        correlation_id,
+        trace_parent,
+    )
