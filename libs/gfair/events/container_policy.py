@@ -29,7 +29,8 @@ class ContainerPolicy:
             return f"image {image!r} is not allowed here; allowed images: {allowed}"
         for mount in mounts:
             host = PurePosixPath(mount.split(":", 1)[0])
-            if not any(host.is_relative_to(root) for root in self.mount_roots):
+            inside = any(host.is_relative_to(root) for root in self.mount_roots)
+            if ".." in host.parts or not inside:
                 allowed = ", ".join(self.mount_roots) or "none (the operator's job_mounts)"
                 return f"mount {mount!r}: host path {host} may not be mounted; allowed: {allowed}"
         return None

@@ -261,7 +261,9 @@ class ContainerSupervisor(JobSupervisor):
                     await container.delete(force=True)
                 raise
         except aiodocker.DockerError as exc:
-            raise JobStartError(f"job {launch.job_id}: {_engine_message(exc)}") from exc
+            raise JobStartError(
+                f"job {launch.job_id} in image {launch.image}: {_engine_message(exc)}"
+            ) from exc
         except aiohttp.ClientError as exc:
             raise JobStartError(f"job {launch.job_id}: {CONTAINER_ENGINE_DOWN}: {exc}") from exc
         process = ContainerProcess(container, pid, self._tasks, run)

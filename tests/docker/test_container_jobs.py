@@ -1,0 +1,214 @@
+"""Jobs in their own images (`ContainerSupervisor`), on this machine's Docker engine: they run,
+park in place through the SDK, leave nothing behind, and what a tenant may not do is refused.
+
+The test image is built from the local base (`deploy/images/build-local.sh`), with ``USER
+root`` so that running as the tenant's uid is the node's doing, not the image's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiodocker
+import pytest
+from tests.node.helpers import TEST_ACCOUNT, EventLog, make_config, reachable_tmp
+
+from gfair.events.container_policy import ContainerPolicy
+from gfair.node.container_jobs import LABEL_NODE, ContainerOptions, ContainerSupervisor
+from gfair.node.job_limits import JobLimits
+from gfair.node.job_runner import JobStartError, SupervisorConfig
+from gfair.node.launch import RunSpec
+from gfair.node.lifecycle import JobProgress
+from gfair.sdk.checkpoint import CheckpointStore
+
+from .conftest import unavailable
+
+BASE = "gfair-local/python:bookworm"
+PARKING_JOB = Path(__file__).parents[1] / "node" / "parking_job.py"
+PIDS_MAX = 48
+ALLOWED_ROOT = "/srv/gfair-allowed"
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if shutil.which("docker") is None:
+        unavailable("no docker CLI on PATH")
+    if subprocess.run(["docker", "image", "inspect", BASE], capture_output=True).returncode:
+        unavailable(f"no {BASE} image (deploy/images/build-local.sh makes it)")
+    context = tmp_path_factory.mktemp("image")
+    shutil.copy(PARKING_JOB, context / "parking_job.py")
+    (context / "Dockerfile").write_text(
+        f"FROM {BASE}\nUSER root\nCOPY parking_job.py /opt/jobs/parking_job.py\n"
+    )
+    tag = f"gfair-test/jobs:{uuid.uuid4().hex[:8]}"
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], check=True, timeout=300)
+    yield tag
+    subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    yield from reachable_tmp()
+
+
+def config(root: Path) -> SupervisorConfig:
+    return make_config(root, node_id=f"node-{uuid.uuid4().hex[:8]}")
+
+
+def options() -> ContainerOptions:
+    policy = ContainerPolicy(images=("gfair-test/",), mount_roots=(ALLOWED_ROOT,))
+    return ContainerOptions(
+        refusal=policy.refusal, limits=JobLimits(memory_per_gpu=1 << 30, pids_max=PIDS_MAX)
+    )
+
+
+def in_image(job_id: str, image: str, *argv: str, **launch: object) -> RunSpec:
+    return RunSpec(
+        job_id=job_id,
+        argv=argv,
+        gpu_indices=(1,),
+        generation="v100",
+        image=image,
+        **launch,  # type: ignore[arg-type]
+    )
+
+
+async def containers_of(node_id: str) -> list[str]:
+    async with aiodocker.Docker() as docker:
+        found = await docker.containers.list(
+            all=True, filters={"label": [f"{LABEL_NODE}={node_id}"]}
+        )
+    return [c.id for c in found]
+
+
+async def test_a_job_in_its_image_parks_in_place_and_completes(image: str, root: Path) -> None:
+    cfg = config(root)
+    async with ContainerSupervisor(cfg, options()) as supervisor:
+        log = EventLog(supervisor.events)
+        job = await supervisor.start(
+            in_image("job-c", image, "python3", "/opt/jobs/parking_job.py", "300", "0.01")
+        )
+        await log.first(JobProgress, lambda p: p.steps >= 10, timeout_s=60)
+        for _ in range(3):
+            parked = await supervisor.suspend("job-c", timeout_s=20, park=True)
+            assert parked.parked and parked.exited is None
+            assert supervisor.busy_gpus() == frozenset()
+            assert await supervisor.resume_in_place("job-c", timeout_s=20) is not None
+            assert supervisor.busy_gpus() == {1}
+        exited = await supervisor.wait("job-c")
+    assert exited.completed and exited.exit_code == 0 and exited.steps == 300
+    latest = CheckpointStore(job.paths.checkpoint_dir).latest()
+    assert latest is not None
+    # One container throughout: its state went to the host and back three times.
+    assert latest.state == {"step": 300, "offloads": 3, "restores": 3}
+    assert await containers_of(cfg.node_id) == []
+
+
+async def test_a_job_starting_up_is_frozen_by_pausing_its_container(image: str, root: Path) -> None:
+    cfg = config(root)
+    cfg = dataclasses.replace(cfg, gpu_processes=lambda gpus: 0)
+    async with ContainerSupervisor(cfg, options()) as supervisor:
+        await supervisor.start(in_image("job-z", image, "sleep", "60"))
+        frozen = await supervisor.suspend("job-z", timeout_s=5, park=True)
+        assert frozen.parked and supervisor.busy_gpus() == frozenset()
+        async with aiodocker.Docker() as docker:
+            (found,) = await docker.containers.list(filters={"label": ["gfair.job=job-z"]})
+            assert (await found.show())["State"]["Paused"]
+            assert await supervisor.resume_in_place("job-z", timeout_s=5) is not None
+            assert not (await found.show())["State"]["Paused"]
+        await supervisor.kill("job-z", "test over")
+    assert await containers_of(cfg.node_id) == []
+
+
+async def test_a_cancelled_job_leaves_no_container(image: str, root: Path) -> None:
+    cfg = config(root)
+    async with ContainerSupervisor(cfg, options()) as supervisor:
+        # A job that ignores SIGTERM and leaves a daemon behind: neither outlives the kill.
+        code = "import os,signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        code += "os.fork() or os.setsid(); time.sleep(600)"
+        await supervisor.start(in_image("job-k", image, "python3", "-c", code))
+        assert len(await containers_of(cfg.node_id)) == 1
+        exited = await supervisor.kill("job-k", "cancelled")
+    assert exited.signal == 9 and not exited.completed
+    assert await containers_of(cfg.node_id) == []
+
+
+async def test_an_image_that_does_not_exist_fails_with_the_engines_message(root: Path) -> None:
+    cfg = config(root)
+    async with ContainerSupervisor(cfg, options()) as supervisor:
+        with pytest.raises(JobStartError, match="gfair-test/no-such-image") as refused:
+            await supervisor.start(in_image("job-n", "gfair-test/no-such-image:1", "true"))
+    assert "the container engine refused it" in str(refused.value)
+    assert await containers_of(cfg.node_id) == []
+
+
+@pytest.mark.parametrize(
+    ("image_name", "mounts", "why"),
+    [
+        ("docker.io/library/python:3", (), "is not allowed here"),
+        (None, ("/var/run/docker.sock:/var/run/docker.sock",), "may not be mounted"),
+        (None, ("/:/host",), "may not be mounted"),
+        (None, (f"{ALLOWED_ROOT}/../etc:/etc2",), "may not be mounted"),
+    ],
+)
+async def test_an_image_or_mount_the_operator_does_not_allow_is_refused(
+    image: str, root: Path, image_name: str | None, mounts: tuple[str, ...], why: str
+) -> None:
+    cfg = config(root)
+    async with ContainerSupervisor(cfg, options()) as supervisor:
+        launch = in_image("job-r", image_name or image, "true", mounts=mounts)
+        with pytest.raises(JobStartError, match=why):
+            await supervisor.start(launch)
+    assert await containers_of(cfg.node_id) == []
+
+
+async def test_a_root_image_runs_as_the_tenant_without_privileges(image: str, root: Path) -> None:
+    cfg = config(root)
+    code = (
+        "import json,os\n"
+        "caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')]\n"
+        "def writes(p):\n"
+        "    try: open(p, 'w').close(); return True\n"
+        "    except OSError: return False\n"
+        "print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'caps': caps[0],\n"
+        "  'etc': writes('/etc/gfair'), 'tmp': writes('/tmp/x'),\n"
+        "  'nats': [k for k in os.environ if 'NATS' in k]}))"
+    )
+    async with ContainerSupervisor(cfg, options()) as supervisor:
+        job = await supervisor.start(in_image("job-u", image, "python3", "-c", code))
+        exited = await supervisor.wait("job-u")
+    assert exited.exit_code == 0, exited.stderr_tail
+    seen = json.loads(job.paths.stdout.read_text().strip().splitlines()[-1])
+    expected = (TEST_ACCOUNT.uid, TEST_ACCOUNT.gid) if TEST_ACCOUNT else None
+    if expected is not None:
+        assert (seen["uid"], seen["gid"]) == expected
+    assert seen["uid"] != 0
+    assert int(seen["caps"], 16) == 0  # no capability at all
+    assert not seen["etc"] and seen["tmp"]  # a read-only root, its own /tmp
+    assert seen["nats"] == []
+
+
+async def test_a_fork_bomb_is_stopped_by_the_pids_limit(image: str, root: Path) -> None:
+    cfg = config(root)
+    code = (
+        "import os,sys,time\n"
+        "n = 0\n"
+        "while True:\n"
+        "    try: pid = os.fork()\n"
+        "    except OSError as e: print('refused after', n, flush=True); sys.exit(3)\n"
+        "    if pid == 0: time.sleep(60); os._exit(0)\n"
+        "    n += 1\n"
+    )
+    async with ContainerSupervisor(cfg, options()) as supervisor:
+        job = await supervisor.start(in_image("job-b", image, "python3", "-c", code))
+        exited = await supervisor.wait("job-b")
+    assert exited.exit_code == 3, exited.stderr_tail
+    forked = int(job.paths.stdout.read_text().split("refused after")[1].split()[0])
+    assert forked < PIDS_MAX
+    assert await containers_of(cfg.node_id) == []  # its sleeping children went with it
