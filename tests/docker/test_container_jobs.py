@@ -17,9 +17,21 @@ from pathlib import Path
 
 import aiodocker
 import pytest
-from tests.node.helpers import TEST_ACCOUNT, EventLog, make_config, reachable_tmp
+from tests.e2e.test_job_life import settled
+from tests.node.helpers import (
+    SYNTHETIC,
+    TEST_ACCOUNT,
+    EventLog,
+    make_config,
+    reachable_tmp,
+    sdk_on_pythonpath,
+)
 
+from gfair.client import GfairClient
+from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.events.container_policy import ContainerPolicy
+from gfair.events.jobs import JobResumed, JobStarted
+from gfair.events.states import JobState
 from gfair.node.container_jobs import LABEL_NODE, ContainerOptions, ContainerSupervisor
 from gfair.node.job_limits import JobLimits
 from gfair.node.job_runner import JobStartError, SupervisorConfig
@@ -212,3 +224,33 @@ async def test_a_fork_bomb_is_stopped_by_the_pids_limit(image: str, root: Path) 
     forked = int(job.paths.stdout.read_text().split("refused after")[1].split()[0])
     assert forked < PIDS_MAX
     assert await containers_of(cfg.node_id) == []  # its sleeping children went with it
+
+
+async def test_a_job_in_its_image_time_slices_on_a_cluster_beside_a_process_job(
+    image: str, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One GPU, 1 s quanta: alice's job in its image and bob's process take turns; alice's
+    # parks in place in its container at each slice's end and resumes there.
+    sdk_on_pythonpath(monkeypatch)  # for bob's process, as the tenant's account
+    options = ClusterOptions(
+        cluster="v100:1x1",
+        quantum_s=1.0,
+        data_dir=root / "gfair",
+        env={"GFAIR_JOB_IMAGES": "gfair-test/"},
+    )
+    steps = ("python3", "/opt/jobs/parking_job.py", "600", "0.01")
+    async with (
+        EmbeddedCluster(options) as cluster,
+        await GfairClient.connect(cluster.nats_url, poll_interval_s=0.05) as client,
+    ):
+        refused = await client.submit("alice", 1, ["true"], image="docker.io/evil:1")
+        assert refused.state is JobState.REJECTED
+        await client.submit("alice", 1, steps, image=image, job_id="c", wait="running")
+        await client.submit("bob", 1, [*SYNTHETIC, "--duration-s", "3600", "--speed-scale", "10"])
+        ended = await client.wait("alice", "c", timeout_s=180)
+        details = await settled(client, "alice", "c")
+    assert ended is JobState.COMPLETED
+    events = [e.data for e in details.events]
+    resumed = [e for e in events if isinstance(e, JobResumed) and e.in_place]
+    assert len(resumed) >= 3, events[-8:]
+    assert len([e for e in events if isinstance(e, JobStarted)]) == 1  # one container
