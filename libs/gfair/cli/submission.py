@@ -108,6 +108,8 @@ def describe(error: ValidationError) -> str:
     field = str(loc[0]) if loc else ""
     flag = FLAGS.get(field, field)
     message = str(detail["msg"]).removeprefix("Value error, ")
+    if not loc:  # a rule over several fields: its message names them
+        return message
     if field == "env" and len(loc) > 1:
         # pydantic's path ends in "[key]", and its message is the regex.
         return f"{flag} {loc[1]}=...: {loc[1]!r} is not a variable name ({ENV_NAME_RULE})"
