@@ -295,13 +295,7 @@ def _record(job: Job) -> StrideJob:
         coming_up_until=None if job.coming_up_until is None else moment(job.coming_up_until),
         launch=None
         if job.launch is None
-        else JobLaunch(
-            command=job.launch.command,
-            env=job.launch.env,
-            working_dir=job.launch.working_dir,
-            image=job.launch.image,
-            mounts=job.launch.mounts,
-        ),
+        else JobLaunch.model_validate(job.launch, from_attributes=True),
         correlation_id=None if job.launch is None else job.launch.correlation_id,
         trace_parent=None if job.launch is None else job.launch.trace_parent,
         switches=None
