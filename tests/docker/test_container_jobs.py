@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import uuid
@@ -254,3 +255,64 @@ async def test_a_job_in_its_image_time_slices_on_a_cluster_beside_a_process_job(
     resumed = [e for e in events if isinstance(e, JobResumed) and e.in_place]
     assert len(resumed) >= 3, events[-8:]
     assert len([e for e in events if isinstance(e, JobStarted)]) == 1  # one container
+
+
+EXAMPLE_IMAGE = "gfair-example/pytorch:cpu"
+EXAMPLE = ("python", "/opt/example/pytorch_train.py", "--steps", "2000")
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # the machine's few CPUs are shared
+SAME_WEIGHTS = """
+import sys, torch
+a, b = (torch.load(f"/ck/{j}/{sys.argv[1]}/model.pt", weights_only=True) for j in ("t-a", "t-b"))
+same = all(torch.equal(x, y) for x, y in zip(a["model"].values(), b["model"].values()))
+momentum = [s["momentum_buffer"] for s in a["optimizer"]["state"].values()]
+moved = [s["momentum_buffer"] for s in b["optimizer"]["state"].values()]
+print("bitwise", same and all(torch.equal(x, y) for x, y in zip(momentum, moved)))
+"""
+
+
+@pytest.fixture(scope="module")
+def example_image(image: str) -> str:
+    """The example image (examples/images/pytorch), built here once from the local base."""
+    if subprocess.run(
+        ["docker", "image", "inspect", EXAMPLE_IMAGE], capture_output=True
+    ).returncode:
+        build = Path(__file__).parents[2] / "examples" / "images" / "pytorch" / "build.sh"
+        env = {**os.environ, "BASE": BASE, "TORCH": os.environ.get("GFAIR_TEST_TORCH", "torch")}
+        subprocess.run([str(build), EXAMPLE_IMAGE], check=True, env=env, timeout=900)
+    return EXAMPLE_IMAGE
+
+
+async def test_the_pytorch_example_parks_ten_times_and_ends_bitwise_as_uninterrupted(
+    example_image: str, root: Path
+) -> None:
+    cfg = config(root)
+    policy = ContainerPolicy(images=("gfair-example/",), mount_roots=(str(root),))
+    allowed = dataclasses.replace(options(), refusal=policy.refusal)
+    async with ContainerSupervisor(cfg, allowed) as supervisor:
+        log = EventLog(supervisor.events)
+        await supervisor.start(in_image("t-a", example_image, *EXAMPLE, env=ONE_THREAD))
+        assert (await supervisor.wait("t-a")).completed
+        await supervisor.start(in_image("t-b", example_image, *EXAMPLE, env=ONE_THREAD))
+        parks = 0
+        while parks < 10:
+            mark = log.mark()
+            await log.first(JobProgress, lambda p: p.job_id == "t-b", after=mark, timeout_s=60)
+            parked = await supervisor.suspend("t-b", timeout_s=20, park=True)
+            if parked.exited is not None:
+                break  # it finished first
+            assert parked.parked
+            parks += 1
+            assert await supervisor.resume_in_place("t-b", timeout_s=20) is not None
+        assert (await supervisor.wait("t-b")).completed
+        assert parks == 10
+        latest = CheckpointStore(cfg.checkpoint_root / "t-a").latest()
+        assert latest is not None
+        check = in_image(
+            "t-c",
+            example_image,
+            *("python", "-c", SAME_WEIGHTS, latest.path.name),
+            mounts=(f"{cfg.checkpoint_root}:/ck:ro",),
+        )
+        job = await supervisor.start(check)
+        assert (await supervisor.wait("t-c")).exit_code == 0
+    assert "bitwise True" in job.paths.stdout.read_text()
