@@ -29,16 +29,23 @@ from tests.node.helpers import (
 )
 
 from gfair.client import GfairClient
+from gfair.core.failure import ExitFacts, FailureClass, classify
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.events.container_policy import ContainerPolicy
 from gfair.events.jobs import JobResumed, JobStarted
 from gfair.events.states import JobState
-from gfair.node.container_jobs import LABEL_NODE, ContainerOptions, ContainerSupervisor
+from gfair.node.container_jobs import (
+    CONTAINER_ENGINE_DOWN,
+    LABEL_NODE,
+    ContainerOptions,
+    ContainerSupervisor,
+)
 from gfair.node.job_limits import JobLimits
 from gfair.node.job_runner import JobStartError, SupervisorConfig
 from gfair.node.launch import RunSpec
 from gfair.node.lifecycle import JobProgress
 from gfair.sdk.checkpoint import CheckpointStore
+from gfair_services.node_executor.run_control import CANNOT_START_EXIT_CODE
 
 from .conftest import unavailable
 
@@ -316,3 +323,13 @@ async def test_the_pytorch_example_parks_ten_times_and_ends_bitwise_as_uninterru
         job = await supervisor.start(check)
         assert (await supervisor.wait("t-c")).exit_code == 0
     assert "bitwise True" in job.paths.stdout.read_text()
+
+
+async def test_an_engine_that_is_down_is_the_nodes_fault(root: Path) -> None:
+    down = dataclasses.replace(options(), engine_url=f"unix://{root}/no-engine.sock")
+    async with ContainerSupervisor(config(root), down) as supervisor:
+        with pytest.raises(JobStartError) as refused:
+            await supervisor.start(in_image("job-d", "gfair-test/any:1", "true"))
+    assert CONTAINER_ENGINE_DOWN in str(refused.value)
+    facts = ExitFacts(exit_code=CANNOT_START_EXIT_CODE, stderr_tail=str(refused.value))
+    assert classify(facts).kind is FailureClass.INFRASTRUCTURE  # it runs elsewhere

@@ -59,3 +59,18 @@ def test_the_command_line_carries_image_and_mounts_over_the_spec_file() -> None:
     submitted = job(job_spec(args, spec), "j")
     assert submitted.image == "registry.example.com/t:1"
     assert submitted.mounts == ("/data/a:/a", "/data/b:/b:ro")
+
+
+@pytest.mark.parametrize("field", ["privileged", "user", "cap_add", "security_opt", "devices"])
+def test_a_spec_file_asking_for_privileges_is_refused(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        JobSpec.model_validate({"image": "x", field: True})
+
+
+def test_a_submission_asking_for_privileges_gets_none() -> None:
+    # Unknown fields of an event are dropped (old and new services coexist): nothing carries
+    # them to a node, whose containers are never privileged (gfair.node.container_jobs).
+    data = JobSubmitted.model_validate(
+        {"user": "a", "job_id": "j", "gpus": 1, "command": ["x"], "privileged": True}
+    )
+    assert "privileged" not in data.model_dump()
