@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiodocker
+import anyio
 import pytest
 from tests.e2e.test_job_life import settled
 from tests.node.helpers import (
@@ -333,3 +334,29 @@ async def test_an_engine_that_is_down_is_the_nodes_fault(root: Path) -> None:
     assert CONTAINER_ENGINE_DOWN in str(refused.value)
     facts = ExitFacts(exit_code=CANNOT_START_EXIT_CODE, stderr_tail=str(refused.value))
     assert classify(facts).kind is FailureClass.INFRASTRUCTURE  # it runs elsewhere
+
+
+async def test_a_gang_part_across_servers_meets_its_peers_in_the_hosts_network(
+    image: str, root: Path
+) -> None:
+    peers = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "NODE_RANK": "0", "NNODES": "2"}
+    # Rank 0 listens where its peers look: the host's address, not the engine's bridge.
+    code = (
+        "import os,socket\n"
+        "s = socket.create_server(('0.0.0.0', int(os.environ['MASTER_PORT'])))\n"
+        "print('rank', os.environ['NODE_RANK'], 'of', os.environ['NNODES'], flush=True)\n"
+        "s.accept()[0].close()\n"
+    )
+    async with ContainerSupervisor(config(root), options()) as supervisor:
+        job = await supervisor.start(in_image("job-g", image, "python3", "-c", code, env=peers))
+        with anyio.fail_after(30):
+            while True:  # the peer's side: rank 0's port on this host
+                try:
+                    stream = await anyio.connect_tcp("127.0.0.1", 29511)
+                    break
+                except OSError:
+                    await anyio.sleep(0.1)
+        await stream.aclose()
+        exited = await supervisor.wait("job-g")
+    assert exited.exit_code == 0, exited.stderr_tail
+    assert "rank 0 of 2" in job.paths.stdout.read_text()

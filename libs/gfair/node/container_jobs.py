@@ -13,6 +13,8 @@ signalled, frozen and cleared (`ContainerProcess`):
   SDK's variables name; the job SDK (``gfair.sdk``, standard library only) mounted read-only
   on ``PYTHONPATH``; the host mounts the operator allows (`ContainerOptions.refusal`);
 - GPUs by device request where the node has real ones (the NVIDIA runtime);
+- the engine's default network, but a part of a gang across servers the host's, where its
+  peers find it (``MASTER_ADDR``, ``NODE_RANK``: `gfair.events.gang_peers`);
 - an init process (``docker-init``) that forwards signals to the job and reaps its orphans;
   signals go through the engine (``docker kill --signal``), freezing is ``docker pause``;
 - labelled with its job, node and tenant's run root, so that a restarted node finds and
@@ -303,6 +305,11 @@ class ContainerSupervisor(JobSupervisor):
             "Init": True,
             **_resources(self.options.limits, launch.prepared_gpus or len(launch.gpu_indices)),
         }
+        if int(launch.env.get("NNODES", "1") or 1) > 1:
+            # A part of a gang across servers: its ranks meet at MASTER_ADDR:MASTER_PORT, a
+            # host's address (`gfair.events.gang_peers`), so it runs in the host's network, as
+            # a process does; any other container job in the engine's own.
+            host["NetworkMode"] = "host"
         if self.options.gpu_requests and launch.gpu_indices:
             ids = launch.gpu_uuids or tuple(str(i) for i in launch.gpu_indices)
             host["DeviceRequests"] = [
