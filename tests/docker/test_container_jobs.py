@@ -360,3 +360,26 @@ async def test_a_gang_part_across_servers_meets_its_peers_in_the_hosts_network(
         exited = await supervisor.wait("job-g")
     assert exited.exit_code == 0, exited.stderr_tail
     assert "rank 0 of 2" in job.paths.stdout.read_text()
+
+
+async def test_a_job_checkpoints_and_exits_its_container_then_resumes_on_another_node(
+    image: str, root: Path
+) -> None:
+    first = config(root)
+    second = dataclasses.replace(config(root), run_root=root / "runs-b")
+    steps = ("python3", "/opt/jobs/parking_job.py", "400", "0.01")
+    async with ContainerSupervisor(first, options()) as supervisor:
+        log = EventLog(supervisor.events)
+        await supervisor.start(in_image("job-m", image, *steps))
+        await log.first(JobProgress, lambda p: p.steps >= 20, timeout_s=60)
+        left = await supervisor.suspend("job-m", timeout_s=20)
+    assert left.fresh and left.exited is not None and left.exited.yielded
+    assert left.escalation is None  # it checkpointed when asked, through the SDK
+    assert left.checkpoint is not None and 20 <= left.checkpoint.step < 400
+    assert await containers_of(first.node_id) == []
+    async with ContainerSupervisor(second, options()) as supervisor:
+        await supervisor.start(in_image("job-m", image, *steps))
+        exited = await supervisor.wait("job-m")
+    assert exited.completed and exited.steps == 400
+    latest = CheckpointStore(second.checkpoint_root / "job-m").latest()
+    assert latest is not None and latest.state["step"] == 400

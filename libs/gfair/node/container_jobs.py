@@ -109,7 +109,9 @@ class ContainerProcess(anyio.abc.Process):
             status = int((await self.container.wait(timeout=None))["StatusCode"])
             state = (await self.container.show())["State"]
         except (aiodocker.DockerError, aiohttp.ClientError) as exc:
-            self._note(f"{CONTAINER_ENGINE_DOWN} while the job ran: {exc}")
+            if not (isinstance(exc, aiodocker.DockerError) and exc.status == 404):
+                self._note(f"{CONTAINER_ENGINE_DOWN} while the job ran: {exc}")
+            # (404: removed by the node, `remove`.)
             self._returncode = -signal.SIGKILL
             return self._returncode
         with anyio.move_on_after(_LOGS_DRAIN_S):
@@ -339,6 +341,12 @@ class ContainerSupervisor(JobSupervisor):
             super()._signal_sdk(job, signum)
         elif job.sdk_pid is not None:
             job.process.send_signal(signum)
+
+    async def _kill_all(self, job: SupervisedJob) -> None:
+        if isinstance(job.process, ContainerProcess):
+            await job.process.remove()
+        else:
+            await super()._kill_all(job)
 
     async def _clear_group(self, job: SupervisedJob) -> None:
         if isinstance(job.process, ContainerProcess):

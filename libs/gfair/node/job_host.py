@@ -5,8 +5,9 @@ and kill runs, and reads what the runs report from its `events`; it asks the `Jo
 runners and for the newest checkpoint of a job it is about to start. `ProcessHost` runs every
 job as an OS process (`JobSupervisor`, checkpoints on the shared checkpoint root);
 `gfair.node.virtual_jobs` runs them as virtual jobs in the executor's own process, for scale
-tests. Everything above this seam (which command means what, what is reported when) is the
-same code for both.
+tests. Where the operator allows images, `ProcessHost` runs a job that names one in a container
+of it (`gfair.node.container_jobs`). Everything above this seam (which command means what,
+what is reported when) is the same code for all.
 """
 
 from __future__ import annotations

@@ -669,6 +669,10 @@ class JobSupervisor(JobRunner[SupervisedJob]):
     def _signal(self, job: SupervisedJob, signum: signal.Signals) -> None:
         signal_group(job.handle.pgid, signum)
 
+    async def _kill_all(self, job: SupervisedJob) -> None:
+        """SIGKILL to the whole job now (what `_clear_group` does not find goes then)."""
+        signal_group(job.handle.pgid, signal.SIGKILL)
+
     async def _watch(self, job: SupervisedJob) -> None:
         returncode: int | None = None
         events: list[JobEvent] = []
@@ -684,7 +688,7 @@ class JobSupervisor(JobRunner[SupervisedJob]):
                 # Shielded so a cancelled supervisor still reaps the group and records the exit.
                 with anyio.CancelScope(shield=True):
                     if returncode is None:
-                        signal_group(job.handle.pgid, signal.SIGKILL)
+                        await self._kill_all(job)
                         returncode = await job.process.wait()
                     # Counted before the job's cgroups go with what is left of it.
                     oom_kills = job.limits.oom_kills() if job.limits is not None else 0
@@ -774,7 +778,7 @@ class JobSupervisor(JobRunner[SupervisedJob]):
                 with contextlib.suppress(OSError), job.run.open_output(job.run.stderr) as err:
                     err.write(note.encode())
                 _log.warning("job %s killed: it %s", job.handle.job_id, over)
-                signal_group(job.handle.pgid, signal.SIGKILL)
+                await self._kill_all(job)
                 return
 
     async def _follow_progress(self, job: SupervisedJob) -> None:
