@@ -143,7 +143,10 @@ async def test_a_job_starting_up_is_frozen_by_pausing_its_container(image: str, 
             assert (await found.show())["State"]["Paused"]
             assert await supervisor.resume_in_place("job-z", timeout_s=5) is not None
             assert not (await found.show())["State"]["Paused"]
-        await supervisor.kill("job-z", "test over")
+        assert (await supervisor.suspend("job-z", timeout_s=5, park=True)).parked
+        # Let go while frozen: SIGKILL reaches a paused container, which then goes.
+        let_go = await supervisor.suspend("job-z", timeout_s=5)
+        assert let_go.exited is not None and let_go.escalation == "SIGKILL"
     assert await containers_of(cfg.node_id) == []
 
 
