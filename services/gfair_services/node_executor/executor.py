@@ -172,7 +172,13 @@ class NodeExecutor:
         """How jobs run in their images here; None where the operator allows no image."""
         if not self.settings.job_images:
             return None
-        from gfair.node.container_jobs import ContainerOptions  # an extra: gfair[containers]
+        try:
+            from gfair.node.container_jobs import ContainerOptions
+        except ImportError as exc:  # an extra: the engine's client
+            raise RuntimeError(
+                f"GFAIR_JOB_IMAGES needs the Docker engine's client: pip install "
+                f"'gfair[containers]' ({exc})"
+            ) from exc
 
         limits = self.settings.job_limits
         pids = self.settings.job_pids_max or None  # enforced by the engine, whatever the host
