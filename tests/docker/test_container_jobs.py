@@ -288,7 +288,7 @@ def example_image(image: str) -> str:
         ["docker", "image", "inspect", EXAMPLE_IMAGE], capture_output=True
     ).returncode:
         build = Path(__file__).parents[2] / "examples" / "images" / "pytorch" / "build.sh"
-        env = {**os.environ, "BASE": BASE, "TORCH": os.environ.get("GFAIR_TEST_TORCH", "torch")}
+        env = {**os.environ, "BASE": BASE}  # torch as build.sh pins it
         subprocess.run([str(build), EXAMPLE_IMAGE], check=True, env=env, timeout=900)
     return EXAMPLE_IMAGE
 
