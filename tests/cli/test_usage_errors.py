@@ -24,6 +24,10 @@ COMMAND = ["--", "true"]
         (["--gpus", "1", "--max-retries", "-3"], "--max-retries -3:"),
         (["--gpus", "1", "--workdir", "relative"], "--workdir 'relative': must be an absolute"),
         (["--gpus", "1", "--timeout", "-1"], "--timeout -1: must be a positive"),
+        (["--gpus", "1", "--mount", "/data:/data"], "mounts are for a job in a container image"),
+        (["--gpus", "1", "--image", "x", "--mount", "data:/d"], "must be HOST:CONTAINER"),
+        (["--gpus", "1", "--image", "x", "--mount", "/a:/b:rw"], "the only option is ro"),
+        (["--gpus", "1", "--image", "Bad Image"], "--image 'Bad Image':"),
     ],
 )
 def test_a_bad_submit_flag_exits_2_naming_it(

@@ -26,6 +26,7 @@ from .helpers import (
     EventLog,
     environ_of,
     make_config,
+    python_job,
     synthetic,
     wait_for_text,
 )
@@ -388,4 +389,13 @@ async def test_a_reader_that_raises_still_lets_the_job_end_and_its_exit_be_repor
         with anyio.fail_after(20):
             exited = await supervisor.wait("r")
         assert exited.exit_code == 0 and exited.signal is None
+        assert supervisor.running() == []
+
+
+async def test_a_node_that_runs_no_containers_refuses_a_job_in_an_image(tmp_path: Path) -> None:
+    # Run as a process instead, its command would find none of its image's programs.
+    launch = dataclasses.replace(python_job("job-i", "pass"), image="registry.example.com/t:1")
+    async with JobSupervisor(make_config(tmp_path)) as supervisor:
+        with pytest.raises(JobStartError, match="runs no job in a container image"):
+            await supervisor.start(launch)
         assert supervisor.running() == []

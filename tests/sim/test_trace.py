@@ -74,6 +74,13 @@ def test_arrays_and_dependencies_read_as_gfair_submit_has_them() -> None:
     assert jobs["train"].after_ok == ("s-0", "s-1") and jobs["train"].array is None
 
 
+def test_a_jobs_image_is_carried_with_it() -> None:
+    text = "submit_time_s,user,gpus,duration_s,image\n0,ann,1,30,registry.example.com/t:1\n"
+    text += "1,ann,1,30,\n"
+    images = [job.image for job in parse_trace(io.StringIO(text)).jobs]
+    assert images == ["registry.example.com/t:1", None]
+
+
 @pytest.mark.parametrize("suffix", [".xz", ".gz", ".csv"])
 def test_compressed_files_are_read_by_suffix(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / f"trace{suffix}"

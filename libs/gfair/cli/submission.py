@@ -32,6 +32,8 @@ FLAGS: dict[str, str] = {
     "name": "--name",
     "env": "--env",
     "working_dir": "--workdir",
+    "image": "--image",
+    "mounts": "--mount",
     "max_retries": "--max-retries",
     "after_ok": "--after-ok",
     "array": "--array",
@@ -88,6 +90,8 @@ def job(spec: JobSpec, job_id: str, array: ArrayMembership | None = None) -> Job
             name=spec.name,
             env=spec.env,
             working_dir=spec.workdir,
+            image=spec.image,
+            mounts=spec.mounts,
             max_retries=spec.max_retries,
             array=array,
             after_ok=spec.after_ok,
@@ -104,6 +108,8 @@ def describe(error: ValidationError) -> str:
     field = str(loc[0]) if loc else ""
     flag = FLAGS.get(field, field)
     message = str(detail["msg"]).removeprefix("Value error, ")
+    if not loc:  # a rule over several fields: its message names them
+        return message
     if field == "env" and len(loc) > 1:
         # pydantic's path ends in "[key]", and its message is the regex.
         return f"{flag} {loc[1]}=...: {loc[1]!r} is not a variable name ({ENV_NAME_RULE})"

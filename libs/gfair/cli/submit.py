@@ -50,7 +50,17 @@ from gfair.events.submission import JobSubmitted, new_job_id
 WAITS: dict[str, WaitFor] = {"accepted": "accepted", "running": "running", "completed": "ended"}
 DEFAULT_TIMEOUT_S = 60.0
 # The flags that, given, set the job spec's field of the same name.
-_FLAGS = ("gpus", "tickets", "job_type", "name", "job_id", "workdir", "max_retries", "array")
+_FLAGS = (
+    "gpus",
+    "tickets",
+    "job_type",
+    "name",
+    "job_id",
+    "workdir",
+    "image",
+    "max_retries",
+    "array",
+)
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -76,6 +86,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--env", action="append", default=[], metavar="NAME=VALUE", help="repeatable"
     )
     parser.add_argument("--workdir", help="absolute working directory on the node")
+    parser.add_argument(
+        "--image", help="run in this container image (the node's Docker engine), not as a process"
+    )
+    parser.add_argument(
+        "--mount",
+        action="append",
+        default=[],
+        metavar="HOST:CONTAINER[:ro]",
+        help="a host path into the job's container (where the operator allows it); repeatable",
+    )
     parser.add_argument("--max-retries", type=int, help="cap on retries after failures")
     parser.add_argument(
         "--array",
@@ -177,6 +197,8 @@ def job_spec(args: argparse.Namespace, spec: JobSpec) -> JobSpec:
     # $GFAIR_USER is a default, the file says whose job it is.
     if args.user is not None and not (args.user == os.environ.get(session.USER_ENV) and spec.user):
         given["user"] = args.user
+    if args.mount:
+        given["mounts"] = (*spec.mounts, *args.mount)
     if args.after_ok:
         given["after_ok"] = dependencies(args.after_ok)
     given["env"] = {**spec.env, **submission.environment(args.env)}

@@ -83,6 +83,8 @@ INFRASTRUCTURE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("GPU lost", r"GPU is lost|fallen off the bus|no CUDA-capable device is detected"),
         ("network", r"Connection reset by peer|Connection refused|No route to host"),
         ("storage", r"Input/output error|Stale file handle|No space left on device"),
+        # The node executor's words where its Docker engine is down (`gfair.node.container_jobs`).
+        ("container engine", r"the container engine is unreachable"),
     )
 )
 

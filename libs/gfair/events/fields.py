@@ -158,6 +158,38 @@ Environment = Annotated[
 ]
 
 
+def _mount(value: str) -> str:
+    parts = value.split(":")
+    if len(parts) not in (2, 3) or not all(p.startswith("/") for p in parts[:2]):
+        raise ValueError(f"mount {value!r} must be HOST:CONTAINER or HOST:CONTAINER:ro")
+    if len(parts) == 3 and parts[2] != "ro":
+        raise ValueError(f"mount {value!r}: the only option is ro")
+    if any(".." in p.split("/") for p in parts[:2]):
+        raise ValueError(f"mount {value!r}: no '..' in its paths")
+    return value
+
+
+# A container image reference as the engine takes it ([registry/]name[:tag][@digest]).
+ImageRef = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=512,
+        pattern=r"^[a-z0-9][a-z0-9._\-/:@]*$",
+        description="Container image the job runs in (the node's Docker engine)",
+    ),
+]
+Mount = Annotated[
+    str,
+    Field(
+        min_length=3,
+        max_length=2 * MAX_PATH_CHARS + 3,
+        description="A host path mounted into the job's container: HOST:CONTAINER[:ro]",
+    ),
+    AfterValidator(_mount),
+]
+
+
 class JobRef(BaseModel):
     """A job's identity: job ids are chosen per user, so the pair is what is unique."""
 

@@ -34,7 +34,9 @@ from gfair.events.fields import (
     Argv,
     Environment,
     GpuCount,
+    ImageRef,
     JobId,
+    Mount,
     Name,
     Tickets,
     UserName,
@@ -72,6 +74,12 @@ class JobSpec(BaseModel):
     env: Environment = Field(default_factory=dict)
     workdir: AbsolutePath | None = Field(
         default=None, description="Absolute working directory on the node"
+    )
+    image: ImageRef | None = Field(
+        default=None, description="Run in this container image (default: a process on the node)"
+    )
+    mounts: tuple[Mount, ...] = Field(
+        default=(), description="Host paths mounted into its container: HOST:CONTAINER[:ro]"
     )
     max_retries: int | None = Field(
         default=None, ge=0, le=MAX_RETRIES, description="Cap on retries after failures"

@@ -27,8 +27,10 @@ from gfair.events.fields import (
     Generation,
     GpuCount,
     GpuIndices,
+    ImageRef,
     JobId,
     JobRef,
+    Mount,
     Name,
     NodeId,
     NodeIds,
@@ -114,9 +116,9 @@ def _not_success(failure_class: FailureClass) -> FailureClass:
 
 
 class JobLaunch(BaseModel):
-    """What a node needs to start a job's process: as its user submitted it. The one model of
-    it: the submission, the admission, the start and prepare commands and split-stride's record
-    carry these fields, in this shape."""
+    """What a node needs to start a job's process (or container): as its user submitted it.
+    The one model of it: the submission, the admission, the start and prepare commands and
+    split-stride's record carry these fields, in this shape."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -125,6 +127,18 @@ class JobLaunch(BaseModel):
     working_dir: AbsolutePath | None = Field(
         default=None, description="Working directory on the node"
     )
+    image: ImageRef | None = Field(
+        default=None, description="Run in this container image; none: a process on the node"
+    )
+    mounts: tuple[Mount, ...] = Field(
+        default=(), max_length=16, description="Host paths mounted into its container"
+    )
+
+    @model_validator(mode="after")
+    def _mounts_need_an_image(self) -> Self:
+        if self.mounts and self.image is None:
+            raise ValueError("mounts are for a job in a container image (give its image)")
+        return self
 
 
 @register

@@ -21,6 +21,8 @@ class RejectionCode(StrEnum):
     # Within the contract, but beyond an operator's limit on one submission (GPUs, command or
     # environment size, tickets).
     LIMIT_EXCEEDED = "limit_exceeded"
+    # A container image or host mount the operator does not allow (`ContainerPolicy`).
+    NOT_ALLOWED = "not_allowed"
     # More GPUs than any pool of the cluster has: it could never run.
     UNSATISFIABLE = "unsatisfiable"
     # Its user already has as many unfinished jobs as the operator allows (placement's

@@ -23,6 +23,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from gfair.node.process_group import collect
 
@@ -85,6 +86,14 @@ def locate(setting: str) -> Path | None:
     if not (base / "cgroup.procs").is_file() or not os.access(base, os.W_OK):
         return None
     return base
+
+
+class Freezer(Protocol):
+    """Freezes a job whole, and thaws it (blocking calls: run them in a worker thread)."""
+
+    def freeze(self) -> bool: ...
+
+    def thaw(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

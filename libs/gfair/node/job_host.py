@@ -5,14 +5,15 @@ and kill runs, and reads what the runs report from its `events`; it asks the `Jo
 runners and for the newest checkpoint of a job it is about to start. `ProcessHost` runs every
 job as an OS process (`JobSupervisor`, checkpoints on the shared checkpoint root);
 `gfair.node.virtual_jobs` runs them as virtual jobs in the executor's own process, for scale
-tests. Everything above this seam (which command means what, what is reported when) is the
-same code for both.
+tests. Where the operator allows images, `ProcessHost` runs a job that names one in a container
+of it (`gfair.node.container_jobs`). Everything above this seam (which command means what,
+what is reported when) is the same code for all.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gfair.node.job_runner import JobRunner, SupervisorConfig
 from gfair.node.launch import CheckpointRef
@@ -20,6 +21,9 @@ from gfair.node.supervisor import JobSupervisor
 from gfair.node.tenant_paths import exists_in
 from gfair.sdk.checkpoint import CheckpointStore
 from gfair.sdk.environment import PARKED_MARKER
+
+if TYPE_CHECKING:
+    from gfair.node.container_jobs import ContainerOptions
 
 
 class JobHost(Protocol):
@@ -38,10 +42,19 @@ class JobHost(Protocol):
 
 
 class ProcessHost:
-    """Jobs as OS processes, their checkpoints in their directories on the checkpoint root."""
+    """Jobs as OS processes, their checkpoints in their directories on the checkpoint root;
+    with `containers`, a job that names an image runs in it (`container_jobs`)."""
+
+    def __init__(self, containers: ContainerOptions | None = None) -> None:
+        self.containers = containers
 
     def runner(self, config: SupervisorConfig) -> JobRunner[Any]:
-        return JobSupervisor(config)
+        if self.containers is None:
+            return JobSupervisor(config)
+        # Imported only here: the engine's client is an extra (`gfair[containers]`).
+        from gfair.node.container_jobs import ContainerSupervisor
+
+        return ContainerSupervisor(config, self.containers)
 
     def latest_checkpoint(self, checkpoint_dir: Path) -> CheckpointRef | None:
         latest = CheckpointStore(checkpoint_dir).latest()

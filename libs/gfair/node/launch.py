@@ -60,6 +60,10 @@ class RunSpec:
     workdir: Path | None = None
     resume_from: CheckpointRef | None = None
     prepared_gpus: int | None = None
+    # The container image it runs in (`container_jobs`); None: an OS process. `mounts` are
+    # HOST:CONTAINER[:ro], allowed by the operator (`ContainerPolicy`).
+    image: str | None = None
+    mounts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id)

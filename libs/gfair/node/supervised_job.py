@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from gfair.node.job_cgroup import JobCgroup
+from gfair.node.job_cgroup import Freezer, JobCgroup
 from gfair.node.job_files import own_checkpoint
 from gfair.node.job_limits import JobLimitGroups
 from gfair.node.job_runner import SupervisedRun
@@ -50,6 +50,9 @@ class SupervisedJob(SupervisedRun):
     progress_emitted_steps: int = 0
     # The job's own cgroup, where the node makes them (job_cgroup.py).
     cgroup: JobCgroup | None = None
+    # What holds all of it in place (`JobSupervisor._freeze`, `_hold`): its cgroup, or its
+    # container (`container_jobs`); None: it cannot be frozen.
+    freezer: Freezer | None = None
     # Its memory and CPU limits, where the node sets them (job_limits.py).
     limits: JobLimitGroups | None = None
     # The uid the job's files must belong to (its account's); None: any (the executor's own).

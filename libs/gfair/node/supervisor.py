@@ -28,7 +28,7 @@ import anyio.abc
 import anyio.to_thread
 
 from gfair.node.job_account import JobAccount
-from gfair.node.job_cgroup import empty
+from gfair.node.job_cgroup import JobCgroup, empty
 from gfair.node.job_disk import cap_outputs, disk_overrun
 from gfair.node.job_files import NotOwnFile, own_checkpoint
 from gfair.node.job_limits import JobLimitGroups, LimitError, device_rules
@@ -189,12 +189,15 @@ class JobSupervisor(JobRunner[SupervisedJob]):
                 job.handle.job_id,
                 job.handle.gpu_indices,
                 since,
-                _resident_bytes(job.sdk_pid or job.handle.pid),
+                self._resident(job),
             )
             for job in self._jobs.values()
             if (since := job.in_place_since) is not None and not job.terminating
         ]
         return sorted(found, key=lambda p: p.since)
+
+    def _resident(self, job: SupervisedJob) -> int:
+        return _resident_bytes(job.sdk_pid or job.handle.pid)
 
     # ----- commands ------------------------------------------------------------------------
 
@@ -214,51 +217,29 @@ class JobSupervisor(JobRunner[SupervisedJob]):
         # The checkpoint root may be a network filesystem: keep its reads off the event loop.
         resume = await anyio.to_thread.run_sync(self._verified_resume, launch, checkpoint_dir)
 
-        if launch.workdir is not None and account is not None:
+        # A container's working directory is its image's business (`container_jobs`).
+        own = launch.workdir if launch.image is None else None
+        if own is not None and account is not None:
             # Made (where missing) and checked by the account itself, never by root: a job
             # may work only where its account may write (not /etc, not another tenant's).
-            await _prepare_workdir(launch.job_id, launch.workdir, account)
-        workdir = launch.workdir or self.config.run_root / launch.job_id / "work"
+            await _prepare_workdir(launch.job_id, own, account)
+        workdir = own or self.config.run_root / launch.job_id / "work"
         try:
             run = RunDirectory.create(self.config.run_root, launch.job_id, account)
-            if launch.workdir is None:
+            if own is None:
                 make_job_directory(workdir.parent, workdir.name, account)
         except NotOwnFile as exc:
             raise JobStartError(f"job {launch.job_id}: run directory: {exc}") from exc
-        if launch.workdir is not None and account is None:  # (else the account made it)
+        if own is not None and account is None:  # (else the account made it)
             workdir.mkdir(parents=True, exist_ok=True)
         env = self._environment(launch, run, checkpoint_dir)
         if account is not None:
             env["HOME"] = str(workdir)  # the executor's home is not the job's
-        tree = self.config.cgroups
-        cgroup = None if tree is None else await anyio.to_thread.run_sync(tree.job, launch.job_id)
-        limits: JobLimitGroups | None = None
         try:
-            if self.config.limits is not None:
-                gpus = launch.prepared_gpus or len(launch.gpu_indices)
-                rules = self._device_rules(launch.gpu_indices)
-                limits = self.config.limits.job(launch.job_id, gpus, cgroup, rules)
-            with run.open_output(run.stdout) as stdout, run.open_output(run.stderr) as stderr:
-                process = await spawn(
-                    launch.argv,
-                    env,
-                    workdir,
-                    run.path,
-                    cgroup=cgroup,
-                    limits=limits,
-                    account=account,
-                    stdout=stdout,
-                    stderr=stderr,
-                )
-        except (OSError, LimitError) as exc:
-            if cgroup is not None:
-                cgroup.remove()
-            if limits is not None:
-                limits.remove()
+            process, cgroup, limits = await self._spawn(launch, env, workdir, run)
+        except JobStartError as exc:
             run.write_exit({"start_error": str(exc)})
-            raise JobStartError(
-                f"job {launch.job_id}: cannot start {launch.argv[0]!r}: {exc}"
-            ) from exc
+            raise
         started_at = time.time()
         handle = RunningJob(
             job_id=launch.job_id,
@@ -308,10 +289,50 @@ class JobSupervisor(JobRunner[SupervisedJob]):
             progress_emitted_steps=resume.step if resume else 0,
             checkpoint=resume,
             cgroup=cgroup,
+            freezer=cgroup,
             limits=limits,
             owner=None if account is None else account.uid,
         )
         return job
+
+    async def _spawn(
+        self, launch: RunSpec, env: dict[str, str], workdir: Path, run: RunDirectory
+    ) -> tuple[anyio.abc.Process, JobCgroup | None, JobLimitGroups | None]:
+        """Start the job's process in its cgroup and limits; `JobStartError` where it cannot."""
+        if launch.image is not None:
+            raise JobStartError(
+                f"job {launch.job_id}: this node runs no job in a container image "
+                "(its operator allows none: job_images)"
+            )
+        tree = self.config.cgroups
+        cgroup = None if tree is None else await anyio.to_thread.run_sync(tree.job, launch.job_id)
+        limits: JobLimitGroups | None = None
+        try:
+            if self.config.limits is not None:
+                gpus = launch.prepared_gpus or len(launch.gpu_indices)
+                rules = self._device_rules(launch.gpu_indices)
+                limits = self.config.limits.job(launch.job_id, gpus, cgroup, rules)
+            with run.open_output(run.stdout) as stdout, run.open_output(run.stderr) as stderr:
+                process = await spawn(
+                    launch.argv,
+                    env,
+                    workdir,
+                    run.path,
+                    cgroup=cgroup,
+                    limits=limits,
+                    account=self.config.account,
+                    stdout=stdout,
+                    stderr=stderr,
+                )
+        except (OSError, LimitError) as exc:
+            if cgroup is not None:
+                cgroup.remove()
+            if limits is not None:
+                limits.remove()
+            raise JobStartError(
+                f"job {launch.job_id}: cannot start {launch.argv[0]!r}: {exc}"
+            ) from exc
+        return process, cgroup, limits
 
     async def _suspend(
         self, job: SupervisedJob, timeout_s: float, *, enforce: bool, park: bool
@@ -542,7 +563,7 @@ class JobSupervisor(JobRunner[SupervisedJob]):
         the GPUs can say that no process holds memory on its own; that is asked once it is
         frozen, when nothing of it can make a context any more."""
         probe = self.config.gpu_processes
-        cgroup = job.cgroup
+        cgroup = job.freezer
         if cgroup is None or probe is None or job.exited.is_set() or job.terminating:
             return None
         if not self.coming_up(job.handle.job_id):
@@ -561,11 +582,11 @@ class JobSupervisor(JobRunner[SupervisedJob]):
         """Let a frozen job go on coming up (`resume_in_place`); None when it cannot: a newer
         checkpoint than it started from was written meanwhile (it ran elsewhere), or the
         kernel did not thaw it. The caller then stops it and starts it anew."""
-        assert job.cgroup is not None
+        assert job.freezer is not None
         latest = await anyio.to_thread.run_sync(job.own_latest)
         stale = latest is not None and (job.checkpoint is None or latest.seq > job.checkpoint.seq)
         began = time.monotonic()
-        if stale or not await anyio.to_thread.run_sync(job.cgroup.thaw):
+        if stale or not await anyio.to_thread.run_sync(job.freezer.thaw):
             await self._terminate(job, "frozen while newer state was written", forced_yield=True)
             return None
         job.frozen_since = None
@@ -602,7 +623,7 @@ class JobSupervisor(JobRunner[SupervisedJob]):
         one that said so and went on computing cannot, and what it wrote before the freeze must
         be nothing (`SupervisedJob.absorb`); one whose cgroup will not freeze is not believed.
         Without a cgroup only its records are checked. The events of the records read."""
-        cgroup = job.cgroup
+        cgroup = job.freezer
         if cgroup is None or job.parked is None or job.answered or job.held:
             return []
         async with job.park_lock:
@@ -624,8 +645,8 @@ class JobSupervisor(JobRunner[SupervisedJob]):
         """Answer a parked job: thawed (`_hold`), then the file, then the signal that wakes it;
         False when it could not be thawed (it is killed, its yield forced)."""
         async with job.park_lock:
-            if job.held and job.cgroup is not None:
-                job.held = not await anyio.to_thread.run_sync(job.cgroup.thaw)
+            if job.held and job.freezer is not None:
+                job.held = not await anyio.to_thread.run_sync(job.freezer.thaw)
             job.answered = not job.held
         if job.held:
             await self._terminate(
@@ -633,22 +654,24 @@ class JobSupervisor(JobRunner[SupervisedJob]):
             )
             return False
         job.run.answer_park(park, action, env)
-        pid = job.sdk_pid
-        if pid is not None and in_group(pid, job.handle.pgid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, ANSWER_SIGNAL)
+        self._signal_sdk(job, ANSWER_SIGNAL)
         return True
 
-    def _signal_sdk(self, job: SupervisedJob) -> None:
-        # SIGUSR1 only to the process whose SDK installed a handler: its default action is to
-        # terminate, so signalling the whole group would kill data-loader workers and wrappers.
+    def _signal_sdk(self, job: SupervisedJob, signum: signal.Signals = signal.SIGUSR1) -> None:
+        # Only to the process whose SDK installed a handler: the default action of SIGUSR1 and
+        # SIGUSR2 is to terminate, so signalling the whole group would kill data-loader workers
+        # and wrappers.
         pid = job.sdk_pid
         if pid is not None and in_group(pid, job.handle.pgid):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGUSR1)
+                os.kill(pid, signum)
 
     def _signal(self, job: SupervisedJob, signum: signal.Signals) -> None:
         signal_group(job.handle.pgid, signum)
+
+    async def _kill_all(self, job: SupervisedJob) -> None:
+        """SIGKILL to the whole job now (what `_clear_group` does not find goes then)."""
+        signal_group(job.handle.pgid, signal.SIGKILL)
 
     async def _watch(self, job: SupervisedJob) -> None:
         returncode: int | None = None
@@ -665,7 +688,7 @@ class JobSupervisor(JobRunner[SupervisedJob]):
                 # Shielded so a cancelled supervisor still reaps the group and records the exit.
                 with anyio.CancelScope(shield=True):
                     if returncode is None:
-                        signal_group(job.handle.pgid, signal.SIGKILL)
+                        await self._kill_all(job)
                         returncode = await job.process.wait()
                     # Counted before the job's cgroups go with what is left of it.
                     oom_kills = job.limits.oom_kills() if job.limits is not None else 0
@@ -755,7 +778,7 @@ class JobSupervisor(JobRunner[SupervisedJob]):
                 with contextlib.suppress(OSError), job.run.open_output(job.run.stderr) as err:
                     err.write(note.encode())
                 _log.warning("job %s killed: it %s", job.handle.job_id, over)
-                signal_group(job.handle.pgid, signal.SIGKILL)
+                await self._kill_all(job)
                 return
 
     async def _follow_progress(self, job: SupervisedJob) -> None:

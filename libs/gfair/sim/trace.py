@@ -5,7 +5,7 @@ malformed row is reported with its physical line number and the offending column
 returned: a simulation over a half-read trace would measure the wrong workload.
 
 gfair CSV: ``submit_time_s,user,gpus,duration_s[,job_type][,tickets][,job_id][,array]
-[,array_limit][,after_ok][,move_s][,resume_s]`` (any column order). ``duration_s`` is the
+[,array_limit][,after_ok][,move_s][,resume_s][,image]`` (any column order). ``duration_s`` is the
 job's run time on a V100; ``job_type`` names a row of the Gavel table or is empty; ``tickets``
 is per user and may be left empty on all but one of its rows. As `gfair submit` has them:
 ``array`` names the user's job array the job belongs to and ``array_limit`` how many of it may
@@ -13,7 +13,8 @@ run at once (the same on every row of the array that gives one); ``after_ok`` li
 space-separated, the job ids of the same user that must complete first (a job id the trace
 does not have is an error). ``move_s`` and ``resume_s`` are the job's own switching costs
 (`gfair.core.switch_costs`), seconds of progress lost starting on other servers and resuming on
-its own; empty: the run's.
+its own; empty: the run's. ``image`` is the container image the job runs in (`gfair submit
+--image`), carried with the job; it changes no scheduling decision.
 
 Philly CSV: ``timestamp,duration,num_gpus,gpu_time,cluster[,job_id]``. The virtual cluster
 (``cluster``) is the tenant; timestamps become seconds since the earliest submission (the file is
@@ -52,6 +53,7 @@ GFAIR_OPTIONAL: Final = (
     "after_ok",
     "move_s",
     "resume_s",
+    "image",
 )
 PHILLY_REQUIRED: Final = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 PHILLY_OPTIONAL: Final = ("job_id",)
@@ -83,6 +85,7 @@ class TraceJob:
     array_limit: int | None = None  # at most this many of its array run at once
     move_s: float | None = None  # its own switching costs; None: the run's
     resume_s: float | None = None
+    image: str | None = None  # the container image it runs in; None: a process
 
     def costs(self, default: SwitchCosts) -> SwitchCosts:
         """Its switching costs: its own where it has them, else `default`'s."""
@@ -285,6 +288,7 @@ class _GfairRows(_Rows):
                     array_limit=limit,
                     move_s=self.seconds(row, "move_s"),
                     resume_s=self.seconds(row, "resume_s"),
+                    image=self.optional(row, "image") or None,
                 )
             )
         self.check_dependencies(jobs)

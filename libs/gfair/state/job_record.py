@@ -38,7 +38,9 @@ from gfair.events.fields import (
     Environment,
     Generation,
     GpuCount,
+    ImageRef,
     JobId,
+    Mount,
     Name,
     NodeId,
     Step,
@@ -90,6 +92,8 @@ class Submission(Record):
     name: Name | None = None
     env: Environment = Field(default_factory=dict)
     working_dir: AbsolutePath | None = None
+    image: ImageRef | None = None
+    mounts: tuple[Mount, ...] = ()
     max_retries: int | None = None
     array: ArrayMembership | None = None
     after_ok: tuple[JobId, ...] = ()
@@ -110,6 +114,8 @@ class Submission(Record):
             name=data.name,
             env=data.env,
             working_dir=data.working_dir,
+            image=data.image,
+            mounts=data.mounts,
             max_retries=data.max_retries,
             array=data.array,
             after_ok=data.after_ok,
@@ -247,7 +253,7 @@ class JobRecord(Record):
             gpus=sub.gpus,
             job_type=sub.job_type,
             array=sub.array,
-            launch=JobLaunch(command=sub.command, env=sub.env, working_dir=sub.working_dir),
+            launch=JobLaunch.model_validate(sub, from_attributes=True),
             tickets=sub.tickets,
             prepare=sub.prepare,
             attempt=self.attempt,

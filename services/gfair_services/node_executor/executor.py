@@ -29,6 +29,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio.to_thread
 import structlog
@@ -66,6 +67,9 @@ from gfair_services.node_executor.report_relay import ReportRelay
 from gfair_services.node_executor.run_control import RunControl
 from gfair_services.node_executor.settings import NodeExecutorSettings
 from gfair_services.node_executor.start_guard import StartGuard
+
+if TYPE_CHECKING:
+    from gfair.node.container_jobs import ContainerOptions
 from gfair_services.node_executor.user_supervisors import UserSupervisors
 from gfair_services.topology import cluster_topology
 
@@ -106,7 +110,7 @@ class NodeExecutor:
         self._sink = EventSink()
         relay = ReportRelay(self.node_id, self._runs, self._sink, self._gpus, self._xids)
         # Where its jobs run: OS processes, or virtual ones (`virtual_nodes`).
-        host = host or ProcessHost()
+        host = host or ProcessHost(self._container_options())
         self._supervisors = UserSupervisors(self._supervisor_config, relay, host)
         self._control = RunControl(
             self.settings, self._inventory, self._runs, self._sink, self._supervisors, host
@@ -163,6 +167,26 @@ class NodeExecutor:
                     "is closed to other users (chmod o+x it, or choose another "
                     "GFAIR_WORK_BASE/GFAIR_CHECKPOINT_ROOT, e.g. gfair up --data-dir)"
                 )
+
+    def _container_options(self) -> ContainerOptions | None:
+        """How jobs run in their images here; None where the operator allows no image."""
+        if not self.settings.job_images:
+            return None
+        try:
+            from gfair.node.container_jobs import ContainerOptions
+        except ImportError as exc:  # an extra: the engine's client
+            raise RuntimeError(
+                f"GFAIR_JOB_IMAGES needs the Docker engine's client: pip install "
+                f"'gfair[containers]' ({exc})"
+            ) from exc
+
+        limits = self.settings.job_limits
+        pids = self.settings.job_pids_max or None  # enforced by the engine, whatever the host
+        return ContainerOptions(
+            refusal=self.settings.container_policy.refusal,
+            limits=dataclasses.replace(limits, pids_max=pids),
+            gpu_requests=self.settings.simulate_gpus is None,
+        )
 
     def _account(self, user: str) -> JobAccount | None:
         """The account `user`'s jobs run as, refused where a derived one would be another

@@ -430,6 +430,8 @@ def _run_spec(
         env=dict(command.env),
         gpu_uuids=gpu_uuids,
         workdir=Path(command.working_dir) if command.working_dir else None,
+        image=command.image,
+        mounts=tuple(command.mounts),
         resume_from=resume,
         prepared_gpus=prepared_gpus,
     )

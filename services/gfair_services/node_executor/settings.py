@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.kernel import DEFAULT_QUANTUM_S
@@ -28,6 +28,7 @@ from gfair.node.job_disk import OUTPUT_MAX_BYTES
 from gfair.node.job_limits import JobLimits, LimitError, check_host, parse_size
 from gfair.node.progress import ProgressLimits
 from gfair.node.simulated import parse_gpu_spec
+from gfair_services.containers import ContainerSettings
 
 # The same default as split-stride's, so a one-machine cluster needs no flag to agree on where
 # checkpoints are; a real cluster points both at a shared filesystem.
@@ -51,7 +52,7 @@ def progress_interval_for(quantum_s: float) -> float:
     return min(max(quantum_s / 6, 1.0), 10.0)
 
 
-class NodeExecutorSettings(BaseSettings):
+class NodeExecutorSettings(ContainerSettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
     node_id: str = Field(

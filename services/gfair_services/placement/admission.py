@@ -61,6 +61,9 @@ def check_submission(
             RejectionCode.LIMIT_EXCEEDED,
             f"tickets: {data.tickets:g}; a job may carry at most {settings.max_job_tickets:g}",
         )
+    refused = settings.container_policy.refusal(data.image, data.mounts)
+    if refused is not None:
+        return Refusal(RejectionCode.NOT_ALLOWED, refused)
     return None
 
 

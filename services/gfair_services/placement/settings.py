@@ -9,6 +9,7 @@ from pydantic import BeforeValidator, Field
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from gfair.events.admission_limits import MAX_JOB_GPUS, MAX_JOB_TICKETS
+from gfair_services.containers import ContainerSettings
 from gfair_services.retention import RetentionSettings
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
@@ -20,7 +21,7 @@ def _names(value: object) -> object:
     return value
 
 
-class PlacementSettings(TenantSettings, TopologySettings, RetentionSettings):
+class PlacementSettings(TenantSettings, TopologySettings, RetentionSettings, ContainerSettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
     max_job_gpus: int = Field(

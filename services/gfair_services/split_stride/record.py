@@ -293,9 +293,7 @@ def _record(job: SchedulerJob) -> StrideJob:
         coming_up_until=None if job.coming_up_until is None else moment(job.coming_up_until),
         launch=None
         if job.launch is None
-        else JobLaunch(
-            command=job.launch.command, env=job.launch.env, working_dir=job.launch.working_dir
-        ),
+        else JobLaunch.model_validate(job.launch, from_attributes=True),
         correlation_id=None if job.launch is None else job.launch.correlation_id,
         trace_parent=None if job.launch is None else job.launch.trace_parent,
         switches=None
@@ -312,4 +310,12 @@ def _record(job: SchedulerJob) -> StrideJob:
 def launch(of: JobLaunch, correlation_id: str | None, trace_parent: str | None) -> Launch:
     """The core's `Launch` of an event's or a record's `JobLaunch`, and the job's ids: made
     here only (the core may not know the event models)."""
-    return Launch(tuple(of.command), dict(of.env), of.working_dir, correlation_id, trace_parent)
+    return Launch(
+        tuple(of.command),
+        dict(of.env),
+        of.working_dir,
+        of.image,
+        tuple(of.mounts),
+        correlation_id,
+        trace_parent,
+    )

@@ -525,6 +525,8 @@ class SplitStrideService:
             command=launch.command,
             env=dict(launch.env),
             working_dir=launch.working_dir,
+            image=launch.image,
+            mounts=launch.mounts,
             gpus=prepare.gpus,
             generation=prepare.generation,
             checkpoint_dir=self.settings.checkpoint_dir(prepare.user, prepare.job_id),
@@ -590,6 +592,8 @@ class SplitStrideService:
             command=launch.command,
             env={**launch.env, **self._gang_environment(start)},
             working_dir=launch.working_dir,
+            image=launch.image,
+            mounts=launch.mounts,
             gpu_indices=start.gpu_indices,
             checkpoint_dir=self.settings.checkpoint_dir(start.user, start.job_id),
         )

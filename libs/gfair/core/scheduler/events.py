@@ -78,6 +78,8 @@ class Launch:
     command: tuple[str, ...]
     env: Mapping[str, str]
     working_dir: str | None = None
+    image: str | None = None  # None: a process on the node
+    mounts: tuple[str, ...] = ()
     correlation_id: str | None = None  # the job's correlation id (its submission's event)
     trace_parent: str | None = None  # W3C traceparent in the job's trace
 
