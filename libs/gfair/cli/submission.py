@@ -35,6 +35,7 @@ FLAGS: dict[str, str] = {
     "max_retries": "--max-retries",
     "after_ok": "--after-ok",
     "array": "--array",
+    "time_limit_s": "--time-limit",
 }
 
 
@@ -92,6 +93,7 @@ def job(spec: JobSpec, job_id: str, array: ArrayMembership | None = None) -> Job
             array=array,
             after_ok=spec.after_ok,
             prepare=bool(spec.prepare),
+            time_limit_s=spec.time_limit,
         )
     except ValidationError as exc:
         raise UsageError(describe(exc)) from None

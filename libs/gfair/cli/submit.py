@@ -21,6 +21,9 @@ the worst outcome). `--after-ok JOB[,JOB...]` (repeatable) holds the job until t
 same user completed successfully, and cancels it if one fails or is cancelled. `--prepare` says
 the job calls `Job.from_env()` before touching any GPU (docs/jobs.md): its process may start,
 without GPUs, before its first slice, so that its imports are not paid for on GPUs.
+`--time-limit 4h` (Slurm's `--time`; also 90m, 1h30m, D-HH:MM:SS, or seconds) stops the job once
+it has run that long on GPUs (waiting and time-sliced out time do not count): it fails with
+failure class `time_limit`.
 """
 
 from __future__ import annotations
@@ -50,7 +53,17 @@ from gfair.events.submission import JobSubmitted, new_job_id
 WAITS: dict[str, WaitFor] = {"accepted": "accepted", "running": "running", "completed": "ended"}
 DEFAULT_TIMEOUT_S = 60.0
 # The flags that, given, set the job spec's field of the same name.
-_FLAGS = ("gpus", "tickets", "job_type", "name", "job_id", "workdir", "max_retries", "array")
+_FLAGS = (
+    "gpus",
+    "tickets",
+    "job_type",
+    "name",
+    "job_id",
+    "workdir",
+    "max_retries",
+    "array",
+    "time_limit",
+)
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -77,6 +90,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--workdir", help="absolute working directory on the node")
     parser.add_argument("--max-retries", type=int, help="cap on retries after failures")
+    parser.add_argument(
+        "--time-limit",
+        "--time",
+        metavar="DURATION",
+        help="stop it (failed, time_limit) once it ran this long on GPUs: 4h, 90m, 1h30m, "
+        "D-HH:MM:SS, or seconds",
+    )
     parser.add_argument(
         "--array",
         metavar="SPEC",

@@ -40,6 +40,7 @@ from gfair.events.fields import (
     StderrTail,
     Step,
     Tickets,
+    TimeLimit,
     UserName,
     XidCode,
 )
@@ -114,9 +115,10 @@ def _not_success(failure_class: FailureClass) -> FailureClass:
 
 
 class JobLaunch(BaseModel):
-    """What a node needs to start a job's process: as its user submitted it. The one model of
-    it: the submission, the admission, the start and prepare commands and split-stride's record
-    carry these fields, in this shape."""
+    """How its user asked the job to run: its process, and its limits. The one model of it:
+    the submission, placement's record, the admission, the start and prepare commands and
+    split-stride's record carry these fields, in this shape, so a per-job input declared here
+    reaches the scheduler's core (`gfair.core.split_stride.Launch`) without another copy."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -125,6 +127,12 @@ class JobLaunch(BaseModel):
     working_dir: AbsolutePath | None = Field(
         default=None, description="Working directory on the node"
     )
+    time_limit_s: TimeLimit | None = None
+
+    @classmethod
+    def from_fields(cls, carrier: object) -> JobLaunch:
+        """The launch fields of `carrier` (a submission, a record, a core `Launch`)."""
+        return JobLaunch(**{name: getattr(carrier, name) for name in JobLaunch.model_fields})
 
 
 @register

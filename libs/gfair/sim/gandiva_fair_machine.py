@@ -44,6 +44,7 @@ from gfair.core.split_stride import (
     Config,
     Ended,
     EntitlementsPublished,
+    Launch,
     Node,
     Reply,
     ServersChanged,
@@ -52,6 +53,7 @@ from gfair.core.split_stride import (
     Stop,
     TypeProfiled,
 )
+from gfair.core.split_stride.residency import job_key
 from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.tickets import check_tickets
@@ -115,6 +117,7 @@ class GandivaFairMachine:
         self._filled: dict[str, tuple[str, ...]] = {}  # started between ticks, not yet told
         self._changed = True  # since the last tick (the next one may decide otherwise)
         self._waiting = -1  # runnable jobs the last tick left without GPUs (-1: none yet)
+        self._limited: set[str] = set()  # jobs with a time limit, checked at every tick
 
     # -- the policy -----------------------------------------------------------------------
 
@@ -157,9 +160,14 @@ class GandivaFairMachine:
                 array=job.array,
                 array_limit=job.array_limit,
                 costs=job.costs(self._costs),
+                launch=None
+                if job.time_limit_s is None
+                else Launch((), {}, time_limit_s=job.time_limit_s),  # read as the service's
             )
         )
         self._carry_out(reply, now)
+        if job.time_limit_s is not None:
+            self._limited.add(job.id)
         usable = admitted.usable
         fastest = max(usable, key=lambda g: (speeds[g], generation_rank(g)))
         return Admission(True, f"can run on {', '.join(sorted(usable))}", fastest)
@@ -177,6 +185,7 @@ class GandivaFairMachine:
         if not gangs:
             del self._gangs[user]
         del self._ids[key]
+        self._limited.discard(job_id)
         self._filled.pop(job_id, None)
         self._profiler.forget_job(job_id)
         self._changed = True
@@ -213,7 +222,8 @@ class GandivaFairMachine:
         self._filled.clear()  # the runs below tell the simulator of them
         self._waiting = plan.waiting
         self._changed = False
-        return Decision(runs=self._runs(), trades=new)
+        ended = {self._ids[job_key(t.user, t.job_id)]: t.reason for t in plan.timed_out}
+        return Decision(runs=self._runs(), trades=new, ended=ended)
 
     def fill(self, now: float) -> dict[str, tuple[str, ...]]:
         filled, self._filled = self._filled, {}
@@ -222,7 +232,7 @@ class GandivaFairMachine:
     def quiet_until(self, now: float) -> float:
         # When every runnable job ran and nothing changed since, the next quantum repeats this
         # one until something does.
-        if self._waiting == 0 and not self._changed and self._usage is None:
+        if self._waiting == 0 and not self._changed and self._usage is None and not self._limited:
             return UNTIL_NEXT_EVENT
         return EVERY_QUANTUM
 

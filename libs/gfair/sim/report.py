@@ -197,7 +197,7 @@ def build_report(
     for job in result.jobs:
         submitted_by_user[job.user] = submitted_by_user.get(job.user, 0) + 1
         jct = job.end_s - job.submit_s if job.end_s is not None else None
-        if jct is not None:
+        if jct is not None and job.status == "completed":  # (not a job ended past its limit)
             jcts.append(jct)
             slowdowns.append(jct / job.ideal_s)
             jct_by_user.setdefault(job.user, []).append(jct)

@@ -80,7 +80,9 @@ class JobOutcome:
     start_s: float | None
     end_s: float | None
     ideal_s: float
-    status: str  # "completed", "unfinished" (clock stopped first) or "rejected"
+    # "completed", "failed" (ended past its time limit), "unfinished" (clock stopped first) or
+    # "rejected"
+    status: str
     reason: str = ""
 
 
@@ -257,6 +259,8 @@ class Simulator:
             self._sched_cpu += time.process_time() - began
             self._plans += 1
             self._trades += decision.trades
+            for job_id, reason in decision.ended.items():
+                self._end(self._jobs[job_id], now, reason)
             self._apply(decision.runs, now)
             self._tally(now)
             self._left_waiting = self._active - self._running
@@ -443,13 +447,41 @@ class Simulator:
             self._runs[server].remove(spec.id)
             self._vacated.add(server)
         job.servers = ()
+        self._leave(job, at, Outcome.COMPLETED)
+
+    def _end(self, job: _Job, at: float, reason: str) -> None:
+        """The policy ended the job unfinished (past its time limit): it failed."""
+        spec = job.spec
+        if job.servers:
+            self._stop(job, at)
+            for server in job.last_servers:
+                self._runs[server].remove(spec.id)
+                self._vacated.add(server)
+        self._unplaced[spec.gpus, spec.job_type] -= 1
+        job.end_s = at
+        self._outcomes[spec.id] = JobOutcome(
+            id=spec.id,
+            user=spec.user,
+            gpus=spec.gpus,
+            submit_s=spec.submit_s,
+            start_s=job.start_s,
+            end_s=at,
+            ideal_s=self._ideal(spec),
+            status="failed",
+            reason=reason,
+        )
+        self._leave(job, at, Outcome.FAILED)
+
+    def _leave(self, job: _Job, at: float, outcome: Outcome) -> None:
+        """The job is over (`outcome`): the policy is told, and what waited for it follows."""
+        spec = job.spec
         self._active -= 1
         self._finished += 1
         self.ledger.depart(at, spec.user, spec.gpus)
         began = time.process_time()
         self.policy.finish(spec.id, at)
         self._sched_cpu += time.process_time() - began
-        self._known[spec.id] = Outcome.COMPLETED
+        self._known[spec.id] = outcome
         self._release_after(spec.id, at)
         array = self._gated_array(spec)
         if array is not None:

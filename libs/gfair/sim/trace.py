@@ -5,15 +5,16 @@ malformed row is reported with its physical line number and the offending column
 returned: a simulation over a half-read trace would measure the wrong workload.
 
 gfair CSV: ``submit_time_s,user,gpus,duration_s[,job_type][,tickets][,job_id][,array]
-[,array_limit][,after_ok][,move_s][,resume_s]`` (any column order). ``duration_s`` is the
-job's run time on a V100; ``job_type`` names a row of the Gavel table or is empty; ``tickets``
-is per user and may be left empty on all but one of its rows. As `gfair submit` has them:
-``array`` names the user's job array the job belongs to and ``array_limit`` how many of it may
-run at once (the same on every row of the array that gives one); ``after_ok`` lists,
-space-separated, the job ids of the same user that must complete first (a job id the trace
-does not have is an error). ``move_s`` and ``resume_s`` are the job's own switching costs
+[,array_limit][,after_ok][,move_s][,resume_s][,time_limit_s]`` (any column order).
+``duration_s`` is the job's run time on a V100; ``job_type`` names a row of the Gavel table or
+is empty; ``tickets`` is per user and may be left empty on all but one of its rows. As `gfair
+submit` has them: ``array`` names the user's job array the job belongs to and ``array_limit``
+how many of it may run at once (the same on every row of the array that gives one); ``after_ok``
+lists, space-separated, the job ids of the same user that must complete first (a job id the
+trace does not have is an error). ``move_s`` and ``resume_s`` are the job's own switching costs
 (`gfair.core.switch_costs`), seconds of progress lost starting on other servers and resuming on
-its own; empty: the run's.
+its own; empty: the run's. ``time_limit_s`` is `gfair submit --time-limit`'s, in seconds: the
+gandiva-fair policy ends the job (failed) once it ran that long on GPUs; empty: none.
 
 Philly CSV: ``timestamp,duration,num_gpus,gpu_time,cluster[,job_id]``. The virtual cluster
 (``cluster``) is the tenant; timestamps become seconds since the earliest submission (the file is
@@ -52,6 +53,7 @@ GFAIR_OPTIONAL: Final = (
     "after_ok",
     "move_s",
     "resume_s",
+    "time_limit_s",
 )
 PHILLY_REQUIRED: Final = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 PHILLY_OPTIONAL: Final = ("job_id",)
@@ -83,6 +85,7 @@ class TraceJob:
     array_limit: int | None = None  # at most this many of its array run at once
     move_s: float | None = None  # its own switching costs; None: the run's
     resume_s: float | None = None
+    time_limit_s: float | None = None  # running time after which the scheduler ends it
 
     def costs(self, default: SwitchCosts) -> SwitchCosts:
         """Its switching costs: its own where it has them, else `default`'s."""
@@ -285,6 +288,7 @@ class _GfairRows(_Rows):
                     array_limit=limit,
                     move_s=self.seconds(row, "move_s"),
                     resume_s=self.seconds(row, "resume_s"),
+                    time_limit_s=self.time_limit(row),
                 )
             )
         self.check_dependencies(jobs)
@@ -319,6 +323,10 @@ class _GfairRows(_Rows):
     def seconds(self, row: list[str], column: str) -> float | None:
         raw = self.optional(row, column)
         return self.parse_number(raw, column, positive=False) if raw else None
+
+    def time_limit(self, row: list[str]) -> float | None:
+        raw = self.optional(row, "time_limit_s")
+        return self.parse_number(raw, "time_limit_s", positive=True) if raw else None
 
     def after_ok(self, row: list[str]) -> tuple[str, ...]:
         ids = tuple(self.optional(row, "after_ok").split())

@@ -32,10 +32,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, computed_field
 
 from gfair.events.envelope import Envelope
 from gfair.events.fields import (
-    AbsolutePath,
-    Argv,
     Attempt,
-    Environment,
     Generation,
     GpuCount,
     JobId,
@@ -76,7 +73,7 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class Submission(_Record):
+class Submission(JobLaunch):
     """The job as its user submitted it (`JobSubmitted`), and the envelope that carried it."""
 
     event_id: str = Field(description="Envelope id of the JobSubmitted; a redelivery repeats it")
@@ -87,12 +84,9 @@ class Submission(_Record):
         "submission); events about the job that no job event caused join that trace",
     )
     gpus: GpuCount
-    command: Argv
     tickets: Tickets | None = None
     job_type: Name | None = None
     name: Name | None = None
-    env: Environment = Field(default_factory=dict)
-    working_dir: AbsolutePath | None = None
     max_retries: int | None = None
     array: ArrayMembership | None = None
     after_ok: tuple[JobId, ...] = ()
@@ -106,13 +100,11 @@ class Submission(_Record):
             event_id=envelope.id,
             submitted_at=envelope.time,
             trace_parent=trace_parent,
+            **dict(JobLaunch.from_fields(data)),
             gpus=data.gpus,
-            command=data.command,
             tickets=data.tickets,
             job_type=data.job_type,
             name=data.name,
-            env=data.env,
-            working_dir=data.working_dir,
             max_retries=data.max_retries,
             array=data.array,
             after_ok=data.after_ok,
@@ -250,7 +242,7 @@ class JobRecord(_Record):
             gpus=sub.gpus,
             job_type=sub.job_type,
             array=sub.array,
-            launch=JobLaunch(command=sub.command, env=sub.env, working_dir=sub.working_dir),
+            launch=JobLaunch.from_fields(sub),
             tickets=sub.tickets,
             prepare=sub.prepare,
             attempt=self.attempt,

@@ -118,6 +118,18 @@ class Forgotten:
 
 
 @dataclass(frozen=True, slots=True)
+class TimedOut:
+    """A job the machine ended: its running time passed its limit (`Launch.time_limit_s`). The
+    driver kills it (`kills`, before the plan's starts) and says it failed, with `reason`."""
+
+    user: str
+    job_id: str
+    attempt: int
+    reason: str
+    kills: tuple[Stop, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class QuantumPlan:
     quantum: int
     turns: tuple[ServerTurn, ...]
@@ -128,6 +140,7 @@ class QuantumPlan:
     forgotten: tuple[Forgotten, ...] = ()
     # Of every decision: jobs chosen that found too few free GPUs (a bug if ever non-empty).
     short: tuple[tuple[str, str], ...] = ()
+    timed_out: tuple[TimedOut, ...] = ()  # ended before the decision
 
 
 @dataclass(frozen=True, slots=True)

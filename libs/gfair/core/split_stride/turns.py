@@ -346,6 +346,7 @@ def _stop(
     else:
         reason = StopReason.TIME_SLICE
     stay.unconfirmed = stay.phase is Phase.STARTING
+    job.ran(stay, now)
     machine.suspend(job, stay)  # (marks the job changed, with what follows)
     stay.pending_suspends += 1
     stay.since = now
