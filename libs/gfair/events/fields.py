@@ -133,7 +133,7 @@ def duration_seconds(value: Any) -> Any:
     if (clock := _CLOCK_FORM.fullmatch(text)) is not None:
         days, hours, minutes, seconds = (int(part or 0) for part in clock.groups())
         if minutes > 59 or seconds > 59:
-            raise ValueError(f"{value!r}: minutes and seconds run to 59")
+            raise ValueError("minutes and seconds run to 59")
         return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     units = _UNITS_FORM.fullmatch(text)
     if units is None or not any(units.groups()):
@@ -141,7 +141,7 @@ def duration_seconds(value: Any) -> Any:
             return float(text)
         except ValueError:
             raise ValueError(
-                f"{value!r}: expected seconds or a duration: 4h, 90m, 1h30m, 30s, D-HH:MM:SS"
+                "expected seconds or a duration: 4h, 90m, 1h30m, 30s, D-HH:MM:SS"
             ) from None
     return sum(int(n) * size for n, size in zip(units.groups(), _UNITS.values(), strict=True) if n)
 
