@@ -597,6 +597,7 @@ class SplitStrideService:
             working_dir=launch.working_dir,
             gpu_indices=start.gpu_indices,
             checkpoint_dir=self.settings.checkpoint_dir(start.user, start.job_id),
+            valid_until=None if start.valid_until is None else record.moment(start.valid_until),
         )
 
     def _gang_environment(self, start: Start) -> dict[str, str]:

@@ -38,6 +38,9 @@ class Start:
     generation: str | None
     # A node where the job is parked in place, told to let go (checkpoint and exit) first.
     release: str | None = None
+    # Its node runs it only until then: past it the machine may have forgotten the start and
+    # run the job elsewhere (`turns.start_deadline`). None: no deadline (a driver's own start).
+    valid_until: float | None = None
 
     @property
     def key(self) -> str:

@@ -56,7 +56,7 @@ class Stay:
     pending_suspends: int = 0
     # Stopped while its start was still unconfirmed. The node processes commands in order, so
     # if it ran the start, `started` comes before any answer to the stop; if it refused the
-    # start (its start guard saw the job re-placed meanwhile) nothing comes at all, not even
+    # start (its start came past its `Start.valid_until`) nothing comes at all, not even
     # for the stop. Such a stop is forgotten after `unconfirmed_release_s`, not the long
     # `release_timeout_s`; persisted, so a reload after a failed write (a broker lost) does
     # not hold the job back for the long timeout.
