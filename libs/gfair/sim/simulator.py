@@ -402,17 +402,7 @@ class Simulator:
 
     def _refuse(self, spec: TraceJob, reason: str, now: float) -> None:
         """Rejected, or never to run because a dependency will not complete (`reason`)."""
-        self._outcomes[spec.id] = JobOutcome(
-            id=spec.id,
-            user=spec.user,
-            gpus=spec.gpus,
-            submit_s=spec.submit_s,
-            start_s=None,
-            end_s=None,
-            ideal_s=self._ideal(spec),
-            status="rejected",
-            reason=reason,
-        )
+        self._outcomes[spec.id] = self._outcome(spec, "rejected", reason)
         self.ledger.account(spec.user)
         self._known[spec.id] = Outcome.REJECTED
         self._release_after(spec.id, now)
@@ -459,17 +449,7 @@ class Simulator:
                 self._vacated.add(server)
         self._unplaced[spec.gpus, spec.job_type] -= 1
         job.end_s = at
-        self._outcomes[spec.id] = JobOutcome(
-            id=spec.id,
-            user=spec.user,
-            gpus=spec.gpus,
-            submit_s=spec.submit_s,
-            start_s=job.start_s,
-            end_s=at,
-            ideal_s=self._ideal(spec),
-            status="failed",
-            reason=reason,
-        )
+        self._outcomes[spec.id] = self._outcome(spec, "failed", reason, job)
         self._leave(job, at, Outcome.FAILED)
 
     def _leave(self, job: _Job, at: float, outcome: Outcome) -> None:
@@ -705,6 +685,22 @@ class Simulator:
     def _ideal(self, spec: TraceJob) -> float:
         return spec.duration_s / self.speeds.fastest(spec.job_type, self.cluster.generations)
 
+    def _outcome(
+        self, spec: TraceJob, status: str, reason: str = "", job: _Job | None = None
+    ) -> JobOutcome:
+        """`spec`'s outcome: `job`'s run (None: it never ran), `status` and why."""
+        return JobOutcome(
+            id=spec.id,
+            user=spec.user,
+            gpus=spec.gpus,
+            submit_s=spec.submit_s,
+            start_s=None if job is None else job.start_s,
+            end_s=None if job is None else job.end_s,
+            ideal_s=self._ideal(spec),
+            status=status,
+            reason=reason,
+        )
+
     def _result(self, now: float, start: float, wall_start: float) -> SimResult:
         """Close the books at `now`; jobs not yet submitted when the clock stopped are left out."""
         self._tally(now)
@@ -717,30 +713,12 @@ class Simulator:
         for spec in self.trace.jobs[: self._next_arrival]:
             outcome = self._outcomes.get(spec.id)
             if outcome is None and spec.id in self._held:
-                outcome = JobOutcome(
-                    id=spec.id,
-                    user=spec.user,
-                    gpus=spec.gpus,
-                    submit_s=spec.submit_s,
-                    start_s=None,
-                    end_s=None,
-                    ideal_s=self._ideal(spec),
-                    status="unfinished",
-                    reason="held: " + eligibility(spec.after_ok, self._known).reason,
-                )
+                held = "held: " + eligibility(spec.after_ok, self._known).reason
+                outcome = self._outcome(spec, "unfinished", held)
             if outcome is None:
                 job = self._jobs[spec.id]
                 status = "completed" if job.end_s is not None else "unfinished"
-                outcome = JobOutcome(
-                    id=spec.id,
-                    user=spec.user,
-                    gpus=spec.gpus,
-                    submit_s=spec.submit_s,
-                    start_s=job.start_s,
-                    end_s=job.end_s,
-                    ideal_s=self._ideal(spec),
-                    status=status,
-                )
+                outcome = self._outcome(spec, status, job=job)
                 if job.end_s is not None:
                     last_end = max(last_end, job.end_s)
             outcomes.append(outcome)
