@@ -22,7 +22,7 @@ from gfair.bus.dead_letter import DeadLetter, DeadLetterReason
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.transport import PubAck, PublishFailed
-from gfair.core.split_stride import Exited, Job, Phase, Recording, Releases
+from gfair.core.split_stride import Exited, Job, Launch, Phase, Recording, Releases
 from gfair.events.commands import KillCommand, PrepareCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.job_array import ArrayMembership, array_environment
@@ -45,6 +45,7 @@ from gfair.state.job_record import JobRecord, save_job
 from gfair.state.stride_record import STATE_KEY, StrideRecord, load_stride, save_stride
 from gfair_services.placement.service import admission
 from gfair_services.split_stride import Settings, SplitStrideService
+from gfair_services.split_stride import record as stride_record
 from gfair_services.split_stride import service as split_stride_service
 from gfair_services.topology import cluster_topology
 
@@ -1160,3 +1161,10 @@ async def test_an_unreadable_state_is_dead_lettered_and_placements_jobs_start_af
     # What it wrote since is a record again: the next start reads it.
     stored = await load_stride(await bus.key_value(STRIDE.name))
     assert stored is not None and "alice.a" in stored.record.jobs
+
+
+def test_a_jobs_time_limit_and_running_time_survive_its_record() -> None:
+    launch = Launch(("train",), {"A": "1"}, "/work", "corr", None, time_limit_s=90.0)
+    job = Job("alice", "a", 2, 1.0, None, 1, launch=launch, ran_s=12.5)
+    back = stride_record._job(stride_record._record(job))
+    assert (back.launch, back.ran_s) == (launch, 12.5)
