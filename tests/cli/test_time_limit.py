@@ -1,4 +1,4 @@
-"""`gfair submit --time-limit` (Slurm's `--time`): read as the submission's `time_limit_s`, in
+"""`gfair submit --time-limit` (Slurm's `--time`): read as the submission's `time_limit`, in
 seconds, from the forms users write; a form it cannot read is a usage error naming the flag."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def submitted_limit(*flags: str, spec: JobSpec | None = None) -> float | None:
     args = build_parser("submit").parse_args(
         ["submit", "--user", "alice", "--gpus", "1", *flags, "--", "true"]
     )
-    return submission.job(job_spec(args, spec or JobSpec()), "j").time_limit_s
+    return submission.job(job_spec(args, spec or JobSpec()), "j").time_limit
 
 
 @pytest.mark.parametrize(

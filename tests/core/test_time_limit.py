@@ -10,7 +10,7 @@ from .test_split_stride import QUANTUM_S, admit, machine, only_start, started, s
 
 
 def admit_limited(m: SplitStride, user: str, job_id: str, now: float, limit_s: float) -> None:
-    launch = Launch(("train",), {}, time_limit_s=limit_s)
+    launch = Launch(("train",), {}, time_limit=limit_s)
     reply = m.apply(
         Admitted(
             user=user, job_id=job_id, now=now, gpus=1, weight=1.0, job_type=None, launch=launch

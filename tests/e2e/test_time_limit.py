@@ -40,7 +40,7 @@ async def test_a_job_past_its_time_limit_is_stopped_and_fails_saying_why(
     record = details.record
     assert record is not None and record.failure_class is FailureClass.TIME_LIMIT
     assert record.reason is not None and record.reason.startswith("time limit 2s reached after ")
-    assert record.submission.time_limit_s == 2.0
+    assert record.submission.time_limit == 2.0
     (failed,) = [e.data for e in details.events if isinstance(e.data, JobFailed)]
     assert failed.reason == record.reason
     assert any(isinstance(e.data, JobStarted) for e in details.events)  # it ran, then was stopped

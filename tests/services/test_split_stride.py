@@ -1164,7 +1164,7 @@ async def test_an_unreadable_state_is_dead_lettered_and_placements_jobs_start_af
 
 
 def test_a_jobs_time_limit_and_running_time_survive_its_record() -> None:
-    launch = Launch(("train",), {"A": "1"}, "/work", "corr", None, time_limit_s=90.0)
+    launch = Launch(("train",), {"A": "1"}, "/work", "corr", None, time_limit=90.0)
     job = Job("alice", "a", 2, 1.0, None, 1, launch=launch, ran_s=12.5)
     back = stride_record._job(stride_record._record(job))
     assert (back.launch, back.ran_s) == (launch, 12.5)

@@ -127,7 +127,7 @@ class JobLaunch(BaseModel):
     working_dir: AbsolutePath | None = Field(
         default=None, description="Working directory on the node"
     )
-    time_limit_s: TimeLimit | None = None
+    time_limit: TimeLimit | None = None
 
     @classmethod
     def from_fields(cls, carrier: object) -> JobLaunch:

@@ -16,7 +16,7 @@ class FailureClass(StrEnum):
     INFRASTRUCTURE = "infrastructure"
     PREEMPTED = "preempted"
     CANCELLED = "cancelled"
-    # Its running time passed its time limit (`JobLaunch.time_limit_s`): stopped by split-stride.
+    # Its running time passed its time limit (`JobLaunch.time_limit`): stopped by split-stride.
     TIME_LIMIT = "time_limit"
 
 

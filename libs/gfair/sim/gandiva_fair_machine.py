@@ -44,7 +44,6 @@ from gfair.core.split_stride import (
     Config,
     Ended,
     EntitlementsPublished,
-    Launch,
     Node,
     Reply,
     ServersChanged,
@@ -117,7 +116,8 @@ class GandivaFairMachine:
         self._filled: dict[str, tuple[str, ...]] = {}  # started between ticks, not yet told
         self._changed = True  # since the last tick (the next one may decide otherwise)
         self._waiting = -1  # runnable jobs the last tick left without GPUs (-1: none yet)
-        self._limited: set[str] = set()  # jobs with a time limit, checked at every tick
+        # Jobs with limits (a time limit), checked at every tick: none of its quanta is skipped.
+        self._limited: set[str] = set()
 
     # -- the policy -----------------------------------------------------------------------
 
@@ -149,6 +149,7 @@ class GandivaFairMachine:
         self._changed = self._auction_due = True
         self._gangs.setdefault(job.user, Counter())[(job.job_type, job.gpus)] += job.gpus
         self._speeds.pop(job.user, None)
+        launch = job.launch()
         reply = self.machine.apply(
             Admitted(
                 user=job.user,
@@ -160,13 +161,11 @@ class GandivaFairMachine:
                 array=job.array,
                 array_limit=job.array_limit,
                 costs=job.costs(self._costs),
-                launch=None
-                if job.time_limit_s is None
-                else Launch((), {}, time_limit_s=job.time_limit_s),  # read as the service's
+                launch=launch,
             )
         )
         self._carry_out(reply, now)
-        if job.time_limit_s is not None:
+        if launch is not None:
             self._limited.add(job.id)
         usable = admitted.usable
         fastest = max(usable, key=lambda g: (speeds[g], generation_rank(g)))

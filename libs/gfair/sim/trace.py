@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
+from gfair.core.split_stride import Launch
 from gfair.core.switch_costs import SwitchCosts
 
 if TYPE_CHECKING:
@@ -86,6 +87,13 @@ class TraceJob:
     move_s: float | None = None  # its own switching costs; None: the run's
     resume_s: float | None = None
     time_limit_s: float | None = None  # running time after which the scheduler ends it
+
+    def launch(self) -> Launch | None:
+        """What the scheduler's core reads of how its user asked it to run (its limits), as the
+        live service hands it over (`Admitted.launch`); None: nothing asked."""
+        if self.time_limit_s is None:
+            return None
+        return Launch((), {}, time_limit=self.time_limit_s)
 
     def costs(self, default: SwitchCosts) -> SwitchCosts:
         """Its switching costs: its own where it has them, else `default`'s."""

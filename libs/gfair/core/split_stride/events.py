@@ -73,7 +73,7 @@ class JobInput:
 class Launch:
     """How its user asked the job to run (the event contract's `JobLaunch`, field for field),
     and the ids that join its commands to the job's life: the driver builds its start commands
-    from it; the machine reads only the limits (`time_limit_s`: running seconds, holding GPUs,
+    from it; the machine reads only the limits (`time_limit`: seconds running, holding GPUs,
     after which the job is ended, `SplitStride.tick`)."""
 
     command: tuple[str, ...]
@@ -81,7 +81,7 @@ class Launch:
     working_dir: str | None = None
     correlation_id: str | None = None  # the job's correlation id (its submission's event)
     trace_parent: str | None = None  # W3C traceparent in the job's trace
-    time_limit_s: float | None = None
+    time_limit: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -374,7 +374,7 @@ class SplitStride:
         at a tick, so a job runs at most a quantum past it). Only a job on GPUs can pass it."""
         ended: list[TimedOut] = []
         for job in self.residents():
-            limit = None if job.launch is None else job.launch.time_limit_s
+            limit = None if job.launch is None else job.launch.time_limit
             if limit is None or (ran := job.running_s(now)) < limit:
                 continue
             reason = f"time limit {duration(limit)} reached after {duration(ran)} running"

@@ -122,7 +122,7 @@ class Forgotten:
 
 @dataclass(frozen=True, slots=True)
 class TimedOut:
-    """A job the machine ended: its running time passed its limit (`Launch.time_limit_s`). The
+    """A job the machine ended: its running time passed its limit (`Launch.time_limit`). The
     driver kills it (`kills`, before the plan's starts) and says it failed, with `reason`."""
 
     user: str
