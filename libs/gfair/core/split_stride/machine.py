@@ -379,7 +379,7 @@ class SplitStride:
                 continue
             reason = f"time limit {duration(limit)} reached after {duration(ran)} running"
             for stay in job.stays.values():  # charged up to now, as the tick charges the rest
-                if stay.holds_gpus and stay.phase is Phase.RUNNING:
+                if stay.phase is Phase.RUNNING:
                     self.meter.held(job, stay, self.pool(job, stay), now)
             kills = self._end(job.user, job.job_id, reason) or ()
             ended.append(TimedOut(job.user, job.job_id, job.attempt, reason, kills))

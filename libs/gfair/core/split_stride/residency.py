@@ -26,7 +26,7 @@ def job_key(user: str, job_id: str) -> str:
 
 
 def duration(seconds: float) -> str:
-    """`seconds` as a person writes it: 45s, 1m30s, 4h, 4h00m12s, 2d3h."""
+    """`seconds` as a person writes it: 45s, 1m30s, 4h, 4h00m12s, 2d03h."""
     left, text = round(seconds), ""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         count, left = divmod(left, size)
@@ -56,7 +56,7 @@ class Stay:
     pending_suspends: int = 0
     # Stopped while its start was still unconfirmed. The node processes commands in order, so
     # if it ran the start, `started` comes before any answer to the stop; if it refused the
-    # start (its start came past its `Start.valid_until`) nothing comes at all, not even
+    # start (it read the start past its `Start.valid_until`) nothing comes at all, not even
     # for the stop. Such a stop is forgotten after `unconfirmed_release_s`, not the long
     # `release_timeout_s`; persisted, so a reload after a failed write (a broker lost) does
     # not hold the job back for the long timeout.
