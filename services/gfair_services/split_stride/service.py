@@ -801,12 +801,9 @@ def _job_key_of(data: EventData) -> str | None:
 
 def _timed_out(ended: TimedOut) -> JobFailed:
     """The job's end, the machine's verdict: it ran past its time limit (never retried)."""
-    return JobFailed(
-        user=ended.user,
-        job_id=ended.job_id,
-        failure_class=FailureClass.TIME_LIMIT,
-        reason=ended.reason,
-        attempt=ended.attempt,
+    job = {"user": ended.user, "job_id": ended.job_id, "attempt": ended.attempt}
+    return JobFailed.model_validate(
+        {**job, "failure_class": FailureClass.TIME_LIMIT, "reason": ended.reason}
     )
 
 
