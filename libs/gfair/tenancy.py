@@ -260,12 +260,11 @@ def node_permissions(node: NodeLogin) -> TenantPermissions:
     - its command consumer: create it through the subject-filtered API under its own name
       and filter only (`gfair.cmd.<n>.*`), pull from it, acknowledge its messages;
     - read, not write: JetStream's account info, stream info (every process checks that the
-      topology it declares exists; changing it is the services'), job records in `gfair_jobs`
-      (the start guard);
+      topology it declares exists; changing it is the services'), and no record (a start is
+      judged by its command alone);
     - receive replies on `_INBOX_node-<n>.>` only.
     """
     commands = COMMANDS_STREAM.name
-    jobs_bucket = f"KV_{buckets.JOBS.name}"
     stream_names = [s.name for s in STREAMS] + [LOGS_STREAM]
     stream_names += [f"KV_{bucket.name}" for bucket in buckets.ALL]
     publish = [node_subject(node.node_id, m.event_name()) for m in NODE_REPORTS]
@@ -279,8 +278,6 @@ def node_permissions(node: NodeLogin) -> TenantPermissions:
         _js_api("CONSUMER", "INFO", commands, node.durable),
         _js_api("CONSUMER", "MSG", "NEXT", commands, node.durable),
         f"$JS.ACK.{commands}.{node.durable}.>",
-        _js_api("DIRECT", "GET", jobs_bucket, ">"),
-        _js_api("STREAM", "MSG", "GET", jobs_bucket),
     ]
     return TenantPermissions(
         publish_allow=tuple(publish), subscribe_allow=(f"{node.inbox_prefix}.>",)

@@ -490,3 +490,18 @@ def test_a_profile_works_out_again_only_the_speeds_of_its_users_jobs_of_its_type
     # ann's job of another type and bob's of this one keep theirs, not worked out again.
     assert after["ann.b"] is before["ann.b"] and after["bob.c"] is before["bob.c"]
     assert after["bob.c"] != after["ann.a"]
+
+
+def test_a_start_stands_until_the_machine_may_forget_it() -> None:
+    # A node refuses a start read later (`Start.valid_until`): by then the machine may have
+    # forgotten it (unconfirmed for `release_timeout_s`, or stopped unconfirmed at the next
+    # tick and forgotten `unconfirmed_release_s` after), and run the job elsewhere.
+    m = machine(("v100-0", 1), ("v100-1", 1))
+    config = m.config
+    early = only_start(admit(m, "alice", "a", 5.0).starts.turns)  # before any tick
+    assert early.valid_until == 5.0 + config.unconfirmed_release_s
+    started(m, early, 5.0)
+    m.tick(QUANTUM_S)
+    between = only_start(admit(m, "bob", "b", QUANTUM_S + 50.0).starts.turns)
+    assert between.valid_until == 2 * QUANTUM_S + config.unconfirmed_release_s
+    assert config.quantum_s + config.unconfirmed_release_s < config.release_timeout_s

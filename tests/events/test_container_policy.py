@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
+from gfair.cli.main import build_parser
 from gfair.cli.submission import job
 from gfair.cli.submit import job_spec
 from gfair.events.container_policy import ContainerPolicy
@@ -51,11 +50,9 @@ def test_a_submission_of_the_previous_version_reads_as_a_process_job() -> None:
 
 def test_the_command_line_carries_image_and_mounts_over_the_spec_file() -> None:
     spec = JobSpec(user="alice", gpus=1, command=("python", "t.py"), mounts=("/data/a:/a",))
-    args = argparse.Namespace(
-        gpus=None, tickets=None, job_type=None, name=None, job_id=None, workdir=None,
-        image="registry.example.com/t:1", max_retries=None, array=None, prepare=None,
-        command=[], user=None, after_ok=[], env=[], mount=["/data/b:/b:ro"],
-    )  # fmt: skip
+    args = build_parser("submit").parse_args(
+        ["submit", "--image", "registry.example.com/t:1", "--mount", "/data/b:/b:ro"]
+    )
     submitted = job(job_spec(args, spec), "j")
     assert submitted.image == "registry.example.com/t:1"
     assert submitted.mounts == ("/data/a:/a", "/data/b:/b:ro")

@@ -2,7 +2,7 @@
 
 Split-stride starts a job on a K80 (the V100 is taken), and at the next quantum boundary, the
 V100 free again, the kernel moves it there before the K80's node confirmed the start. If that
-node refused the start (its start guard saw the job ended or retried meanwhile), the suspend
+node refused the start (it read it past its `valid_until`), the suspend
 that follows finds nothing to suspend: the node answers neither. Split-stride forgets such a
 stop after `unconfirmed_release_s`, not the long `release_timeout_s` it keeps for suspends of
 jobs that did start.

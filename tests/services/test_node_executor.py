@@ -48,15 +48,11 @@ from gfair.events.jobs import (
 )
 from gfair.events.nodes import NodeHeartbeat, NodeRegistered, NodeTelemetry
 from gfair.events.reasons import MigrationReason, SuspendReason
-from gfair.events.states import JobState
-from gfair.events.submission import JobSubmitted
 from gfair.node.job_cgroup import AUTO, locate
 from gfair.node.job_limits import JobLimits, LimitError, check_host
 from gfair.node.run_directory import RunDirectory
 from gfair.node.simulated import SimulatedGpus
 from gfair.sdk.environment import ENV_CONTROL_DIR
-from gfair.state.buckets import JOBS
-from gfair.state.job_record import JobRecord, save_job
 from gfair_services.node_executor import CANNOT_START_EXIT_CODE, NodeExecutor, Settings
 from gfair_services.node_executor.executor import COMMANDS_IN_FLIGHT
 from gfair_services.topology import cluster_topology
@@ -354,37 +350,24 @@ async def test_stale_start_is_ignored(node: Node, tmp_path: Path) -> None:
     assert node.executor.running() == []
 
 
-async def test_start_the_job_record_has_overtaken_is_ignored(node: Node, tmp_path: Path) -> None:
-    jobs = await node.bus.key_value(JOBS.name)
+async def test_a_start_past_its_valid_until_is_refused_and_a_fresh_one_runs(
+    node: Node, tmp_path: Path
+) -> None:
+    # Judged from the command alone: past its `valid_until` the scheduler may have forgotten
+    # it and started the job elsewhere. One without (an older scheduler's) stands.
     now = datetime.now(UTC)
-    for job_id, update, placed_at in (
-        ("finished", {"state": JobState.COMPLETED}, None),
-        # Placed elsewhere after the start was sent: the start is stale.
-        ("moved", {"state": JobState.PLACED, "servers": ("n2",)}, now + timedelta(minutes=1)),
-        ("retried", {"state": JobState.QUEUED, "attempt": 2}, None),
-        ("here", {"state": JobState.PLACED, "servers": (NODE,)}, None),
-        # The record has not caught up with the placement the start follows: it stands.
-        ("trailing", {"state": JobState.PLACED, "servers": ("n2",)}, now - timedelta(minutes=1)),
+    for job_id, gpu, valid_until in (
+        ("forgotten", 0, now - timedelta(seconds=1)),
+        ("fresh", 1, now + timedelta(minutes=1)),
+        ("unbounded", 0, None),
     ):
-        submitted = JobSubmitted(user="alice", job_id=job_id, gpus=1, command=SLEEPER)
-        record = JobRecord.accepted(Envelope.wrap(submitted, source="test"), submitted)
-        record = record.model_copy(update=update)
-        if placed_at is not None:
-            record = record.with_decision(placed_at, "placement", "placed on v100 n2")
-        await save_job(jobs, record, None)
-    for job_id, gpu in (
-        ("finished", 0),
-        ("moved", 1),
-        ("retried", 0),
-        ("here", 1),
-        ("trailing", 0),
-    ):
-        await node.send(start_command(tmp_path, job_id, SLEEPER, (gpu,)))
-    await node.wait_for(JobStarted, job_id="trailing")
+        command = start_command(tmp_path, job_id, SLEEPER, (gpu,))
+        await node.send(command.model_copy(update={"valid_until": valid_until}))
+    await node.wait_for(JobStarted, count=2)
     await settle(node)
     started = await node.events(JobStarted)
-    assert sorted(getattr(e, "job_id", "") for e in started) == ["here", "trailing"]
-    assert sorted(run.job.job_id for run in node.executor.running()) == ["here", "trailing"]
+    assert sorted(getattr(e, "job_id", "") for e in started) == ["fresh", "unbounded"]
+    assert sorted(run.job.job_id for run in node.executor.running()) == ["fresh", "unbounded"]
 
 
 async def test_a_start_of_an_attempt_that_ended_here_is_ignored(node: Node, tmp_path: Path) -> None:

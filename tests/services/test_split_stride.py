@@ -22,7 +22,7 @@ from gfair.bus.dead_letter import DeadLetter, DeadLetterReason
 from gfair.bus.memory_bus import InMemoryBus
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.transport import PubAck, PublishFailed
-from gfair.core.scheduler import Exited, Phase, Recording, Releases, SchedulerJob
+from gfair.core.scheduler import Exited, Launch, Phase, Recording, Releases, SchedulerJob
 from gfair.events.commands import KillCommand, PrepareCommand, StartCommand, SuspendCommand
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.job_array import ArrayMembership, array_environment
@@ -45,6 +45,7 @@ from gfair.state.job_record import JobRecord, save_job
 from gfair.state.stride_record import STATE_KEY, StrideRecord, load_stride, save_stride
 from gfair_services.placement.service import admission
 from gfair_services.split_stride import SplitStrideService, SplitStrideSettings
+from gfair_services.split_stride import record as stride_record
 from gfair_services.split_stride import service as split_stride_service
 from gfair_services.topology import cluster_topology
 
@@ -1162,3 +1163,10 @@ async def test_an_unreadable_state_is_dead_lettered_and_placements_jobs_start_af
     # What it wrote since is a record again: the next start reads it.
     stored = await load_stride(await bus.key_value(STRIDE.name))
     assert stored is not None and "alice.a" in stored.record.jobs
+
+
+def test_a_jobs_time_limit_and_running_time_survive_its_record() -> None:
+    launch = Launch(("train",), {"A": "1"}, "/work", correlation_id="corr", time_limit=90.0)
+    job = SchedulerJob("alice", "a", 2, 1.0, None, 1, launch=launch, ran_s=12.5)
+    back = stride_record._job(stride_record._record(job))
+    assert (back.launch, back.ran_s) == (launch, 12.5)

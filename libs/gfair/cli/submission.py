@@ -21,23 +21,11 @@ from gfair.events.submission import JobSubmitted
 
 ENV_NAME_RULE = "letters, digits and _, not starting with a digit"
 
-# The flag that sets each field of `JobSubmitted`, for messages a user can act on.
-FLAGS: dict[str, str] = {
-    "user": "--user",
-    "job_id": "--job-id",
-    "gpus": "--gpus",
-    "command": "the command",
-    "tickets": "--tickets",
-    "job_type": "--job-type",
-    "name": "--name",
-    "env": "--env",
-    "working_dir": "--workdir",
-    "image": "--image",
-    "mounts": "--mount",
-    "max_retries": "--max-retries",
-    "after_ok": "--after-ok",
-    "array": "--array",
-}
+# The flag that sets each field of `JobSubmitted`, for messages a user can act on: its name
+# (`--max-retries` sets `max_retries`) but for these.
+FLAGS: dict[str, str] = {"command": "the command", "working_dir": "--workdir", "mounts": "--mount"}
+# The fields of a spec that are not a submission's field of the same name.
+_NOT_SHARED = frozenset({"job_id", "workdir", "array", "prepare"})
 
 
 class UsageError(ValueError):
@@ -79,22 +67,18 @@ def job(spec: JobSpec, job_id: str, array: ArrayMembership | None = None) -> Job
         validate_token(job_id, what="--job-id")
     except SubjectError as exc:
         raise UsageError(str(exc)) from None
+    # Each field given, by its name: a new one of both needs nothing here.
+    given = {
+        name: value
+        for name in JobSpec.model_fields
+        if name not in _NOT_SHARED and (value := getattr(spec, name)) is not None
+    }
     try:
         return JobSubmitted(
-            user=spec.user,
+            **given,
             job_id=job_id,
-            gpus=spec.gpus,
-            command=tuple(spec.command),
-            tickets=spec.tickets,
-            job_type=spec.job_type,
-            name=spec.name,
-            env=spec.env,
             working_dir=spec.workdir,
-            image=spec.image,
-            mounts=spec.mounts,
-            max_retries=spec.max_retries,
             array=array,
-            after_ok=spec.after_ok,
             prepare=bool(spec.prepare),
         )
     except ValidationError as exc:
@@ -106,7 +90,7 @@ def describe(error: ValidationError) -> str:
     detail = error.errors(include_url=False)[0]
     loc = detail["loc"]
     field = str(loc[0]) if loc else ""
-    flag = FLAGS.get(field, field)
+    flag = FLAGS.get(field, f"--{field.replace('_', '-')}")
     message = str(detail["msg"]).removeprefix("Value error, ")
     if not loc:  # a rule over several fields: its message names them
         return message

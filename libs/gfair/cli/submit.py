@@ -21,6 +21,9 @@ the worst outcome). `--after-ok JOB[,JOB...]` (repeatable) holds the job until t
 same user completed successfully, and cancels it if one fails or is cancelled. `--prepare` says
 the job calls `Job.from_env()` before touching any GPU (docs/jobs.md): its process may start,
 without GPUs, before its first slice, so that its imports are not paid for on GPUs.
+`--time-limit 4h` (Slurm's `--time`; also 90m, 1h30m, D-HH:MM:SS, or seconds) stops the job once
+it has run that long on GPUs (waiting and time-sliced out time do not count): it fails with
+failure class `time_limit`.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ _FLAGS = (
     "image",
     "max_retries",
     "array",
+    "time_limit",
 )
 
 
@@ -97,6 +101,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="a host path into the job's container (where the operator allows it); repeatable",
     )
     parser.add_argument("--max-retries", type=int, help="cap on retries after failures")
+    parser.add_argument(
+        "--time-limit",
+        "--time",
+        metavar="DURATION",
+        help="stop it (failed, time_limit) once it ran this long on GPUs: 4h, 90m, 1h30m, "
+        "D-HH:MM:SS, or seconds",
+    )
     parser.add_argument(
         "--array",
         metavar="SPEC",

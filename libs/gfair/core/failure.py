@@ -38,6 +38,8 @@ class FailureClass(StrEnum):
     PREEMPTED = "preempted"
     # Its user cancelled it: a job's end, never the outcome of classifying an exit.
     CANCELLED = "cancelled"
+    # Its running time passed its time limit (`JobLaunch.time_limit`): stopped by split-stride.
+    TIME_LIMIT = "time_limit"
 
 
 # XIDs NVIDIA documents as hardware, driver or interconnect faults, with their meaning.

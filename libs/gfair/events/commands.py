@@ -65,6 +65,12 @@ class StartCommand(NodeCommand, JobLaunch):
     checkpoint_dir: AbsolutePath = Field(
         description="Where the job writes and finds its checkpoints"
     )
+    valid_until: AwareDatetime | None = Field(
+        default=None,
+        description="Run it only until then: later the scheduler may have forgotten this start "
+        "and run the job elsewhere, so the node refuses it (None, from schedulers before "
+        "2026-12: only the node's command_max_age_s applies)",
+    )
 
 
 @register

@@ -6,10 +6,11 @@ generated schemas tell a tool author in another language exactly what the servic
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Sequence
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
 from gfair.core.tickets import MAX_TICKETS, MIN_TICKETS
 
@@ -117,6 +118,43 @@ Rate = Annotated[float, Field(ge=0, allow_inf_nan=False, description="Mini-batch
 Ratio = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False, description="Duration in seconds")]
 PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_UNITS_FORM = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+_CLOCK_FORM = re.compile(r"(?:(\d+)-)?(\d+):(\d\d):(\d\d)")  # Slurm's [D-]HH:MM:SS
+
+
+def duration_seconds(value: Any) -> Any:
+    """Seconds of a duration written `4h`, `90m`, `1h30m`, `30s`, `2d`, `1-12:00:00` (Slurm's
+    `D-HH:MM:SS`) or `HH:MM:SS`; a number, or a string of one, is seconds (Slurm's plain
+    number is minutes: gfair counts in seconds everywhere)."""
+    if not isinstance(value, str) or not (text := value.strip().lower()):
+        return value
+    if (clock := _CLOCK_FORM.fullmatch(text)) is not None:
+        days, hours, minutes, seconds = (int(part or 0) for part in clock.groups())
+        if minutes > 59 or seconds > 59:
+            raise ValueError("minutes and seconds run to 59")
+        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    units = _UNITS_FORM.fullmatch(text)
+    if units is None or not any(units.groups()):
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(
+                "expected seconds or a duration: 4h, 90m, 1h30m, 30s, D-HH:MM:SS"
+            ) from None
+    return sum(int(n) * size for n, size in zip(units.groups(), _UNITS.values(), strict=True) if n)
+
+
+TimeLimit = Annotated[
+    PositiveSeconds,
+    BeforeValidator(duration_seconds, json_schema_input_type=float | str),
+    Field(
+        description="Longest running time (holding GPUs), in seconds or as 4h, 90m, 1h30m, "
+        "D-HH:MM:SS; past it the job is stopped and fails with failure class time_limit",
+        examples=[14400, "4h", "1h30m", "1-00:00:00"],
+    ),
+]
 Share = Annotated[float, Field(ge=0, allow_inf_nan=False, description="GPUs, may be fractional")]
 Step = Annotated[int, Field(ge=0, description="Training step (mini-batches done)")]
 Bytes = Annotated[int, Field(ge=0, description="Bytes")]

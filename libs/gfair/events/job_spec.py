@@ -9,6 +9,7 @@
     env: {SEED: "1"}
     array: 0-15%4          # optional: 16 jobs, at most 4 running (gfair.events.job_array)
     after_ok: [prep-3f9c2a] # optional: held until these jobs of the user complete
+    time_limit: 4h          # optional: stopped (failed, time_limit) after 4 hours on GPUs
 
 YAML, JSON or TOML (by the file's suffix). Fields are those of a submission
 (`gfair.events.submission.JobSubmitted`) under the names of `gfair submit`'s flags; an unknown
@@ -39,6 +40,7 @@ from gfair.events.fields import (
     Mount,
     Name,
     Tickets,
+    TimeLimit,
     UserName,
     require_unique,
 )
@@ -84,6 +86,7 @@ class JobSpec(BaseModel):
     max_retries: int | None = Field(
         default=None, ge=0, le=MAX_RETRIES, description="Cap on retries after failures"
     )
+    time_limit: TimeLimit | None = None
     prepare: bool | None = Field(
         default=None,
         description="The job calls Job.from_env() before touching any GPU: its process may "

@@ -42,6 +42,7 @@ from gfair.events.fields import (
     StderrTail,
     Step,
     Tickets,
+    TimeLimit,
     UserName,
     XidCode,
 )
@@ -116,9 +117,11 @@ def _not_success(failure_class: FailureClass) -> FailureClass:
 
 
 class JobLaunch(BaseModel):
-    """What a node needs to start a job's process (or container): as its user submitted it.
-    The one model of it: the submission, the admission, the start and prepare commands and
-    split-stride's record carry these fields, in this shape."""
+    """How its user asked the job to run: its process (or container), and its limits. The one
+    model of it: the submission, placement's record, the admission, the start and prepare
+    commands and split-stride's record carry these fields, in this shape, so a per-job input
+    declared here reaches the scheduler's core (`gfair.core.scheduler.Launch`) without another
+    copy."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -133,12 +136,19 @@ class JobLaunch(BaseModel):
     mounts: tuple[Mount, ...] = Field(
         default=(), max_length=16, description="Host paths mounted into its container"
     )
+    time_limit: TimeLimit | None = None
 
     @model_validator(mode="after")
     def _mounts_need_an_image(self) -> Self:
         if self.mounts and self.image is None:
             raise ValueError("mounts are for a job in a container image (give its image)")
         return self
+
+    @classmethod
+    def from_fields(cls, carrier: object) -> JobLaunch:
+        """The launch fields of `carrier` (a submission, a record, a core `Launch`): only
+        those, where pydantic's `model_validate` would hand back a subclass's instance whole."""
+        return JobLaunch(**{name: getattr(carrier, name) for name in JobLaunch.model_fields})
 
 
 @register

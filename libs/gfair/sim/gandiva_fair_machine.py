@@ -52,6 +52,7 @@ from gfair.core.scheduler import (
     Stop,
     TypeProfiled,
 )
+from gfair.core.scheduler.residency import job_key
 from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
 from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.tickets import check_tickets
@@ -114,6 +115,8 @@ class GandivaFairMachine:
         self._filled: dict[str, tuple[str, ...]] = {}  # started between ticks, not yet told
         self._changed = True  # since the last tick (the next one may decide otherwise)
         self._waiting = -1  # runnable jobs the last tick left without GPUs (-1: none yet)
+        # Jobs with limits (a time limit), checked at every tick: none of its quanta is skipped.
+        self._limited: set[str] = set()
 
     # -- the policy -----------------------------------------------------------------------
 
@@ -145,6 +148,7 @@ class GandivaFairMachine:
         self._changed = self._auction_due = True
         self._gangs.setdefault(job.user, Counter())[(job.job_type, job.gpus)] += job.gpus
         self._speeds.pop(job.user, None)
+        launch = job.launch()
         reply = self.machine.apply(
             Admitted(
                 user=job.user,
@@ -156,9 +160,12 @@ class GandivaFairMachine:
                 array=job.array,
                 array_limit=job.array_limit,
                 costs=job.costs(self._costs),
+                launch=launch,
             )
         )
         self._carry_out(reply, now)
+        if launch is not None:
+            self._limited.add(job.id)
         usable = admitted.usable
         fastest = max(usable, key=lambda g: (speeds[g], generation_rank(g)))
         return Admission(True, f"can run on {', '.join(sorted(usable))}", fastest)
@@ -176,6 +183,7 @@ class GandivaFairMachine:
         if not gangs:
             del self._gangs[user]
         del self._ids[key]
+        self._limited.discard(job_id)
         self._filled.pop(job_id, None)
         self._profiler.forget_job(job_id)
         self._changed = True
@@ -212,7 +220,8 @@ class GandivaFairMachine:
         self._filled.clear()  # the runs below tell the simulator of them
         self._waiting = plan.waiting
         self._changed = False
-        return PolicyDecision(runs=self._runs(), trades=new)
+        ended = {self._ids[job_key(t.user, t.job_id)]: t.reason for t in plan.timed_out}
+        return PolicyDecision(runs=self._runs(), trades=new, ended=ended)
 
     def fill(self, now: float) -> dict[str, tuple[str, ...]]:
         filled, self._filled = self._filled, {}
@@ -221,7 +230,7 @@ class GandivaFairMachine:
     def quiet_until(self, now: float) -> float:
         # When every runnable job ran and nothing changed since, the next quantum repeats this
         # one until something does.
-        if self._waiting == 0 and not self._changed and self._usage is None:
+        if self._waiting == 0 and not self._changed and self._usage is None and not self._limited:
             return UNTIL_NEXT_EVENT
         return EVERY_QUANTUM
 

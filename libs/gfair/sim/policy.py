@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Protocol, runtime_checkable
 
 from gfair.sim.trace import TraceJob
@@ -52,6 +52,8 @@ class PolicyDecision:
 
     runs: Mapping[str, tuple[str, ...]]
     trades: int = 0
+    # Jobs the policy ended before this decision, and why (past their time limit); they fail.
+    ended: Mapping[str, str] = field(default_factory=dict)
 
 
 class Policy(Protocol):

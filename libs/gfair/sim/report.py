@@ -276,7 +276,7 @@ def build_report(
         jct = job.end_s - job.submit_s if job.end_s is not None else None
         present = present_of.get(id(job))
         themis = gang = None
-        if jct is not None:
+        if jct is not None and job.status == "completed":  # (not a job ended past its limit)
             jcts.append(jct)
             slowdowns.append(jct / job.ideal_s)
             jct_by_user.setdefault(job.user, []).append(jct)

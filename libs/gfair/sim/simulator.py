@@ -81,7 +81,9 @@ class JobOutcome:
     start_s: float | None
     end_s: float | None
     ideal_s: float
-    status: str  # "completed", "unfinished" (clock stopped first) or "rejected"
+    # "completed", "failed" (ended past its time limit), "unfinished" (clock stopped first) or
+    # "rejected"
+    status: str
     reason: str = ""
 
 
@@ -258,6 +260,8 @@ class Simulator:
             self._sched_cpu += time.process_time() - began
             self._plans += 1
             self._trades += decision.trades
+            for job_id, reason in decision.ended.items():
+                self._end(self._jobs[job_id], now, reason)
             self._apply(decision.runs, now)
             self._tally(now)
             self._left_waiting = self._active - self._running
@@ -399,17 +403,7 @@ class Simulator:
 
     def _refuse(self, spec: TraceJob, reason: str, now: float) -> None:
         """Rejected, or never to run because a dependency will not complete (`reason`)."""
-        self._outcomes[spec.id] = JobOutcome(
-            id=spec.id,
-            user=spec.user,
-            gpus=spec.gpus,
-            submit_s=spec.submit_s,
-            start_s=None,
-            end_s=None,
-            ideal_s=self._ideal(spec),
-            status="rejected",
-            reason=reason,
-        )
+        self._outcomes[spec.id] = self._outcome(spec, "rejected", reason)
         self.ledger.account(spec.user)
         self._known[spec.id] = DependencyOutcome.REJECTED
         self._release_after(spec.id, now)
@@ -444,13 +438,31 @@ class Simulator:
             self._runs[server].remove(spec.id)
             self._vacated.add(server)
         job.servers = ()
+        self._leave(job, at, DependencyOutcome.COMPLETED)
+
+    def _end(self, job: _Job, at: float, reason: str) -> None:
+        """The policy ended the job unfinished (past its time limit): it failed."""
+        spec = job.spec
+        if job.servers:
+            self._stop(job, at)
+            for server in job.last_servers:
+                self._runs[server].remove(spec.id)
+                self._vacated.add(server)
+        self._unplaced[spec.gpus, spec.job_type] -= 1
+        job.end_s = at
+        self._outcomes[spec.id] = self._outcome(spec, "failed", reason, job)
+        self._leave(job, at, DependencyOutcome.FAILED)
+
+    def _leave(self, job: _Job, at: float, outcome: DependencyOutcome) -> None:
+        """The job is over (`outcome`): the policy is told, and what waited for it follows."""
+        spec = job.spec
         self._active -= 1
         self._finished += 1
         self.ledger.depart(at, spec.user, spec.gpus)
         began = time.process_time()
         self.policy.finish(spec.id, at)
         self._sched_cpu += time.process_time() - began
-        self._known[spec.id] = DependencyOutcome.COMPLETED
+        self._known[spec.id] = outcome
         self._release_after(spec.id, at)
         array = self._gated_array(spec)
         if array is not None:
@@ -674,6 +686,22 @@ class Simulator:
     def _ideal(self, spec: TraceJob) -> float:
         return spec.duration_s / self.speeds.fastest(spec.job_type, self.cluster.generations)
 
+    def _outcome(
+        self, spec: TraceJob, status: str, reason: str = "", job: _Job | None = None
+    ) -> JobOutcome:
+        """`spec`'s outcome: `job`'s run (None: it never ran), `status` and why."""
+        return JobOutcome(
+            id=spec.id,
+            user=spec.user,
+            gpus=spec.gpus,
+            submit_s=spec.submit_s,
+            start_s=None if job is None else job.start_s,
+            end_s=None if job is None else job.end_s,
+            ideal_s=self._ideal(spec),
+            status=status,
+            reason=reason,
+        )
+
     def _result(self, now: float, start: float, wall_start: float) -> SimResult:
         """Close the books at `now`; jobs not yet submitted when the clock stopped are left out."""
         self._tally(now)
@@ -686,30 +714,12 @@ class Simulator:
         for spec in self.trace.jobs[: self._next_arrival]:
             outcome = self._outcomes.get(spec.id)
             if outcome is None and spec.id in self._held:
-                outcome = JobOutcome(
-                    id=spec.id,
-                    user=spec.user,
-                    gpus=spec.gpus,
-                    submit_s=spec.submit_s,
-                    start_s=None,
-                    end_s=None,
-                    ideal_s=self._ideal(spec),
-                    status="unfinished",
-                    reason="held: " + eligibility(spec.after_ok, self._known).reason,
-                )
+                held = "held: " + eligibility(spec.after_ok, self._known).reason
+                outcome = self._outcome(spec, "unfinished", held)
             if outcome is None:
                 job = self._jobs[spec.id]
                 status = "completed" if job.end_s is not None else "unfinished"
-                outcome = JobOutcome(
-                    id=spec.id,
-                    user=spec.user,
-                    gpus=spec.gpus,
-                    submit_s=spec.submit_s,
-                    start_s=job.start_s,
-                    end_s=job.end_s,
-                    ideal_s=self._ideal(spec),
-                    status=status,
-                )
+                outcome = self._outcome(spec, status, job=job)
                 if job.end_s is not None:
                     last_end = max(last_end, job.end_s)
             outcomes.append(outcome)

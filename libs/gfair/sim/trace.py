@@ -5,16 +5,18 @@ malformed row is reported with its physical line number and the offending column
 returned: a simulation over a half-read trace would measure the wrong workload.
 
 gfair CSV: ``submit_time_s,user,gpus,duration_s[,job_type][,tickets][,job_id][,array]
-[,array_limit][,after_ok][,move_s][,resume_s][,image]`` (any column order). ``duration_s`` is the
-job's run time on a V100; ``job_type`` names a row of the Gavel table or is empty; ``tickets``
-is per user and may be left empty on all but one of its rows. As `gfair submit` has them:
-``array`` names the user's job array the job belongs to and ``array_limit`` how many of it may
-run at once (the same on every row of the array that gives one); ``after_ok`` lists,
-space-separated, the job ids of the same user that must complete first (a job id the trace
-does not have is an error). ``move_s`` and ``resume_s`` are the job's own switching costs
+[,array_limit][,after_ok][,move_s][,resume_s][,time_limit_s][,image]`` (any column order).
+``duration_s`` is the job's run time on a V100; ``job_type`` names a row of the Gavel table or
+is empty; ``tickets`` is per user and may be left empty on all but one of its rows. As `gfair
+submit` has them: ``array`` names the user's job array the job belongs to and ``array_limit``
+how many of it may run at once (the same on every row of the array that gives one); ``after_ok``
+lists, space-separated, the job ids of the same user that must complete first (a job id the
+trace does not have is an error). ``move_s`` and ``resume_s`` are the job's own switching costs
 (`gfair.core.switch_costs`), seconds of progress lost starting on other servers and resuming on
-its own; empty: the run's. ``image`` is the container image the job runs in (`gfair submit
---image`), carried with the job; it changes no scheduling decision.
+its own; empty: the run's. ``time_limit_s`` is `gfair submit --time-limit`'s, in seconds: the
+gandiva-fair policy ends the job (failed) once it ran that long on GPUs; empty: none. ``image``
+is the container image the job runs in (`gfair submit --image`), carried with the job; it
+changes no scheduling decision.
 
 Philly CSV: ``timestamp,duration,num_gpus,gpu_time,cluster[,job_id]``. The virtual cluster
 (``cluster``) is the tenant; timestamps become seconds since the earliest submission (the file is
@@ -35,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
+from gfair.core.scheduler import Launch
 from gfair.core.switch_costs import SwitchCosts
 
 if TYPE_CHECKING:
@@ -54,6 +57,7 @@ GFAIR_OPTIONAL: Final = (
     "move_s",
     "resume_s",
     "image",
+    "time_limit_s",
 )
 PHILLY_REQUIRED: Final = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 PHILLY_OPTIONAL: Final = ("job_id",)
@@ -86,6 +90,14 @@ class TraceJob:
     move_s: float | None = None  # its own switching costs; None: the run's
     resume_s: float | None = None
     image: str | None = None  # the container image it runs in; None: a process
+    time_limit_s: float | None = None  # running time after which the scheduler ends it
+
+    def launch(self) -> Launch | None:
+        """What the scheduler's core reads of how its user asked it to run (its limits), as the
+        live service hands it over (`Admitted.launch`); None: nothing asked."""
+        if self.time_limit_s is None:
+            return None
+        return Launch((), {}, time_limit=self.time_limit_s)
 
     def costs(self, default: SwitchCosts) -> SwitchCosts:
         """Its switching costs: its own where it has them, else `default`'s."""
@@ -289,6 +301,7 @@ class _GfairRows(_Rows):
                     move_s=self.seconds(row, "move_s"),
                     resume_s=self.seconds(row, "resume_s"),
                     image=self.optional(row, "image") or None,
+                    time_limit_s=self.time_limit(row),
                 )
             )
         self.check_dependencies(jobs)
@@ -323,6 +336,10 @@ class _GfairRows(_Rows):
     def seconds(self, row: list[str], column: str) -> float | None:
         raw = self.optional(row, column)
         return self.parse_number(raw, column, positive=False) if raw else None
+
+    def time_limit(self, row: list[str]) -> float | None:
+        raw = self.optional(row, "time_limit_s")
+        return self.parse_number(raw, "time_limit_s", positive=True) if raw else None
 
     def after_ok(self, row: list[str]) -> tuple[str, ...]:
         ids = tuple(self.optional(row, "after_ok").split())

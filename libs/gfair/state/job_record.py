@@ -32,15 +32,10 @@ from pydantic import AwareDatetime, Field, computed_field
 
 from gfair.events.envelope import Envelope
 from gfair.events.fields import (
-    AbsolutePath,
-    Argv,
     Attempt,
-    Environment,
     Generation,
     GpuCount,
-    ImageRef,
     JobId,
-    Mount,
     Name,
     NodeId,
     Step,
@@ -75,7 +70,7 @@ MAX_DECISIONS = 64
 MAX_APPLIED_IDS = 32
 
 
-class Submission(Record):
+class Submission(JobLaunch):
     """The job as its user submitted it (`JobSubmitted`), and the envelope that carried it."""
 
     event_id: str = Field(description="Envelope id of the JobSubmitted; a redelivery repeats it")
@@ -86,14 +81,9 @@ class Submission(Record):
         "submission); events about the job that no job event caused join that trace",
     )
     gpus: GpuCount
-    command: Argv
     tickets: Tickets | None = None
     job_type: Name | None = None
     name: Name | None = None
-    env: Environment = Field(default_factory=dict)
-    working_dir: AbsolutePath | None = None
-    image: ImageRef | None = None
-    mounts: tuple[Mount, ...] = ()
     max_retries: int | None = None
     array: ArrayMembership | None = None
     after_ok: tuple[JobId, ...] = ()
@@ -107,15 +97,11 @@ class Submission(Record):
             event_id=envelope.id,
             submitted_at=envelope.time,
             trace_parent=trace_parent,
+            **dict(JobLaunch.from_fields(data)),
             gpus=data.gpus,
-            command=data.command,
             tickets=data.tickets,
             job_type=data.job_type,
             name=data.name,
-            env=data.env,
-            working_dir=data.working_dir,
-            image=data.image,
-            mounts=data.mounts,
             max_retries=data.max_retries,
             array=data.array,
             after_ok=data.after_ok,
@@ -253,7 +239,7 @@ class JobRecord(Record):
             gpus=sub.gpus,
             job_type=sub.job_type,
             array=sub.array,
-            launch=JobLaunch.model_validate(sub, from_attributes=True),
+            launch=JobLaunch.from_fields(sub),
             tickets=sub.tickets,
             prepare=sub.prepare,
             attempt=self.attempt,

@@ -167,6 +167,9 @@ class StrideJob(Record):
         default=None, description="Its measured switch costs; None: the operator's until measured"
     )
     prepare: bool = Field(default=False, description="It opted in to prepared starts")
+    ran_s: Seconds = Field(
+        default=0.0, description="Running time (holding GPUs) of its runs ended so far"
+    )
     parked: ParkedPlace | None = Field(default=None, description="Where its process waits parked")
     coming_up_until: AwareDatetime | None = Field(
         default=None, description="It gets no GPUs until its prepared start parks, or until then"

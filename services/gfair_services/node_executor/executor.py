@@ -58,7 +58,6 @@ from gfair.node.job_runner import SupervisorConfig
 from gfair.node.job_threads import threads_per_gpu
 from gfair.node.orphans import ReapedRun, RunEnd
 from gfair.node.run_directory import PASSAGE_MODE
-from gfair.state.buckets import JOBS
 from gfair_services.node_executor.event_sink import EventSink, count_from_zero, count_suspend
 from gfair_services.node_executor.gpu_report import XidLog, inventory_event, telemetry_samples
 from gfair_services.node_executor.job_commands import Command, JobCommands
@@ -66,7 +65,6 @@ from gfair_services.node_executor.local_job import LocalJob, RunTable
 from gfair_services.node_executor.report_relay import ReportRelay
 from gfair_services.node_executor.run_control import RunControl
 from gfair_services.node_executor.settings import NodeExecutorSettings
-from gfair_services.node_executor.start_guard import StartGuard
 
 if TYPE_CHECKING:
     from gfair.node.container_jobs import ContainerOptions
@@ -115,14 +113,12 @@ class NodeExecutor:
         self._control = RunControl(
             self.settings, self._inventory, self._runs, self._sink, self._supervisors, host
         )
-        self._guard = StartGuard(self.node_id)
         self._commands = JobCommands(
             self.settings,
             self._inventory,
             self._runs,
             self._sink,
             self._control,
-            self._guard,
             clock,
         )
         self._heartbeat_seq = 0
@@ -276,7 +272,6 @@ class NodeExecutor:
         """Stop what an earlier executor of this node left running, then register."""
         count_from_zero(self.node_id)
         self._sink.bind(runtime)
-        self._guard.bind(await runtime.key_value(JOBS.name))
         reaped = await self._supervisors.open_existing(self.settings.work_dir / "runs")
         inventory = [self._inventory[i] for i in sorted(self._inventory)]
         await self._sink.publish(

@@ -6,9 +6,10 @@
   so the newest word on those GPUs is this start). Starts older than `command_max_age_s`, and
   starts of an attempt whose process ended on its own here, starts issued before a stop of the
   job this node already received (a redelivery: the scheduler's commands for a node are issued
-  in order), and starts the job's record has overtaken (it ended, was retried, or was
-  re-placed elsewhere: `start_guard`), are stale: sent before an outage of this executor or
-  before the scheduler heard of the exit, they would run it twice.
+  in order), and starts carried out past their `valid_until` (the scheduler may have forgotten
+  them and run the job elsewhere), are stale: sent before an outage of this executor or before
+  the scheduler heard of the exit, they would run it twice. A start is judged by itself alone:
+  a job that ended or was retried since has its kill queued behind it.
 - resume: a start with the command line of the job's last start here.
 - prepare: launch the job's process without GPUs (a prepared start); it parks in the SDK and is
   reported parked in place, and the next start of the same attempt here resumes it in place on
@@ -57,7 +58,6 @@ from gfair_services.node_executor.event_sink import EventSink, count_migration, 
 from gfair_services.node_executor.local_job import LocalJob, RunStatus, RunTable
 from gfair_services.node_executor.run_control import RunControl
 from gfair_services.node_executor.settings import NodeExecutorSettings
-from gfair_services.node_executor.start_guard import StartGuard
 
 _log = structlog.get_logger("gfair.services.node_executor")
 
@@ -85,7 +85,6 @@ class JobCommands:
         runs: RunTable,
         sink: EventSink,
         control: RunControl,
-        guard: StartGuard,
         clock: Callable[[], float],
     ) -> None:
         self._settings = settings
@@ -94,7 +93,6 @@ class JobCommands:
         self._runs = runs
         self._sink = sink
         self._control = control
-        self._guard = guard
         self._clock = clock
         # The newest stop (suspend, migrate, kill) of each job sent to this node: its attempt
         # and when it was issued. One older than `command_max_age_s` can only overtake starts
@@ -184,6 +182,19 @@ class JobCommands:
         _log.warning("stale start ignored", event_id=envelope.id, age_s=round(age, 1))
         return True
 
+    def _expired(self, command: StartCommand | PrepareCommand) -> bool:
+        """Whether the start is carried out past its `valid_until`, by this node's clock."""
+        until = command.valid_until if isinstance(command, StartCommand) else None
+        if until is None or self._clock() <= until.timestamp():
+            return False
+        _log.warning(
+            "start past its valid_until ignored",
+            job=str(command.job),
+            attempt=command.attempt,
+            late_s=round(self._clock() - until.timestamp(), 1),
+        )
+        return True
+
     def _forget_old_stops(self) -> None:
         oldest = self._clock() - self._settings.command_max_age_s
         self._stopped = {
@@ -242,7 +253,7 @@ class JobCommands:
         if current is not None and current.parked and await self._control.still_running(current):
             indices = tuple(command.gpu_indices)
             if self._may_resume_on(current, indices) and command.attempt == current.attempt:
-                if await self._guard.outdated(command, envelope.time) is not None:
+                if self._expired(command):
                     return
                 await self._free(envelope, command)
                 resumed = await self._control.resume_in_place(
@@ -268,7 +279,7 @@ class JobCommands:
                 await self._control.kill_run(current, f"superseded by attempt {command.attempt}")
             else:
                 await self._suspend_run(envelope, current, SuspendReason.TIME_SLICE)
-        if await self._guard.outdated(command, envelope.time) is not None:
+        if self._expired(command):
             return
         generation = self.generation_of(tuple(command.gpu_indices))
         self._check_checkpoint_dir(command)
@@ -298,7 +309,7 @@ class JobCommands:
         ):
             _log.info("prepare of a job with a process here ignored", job=str(command.job))
             return
-        if await self._guard.outdated(command, envelope.time) is not None:
+        if self._expired(command):
             return
         generation = command.generation
         if not any(gpu.generation == generation for gpu in self._inventory.values()):
@@ -313,8 +324,13 @@ class JobCommands:
                 f"node {self._node_id} never started {command.job}: a resume needs the job's "
                 "command line from an earlier start here; send a start command instead"
             )
+        # (A resume stands as long as its own command: not its start's `valid_until`.)
         start = last.model_copy(
-            update={"gpu_indices": command.gpu_indices, "attempt": command.attempt}
+            update={
+                "gpu_indices": command.gpu_indices,
+                "attempt": command.attempt,
+                "valid_until": None,
+            }
         )
         await self._start(envelope, start)
 

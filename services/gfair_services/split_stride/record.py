@@ -250,6 +250,7 @@ def _job(record: StrideJob) -> SchedulerJob:
         array=record.array,
         array_limit=record.array_limit,
         prepare=record.prepare,
+        ran_s=record.ran_s,
         parked=None
         if record.parked is None
         else (record.parked.node_id, record.parked.gpu_indices),
@@ -286,14 +287,13 @@ def _record(job: SchedulerJob) -> StrideJob:
         array=job.array,
         array_limit=job.array_limit,
         prepare=job.prepare,
+        ran_s=job.ran_s,
         parked=None
         if job.parked is None
         else ParkedPlace(node_id=job.parked[0], gpu_indices=job.parked[1]),
         prepared_unproven=job.prepared_unproven,
         coming_up_until=None if job.coming_up_until is None else moment(job.coming_up_until),
-        launch=None
-        if job.launch is None
-        else JobLaunch.model_validate(job.launch, from_attributes=True),
+        launch=None if job.launch is None else JobLaunch.from_fields(job.launch),
         correlation_id=None if job.launch is None else job.launch.correlation_id,
         trace_parent=None if job.launch is None else job.launch.trace_parent,
         switches=None
@@ -310,12 +310,4 @@ def _record(job: SchedulerJob) -> StrideJob:
 def launch(of: JobLaunch, correlation_id: str | None, trace_parent: str | None) -> Launch:
     """The core's `Launch` of an event's or a record's `JobLaunch`, and the job's ids: made
     here only (the core may not know the event models)."""
-    return Launch(
-        tuple(of.command),
-        dict(of.env),
-        of.working_dir,
-        of.image,
-        tuple(of.mounts),
-        correlation_id,
-        trace_parent,
-    )
+    return Launch(**dict(of), correlation_id=correlation_id, trace_parent=trace_parent)

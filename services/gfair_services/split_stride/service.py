@@ -93,6 +93,7 @@ from gfair.core.scheduler import (
     StopReason,
     Suspended,
     SwitchesMeasured,
+    TimedOut,
     TypeProfiled,
     Unstartable,
 )
@@ -127,7 +128,7 @@ from gfair.events.jobs import (
     JobSuspended,
 )
 from gfair.events.nodes import NodeEvent
-from gfair.events.reasons import SuspendReason
+from gfair.events.reasons import FailureClass, SuspendReason
 from gfair.events.scheduling import (
     EntitlementsUpdated,
     ProfileUpdated,
@@ -483,6 +484,10 @@ class SplitStrideService:
                         quantum=plan.quantum, starts_at=now, length_s=self.settings.quantum_s
                     )
                 ]
+                # Jobs past their time limit: killed before the plan's starts take their GPUs.
+                for ended in plan.timed_out:
+                    outputs += [_stop(kill, self.settings.yield_grace) for kill in ended.kills]
+                    outputs.append(_timed_out(ended))
                 outputs += [_placed(placement) for placement in plan.placed]
                 outputs += await self._turns_events(plan.turns)
                 outputs += [_stop(stop, self.settings.yield_grace) for stop in plan.strays]
@@ -596,6 +601,7 @@ class SplitStrideService:
             mounts=launch.mounts,
             gpu_indices=start.gpu_indices,
             checkpoint_dir=self.settings.checkpoint_dir(start.user, start.job_id),
+            valid_until=None if start.valid_until is None else record.moment(start.valid_until),
         )
 
     def _gang_environment(self, start: Start) -> dict[str, str]:
@@ -795,6 +801,14 @@ def _job_key_of(data: EventData) -> str | None:
     if isinstance(data, NodeCommand | JobEvent):
         return job_key(data.user, data.job_id)
     return None
+
+
+def _timed_out(ended: TimedOut) -> JobFailed:
+    """The job's end, the machine's verdict: it ran past its time limit (never retried)."""
+    job = {"user": ended.user, "job_id": ended.job_id, "attempt": ended.attempt}
+    return JobFailed.model_validate(
+        {**job, "failure_class": FailureClass.TIME_LIMIT, "reason": ended.reason}
+    )
 
 
 def _identity(data: EventData) -> str:

@@ -58,6 +58,7 @@ from .plan import (
     Starts,
     Stop,
     StopReason,
+    TimedOut,
 )
 from .residency import Phase, SchedulerJob, Stay, Switches
 
@@ -100,6 +101,7 @@ __all__ = [
     "Switches",
     "SwitchesMeasured",
     "Tick",
+    "TimedOut",
     "TypeProfiled",
     "Unstartable",
     "replay",

@@ -71,9 +71,10 @@ class JobInput:
 
 @dataclass(frozen=True, slots=True)
 class Launch:
-    """What a node needs to start the job's process, and the ids that join its commands to the
-    job's life: carried for the driver, which builds its start commands from it; the machine
-    decides nothing from it."""
+    """How its user asked the job to run (the event contract's `JobLaunch`, field for field),
+    and the ids that join its commands to the job's life: the driver builds its start commands
+    from it; the machine reads only the limits (`time_limit`: seconds running, holding GPUs,
+    after which the job is ended, `SplitStride.tick`)."""
 
     command: tuple[str, ...]
     env: Mapping[str, str]
@@ -82,6 +83,7 @@ class Launch:
     mounts: tuple[str, ...] = ()
     correlation_id: str | None = None  # the job's correlation id (its submission's event)
     trace_parent: str | None = None  # W3C traceparent in the job's trace
+    time_limit: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

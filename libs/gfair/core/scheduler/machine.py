@@ -33,9 +33,9 @@ from .events import (
     TypeProfiled,
     Unstartable,
 )
-from .plan import CHANGED, UNCHANGED, QuantumPlan, Reply, Starts, Stop, StopReason
+from .plan import CHANGED, UNCHANGED, QuantumPlan, Reply, Starts, Stop, StopReason, TimedOut
 from .queues import Queues
-from .residency import Phase, SchedulerJob, Stay, Switches, job_key
+from .residency import Phase, SchedulerJob, Stay, Switches, duration, job_key
 from .usage import Meter
 
 _NO_STAYS: Mapping[str, Stay] = {}
@@ -164,7 +164,10 @@ class SplitStride:
 
     def tick(self, now: float, heard_until: float | None = None) -> QuantumPlan:
         """Decide the next quantum at `now` and book it; `heard_until` as `Tick`'s."""
+        timed_out = self._time_limits(now)
         plan = turns.decide_quantum(self, now, now if heard_until is None else heard_until)
+        if timed_out:
+            plan = replace(plan, timed_out=timed_out)
         if self.journal is not None:
             self.journal(Tick(now, heard_until), plan)
         return plan
@@ -360,16 +363,39 @@ class SplitStride:
 
     def _ended(self, event: Ended) -> Reply:
         """Forget a job that ended for good and kill what is left of it; its GPUs go to waiting
-        jobs now (a node runs the kill before any start). A user with no jobs left leaves with
-        its account (it comes back as a newcomer)."""
-        key, user = event.key, event.user
+        jobs now (a node runs the kill before any start)."""
+        kills = self._end(event.user, event.job_id, f"the job is {event.state}")
+        if kills is None:
+            return UNCHANGED
+        return Reply(True, stops=kills, starts=turns.fill(self, event.now))
+
+    def _time_limits(self, now: float) -> tuple[TimedOut, ...]:
+        """End the jobs whose running time passed their limit (the one place it is enforced:
+        at a tick, so a job runs at most a quantum past it). Only a job on GPUs can pass it."""
+        ended: list[TimedOut] = []
+        for job in self.residents():
+            limit = None if job.launch is None else job.launch.time_limit
+            if limit is None or (ran := job.running_s(now)) < limit:
+                continue
+            reason = f"time limit {duration(limit)} reached after {duration(ran)} running"
+            for stay in job.stays.values():  # charged up to now, as the tick charges the rest
+                if stay.phase is Phase.RUNNING:
+                    self.meter.held(job, stay, self.pool(job, stay), now)
+            kills = self._end(job.user, job.job_id, reason) or ()
+            ended.append(TimedOut(job.user, job.job_id, job.attempt, reason, kills))
+        return tuple(ended)
+
+    def _end(self, user: str, job_id: str, reason: str) -> tuple[Stop, ...] | None:
+        """Forget the job (None: unknown); the kills of what is left of it. A user with no jobs
+        left leaves with its account (it comes back as a newcomer)."""
+        key = job_key(user, job_id)
         job = self.jobs.pop(key, None)
         mine = self._of_user.get(user, {})
         earliest = next(iter(mine), None) == key
         mine.pop(key, None)
         self._min_pass.pop(user, None)
         if job is None:
-            return UNCHANGED
+            return None
         self._forget(job)
         self.positions.pop(key, None)
         self.touch(key)
@@ -378,7 +404,6 @@ class SplitStride:
             self.entitled_for = None
             self._of_user.pop(user, None)
         self._jobs_changed(user, first_changed=earliest and bool(mine))
-        reason = f"the job is {event.state}"
         kills = [
             Stop(job.user, job.job_id, node_id, stay.attempt, reason)
             for node_id, stay in sorted(job.stays.items())
@@ -387,7 +412,7 @@ class SplitStride:
         if job.parked is not None and job.parked[0] not in job.stays:
             # Its process parked in place there holds no GPU, but lives.
             kills.append(Stop(job.user, job.job_id, job.parked[0], job.attempt, reason))
-        return Reply(True, stops=tuple(kills), starts=turns.fill(self, event.now))
+        return tuple(kills)
 
     def _retried(self, event: Retried) -> bool:
         job = self.jobs.get(event.key)

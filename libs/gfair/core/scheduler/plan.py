@@ -38,6 +38,9 @@ class Start:
     generation: str | None
     # A node where the job is parked in place, told to let go (checkpoint and exit) first.
     release: str | None = None
+    # Its node runs it only until then: past it the machine may have forgotten the start and
+    # run the job elsewhere (`turns.start_deadline`). None: no deadline (a driver's own start).
+    valid_until: float | None = None
 
     @property
     def key(self) -> str:
@@ -118,6 +121,18 @@ class Forgotten:
 
 
 @dataclass(frozen=True, slots=True)
+class TimedOut:
+    """A job the machine ended: its running time passed its limit (`Launch.time_limit`). The
+    driver kills it (`kills`, before the plan's starts) and says it failed, with `reason`."""
+
+    user: str
+    job_id: str
+    attempt: int
+    reason: str
+    kills: tuple[Stop, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class QuantumPlan:
     quantum: int
     turns: tuple[ServerTurn, ...]
@@ -128,6 +143,7 @@ class QuantumPlan:
     forgotten: tuple[Forgotten, ...] = ()
     # Of every decision: jobs chosen that found too few free GPUs (a bug if ever non-empty).
     short: tuple[tuple[str, str], ...] = ()
+    timed_out: tuple[TimedOut, ...] = ()  # ended before the decision
 
 
 @dataclass(frozen=True, slots=True)

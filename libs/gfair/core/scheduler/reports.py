@@ -124,6 +124,7 @@ def let_go(
             return CHANGED  # an older suspend; the start sent after it is still in force
     if stay.holds_gpus:
         machine.meter.held(job, stay, machine.pool(job, stay), at)  # it ended mid-quantum
+        job.ran(stay, at)
     elif now > stay.since:  # (else it overran by nothing: the common stop heard at once)
         # Held until now, told to stop or not.
         machine.meter.overran(job, stay, machine.pool(job, stay), now)

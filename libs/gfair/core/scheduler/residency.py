@@ -25,6 +25,18 @@ def job_key(user: str, job_id: str) -> str:
     return f"{user}.{job_id}"
 
 
+def duration(seconds: float) -> str:
+    """`seconds` as a person writes it: 45s, 1m30s, 4h, 4h00m12s, 2d03h."""
+    left, text = round(seconds), ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, left = divmod(left, size)
+        if count or (text and left):
+            text += f"{count:02d}{unit}" if text else f"{count}{unit}"
+        if text and not left:
+            break
+    return text or "0s"
+
+
 class Phase(StrEnum):
     STARTING = "starting"  # a start was sent
     RUNNING = "running"  # the node said it started (or resumed)
@@ -44,7 +56,7 @@ class Stay:
     pending_suspends: int = 0
     # Stopped while its start was still unconfirmed. The node processes commands in order, so
     # if it ran the start, `started` comes before any answer to the stop; if it refused the
-    # start (its start guard saw the job re-placed meanwhile) nothing comes at all, not even
+    # start (it read the start past its `Start.valid_until`) nothing comes at all, not even
     # for the stop. Such a stop is forgotten after `unconfirmed_release_s`, not the long
     # `release_timeout_s`; persisted, so a reload after a failed write (a broker lost) does
     # not hold the job back for the long timeout.
@@ -97,6 +109,7 @@ class SchedulerJob:
     switches: Switches | None = None
     prepare: bool = False  # it opted in to prepared starts (`Admitted.prepare`)
     launch: Launch | None = None  # what its start needs, for the driver (`Admitted.launch`)
+    ran_s: float = 0.0  # running time (holding GPUs, confirmed) of its runs ended so far
     # Its own costs until measured (`Admitted.costs`; None: the operator's). Not persisted: only
     # the simulator's jobs give their own.
     costs: SwitchCosts | None = field(default=None, compare=False)
@@ -145,7 +158,24 @@ class SchedulerJob:
             self.stride_pass,
             tuple(s.values() for s in self.stays.values()),
             self.switches,
+            self.ran_s,
         )
+
+    def ran(self, stay: Stay, until: float) -> None:
+        """`stay`'s run ends at `until`: its running time joins `ran_s` (a gang's part, by its
+        share of the job's GPUs, so that a gang's parts add up to the gang's time)."""
+        if stay.phase is Phase.RUNNING and until > stay.since:
+            self.ran_s += (until - stay.since) * len(stay.gpu_indices) / self.gpus
+
+    def running_s(self, now: float) -> float:
+        """How long it has run on GPUs up to `now`: waiting and time-sliced out do not count,
+        nor a start until its node confirmed it."""
+        running = sum(
+            (now - s.since) * len(s.gpu_indices)
+            for s in self.stays.values()
+            if s.phase is Phase.RUNNING
+        )
+        return self.ran_s + max(0.0, running) / self.gpus
 
     def parked_on(self, node_id: str) -> bool:
         return self.parked is not None and self.parked[0] == node_id

@@ -327,8 +327,30 @@ def _start(
         release = job.parked[0]
         machine.park(job, None)
     return Start(
-        job.user, job.job_id, job.attempt, node_id, indices, job.servers, job.generation, release
+        job.user,
+        job.job_id,
+        job.attempt,
+        node_id,
+        indices,
+        job.servers,
+        job.generation,
+        release,
+        start_deadline(machine, now),
     )
+
+
+def start_deadline(machine: SplitStride, now: float) -> float:
+    """Until when a start sent at `now` stands: the machine forgets a start no node confirmed
+    after `release_timeout_s`, and one it stopped unconfirmed `unconfirmed_release_s` after the
+    stop, which comes at a tick, the next one at the earliest; after either, the job may run
+    elsewhere. A node reading the start later (its executor was down, its commands queued)
+    refuses it, judging from the command alone, so that the job never runs twice."""
+    config = machine.config
+    last_tick = machine.meter.last_tick_at
+    # (Before the first tick, it may come at once; the service keeps its ticks on one grid,
+    # across its restarts too.)
+    next_tick = now if last_tick is None else max(now, last_tick + config.quantum_s)
+    return min(now + config.release_timeout_s, next_tick + config.unconfirmed_release_s)
 
 
 def _stop(
@@ -357,6 +379,7 @@ def _stop(
     else:
         reason = StopReason.TIME_SLICE
     stay.unconfirmed = stay.phase is Phase.STARTING
+    job.ran(stay, now)
     machine.suspend(job, stay)  # (marks the job changed, with what follows)
     stay.pending_suspends += 1
     stay.since = now
