@@ -12,8 +12,8 @@ from gfair.bus.publisher import EventPublisher
 from gfair.bus.service import Emit, Service
 from gfair.bus.transport import Bus
 from gfair.events.envelope import Envelope
+from support.waiting import eventually
 
-from .conftest import eventually
 from .events import STREAM, Pinged, Ponged
 from .test_runtime import pings, runtime, stored
 

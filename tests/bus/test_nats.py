@@ -24,8 +24,9 @@ from gfair.bus.server import EmbeddedNatsServer, NatsServerConfig, NatsServerErr
 from gfair.bus.service import Emit, Service
 from gfair.bus.topology import BucketSpec, ConsumerSpec, StreamSpec, Topology
 from gfair.events.envelope import Envelope
+from support.waiting import eventually
 
-from .conftest import FAST, eventually
+from .conftest import FAST
 from .events import STREAM, TEST_STREAM, Pinged
 
 pytestmark = pytest.mark.nats

@@ -27,8 +27,9 @@ from gfair.bus.transport import Bus, Delivery, PullConsumer
 from gfair.bus.wire import encode, server_timed
 from gfair.events import JobCancelRequested, JobSubmitted
 from gfair.events.envelope import Envelope
+from support.waiting import eventually
 
-from .conftest import FAST, Broker, eventually
+from .conftest import FAST, Broker
 from .events import STREAM, TEST_STREAM, Noted, Pinged, Ponged
 
 TOPOLOGY = Topology(streams=(TEST_STREAM,), buckets=(BucketSpec(name="effects"),))

@@ -45,8 +45,10 @@ from gfair.sim.trace import TraceJob
 from gfair.state.buckets import JOBS
 from gfair.state.job_record import JobRecord, save_job
 from gfair_services.split_stride import Settings, SplitStrideService
+from support.clock import FakeClock
+from support.waiting import eventually
 
-from .scheduling_harness import FAST, Probe, eventually, registered, submitted
+from .scheduling_harness import FAST, Probe, registered, submitted
 
 SERVERS = (
     Server("k80-0", "k80", 4),
@@ -180,14 +182,6 @@ def simulated(tree: ShareTree | None = None) -> tuple[Runs, Filled, States]:
     return runs, filled, states
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 def settings_of(tmp_path: Path, shares_file: Path | None) -> Settings:
     return Settings(
         quantum_s=QUANTUM_S,  # its own timer never fires: the test ticks
@@ -281,7 +275,7 @@ async def live(
     (`journal`: what its state machine was given)."""
     bus = InMemoryBus()
     probe = Probe(bus)
-    clock = FakeClock()
+    clock = FakeClock(START)
     nodes = Nodes(probe)
     runs: Runs = []
     filled: Filled = []
@@ -296,7 +290,7 @@ async def live(
             await probe.publish(registered(server.id, server.generation, server.gpus))
         await eventually(lambda: len(state.inventory) == len(SERVERS))
         for quantum in range(QUANTA):
-            clock.now = START + timedelta(minutes=quantum)
+            clock.at(60.0 * quantum)
             before = len(probe.payloads("GFAIR_COMMANDS", StartCommand))
             if quantum in ENDS:
                 user, job_id = ENDS[quantum]

@@ -47,8 +47,9 @@ from gfair_services.placement.service import admission
 from gfair_services.split_stride import Settings, SplitStrideService
 from gfair_services.split_stride import service as split_stride_service
 from gfair_services.topology import cluster_topology
+from support.waiting import eventually
 
-from .scheduling_harness import FAST, Probe, eventually, registered, submitted
+from .scheduling_harness import FAST, Probe, registered, submitted
 
 COMMANDS = "GFAIR_COMMANDS"
 SCHED = "GFAIR_SCHED"

@@ -39,8 +39,9 @@ from gfair_services.trading_auction import Settings, build_service
 from gfair_services.trading_auction.market import ActiveJob, Market, PoolNode
 from gfair_services.trading_auction.service import Auction
 from gfair_services.trading_auction.usage import USAGE_KEY, UsageMeter, UsageReading
+from support.waiting import eventually
 
-from .scheduling_harness import ServiceHarness, eventually, registered
+from .scheduling_harness import ServiceHarness, registered
 
 FAST = RunnerSettings(batch=10, fetch_timeout_s=0.02, error_pause_s=0.02)
 # Job types by how much they gain from a V100 over a K80.
