@@ -24,7 +24,7 @@ from gfair.cli.main import main
 from gfair.events.envelope import EventData
 from gfair.events.jobs import JobCompleted, JobFailed, JobStarted
 from gfair.events.reasons import FailureClass
-from support.waiting import eventually_sync
+from support.waiting import consistently_sync, eventually_sync
 
 COMMAND = ["--", "python", "-m", "gfair.sdk.synthetic", "--iterations", "10"]
 
@@ -207,8 +207,7 @@ def test_follow_prints_events_until_the_job_ends(gfair: Gfair) -> None:
         )
     )
     follower.start()
-    time.sleep(1.0)  # it prints what happened so far, then waits
-    assert follower.is_alive()
+    consistently_sync(follower.is_alive, 1.0)  # it prints what happened so far, then waits
     assert main(["cancel", f"alice/{job_id}", "--no-wait", "--nats", gfair.url]) == 0
     follower.join(20)
     assert not follower.is_alive() and codes == [0]
@@ -281,8 +280,7 @@ def test_wait_exits_with_the_outcome(
 ) -> None:
     job_id = gfair.submit("alice")["job_id"]
     waiting = Background(gfair, "wait", f"alice/{job_id}", "--json")
-    time.sleep(1.0)
-    assert waiting.thread.is_alive()  # the job has not ended: it waits
+    consistently_sync(waiting.thread.is_alive, 1.0)  # the job has not ended: it waits
     publish(gfair.url, ending("alice", job_id))
     assert waiting.result() == code
     shown = final_json(gfair.capsys.readouterr().out)
@@ -308,8 +306,7 @@ def test_submit_wait_completed_exits_with_the_outcome(gfair: Gfair) -> None:
     argv = ["submit", "--user", "bob", "--gpus", "1", "--job-id", "train-1", "--json"]
     submitting = Background(gfair, *argv, "--wait=completed", "--nats", gfair.url, *COMMAND)
     eventually_sync(lambda: gfair.json("jobs", "--user", "bob") != [])
-    time.sleep(0.5)
-    assert submitting.thread.is_alive()  # admitted, but not over
+    consistently_sync(submitting.thread.is_alive, 0.5)  # admitted, but not over
     publish(gfair.url, JobCompleted(user="bob", job_id="train-1", attempt=1))
     assert submitting.result() == 0
     shown = final_json(gfair.capsys.readouterr().out)
@@ -334,7 +331,7 @@ def test_history_and_usage_account_for_the_gpu_time(gfair: Gfair) -> None:
         JobStarted(user="alice", job_id=job_id, node_id=node, gpu_indices=(0,), attempt=1),
     )
     eventually_sync(lambda: gfair.json("job", f"alice/{job_id}")["state"] == "running")
-    time.sleep(1.0)
+    time.sleep(1.0)  # pause under test: it runs a while, so its history has a runtime
     publish(gfair.url, JobCompleted(user="alice", job_id=job_id, attempt=1))
     eventually_sync(lambda: gfair.json("job", f"alice/{job_id}")["state"] == "completed")
 
@@ -400,8 +397,7 @@ def test_logs_prints_the_output_and_follows_it_until_the_job_ends(gfair: Gfair) 
     ]
 
     following = Background(gfair, "logs", f"alice/{job_id}", "-f")
-    time.sleep(1.0)
-    assert following.thread.is_alive()
+    consistently_sync(following.thread.is_alive, 1.0)
     # Resumed on another node, then done: its output, the end of each run, the outcome.
     ship(
         gfair.url,

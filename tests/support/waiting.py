@@ -76,3 +76,14 @@ async def consistently(
         if time.monotonic() > deadline:
             return
         await asyncio.sleep(interval_s)
+
+
+def consistently_sync(check: Callable[[], object], for_s: float, interval_s: float = 0.02) -> None:
+    """`consistently` for tests without an event loop (a CLI command in a thread waiting on)."""
+    deadline = time.monotonic() + for_s
+    while True:
+        if not (result := check()):
+            raise AssertionError(f"condition broke within {for_s}s (got {result!r})")
+        if time.monotonic() > deadline:
+            return
+        time.sleep(interval_s)
