@@ -21,11 +21,11 @@ pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
 
 async def all_in(client: GfairClient, jobs: list[str], state: JobState) -> bool:
-    return all((await client.job("alice", j)).state == state for j in jobs)
+    return all([(await client.job("alice", j)).state == state for j in jobs])
 
 
 async def all_admitted(client: GfairClient, jobs: list[str]) -> bool:
-    return all((await client.job("alice", j)).record is not None for j in jobs)
+    return all([(await client.job("alice", j)).record is not None for j in jobs])
 
 
 async def test_killing_placement_and_split_stride_loses_no_job_and_shares_no_gpu(
