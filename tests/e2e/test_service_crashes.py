@@ -8,6 +8,7 @@ from collections import defaultdict
 import pytest
 
 from gfair.client import GfairClient
+from gfair.client.errors import UnknownJob
 from gfair.events.codec import decode
 from gfair.events.jobs import JobExited, JobMigrated, JobResumed, JobStarted, JobSuspended
 from gfair.events.states import JobState
@@ -25,7 +26,10 @@ async def all_in(client: GfairClient, jobs: list[str], state: JobState) -> bool:
 
 
 async def all_admitted(client: GfairClient, jobs: list[str]) -> bool:
-    return all([(await client.job("alice", j)).record is not None for j in jobs])
+    try:
+        return all([(await client.job("alice", j)).record is not None for j in jobs])
+    except UnknownJob:  # no record yet: placement has not admitted it
+        return False
 
 
 async def test_killing_placement_and_split_stride_loses_no_job_and_shares_no_gpu(
