@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -83,19 +81,3 @@ def tracer_provider(spans: InMemorySpanExporter) -> TracerProvider:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
     return provider
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]] | Callable[[], bool], timeout_s: float = 10.0
-) -> None:
-    """Poll until `check()` holds; fail with the timeout otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(0.02)

@@ -15,8 +15,8 @@ from gfair.bus.transport import Bus, BusError
 from gfair.bus.wire import encode
 from gfair.bus.write_behind import WriteBehind
 from gfair.events.envelope import Envelope
+from support.waiting import eventually
 
-from .conftest import eventually
 from .events import STREAM, Pinged, Ponged
 from .test_runtime import pings, runtime, stored
 

@@ -9,6 +9,7 @@ import pytest
 from gfair.bus.key_value import InvalidKey, KvConflict, KvEntry, KvOperation
 from gfair.bus.topology import BucketSpec, Topology
 from gfair.bus.transport import Bus, BusError
+from support.waiting import eventually
 
 
 async def bucket(bus: Bus, name: str = "jobs"):  # type: ignore[no-untyped-def]
@@ -82,7 +83,7 @@ async def test_watch_sends_current_values_then_changes(bus: Bus) -> None:
                     return
 
         collector = asyncio.create_task(collect())
-        await asyncio.sleep(0.1)
+        await eventually(lambda: len(seen) == 1)  # the current value came: it is watching
         await kv.put("c", b"3")
         await kv.delete("a")
         await asyncio.wait_for(collector, 5)

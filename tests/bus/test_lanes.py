@@ -12,8 +12,8 @@ from gfair.bus.publisher import EventPublisher
 from gfair.bus.service import Emit, Service
 from gfair.bus.transport import Bus
 from gfair.events.envelope import Envelope
+from support.waiting import consistently, eventually
 
-from .conftest import eventually
 from .events import STREAM, Pinged, Ponged
 from .test_runtime import pings, runtime, stored
 
@@ -88,8 +88,8 @@ async def test_a_delivery_without_lanes_runs_alone(bus: Bus) -> None:
         gates.gate("all-1").set()
         gates.gate("b-1").set()
         await eventually(lambda: gates.started == ["a-1"])
-        await asyncio.sleep(0.3)
-        assert gates.started == ["a-1"]  # all-1 waits for a-1, and b-1 for all-1
+        # all-1 waits for a-1, and b-1 for all-1
+        await consistently(lambda: gates.started == ["a-1"], 0.3)
         gates.gate("a-1").set()
         await eventually(lambda: _has(bus, {"a-1", "all-1", "b-1"}))
     assert gates.started == ["a-1", "all-1", "b-1"]

@@ -24,8 +24,9 @@ from gfair.bus.server import EmbeddedNatsServer, NatsServerConfig, NatsServerErr
 from gfair.bus.service import Emit, Service
 from gfair.bus.topology import BucketSpec, ConsumerSpec, StreamSpec, Topology
 from gfair.events.envelope import Envelope
+from support.waiting import eventually
 
-from .conftest import FAST, eventually
+from .conftest import FAST
 from .events import STREAM, TEST_STREAM, Pinged
 
 pytestmark = pytest.mark.nats
@@ -239,11 +240,11 @@ async def test_an_answer_read_late_is_not_taken_for_silence(
     os.kill(broker, signal.SIGSTOP)  # the broker falls behind: it answers nothing for a while
     try:
         assert await consumer.fetch(10, 0.2) == []
-        await asyncio.sleep(1.5)  # past the request's expiry and the grace for silence
+        await asyncio.sleep(1.5)  # pause under test: past the request's expiry and the grace
     finally:
         os.kill(broker, signal.SIGCONT)
     # This process is busy meanwhile (blocking on purpose): the broker's answer waits unread.
-    time.sleep(0.5)  # noqa: ASYNC251
+    time.sleep(0.5)  # noqa: ASYNC251 (pause under test)
     assert await consumer.fetch(10, 0.2) == []
     assert warnings == []
     await bus.publish("bustest.ping.a", b"later", msg_id="later")
@@ -313,7 +314,7 @@ async def test_consumers_deleted_together_are_declared_again_a_few_at_a_time(
         at_once += 1
         most = max(most, at_once)
         try:
-            await asyncio.sleep(0.05)  # long enough for the others to pile up
+            await asyncio.sleep(0.05)  # pause under test: a slow call, the others pile up
             return await call(*args, **kwargs)
         finally:
             at_once -= 1
@@ -361,7 +362,8 @@ async def test_a_deleted_consumer_is_declared_again_and_events_keep_coming(
     async with ServiceRuntime(service, bus, settings=FAST, extra_topology=TOPOLOGY):
         await tool.publish(Pinged(key="before"))
         await eventually(lambda: "before" in handled)
-        await asyncio.sleep(0.1)  # its fetch is waiting on the server again
+        # Pause under test: its fetch waits on the server again (nothing says when it does).
+        await asyncio.sleep(0.1)
         await bus.client.jetstream().delete_consumer(STREAM, "counter")  # an operator's doing
         await tool.publish(Pinged(key="after"))
         await eventually(lambda: "after" in handled)

@@ -26,8 +26,9 @@ from gfair.bus.topology import ConsumerSpec, Topology
 from gfair.bus.tracing import extract_context, inject_context
 from gfair.bus.transport import Bus
 from gfair.events.envelope import Envelope
+from support.waiting import eventually
 
-from .conftest import FAST, eventually
+from .conftest import FAST
 from .events import STREAM, TEST_STREAM, Pinged, Ponged
 
 PINGS = ConsumerSpec(

@@ -27,8 +27,9 @@ from gfair.bus.transport import Bus, Delivery, PullConsumer
 from gfair.bus.wire import encode, server_timed
 from gfair.events import JobCancelRequested, JobSubmitted
 from gfair.events.envelope import Envelope
+from support.waiting import consistently, eventually
 
-from .conftest import FAST, Broker, eventually
+from .conftest import FAST, Broker
 from .events import STREAM, TEST_STREAM, Noted, Pinged, Ponged
 
 TOPOLOGY = Topology(streams=(TEST_STREAM,), buckets=(BucketSpec(name="effects"),))
@@ -371,7 +372,7 @@ async def test_a_restarted_service_resumes_from_its_durable_consumer(broker: Bro
         async def on_ping(envelope: Envelope, data: Pinged) -> list[Emit]:
             assert await record_effect(await bus.key_value("effects"), envelope)
             handled[data.key] += 1
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.005)  # pause under test: handling takes a while
             return []
 
         return service
@@ -392,7 +393,7 @@ async def test_a_restarted_service_resumes_from_its_durable_consumer(broker: Bro
     bus2 = await broker.connect()
     async with runtime(make_service(bus2), bus2):
         await eventually(lambda: sum(handled.values()) == 50)
-        await asyncio.sleep(0.2)  # nothing more arrives
+        await consistently(lambda: sum(handled.values()) == 50, 0.2)  # nothing more arrives
     assert handled == Counter({f"k{i}": 1 for i in range(50)})
     assert len(await (await bus2.key_value("effects")).keys()) == 50
 
@@ -406,7 +407,7 @@ async def test_instances_sharing_a_durable_split_the_work(broker: Broker) -> Non
         @service.handler(pings("workers"))
         async def on_ping(envelope: Envelope, data: Pinged) -> list[Emit]:
             handled_by[name].append(data.count)
-            await asyncio.sleep(0.002)  # a little work, so both instances get a share
+            await asyncio.sleep(0.002)  # pause under test: work, so both instances get a share
             return []
 
         return service
@@ -428,7 +429,7 @@ async def test_stop_lets_the_handler_in_flight_finish(bus: Bus) -> None:
     @service.handler(pings())
     async def on_ping(envelope: Envelope, data: Pinged) -> list[Emit]:
         started.set()
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # pause under test: a handler still in flight at the stop
         return [Emit(Ponged(key=data.key))]
 
     running = runtime(service, bus)
@@ -450,7 +451,7 @@ async def test_sigterm_stops_gracefully(bus: Bus) -> None:
     @service.handler(pings())
     async def on_ping(envelope: Envelope, data: Pinged) -> list[Emit]:
         started.set()
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # pause under test: a handler in flight at the signal
         finished.set()
         return []
 

@@ -19,8 +19,7 @@ from gfair.bus.publisher import EventPublisher
 from gfair.bus.server import EmbeddedNatsServer
 from gfair.bus.topology import ConsumerSpec, Topology, contract_streams
 from gfair.events import NodeHeartbeat
-
-from .conftest import eventually
+from support.waiting import eventually
 
 pytestmark = pytest.mark.nats
 

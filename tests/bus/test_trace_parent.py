@@ -23,8 +23,9 @@ from gfair.events.commands import StartCommand
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import JobFailed, JobPlaced
 from gfair.events.reasons import FailureClass
+from support.waiting import eventually
 
-from .conftest import FAST, eventually
+from .conftest import FAST
 from .events import STREAM, TEST_STREAM, Noted, Pinged, Ponged
 
 PINGS = ConsumerSpec(stream=STREAM, durable="pinger", filter_subjects=("bustest.ping.*",))

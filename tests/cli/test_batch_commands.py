@@ -13,8 +13,9 @@ from gfair.cli.main import main
 from gfair.client import GfairClient
 from gfair.events.jobs import JobCompleted, JobFailed
 from gfair.events.reasons import FailureClass
+from support.waiting import eventually_sync
 
-from .test_tool_commands import COMMAND, Gfair, eventually, gfair, publish, quiet_services
+from .test_tool_commands import COMMAND, Gfair, gfair, publish, quiet_services
 
 __all__ = ["gfair", "quiet_services"]  # fixtures
 
@@ -68,7 +69,7 @@ def test_an_array_is_capped_by_the_scheduler_and_addressed_as_a_whole(gfair: Gfa
     listed = gfair.json("jobs", "--user", "alice", "--array", "sweep")
     assert len(listed) == 6 and all(r["submission"]["array"]["limit"] == 2 for r in listed)
     # Two servers of 4 GPUs could hold all six: split-stride starts two.
-    eventually(lambda: _stride_holders(gfair.url, "alice", "sweep") == 2)
+    eventually_sync(lambda: _stride_holders(gfair.url, "alice", "sweep") == 2)
     assert _stride_holders(gfair.url, "alice", "sweep") == 2
     code, out_text, _ = gfair("why", "alice/sweep-5")
     assert code == 0 and "runs at most 2 at once" in out_text
@@ -109,7 +110,7 @@ def test_dependencies_hold_release_and_cancel_down_the_chain(gfair: Gfair) -> No
     assert rejected["code"] == "unknown_dependency" and "shared" in rejected["reason"]
 
     publish(gfair.url, JobCompleted(user="alice", job_id="prep", attempt=1))
-    eventually(lambda: gfair.json("job", "alice/train")["state"] in ("queued", "placed"))
+    eventually_sync(lambda: gfair.json("job", "alice/train")["state"] in ("queued", "placed"))
     events = [e["type"] for e in gfair.json("job", "alice/train")["events"]]
     assert events[:2] == ["gfair.job.held.v1", "gfair.job.accepted.v1"]
     assert gfair.json("job", "alice/fit")["state"] == "held"  # still waits for flaky
@@ -124,7 +125,7 @@ def test_dependencies_hold_release_and_cancel_down_the_chain(gfair: Gfair) -> No
             attempt=1,
         ),
     )
-    eventually(lambda: gfair.json("job", "alice/report")["state"] == "cancelled")
+    eventually_sync(lambda: gfair.json("job", "alice/report")["state"] == "cancelled")
     fit = gfair.json("job", "alice/fit")["record"]
     report = gfair.json("job", "alice/report")["record"]
     assert fit["state"] == "cancelled" and "dependency flaky failed" in fit["reason"]

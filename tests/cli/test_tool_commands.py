@@ -24,6 +24,7 @@ from gfair.cli.main import main
 from gfair.events.envelope import EventData
 from gfair.events.jobs import JobCompleted, JobFailed, JobStarted
 from gfair.events.reasons import FailureClass
+from support.waiting import consistently_sync, eventually_sync
 
 COMMAND = ["--", "python", "-m", "gfair.sdk.synthetic", "--iterations", "10"]
 
@@ -88,14 +89,6 @@ def gfair(
 pytestmark = pytest.mark.nats
 
 
-def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        time.sleep(0.1)
-
-
 def test_submit_then_list_show_explain_and_cancel(gfair: Gfair) -> None:
     submitted = gfair.submit("alice", "--name", "resnet", "--env", "SEED=1")
     assert set(submitted) == {
@@ -111,7 +104,9 @@ def test_submit_then_list_show_explain_and_cancel(gfair: Gfair) -> None:
     assert submitted["state"] in ("queued", "placed") and submitted["user"] == "alice"
     job_id = submitted["job_id"]
 
-    eventually(lambda: any(r["job_id"] == job_id for r in gfair.json("jobs", "--user", "alice")))
+    eventually_sync(
+        lambda: any(r["job_id"] == job_id for r in gfair.json("jobs", "--user", "alice"))
+    )
     (record,) = gfair.json("jobs", "--user", "alice")
     assert record["submission"]["env"] == {"SEED": "1"}
     assert record["submission"]["command"] == COMMAND[1:]
@@ -142,12 +137,14 @@ def test_submit_then_list_show_explain_and_cancel(gfair: Gfair) -> None:
 
     cancelled = gfair.json("cancel", f"alice/{job_id}")
     assert cancelled == {"user": "alice", "job_id": job_id, "state": "cancelled"}
-    eventually(lambda: gfair.json("jobs", "--state", "cancelled") != [])
+    eventually_sync(lambda: gfair.json("jobs", "--state", "cancelled") != [])
 
 
 def test_submit_prepare_says_so_in_the_submission(gfair: Gfair) -> None:
     job_id = gfair.submit("alice", "--prepare")["job_id"]
-    eventually(lambda: any(r["job_id"] == job_id for r in gfair.json("jobs", "--user", "alice")))
+    eventually_sync(
+        lambda: any(r["job_id"] == job_id for r in gfair.json("jobs", "--user", "alice"))
+    )
     (record,) = gfair.json("jobs", "--user", "alice")
     assert record["submission"]["prepare"] is True
 
@@ -160,7 +157,7 @@ def test_users_and_nodes(gfair: Gfair) -> None:
         users = gfair.json("users")["users"]
         return {u["user"] for u in users if u["entitled"] > 0} == {"alice", "bob"}
 
-    eventually(both_entitled)
+    eventually_sync(both_entitled)
     view = gfair.json("users")
     assert view["capacity"] == {"k80": 4, "v100": 4}
     alice = next(u for u in view["users"] if u["user"] == "alice")
@@ -169,7 +166,7 @@ def test_users_and_nodes(gfair: Gfair) -> None:
     code, out, _ = gfair("users")
     assert code == 0 and "alice" in out and "bob" in out
 
-    eventually(lambda: {n["node_id"] for n in gfair.json("nodes")} == {"k80-0", "v100-0"})
+    eventually_sync(lambda: {n["node_id"] for n in gfair.json("nodes")} == {"k80-0", "v100-0"})
     code, out, _ = gfair("nodes")
     assert code == 0 and "v100-0" in out
     uncordoned = gfair.json("nodes", "uncordon", "v100-0")
@@ -210,8 +207,7 @@ def test_follow_prints_events_until_the_job_ends(gfair: Gfair) -> None:
         )
     )
     follower.start()
-    time.sleep(1.0)  # it prints what happened so far, then waits
-    assert follower.is_alive()
+    consistently_sync(follower.is_alive, 1.0)  # it prints what happened so far, then waits
     assert main(["cancel", f"alice/{job_id}", "--no-wait", "--nats", gfair.url]) == 0
     follower.join(20)
     assert not follower.is_alive() and codes == [0]
@@ -284,8 +280,7 @@ def test_wait_exits_with_the_outcome(
 ) -> None:
     job_id = gfair.submit("alice")["job_id"]
     waiting = Background(gfair, "wait", f"alice/{job_id}", "--json")
-    time.sleep(1.0)
-    assert waiting.thread.is_alive()  # the job has not ended: it waits
+    consistently_sync(waiting.thread.is_alive, 1.0)  # the job has not ended: it waits
     publish(gfair.url, ending("alice", job_id))
     assert waiting.result() == code
     shown = final_json(gfair.capsys.readouterr().out)
@@ -310,9 +305,8 @@ def test_wait_on_a_cancelled_job_exits_5_and_a_timeout_4(gfair: Gfair) -> None:
 def test_submit_wait_completed_exits_with_the_outcome(gfair: Gfair) -> None:
     argv = ["submit", "--user", "bob", "--gpus", "1", "--job-id", "train-1", "--json"]
     submitting = Background(gfair, *argv, "--wait=completed", "--nats", gfair.url, *COMMAND)
-    eventually(lambda: gfair.json("jobs", "--user", "bob") != [])
-    time.sleep(0.5)
-    assert submitting.thread.is_alive()  # admitted, but not over
+    eventually_sync(lambda: gfair.json("jobs", "--user", "bob") != [])
+    consistently_sync(submitting.thread.is_alive, 0.5)  # admitted, but not over
     publish(gfair.url, JobCompleted(user="bob", job_id="train-1", attempt=1))
     assert submitting.result() == 0
     shown = final_json(gfair.capsys.readouterr().out)
@@ -329,17 +323,17 @@ def test_submit_wait_completed_exits_with_the_outcome(gfair: Gfair) -> None:
 def test_history_and_usage_account_for_the_gpu_time(gfair: Gfair) -> None:
     job_id = gfair.submit("alice", "--gpus", "1")["job_id"]
     gfair.submit("bob")  # never runs: listed, no GPU time
-    eventually(lambda: gfair.json("job", f"alice/{job_id}")["record"]["servers"] != [])
+    eventually_sync(lambda: gfair.json("job", f"alice/{job_id}")["record"]["servers"] != [])
     record = gfair.json("job", f"alice/{job_id}")["record"]
     node, pool = record["servers"][0], record["generation"]
     publish(
         gfair.url,
         JobStarted(user="alice", job_id=job_id, node_id=node, gpu_indices=(0,), attempt=1),
     )
-    eventually(lambda: gfair.json("job", f"alice/{job_id}")["state"] == "running")
-    time.sleep(1.0)
+    eventually_sync(lambda: gfair.json("job", f"alice/{job_id}")["state"] == "running")
+    time.sleep(1.0)  # pause under test: it runs a while, so its history has a runtime
     publish(gfair.url, JobCompleted(user="alice", job_id=job_id, attempt=1))
-    eventually(lambda: gfair.json("job", f"alice/{job_id}")["state"] == "completed")
+    eventually_sync(lambda: gfair.json("job", f"alice/{job_id}")["state"] == "completed")
 
     (line,) = gfair.json("history", "--user", "alice", "--since", "1h")
     assert line["job_id"] == job_id and line["state"] == "completed"
@@ -403,8 +397,7 @@ def test_logs_prints_the_output_and_follows_it_until_the_job_ends(gfair: Gfair) 
     ]
 
     following = Background(gfair, "logs", f"alice/{job_id}", "-f")
-    time.sleep(1.0)
-    assert following.thread.is_alive()
+    consistently_sync(following.thread.is_alive, 1.0)
     # Resumed on another node, then done: its output, the end of each run, the outcome.
     ship(
         gfair.url,
@@ -434,9 +427,9 @@ def test_top_draws_the_shares_the_servers_and_the_counts(gfair: Gfair) -> None:
     job_id = gfair.submit("alice", "--job-type", "ResNet-50 (batch size 32)")["job_id"]
     gfair.submit("alice")  # still waiting: alice stays active after the first one ends
     gfair.submit("bob")
-    eventually(lambda: {u["user"] for u in gfair.json("users")["users"]} >= {"alice", "bob"})
+    eventually_sync(lambda: {u["user"] for u in gfair.json("users")["users"]} >= {"alice", "bob"})
     publish(gfair.url, JobCompleted(user="alice", job_id=job_id, attempt=1))
-    eventually(lambda: gfair.json("job", f"alice/{job_id}")["state"] == "completed")
+    eventually_sync(lambda: gfair.json("job", f"alice/{job_id}")["state"] == "completed")
     code, out, err = gfair("top", "--once", "--refresh", "0.1")
     assert code == 0, err
     assert "gfair top: 3 job(s)" in out

@@ -17,6 +17,7 @@ import pytest
 
 from gfair.cluster_logins import LOGINS_FILE
 from node.helpers import JOB_PYTHON, LIBS, reachable_tmp
+from support.waiting import eventually_sync
 
 GFAIR = [sys.executable, "-m", "gfair.cli.main"]
 # As root, jobs run as their tenants' own uids: a Python, a SDK and directories they reach.
@@ -91,9 +92,11 @@ def test_the_printed_logins_let_a_tenant_submit_and_the_operator_follow(
                 pytest.fail(f"gfair up exited with {up.returncode}:\n{_read(tmp_path)}")
             assert time.monotonic() < deadline, "gfair up not ready within 120 s"
             time.sleep(0.2)
-        time.sleep(0.2)  # the rest of the summary
+        # The rest of the summary.
+        eventually_sync(
+            lambda: set(logins_printed(_read(tmp_path))) == {"operator", "alice", "bob"}, 20
+        )
         printed = logins_printed(_read(tmp_path))
-        assert set(printed) == {"operator", "alice", "bob"}, _read(tmp_path)
 
         logins = where / ".gfair" / "auth" / LOGINS_FILE
         assert stat.S_IMODE(logins.stat().st_mode) == 0o600

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -21,6 +20,7 @@ from gfair.client import (
 from gfair.events.jobs import JobAccepted, JobCancelled, JobPlaced
 from gfair.events.reasons import RejectionCode
 from gfair.events.states import JobState
+from support.waiting import eventually
 
 from .live_cluster import control_plane, registration
 
@@ -175,16 +175,3 @@ async def test_no_server_and_no_cluster_are_told_apart(
             await client.jobs()
         with pytest.raises(NoCluster):
             await client.submit("alice", 1, SYNTHETIC)
-
-
-async def eventually(check: object, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check() if callable(check) else check
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(0.05)

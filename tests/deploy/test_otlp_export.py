@@ -8,8 +8,7 @@ import logging
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from gfair.events.commands import StartCommand
 from gfair.events.envelope import Envelope
 from gfair.events.jobs import JobAccepted, JobLaunch, JobPlaced
 from gfair.traces import SpanRecord
+from support.waiting import eventually
 
 from .otlp_sink import OtlpSink
 
@@ -47,14 +47,6 @@ def restore_logging() -> Iterator[None]:
 def one(spans: list[SpanRecord], name: str) -> SpanRecord:
     (found,) = [s for s in spans if s.name == name]
     return found
-
-
-async def wait_for(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s}s")
-        await asyncio.sleep(0.05)
 
 
 async def test_a_service_runtime_exports_its_spans_and_metrics_over_otlp_http(
@@ -153,7 +145,7 @@ async def test_a_service_process_exports_to_the_collector_it_is_configured_with(
                     names = {s.name for s in sink.spans() if s.service == "profiler"}
                     return "process gfair.job.accepted.v1" in names
 
-                await wait_for(handled, 30)
+                await eventually(handled, 30)
             finally:
                 await bus.close()
         finally:

@@ -8,6 +8,7 @@ import pytest
 
 from gfair.client import GfairClient
 from gfair.state.stride_record import StrideRecord
+from support.waiting import eventually
 
 from .conftest import RESNET, StartCluster, client_of, synthetic
 
@@ -15,6 +16,14 @@ pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
 TICKETS = {"alice": 2.0, "bob": 1.0, "carol": 1.0}
 WINDOW_S = 14.0
+
+
+async def every_user_ran(client: GfairClient) -> dict[str, float] | None:
+    """Each user's usage, once every one has had GPU time (no ledger before the first quantum)."""
+    if await client.stride() is None:
+        return None
+    used = await usage(client)
+    return used if all(used.values()) else None
 
 
 async def usage(client: GfairClient) -> dict[str, float]:
@@ -40,9 +49,9 @@ async def test_three_users_with_tickets_2_1_1_share_a_saturated_cluster_50_25_25
                     job_type=RESNET,
                     job_id=f"{user}-{n}",
                 )
-        await asyncio.sleep(3.0)  # let every job be placed and the first quanta pass
-        before = await usage(client)
-        await asyncio.sleep(WINDOW_S)
+        # Every user has had GPU time: the jobs are placed and the first quanta past.
+        before = await eventually(lambda: every_user_ran(client), 60)
+        await asyncio.sleep(WINDOW_S)  # pause under test: the window the shares are measured in
         after = await usage(client)
         users = await client.users()
     received = {user: after[user] - before[user] for user in TICKETS}

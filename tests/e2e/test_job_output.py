@@ -12,7 +12,7 @@ from gfair.bus.job_output import OutputChunk, read_output
 from gfair.client import GfairClient
 
 from .conftest import FREE_MOVES, RESNET, StartCluster, client_of, synthetic
-from .test_time_slicing import moved_to
+from .test_time_slicing import progressed_on
 
 pytestmark = pytest.mark.nats
 
@@ -46,9 +46,9 @@ async def test_the_output_of_a_migrated_job_comes_from_both_nodes(
                 job_id=job_id,
                 wait="running",
             )
-        await asyncio.sleep(1.5)
+        await progressed_on(client, "second", "k80-0")
         await client.cancel("alice", "first")
-        await moved_to(client, "second", "v100-0")
+        await progressed_on(client, "second", "v100-0")
         # The K80's last lines may be shipped after the V100's first (each executor ships its
         # own run's output): wait for what is asserted below.
         deadline = time.monotonic() + 30

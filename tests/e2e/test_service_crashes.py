@@ -7,15 +7,29 @@ from collections import defaultdict
 
 import pytest
 
+from gfair.client import GfairClient
+from gfair.client.errors import UnknownJob
 from gfair.events.codec import decode
 from gfair.events.jobs import JobExited, JobMigrated, JobResumed, JobStarted, JobSuspended
 from gfair.events.states import JobState
 from gfair.events.subjects import JOBS_STREAM
+from support.waiting import eventually
 
 from .conftest import RESNET, StartCluster, client_of, synthetic
 from .test_job_life import finished
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
+
+
+async def all_in(client: GfairClient, jobs: list[str], state: JobState) -> bool:
+    return all([(await client.job("alice", j)).state == state for j in jobs])
+
+
+async def all_admitted(client: GfairClient, jobs: list[str]) -> bool:
+    try:
+        return all([(await client.job("alice", j)).record is not None for j in jobs])
+    except UnknownJob:  # no record yet: placement has not admitted it
+        return False
 
 
 async def test_killing_placement_and_split_stride_loses_no_job_and_shares_no_gpu(
@@ -34,7 +48,7 @@ async def test_killing_placement_and_split_stride_loses_no_job_and_shares_no_gpu
                 job_type=RESNET,
                 job_id=job_id,
             )
-        await asyncio.sleep(1.5)
+        await eventually(lambda: all_in(client, jobs[:2], JobState.RUNNING), 60)
         cluster.children.kill("split_stride")
         for job_id in jobs[2:]:  # submitted while placement is down and coming back
             cluster.children.kill("placement")
@@ -46,7 +60,7 @@ async def test_killing_placement_and_split_stride_loses_no_job_and_shares_no_gpu
                 job_id=job_id,
                 wait="none",
             )
-        await asyncio.sleep(2.0)
+        await eventually(lambda: all_admitted(client, jobs), 60)  # placement is back
         cluster.children.kill("split_stride")
         states = await asyncio.gather(*(finished(client, "alice", j, 90) for j in jobs))
         history = [decode(m.data) async for m in client.bus.history(JOBS_STREAM.name)]

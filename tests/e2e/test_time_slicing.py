@@ -24,6 +24,7 @@ from gfair.events.reasons import SuspendReason
 from gfair.events.scheduling import SwitchCostsUpdated
 from gfair.events.states import JobState
 from node.helpers import JOB_PYTHON
+from support.waiting import eventually
 
 from .conftest import FREE_MOVES, RESNET, StartCluster, client_of, synthetic
 from .test_job_life import finished, settled
@@ -120,9 +121,9 @@ async def test_a_migrated_job_continues_from_its_checkpoint_on_the_other_server(
                 wait="running",
             )
         assert (await client.job("alice", "second")).record.servers == ("k80-0",)  # type: ignore[union-attr]
-        await asyncio.sleep(1.5)  # it has checkpointed progress to take along
+        await progressed_on(client, "second", "k80-0")  # it has progress to take along
         await client.cancel("alice", "first")
-        details = await moved_to(client, "second", "v100-0")
+        details = await progressed_on(client, "second", "v100-0")
         await client.cancel("alice", "second", wait=False)
     (suspended,) = [e.data for e in details.events if isinstance(e.data, JobSuspended)]
     assert (suspended.node_id, suspended.reason) == ("k80-0", SuspendReason.MIGRATION)
@@ -140,19 +141,17 @@ async def test_a_migrated_job_continues_from_its_checkpoint_on_the_other_server(
     assert resumed_at >= before
 
 
-async def moved_to(
+async def progressed_on(
     client: GfairClient, job_id: str, node_id: str, timeout_s: float = 30
 ) -> JobDetails:
-    """The job's details once it made progress on `node_id`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    """The job's details once it made progress (past step 0) on `node_id`."""
+
+    async def progressed() -> JobDetails | None:
         details = await client.job("alice", job_id)
-        if any(
-            isinstance(e.data, JobProgress) and e.data.node_id == node_id for e in details.events
-        ):
-            return details
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{job_id} did not move to {node_id} within {timeout_s}s")
+        on_node = [e.data for e in details.events if isinstance(e.data, JobProgress)]
+        return details if any(p.node_id == node_id and p.iterations > 0 for p in on_node) else None
+
+    return await eventually(progressed, timeout_s, 0.2, f"{job_id}'s progress on {node_id}")
 
 
 def _sequence_of(events: tuple[HistoricalEvent, ...], data: object) -> int:

@@ -17,6 +17,7 @@ from gfair.client import GfairClient
 from gfair.embedded_cluster import virtual_nodes_child
 from gfair.events.states import JobState
 from gfair.state.stride_record import StrideRecord
+from support.waiting import eventually
 
 from .conftest import RESNET, StartCluster, client_of, synthetic
 
@@ -25,6 +26,14 @@ pytestmark = [pytest.mark.nats, pytest.mark.slow]
 TICKETS = {"alice": 2.0, "bob": 1.0}
 JOBS_EACH = 30  # 60 one-GPU jobs on 40 GPUs: saturated until a third of them are done
 WINDOW_S = 6.0
+
+
+async def every_user_ran(client: GfairClient) -> dict[str, float] | None:
+    """Each user's usage, once every one has had GPU time (no ledger before the first quantum)."""
+    if await client.stride() is None:
+        return None
+    used = await usage(client)
+    return used if all(used.values()) else None
 
 
 async def usage(client: GfairClient) -> dict[str, float]:
@@ -61,9 +70,9 @@ async def test_two_users_share_twenty_virtual_servers_by_tickets_and_their_jobs_
                     job_type=RESNET,
                     job_id=f"{user}-{n}",
                 )
-        await asyncio.sleep(3.0)  # every job placed, the first quanta past
-        before = await usage(client)
-        await asyncio.sleep(WINDOW_S)
+        # Every user has had GPU time: the jobs are placed and the first quanta past.
+        before = await eventually(lambda: every_user_ran(client), 60)
+        await asyncio.sleep(WINDOW_S)  # pause under test: the window the shares are measured in
         after = await usage(client)
         received = {user: after[user] - before[user] for user in TICKETS}
         total = sum(received.values())

@@ -20,6 +20,7 @@ from gfair.node.job_account import JobAccount, derived_account
 from gfair.node.job_runner import SupervisorConfig
 from gfair.node.launch import RunSpec
 from gfair.node.lifecycle import JobEvent
+from support.waiting import eventually
 
 
 def _open_to_others(path: Path) -> bool:
@@ -158,12 +159,11 @@ class EventLog:
 
 
 async def wait_for_text(path: Path, text: str, timeout_s: float = 15.0) -> None:
-    target = anyio.Path(path)
-    with anyio.fail_after(timeout_s):
-        while True:
-            if await target.exists() and text in await target.read_text(errors="replace"):
-                return
-            await anyio.sleep(0.01)
+    await eventually(
+        lambda: path.exists() and text in path.read_text(errors="replace"),
+        timeout_s,
+        what=f"{text!r} in {path.name}",
+    )
 
 
 def environ_of(pid: int) -> dict[str, str]:

@@ -13,13 +13,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import anyio
 import pytest
 
 from gfair.node.job_cgroup import CgroupTree, JobCgroup
 from gfair.node.launch import RunSpec
 from gfair.node.process_group import process_exists
 from gfair.node.supervisor import JobSupervisor
+from support.waiting import consistently, eventually
 
 from .conftest import needs_cgroups
 from .helpers import JOB_PYTHON, make_config, wait_for_text
@@ -76,7 +76,7 @@ async def test_a_job_coming_up_is_frozen_holding_no_gpu_and_goes_on_where_it_sto
     config = make_config(tmp_path, cgroups=tree, gpu_processes=no_gpu_memory)
     async with JobSupervisor(config) as supervisor:
         job = await supervisor.start(starting_up("slow", work_s=1.5))
-        await anyio.sleep(0.3)  # some of its start-up done
+        await eventually(lambda: cpu_seconds(job.pid) > 0)  # some of its start-up done
         result = await supervisor.suspend("slow", timeout_s=5, enforce=True, park=True)
         assert result.parked and result.exited is None
         assert result.switch_s < 1.0  # no grace waited for: it had nothing to yield with
@@ -85,8 +85,8 @@ async def test_a_job_coming_up_is_frozen_holding_no_gpu_and_goes_on_where_it_sto
         assert waiting.job_id == "slow" and waiting.rss_bytes > 0
         assert JobCgroup(tree.path / "slow").frozen()
         before = cpu_seconds(job.pid)
-        await anyio.sleep(0.5)
-        assert cpu_seconds(job.pid) == before  # frozen: its start-up does not go on
+        # Frozen: its start-up does not go on.
+        await consistently(lambda: cpu_seconds(job.pid) == before, 0.5)
         assert await supervisor.resume_in_place("slow", timeout_s=5) is not None
         assert supervisor.busy_gpus() == {2}
         exited = await supervisor.wait("slow")
@@ -108,8 +108,8 @@ async def test_a_job_coming_up_is_not_frozen_where_that_is_not_safe(
 ) -> None:
     config = make_config(tmp_path, cgroups=tree if cgroups else None, gpu_processes=gpu_processes)
     async with JobSupervisor(config) as supervisor:
-        await supervisor.start(starting_up("slow", work_s=30))
-        await anyio.sleep(0.3)
+        job = await supervisor.start(starting_up("slow", work_s=30))
+        await eventually(lambda: cpu_seconds(job.pid) > 0)
         result = await supervisor.suspend("slow", timeout_s=0.5, enforce=True, park=True)
     # As before: it could not yield, and was forced off its GPUs once its grace was over.
     assert not result.parked and result.exited is not None
@@ -122,8 +122,8 @@ async def test_a_frozen_job_let_go_or_cancelled_ends_at_once(
     config = make_config(tmp_path, cgroups=tree, gpu_processes=no_gpu_memory)
     async with JobSupervisor(config) as supervisor:
         for gpu, job_id in enumerate(("moved", "cancelled")):
-            await supervisor.start(starting_up(job_id, work_s=30, gpu=gpu))
-        await anyio.sleep(0.3)
+            job = await supervisor.start(starting_up(job_id, work_s=30, gpu=gpu))
+            await eventually(lambda pid=job.pid: cpu_seconds(pid) > 0)
         for job_id in ("moved", "cancelled"):
             frozen = await supervisor.suspend(job_id, timeout_s=5, enforce=True, park=True)
             assert frozen.parked
@@ -156,10 +156,9 @@ async def test_a_frozen_job_s_process_that_left_its_group_is_frozen_too(
         child_file = job.paths.control_dir / "child"
         await wait_for_text(child_file, "")
         child = int(child_file.read_text())
-        await anyio.sleep(0.3)
+        await eventually(lambda: cpu_seconds(child) > 0)
         assert (await supervisor.suspend("escaping", 5, enforce=True, park=True)).parked
         before = cpu_seconds(job.pid), cpu_seconds(child)
-        await anyio.sleep(0.5)
-        assert (cpu_seconds(job.pid), cpu_seconds(child)) == before
+        await consistently(lambda: (cpu_seconds(job.pid), cpu_seconds(child)) == before, 0.5)
         await supervisor.kill("escaping", "cancelled")
     assert not process_exists(child)  # it went with the job

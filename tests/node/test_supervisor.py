@@ -270,7 +270,7 @@ async def test_speed_follows_the_measured_table_per_generation(tmp_path: Path) -
         log = EventLog(supervisor.events)
         await supervisor.start(synthetic("fast", (0,), "v100", *args))
         await supervisor.start(synthetic("slow", (1,), "k80", *args))
-        await anyio.sleep(1.6)
+        await anyio.sleep(1.6)  # pause under test: they run past a rate window (1 s)
         measured: dict[str, float] = {}
         for job_id, generation in (("fast", "v100"), ("slow", "k80")):
             latest = [p for p in log.of(ProgressReport) if p.job_id == job_id][-1]

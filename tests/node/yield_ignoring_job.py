@@ -14,4 +14,4 @@ for step in range(10):
     job.report(step)
 signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-time.sleep(600)
+time.sleep(600)  # pause under test: it hangs on, whatever it is told

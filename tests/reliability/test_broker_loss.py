@@ -21,6 +21,7 @@ from gfair.embedded_cluster import SCHEDULER_SERVICES
 from gfair.events.states import JobState
 from gfair.events.subjects import JOBS_STREAM
 from gfair.state.buckets import JOBS, STRIDE
+from support.waiting import eventually
 
 from .conftest import StartCluster, client_of, finished, patiently
 from .workload import RESNET, synthetic
@@ -33,6 +34,10 @@ async def stored(client: GfairClient) -> set[bytes]:
         return {m.data async for m in client.bus.history(JOBS_STREAM.name)}
 
     return await patiently(read)
+
+
+async def any_running(client: GfairClient, jobs: list[str]) -> bool:
+    return any([(await client.job("alice", j)).state == JobState.RUNNING for j in jobs])
 
 
 async def test_losing_one_of_three_brokers_loses_no_event_and_no_job(
@@ -55,7 +60,8 @@ async def test_losing_one_of_three_brokers_loses_no_event_and_no_job(
         for index, job_id in enumerate(early):
             gpus = 2 if index % 3 == 0 else 1
             await client.submit("alice", gpus, synthetic(3), job_type=RESNET, job_id=job_id)
-        await asyncio.sleep(3.0)  # mid-workload: jobs running, suspended, queued
+        # Mid-workload: a job runs (and others wait or are suspended).
+        await eventually(lambda: any_running(client, early), 60)
         before = await stored(client)
         killed_at = time.monotonic()
         killed_when = datetime.now(UTC)

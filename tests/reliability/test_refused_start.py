@@ -10,7 +10,6 @@ jobs that did start.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ from gfair.events.submission import JobSubmitted
 from gfair.state.buckets import JOBS
 from gfair.state.job_record import JobRecord, save_job
 from gfair_services.split_stride import SplitStrideService, SplitStrideSettings
+from support.waiting import consistently, eventually
 
 from .live_services import FAST
 
@@ -61,10 +61,10 @@ class Split:
 
     async def until(self, check: Callable[[], bool], timeout_s: float) -> float:
         began = time.monotonic()
-        while not check():
-            if time.monotonic() - began > timeout_s:
-                raise AssertionError(f"not within {timeout_s}s; commands: {self.commands()}")
-            await asyncio.sleep(0.01)
+        try:
+            await eventually(check, timeout_s)
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}; commands: {self.commands()}") from None
         return time.monotonic() - began
 
     async def admit(self, job_id: str) -> None:
@@ -136,5 +136,4 @@ async def test_a_job_that_did_start_waits_for_its_node_to_let_go(split: Split) -
         )
     )
     # It runs on k80-0 until that node confirms the suspend: it must not start elsewhere.
-    await asyncio.sleep(4 * REFUSED_AFTER_S)
-    assert starts_of_j(split, "v100-0") == []
+    await consistently(lambda: starts_of_j(split, "v100-0") == [], 4 * REFUSED_AFTER_S)

@@ -5,14 +5,7 @@ from pathlib import Path
 import pytest
 
 from gfair.sdk.progress import ProgressLog, ProgressRecord
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from support.clock import FakeClock
 
 
 def lines(path: Path) -> list[str]:
@@ -52,22 +45,22 @@ def test_mini_batches_are_sampled_and_each_run_of_them_recorded_at_both_ends(
 ) -> None:
     path = tmp_path / "progress.jsonl"
     clock = FakeClock()
-    log = ProgressLog(path, step_interval_s=0.2, clock=clock)
+    log = ProgressLog(path, step_interval_s=0.2, clock=clock.seconds)
 
     def written() -> list[tuple[str, int | None, float]]:
         return [(r.kind, r.step, r.time) for r in map(ProgressRecord.from_json, lines(path))]
 
     log.append(ProgressRecord(kind="ready", time=0.0))
     log.step(1, 1.0)  # the first after the start: at once (it times the start)
-    clock.now += 0.05
+    clock.advance(0.05)
     log.step(2, 2.0)  # 50 ms later: kept
     log.step(3, 3.0)
     assert written() == [("ready", None, 0.0), ("step", 1, 1.0)]
 
-    clock.now += 0.3
+    clock.advance(0.3)
     log.step(4, 4.0)  # one is due: the newest goes
     assert written()[-1] == ("step", 4, 4.0)
-    clock.now += 0.01
+    clock.advance(0.01)
     log.step(5, 5.0)
     # Any other record writes the newest mini-batch first, with its own time.
     log.append(ProgressRecord(kind="parked", time=6.0, step=5, park=1))

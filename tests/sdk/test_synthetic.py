@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from gfair.sdk.environment import (
     ENV_JOB_ID,
     PROGRESS_FILE,
 )
+from support.waiting import eventually_sync
 
 SYNTHETIC = [sys.executable, "-m", "gfair.sdk.synthetic"]
 
@@ -35,15 +35,6 @@ def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[s
         [*SYNTHETIC, *args], cwd=cwd, env=clean_env(**env), capture_output=True, text=True,
         timeout=60,
     )  # fmt: skip
-
-
-def wait_for_lines(path: Path, count: int, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_text().splitlines()) >= count:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"{path} never reached {count} lines")
 
 
 def step_range(stdout: str) -> tuple[int, int]:
@@ -124,7 +115,8 @@ def test_sigusr1_makes_it_checkpoint_and_yield_then_it_resumes(tmp_path: Path) -
     process = subprocess.Popen([*SYNTHETIC, *args], cwd=tmp_path, env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     # Ready (SIGUSR1 handled), its first mini-batch and a sampled one: running.
-    wait_for_lines(tmp_path / "control" / PROGRESS_FILE, 3)
+    progress = tmp_path / "control" / PROGRESS_FILE
+    eventually_sync(lambda: progress.exists() and len(progress.read_text().splitlines()) >= 3, 20)
     process.send_signal(signal.SIGUSR1)
     _, err = process.communicate(timeout=20)
     assert process.returncode == YIELD_EXIT_CODE, err

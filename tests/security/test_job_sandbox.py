@@ -19,7 +19,7 @@ from gfair.node.job_cgroup import AUTO, CgroupTree, locate, tenant_directory
 from gfair.node.job_limits import DEVICES, JobLimits, LimitTree, v1_hierarchies
 from gfair.node.supervisor import JobSupervisor
 from node.helpers import make_config, python_job, reachable_tmp
-from services.scheduling_harness import eventually
+from support.waiting import eventually
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the attacks are on an executor running as root (as CI runs)"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import anyio
 import pytest
 
 from gfair.node.job_cgroup import AUTO, CgroupTree, locate
@@ -23,6 +22,7 @@ from node.helpers import (
     synthetic,
     wait_for_text,
 )
+from support.waiting import consistently
 
 tmp_path = pytest.fixture(name="tmp_path")(reachable_tmp)
 sdk_for_jobs = pytest.fixture(autouse=True)(sdk_on_pythonpath)
@@ -98,9 +98,8 @@ async def test_a_job_that_computes_after_saying_it_parked_is_frozen(tmp_path: Pa
         result = await supervisor.suspend("quiet", timeout_s=5, enforce=True, park=True)
         assert result.parked and supervisor.busy_gpus() == frozenset()
         before = _cpu_seconds(job.pid)
-        await anyio.sleep(0.5)
         # Before: it spun on (half a second of CPU, a GPU's work with it).
-        assert _cpu_seconds(job.pid) - before < 0.05
+        await consistently(lambda: _cpu_seconds(job.pid) - before < 0.05, 0.5)
         # Told to resume, it thaws; it never says it resumed, so it is not resumed in place.
         assert await supervisor.resume_in_place("quiet", timeout_s=0.5) is None
         await supervisor.kill("quiet", "cancelled")

@@ -11,8 +11,6 @@ real nats-server running the shipped configuration.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from gfair.bus.nats_bus import NatsBus
@@ -21,6 +19,7 @@ from gfair.events.envelope import Envelope
 from gfair.events.submission import JobCancelRequested, JobSubmitted
 from gfair.state import buckets
 from gfair_services.topology import cluster_topology
+from support.waiting import consistently
 from tenancy.conftest import SERVICES_USER, Logins
 
 pytestmark = pytest.mark.nats
@@ -74,9 +73,11 @@ async def test_a_tenants_reply_subject_cannot_aim_the_jetstream_ack_at_any_recor
         envelope.subject, encode(envelope), timeout=5, headers=publish_headers(envelope)
     )
     assert b'"stream":"GFAIR_JOBS"' in ack.data
-    await asyncio.sleep(0.2)
 
-    assert await records(services) == before
+    async def unchanged() -> bool:
+        return await records(services) == before
+
+    await consistently(unchanged, 0.2)
     info = await services.client.jetstream().stream_info("GFAIR_JOBS")
     # Every hostile message was stored as the submission or cancel it was, and nothing purged.
     assert info.state.messages == stream_before + 2 * len(targets) + 1

@@ -12,8 +12,6 @@ login directly).
 
 from __future__ import annotations
 
-import asyncio
-
 import nats.errors
 import pytest
 import structlog
@@ -27,6 +25,7 @@ from gfair.events.jobs import JobAccepted
 from gfair.events.subjects import DLQ_STREAM, dlq_subject
 from gfair.state import buckets
 from gfair.state.job_record import load_job
+from support.waiting import consistently
 from tenancy.conftest import SERVICES_USER, Logins
 
 from .query_service import QUERY_USER, answering, cluster_state, query_service
@@ -123,8 +122,7 @@ async def test_answers_go_only_to_the_askers_inbox_even_with_the_services_rights
             assert all(e["log_level"] == "warning" and e["subject"] for e in dropped)
             dropped_by_asker[name] = {(e["tenant"], e["reply"]) for e in dropped}
         await watcher.client.flush()
-        await asyncio.sleep(0.2)
-        assert seen == []
+        await consistently(lambda: seen == [], 0.2)
         assert await state_of(services) == before
         # Alice's replies were mapped into her own account, so the service answered them
         # there, harmlessly; the operator's were the service's own to refuse.

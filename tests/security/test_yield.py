@@ -58,7 +58,7 @@ async def hostile_beside_bob(client: GfairClient, hog: list[str] = IGNORES_YIELD
     how long bob's job waited to run."""
     await client.submit("alice", 4, hog, job_id="hog")
     await running(client, "alice", "hog", timeout_s=60)
-    await asyncio.sleep(QUANTUM_S)  # settled in: it has held the server for a quantum
+    await asyncio.sleep(QUANTUM_S)  # pause under test: it has held the server for a quantum
     submitted = time.monotonic()
     await client.submit("bob", 1, BOBS_JOB, job_id="b")
     return await running(client, "bob", "b", timeout_s=120) - submitted

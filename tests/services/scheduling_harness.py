@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -17,6 +15,7 @@ from gfair.events.codec import decode
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.nodes import GpuInfo, NodeRegistered
 from gfair.events.submission import JobSubmitted
+from support.waiting import eventually
 
 FAST = RunnerSettings(batch=50, fetch_timeout_s=0.02, error_pause_s=0.02)
 E = TypeVar("E", bound=EventData)
@@ -85,34 +84,18 @@ class Probe:
         timeout_s: float = 5.0,
     ) -> list[E]:
         """Poll until the `kind` events in `stream` satisfy `check`; return them."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            found = self.payloads(stream, kind)
-            if check(found):
-                return found
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"{kind.__name__} in {stream} never satisfied the check; got {found}"
-                )
-            await asyncio.sleep(0.01)
+        found: list[E] = []
+
+        def satisfied() -> bool:
+            found[:] = self.payloads(stream, kind)
+            return check(found)
+
+        await eventually(satisfied, timeout_s, what=f"{kind.__name__} in {stream}")
+        return found
 
     async def settle(self, seconds: float = 0.15) -> None:
         """Let consumers drain what was published (for asserting that nothing happened)."""
         await asyncio.sleep(seconds)
-
-
-async def eventually(check: Callable[[], object], timeout_s: float = 5.0) -> None:
-    """Until `check()` (awaited when it returns a coroutine) is true."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(0.01)
 
 
 class ServiceHarness:

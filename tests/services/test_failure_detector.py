@@ -6,9 +6,7 @@ timer) are called directly at chosen instants, so heartbeat timelines are exact.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -50,20 +48,11 @@ from gfair.state.node_record import BUCKET as NODES_BUCKET
 from gfair.state.node_record import NodeRecord
 from gfair_services.failure_detector import FailureDetector, Settings
 from gfair_services.failure_detector.service import JobInput, NodeInput
+from support.clock import FakeClock
+from support.waiting import eventually
 
 FAST = RunnerSettings(batch=10, fetch_timeout_s=0.02, error_pause_s=0.02)
 T0 = datetime(2025, 3, 14, 9, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def at(self, seconds: float) -> None:
-        self.now = T0 + timedelta(seconds=seconds)
 
 
 def settings(**overrides: object) -> Settings:
@@ -101,7 +90,7 @@ class ObservedDetector(FailureDetector):
 
 
 class Harness:
-    def __init__(self, bus: InMemoryBus, clock: Clock, detector: ObservedDetector) -> None:
+    def __init__(self, bus: InMemoryBus, clock: FakeClock, detector: ObservedDetector) -> None:
         self.bus = bus
         self.clock = clock
         self.detector = detector
@@ -114,7 +103,7 @@ class Harness:
         Handled means settled too: its writes, which go out behind, are acknowledged.
         """
         envelope = await self.tool.publish(data)
-        await until(lambda: envelope.id in self.detector.handled and self.bus.backlog() == 0)
+        await eventually(lambda: envelope.id in self.detector.handled and self.bus.backlog() == 0)
         return envelope
 
     async def outputs(self, *types: type[EventData]) -> list[EventData]:
@@ -145,14 +134,6 @@ class Harness:
         await self.detector.check()
 
 
-async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(0.005)
-
-
 @pytest.fixture
 async def bus() -> AsyncIterator[InMemoryBus]:
     memory = InMemoryBus()
@@ -163,12 +144,12 @@ async def bus() -> AsyncIterator[InMemoryBus]:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(T0)
 
 
 @pytest.fixture
-async def harness(bus: InMemoryBus, clock: Clock) -> AsyncIterator[Harness]:
+async def harness(bus: InMemoryBus, clock: FakeClock) -> AsyncIterator[Harness]:
     detector = ObservedDetector(settings(), clock=clock)
     async with ServiceRuntime(detector.service, bus, settings=FAST):
         yield Harness(bus, clock, detector)
@@ -617,7 +598,9 @@ async def test_job_without_progress_is_killed_and_retried(harness: Harness) -> N
 # ----- restart ---------------------------------------------------------------------------------
 
 
-async def test_restart_keeps_retry_budgets_and_node_states(bus: InMemoryBus, clock: Clock) -> None:
+async def test_restart_keeps_retry_budgets_and_node_states(
+    bus: InMemoryBus, clock: FakeClock
+) -> None:
     first = ObservedDetector(settings(), clock=clock)
     async with ServiceRuntime(first.service, bus, settings=FAST):
         harness = Harness(bus, clock, first)
@@ -646,7 +629,7 @@ async def test_restart_keeps_retry_budgets_and_node_states(bus: InMemoryBus, clo
 
 
 async def test_records_of_ended_jobs_are_purged_after_the_retention(
-    bus: InMemoryBus, clock: Clock
+    bus: InMemoryBus, clock: FakeClock
 ) -> None:
     first = ObservedDetector(settings(job_retention_s=3600.0), clock=clock)
     async with ServiceRuntime(first.service, bus, settings=FAST):

@@ -25,16 +25,16 @@ from gfair.bus.transport import Bus, BusError
 from gfair.events.envelope import Envelope
 from gfair.events.nodes import NodeFailed, NodeSuspected
 from gfair_services.failure_detector.service import NodeInput
+from support.clock import FakeClock
+from support.waiting import eventually
 
 from .test_failure_detector import (
     FAST,
     T0,
-    Clock,
     ObservedDetector,
     heartbeat,
     registered,
     settings,
-    until,
 )
 
 NODES = [f"n{i:02d}" for i in range(20)]
@@ -79,14 +79,14 @@ async def judged(bus: Bus) -> list[tuple[str, str]]:
 
 
 async def lagging_detector(
-    bus: Bus, clock: Clock, detector: HeldDetector, *, silent: str | None
+    bus: Bus, clock: FakeClock, detector: HeldDetector, *, silent: str | None
 ) -> None:
     """Every node registered and heard at 0 s; then three rounds of heartbeats (none from
     `silent`) left unread, and a check at 70 s, past the failure timeout of the first."""
     tool = EventPublisher(bus, "node")
     sent = [await tool.publish(registered(node)) for node in NODES]
     sent += [await tool.publish(heartbeat(node, 1)) for node in NODES]
-    await until(lambda: all(e.id in detector.handled for e in sent), timeout_s=20.0)
+    await eventually(lambda: all(e.id in detector.handled for e in sent), timeout_s=20.0)
     detector.reading.clear()
     for seq in (2, 3, 4):
         for node in NODES:
@@ -97,14 +97,14 @@ async def lagging_detector(
 
 
 async def test_a_detector_behind_its_heartbeats_suspects_nobody(bus: Bus) -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     detector = HeldDetector(settings(), clock=clock)
     async with ServiceRuntime(detector.service, bus, settings=FAST):
         await lagging_detector(bus, clock, detector, silent=None)
         assert detector.behind
         assert await judged(bus) == []
         detector.reading.set()  # it catches up: every heartbeat read at 70 s
-        await until(lambda: len(detector.handled) == 5 * len(NODES), timeout_s=20.0)
+        await eventually(lambda: len(detector.handled) == 5 * len(NODES), timeout_s=20.0)
         clock.at(80)
         await detector.check()
         assert not detector.behind
@@ -112,13 +112,13 @@ async def test_a_detector_behind_its_heartbeats_suspects_nobody(bus: Bus) -> Non
 
 
 async def test_a_node_silent_through_the_backlog_is_failed_once_it_is_read(bus: Bus) -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     detector = HeldDetector(settings(), clock=clock)
     async with ServiceRuntime(detector.service, bus, settings=FAST):
         await lagging_detector(bus, clock, detector, silent="n07")
         assert await judged(bus) == []
         detector.reading.set()
-        await until(lambda: len(detector.handled) == 5 * len(NODES) - 3, timeout_s=20.0)
+        await eventually(lambda: len(detector.handled) == 5 * len(NODES) - 3, timeout_s=20.0)
         clock.at(71)
         await detector.check()
         # Last read at 0 s: silent 71 s, past the 60 s to fail; the others read at 70 s.
@@ -146,13 +146,13 @@ async def test_a_detector_whose_broker_cannot_count_its_backlog_judges_by_what_i
     # the detector reads them. Held back after the first round, it has read nothing sent
     # after 0 s by 70 s: it suspects nobody (before, it judged them as heard, and failed all).
     bus = Unanswering()
-    clock = Clock()
+    clock = FakeClock(T0)
     detector = HeldDetector(settings(), clock=clock)
     async with ServiceRuntime(detector.service, bus, settings=FAST):
         tool = EventPublisher(bus, "node")
         sent = [await tool.publish(registered(node)) for node in NODES]
         sent += [await heard_at(tool, node, 1, 0.0) for node in NODES]
-        await until(lambda: all(e.id in detector.handled for e in sent), timeout_s=20.0)
+        await eventually(lambda: all(e.id in detector.handled for e in sent), timeout_s=20.0)
         detector.reading.clear()
         for seq, at_s in ((2, 20.0), (3, 40.0), (4, 65.0)):
             for node in NODES:
@@ -165,7 +165,7 @@ async def test_a_detector_whose_broker_cannot_count_its_backlog_judges_by_what_i
         # Caught up (read at 70 s, the freshest sent at 65 s), it judges again: the node that
         # stopped, last read at 0 s, is failed (the others were read at 70 s).
         detector.reading.set()
-        await until(lambda: len(detector.handled) == 5 * len(NODES) - 3, timeout_s=20.0)
+        await eventually(lambda: len(detector.handled) == 5 * len(NODES) - 3, timeout_s=20.0)
         await detector.check()
         assert not detector.behind
         assert await judged(bus) == [("failed", "n07")]

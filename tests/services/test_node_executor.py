@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -57,6 +57,7 @@ from gfair_services.node_executor import CANNOT_START_EXIT_CODE, NodeExecutor, S
 from gfair_services.node_executor.executor import COMMANDS_IN_FLIGHT
 from gfair_services.topology import cluster_topology
 from node.helpers import JOB_PYTHON, reachable_tmp, sdk_on_pythonpath
+from support.waiting import eventually
 
 # As root, jobs run as their tenants' own uids: they need directories and a Python those reach
 # (tests/node/helpers.py).
@@ -152,30 +153,17 @@ class Node:
         count: int = 1,
         timeout_s: float = 20.0,
     ) -> list[EventData]:
-        deadline = time.monotonic() + timeout_s
-        while True:
+        async def enough() -> list[EventData] | None:
             found = await self.events(kind, job_id=job_id)
-            if len(found) >= count:
-                return found
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{count} x {kind.__name__} not published in {timeout_s}s")
-            await asyncio.sleep(0.02)
+            return found if len(found) >= count else None
+
+        return await eventually(enough, timeout_s, what=f"{count} x {kind.__name__}")
 
     async def dead_letters(self) -> list[DeadLetter]:
         return [
             DeadLetter.model_validate_json(m.data)
             async for m in self.bus.history(DEAD_LETTER_STREAM)
         ]
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if await check():
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(0.02)
 
 
 def executor_process(

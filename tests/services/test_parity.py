@@ -44,8 +44,10 @@ from gfair.sim.trace import TraceJob
 from gfair.state.buckets import JOBS
 from gfair.state.job_record import JobRecord, save_job
 from gfair_services.split_stride import SplitStrideService, SplitStrideSettings
+from support.clock import FakeClock
+from support.waiting import eventually
 
-from .scheduling_harness import FAST, Probe, eventually, registered, submitted
+from .scheduling_harness import FAST, Probe, registered, submitted
 
 SERVERS = (
     Server("k80-0", "k80", 4),
@@ -179,14 +181,6 @@ def simulated(tree: ShareTree | None = None) -> tuple[Runs, Filled, States]:
     return runs, filled, states
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 def settings_of(tmp_path: Path, shares_file: Path | None) -> SplitStrideSettings:
     return SplitStrideSettings(
         quantum_s=QUANTUM_S,  # its own timer never fires: the test ticks
@@ -280,7 +274,7 @@ async def live(
     (`journal`: what its state machine was given)."""
     bus = InMemoryBus()
     probe = Probe(bus)
-    clock = FakeClock()
+    clock = FakeClock(START)
     nodes = Nodes(probe)
     runs: Runs = []
     filled: Filled = []
@@ -295,7 +289,7 @@ async def live(
             await probe.publish(registered(server.id, server.generation, server.gpus))
         await eventually(lambda: len(state.inventory) == len(SERVERS))
         for quantum in range(QUANTA):
-            clock.now = START + timedelta(minutes=quantum)
+            clock.at(60.0 * quantum)
             before = len(probe.payloads("GFAIR_COMMANDS", StartCommand))
             if quantum in ENDS:
                 user, job_id = ENDS[quantum]

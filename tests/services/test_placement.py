@@ -34,8 +34,9 @@ from gfair.events.submission import JobCancelRequested
 from gfair.state.buckets import JOBS, UnreadableRecord
 from gfair.state.job_record import JobRecord, load_job, load_jobs
 from gfair_services.placement import PlacementService, PlacementSettings
+from support.waiting import eventually
 
-from .scheduling_harness import FAST, Probe, eventually, registered, submitted
+from .scheduling_harness import FAST, Probe, registered, submitted
 
 RESNET = "ResNet-50 (batch size 32)"
 # K80 is 3x slower than V100 for this type; "big" does not fit on K80 at all.

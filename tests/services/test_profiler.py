@@ -34,8 +34,9 @@ from gfair.state.profile_record import (
 )
 from gfair_services.profiler import Settings, build_service
 from gfair_services.profiler.profile_book import ProfileBook
+from support.waiting import eventually
 
-from .scheduling_harness import ServiceHarness, eventually, registered
+from .scheduling_harness import ServiceHarness, registered
 
 FAST = RunnerSettings(batch=10, fetch_timeout_s=0.02, error_pause_s=0.02)
 RESNET = "ResNet-50 (batch size 32)"

@@ -7,14 +7,7 @@ import asyncio
 import pytest
 
 from gfair_services.query.fair_queue import FairQueue, Limits, QueueFull
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from support.clock import FakeClock
 
 
 def limits(**overrides: float) -> Limits:
@@ -38,7 +31,7 @@ async def take_now(queue: FairQueue[str]) -> tuple[str, str] | None:
 
 
 async def test_tenants_take_turns_whoever_asked_first() -> None:
-    queue: FairQueue[str] = FairQueue(limits(slots=1), clock=Clock())
+    queue: FairQueue[str] = FairQueue(limits(slots=1), clock=FakeClock().seconds)
     for i in range(5):
         queue.put("alice", f"a{i}")
     queue.put("bob", "b0")
@@ -54,7 +47,7 @@ async def test_tenants_take_turns_whoever_asked_first() -> None:
 
 
 async def test_a_tenant_has_at_most_its_own_share_of_slots_at_once() -> None:
-    queue: FairQueue[str] = FairQueue(limits(slots=4, per_tenant=2), clock=Clock())
+    queue: FairQueue[str] = FairQueue(limits(slots=4, per_tenant=2), clock=FakeClock().seconds)
     for i in range(4):
         queue.put("alice", f"a{i}")
     assert await take_now(queue) == ("alice", "a0")
@@ -67,8 +60,8 @@ async def test_a_tenant_has_at_most_its_own_share_of_slots_at_once() -> None:
 
 
 async def test_a_tenants_rate_is_its_token_bucket() -> None:
-    clock = Clock()
-    queue: FairQueue[str] = FairQueue(limits(rate=2.0, burst=2), clock=clock)
+    clock = FakeClock()
+    queue: FairQueue[str] = FairQueue(limits(rate=2.0, burst=2), clock=clock.seconds)
     for i in range(4):
         queue.put("alice", f"a{i}")
     assert await take_now(queue) == ("alice", "a0")
@@ -76,13 +69,13 @@ async def test_a_tenants_rate_is_its_token_bucket() -> None:
     assert await take_now(queue) is None  # the burst is spent
     queue.put("bob", "b0")
     assert await take_now(queue) == ("bob", "b0")  # bob's bucket is his own
-    clock.now = 0.5  # one token at 2 a second
+    clock.at(0.5)  # one token at 2 a second
     assert await take_now(queue) == ("alice", "a2")
     assert await take_now(queue) is None
 
 
 async def test_a_full_queue_refuses_at_once_naming_the_tenant() -> None:
-    queue: FairQueue[str] = FairQueue(limits(queue=2), clock=Clock())
+    queue: FairQueue[str] = FairQueue(limits(queue=2), clock=FakeClock().seconds)
     queue.put("alice", "a0")
     queue.put("alice", "a1")
     with pytest.raises(QueueFull, match="too many questions in flight for alice; retry later"):

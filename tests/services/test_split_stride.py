@@ -48,8 +48,9 @@ from gfair_services.split_stride import SplitStrideService, SplitStrideSettings
 from gfair_services.split_stride import record as stride_record
 from gfair_services.split_stride import service as split_stride_service
 from gfair_services.topology import cluster_topology
+from support.waiting import consistently, eventually
 
-from .scheduling_harness import FAST, Probe, eventually, registered, submitted
+from .scheduling_harness import FAST, Probe, registered, submitted
 
 COMMANDS = "GFAIR_COMMANDS"
 SCHED = "GFAIR_SCHED"
@@ -328,7 +329,7 @@ async def test_a_stop_of_an_unconfirmed_start_is_forgotten_soon_even_after_a_rel
         assert suspend.node_id == "k80-0"
     async with split_stride(bus, settings) as state:
         assert state.machine.jobs["bob.b"].stays["k80-0"].unconfirmed
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # pause under test: the release time passes (the real clock)
         await state.on_tick()
         await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 3)
     assert (starts(probe)[-1].job_id, starts(probe)[-1].node_id) == ("b", "v100-0")
@@ -344,10 +345,9 @@ async def test_no_stop_is_forgotten_while_the_nodes_reports_wait_unread(
     async with split_stride(bus, settings) as state:
         await stop_before_its_start_is_confirmed(probe, state)
         monkeypatch.setattr(split_stride_service, "CAUGHT_UP_UNREAD", 0)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # pause under test: the release time passes (the real clock)
         await state.on_tick()
-        await asyncio.sleep(0.1)
-        assert len(starts(probe)) == 2
+        await consistently(lambda: len(starts(probe)) == 2, 0.1)
         assert state.machine.jobs["bob.b"].stays["k80-0"].unconfirmed
         monkeypatch.undo()  # caught up: the node's silence is heard now
         await state.on_tick()

@@ -14,8 +14,9 @@ from gfair.events.jobs import JobSuspended
 from gfair.events.reasons import SuspendReason
 from gfair.events.scheduling import SwitchCostsUpdated
 from gfair_services.split_stride import SplitStrideService, SplitStrideSettings
+from support.waiting import eventually
 
-from .scheduling_harness import Probe, eventually
+from .scheduling_harness import Probe
 from .test_split_stride import COMMANDS, NEVER, admit, register, split_stride, started
 
 

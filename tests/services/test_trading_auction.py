@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from collections.abc import AsyncIterator, Callable
@@ -39,8 +38,9 @@ from gfair_services.trading_auction import Settings, build_service
 from gfair_services.trading_auction.market import ActiveJob, Market, PoolNode
 from gfair_services.trading_auction.service import Auction
 from gfair_services.trading_auction.usage import USAGE_KEY, UsageMeter, UsageReading
+from support.waiting import consistently, eventually
 
-from .scheduling_harness import ServiceHarness, eventually, registered
+from .scheduling_harness import ServiceHarness, registered
 
 FAST = RunnerSettings(batch=10, fetch_timeout_s=0.02, error_pause_s=0.02)
 # Job types by how much they gain from a V100 over a K80.
@@ -141,6 +141,10 @@ def taken_in(record: SharesRecord, capacity: dict[str, int], **jobs: int) -> boo
 def by_user(record: SharesRecord, user: str, pool: str) -> tuple[float, float]:
     share = record.users[user].pools[pool]
     return share.fair, share.entitled
+
+
+async def same_shares(harness: Harness, record: SharesRecord) -> bool:
+    return await harness.shares() == record
 
 
 async def test_fast_gpu_share_goes_to_the_user_who_gains_most(harness: Harness) -> None:
@@ -397,8 +401,8 @@ async def test_restart_rebuilds_from_the_bucket_and_announces_nothing_twice(
     await harness.stop()
 
     await harness.start()
-    await asyncio.sleep(0.2)  # several ticks: the restored market must agree with the record
-    assert await harness.shares() == record
+    # Several ticks: the restored market must agree with the record.
+    await consistently(lambda: same_shares(harness, record), 0.2)
     # The allocation in force was announced again under the same ids: the stream kept one copy.
     assert await harness.sched_events() == events_before
     await harness.publish(JobCompleted(user="u12", job_id="j0", attempt=1))
@@ -533,8 +537,8 @@ async def test_the_decayed_mode_weighs_the_usage_split_stride_counted(
         # next tick charges only the half hour since, not everything since T0 again.
         await harness.stop()
         await harness.start()
-        await asyncio.sleep(0.3)  # several readings of the same tick: nothing changes
-        assert await harness.shares() == record
+        # Several readings of the same tick: nothing changes.
+        await consistently(lambda: same_shares(harness, record), 0.3)
         at = T0 + 2 * HOUR
         held = entitled(record, "b")
         totals = {"a": totals["a"] + (8 - held) * 1800, "b": totals["b"] + held * 1800}
@@ -559,8 +563,7 @@ async def test_the_instantaneous_mode_reads_no_usage(harness: Harness) -> None:
     await harness.publish(*jobs("a", "six-x", 8), *jobs("b", "six-x", 8))
     record = await harness.settle(lambda r: len(r.users) == 2)
     await split_stride_ticked(harness.bus, stride(T0 + HOUR, {"a": 8 * 3600.0}))
-    await asyncio.sleep(0.2)
-    assert await harness.shares() == record
+    await consistently(lambda: same_shares(harness, record), 0.2)
     assert await (await harness.bus.key_value(SHARES.name)).get(USAGE_KEY) is None
 
 

@@ -23,6 +23,7 @@ from gfair.events.submission import JobCancelRequested, JobSubmitted
 from gfair.state import buckets
 from gfair.tenancy import consumer_create_subject
 from gfair_services.topology import cluster_topology
+from support.waiting import consistently, eventually
 
 from .conftest import PASSWORDS, SERVICES_USER, Connection, Logins
 
@@ -166,8 +167,7 @@ async def test_a_tenant_cannot_follow_other_tenants_events_live(logins: Logins) 
 
     await publish(operator, accepted("bob"))
     await publish(operator, submission("bob"))
-    await asyncio.sleep(0.2)
-    assert received == []
+    await consistently(lambda: received == [], 0.2)
 
 
 @pytest.mark.parametrize(
@@ -271,8 +271,7 @@ async def test_a_tenant_cannot_touch_buckets_commands_or_service_events(logins: 
     assert await alice.refusal()
 
     await kv.put("probe", b"changed")
-    await asyncio.sleep(0.1)
-    assert watched == []
+    await consistently(lambda: watched == [], 0.1)
     entry = await kv.get("probe")
     assert entry is not None and entry.value == b"changed"
     for stream in ("GFAIR_COMMANDS", "GFAIR_NODES", "GFAIR_SCHED", STREAM):
@@ -308,11 +307,8 @@ async def test_the_operator_can_do_everything_a_tenant_cannot(logins: Logins) ->
     assert await operator.violations() == []
     assert answer is not None and "error" not in answer, answer
     assert (await kv.get("probe")) is not None
-    await asyncio.sleep(0.1)
-    assert sorted(m.subject for m in live) == [
-        "gfair.job.alice.job-1.accepted",
-        "gfair.job.bob.job-1.accepted",
-    ]
+    accepted_both = ["gfair.job.alice.job-1.accepted", "gfair.job.bob.job-1.accepted"]
+    await eventually(lambda: sorted(m.subject for m in live) == accepted_both)
     assert await stored_subjects(services_bus) == [
         "gfair.submit.bob",
         "gfair.cancel.alice",
