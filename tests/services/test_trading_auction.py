@@ -143,6 +143,11 @@ def by_user(record: SharesRecord, user: str, pool: str) -> tuple[float, float]:
     return share.fair, share.entitled
 
 
+def all_heard(record: SharesRecord) -> bool:
+    """Both users' eight jobs counted: an earlier revision may have heard only some of them."""
+    return len(record.users) == 2 and all(user.jobs == 8 for user in record.users.values())
+
+
 async def same_shares(harness: Harness, record: SharesRecord) -> bool:
     return await harness.shares() == record
 
@@ -293,7 +298,7 @@ async def test_tickets_weigh_the_fair_shares(seed_file: Path) -> None:
     try:
         await harness.publish(registered("k80-0", "k80", gpus=8))
         await harness.publish(*jobs("heavy", "six-x", 8), *jobs("light", "six-x", 8))
-        record = await harness.settle(lambda r: len(r.users) == 2)
+        record = await harness.settle(all_heard)
         assert by_user(record, "heavy", "k80") == pytest.approx((6.0, 6.0))
         assert by_user(record, "light", "k80") == pytest.approx((2.0, 2.0))
         assert record.users["heavy"].tickets == 3.0
@@ -350,7 +355,7 @@ async def test_an_operators_change_is_in_force_at_once_and_over_restarts(
     try:
         await harness.publish(registered("k80-0", "k80", gpus=8))
         await harness.publish(*jobs("a1", "six-x", 8), *jobs("solo", "six-x", 8))
-        record = await harness.settle(lambda r: len(r.users) == 2)
+        record = await harness.settle(all_heard)
         assert by_user(record, "a1", "k80")[0] == pytest.approx(4.0)
         assert record.shares_changed_by is None and "[accounts.team]" in record.shares
 
@@ -511,7 +516,7 @@ async def test_the_decayed_mode_weighs_the_usage_split_stride_counted(
     try:
         await harness.publish(registered("k80-0", "k80", gpus=8))
         await harness.publish(*jobs("a", "six-x", 8), *jobs("b", "six-x", 8))
-        record = await harness.settle(lambda r: len(r.users) == 2)
+        record = await harness.settle(all_heard)
         assert entitled(record, "b") == pytest.approx(4.0)  # no usage yet: the tickets
 
         await split_stride_ticked(bus, stride(T0 + HOUR, {"a": 8 * 3600.0}))
@@ -561,7 +566,7 @@ async def test_the_decayed_mode_weighs_the_usage_split_stride_counted(
 async def test_the_instantaneous_mode_reads_no_usage(harness: Harness) -> None:
     await harness.publish(registered("k80-0", "k80", gpus=8))
     await harness.publish(*jobs("a", "six-x", 8), *jobs("b", "six-x", 8))
-    record = await harness.settle(lambda r: len(r.users) == 2)
+    record = await harness.settle(all_heard)
     await split_stride_ticked(harness.bus, stride(T0 + HOUR, {"a": 8 * 3600.0}))
     await consistently(lambda: same_shares(harness, record), 0.2)
     assert await (await harness.bus.key_value(SHARES.name)).get(USAGE_KEY) is None
