@@ -143,8 +143,16 @@ def by_user(record: SharesRecord, user: str, pool: str) -> tuple[float, float]:
     return share.fair, share.entitled
 
 
+def heard(record: SharesRecord, **jobs_of: int) -> bool:
+    """Exactly these users, each with this many jobs counted: an earlier revision may have
+    heard only some of the jobs published at once, and shared the GPUs by those."""
+    return set(record.users) == set(jobs_of) and all(
+        record.users[user].jobs == count for user, count in jobs_of.items()
+    )
+
+
 def all_heard(record: SharesRecord) -> bool:
-    """Both users' eight jobs counted: an earlier revision may have heard only some of them."""
+    """Both users' eight jobs counted."""
     return len(record.users) == 2 and all(user.jobs == 8 for user in record.users.values())
 
 
@@ -277,7 +285,7 @@ async def test_an_arrays_demand_stops_at_its_limit(harness: Harness) -> None:
         ),
         *jobs("u2", "two-x", 6),
     )
-    record = await harness.settle(lambda r: set(r.users) == {"u6", "u2"})
+    record = await harness.settle(lambda r: heard(r, u6=6, u2=6))
     assert record.users["u6"].demand == 2
     assert sum(s.entitled for s in record.users["u6"].pools.values()) == pytest.approx(2.0)
     assert sum(s.entitled for s in record.users["u2"].pools.values()) == pytest.approx(6.0)
@@ -325,7 +333,7 @@ async def test_a_shares_file_divides_the_pools_down_its_accounts(
         await harness.publish(registered("k80-0", "k80", gpus=8))
         await harness.publish(*jobs("a1", "six-x", 8), *jobs("a2", "six-x", 8))
         await harness.publish(*jobs("solo", "six-x", 8))
-        record = await harness.settle(lambda r: len(r.users) == 3)
+        record = await harness.settle(lambda r: heard(r, a1=8, a2=8, solo=8))
         # The root: team 1, solo (not in the file) 1 -> 4 and 4; the team: a1 1, a2 3 -> 1, 3.
         assert by_user(record, "solo", "k80") == pytest.approx((4.0, 4.0))
         assert by_user(record, "a1", "k80") == pytest.approx((1.0, 1.0))
