@@ -9,6 +9,7 @@ BENCHMARKS = (
     "bench.quantum",
     "bench.machine",
     "bench.policies",
+    "bench.compare_trace",
     "bench.bus",
     "bench.live",
     "bench.hostile",
