@@ -24,7 +24,6 @@ import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Literal, Self
 
 from pydantic import ValidationError
@@ -123,12 +122,7 @@ class GfairClient:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     # -- writes ---------------------------------------------------------------------------
