@@ -28,12 +28,9 @@ from gfair.cli.demo_dashboard import (
     DashboardFrame,
     ShareWindow,
     Tally,
-    counters_text,
+    panels,
     plain_line,
     received_over,
-    servers_table,
-    trades_text,
-    users_table,
 )
 from gfair.client import GfairClient
 from gfair.events.jobs import JobEvent
@@ -105,13 +102,7 @@ def view(snapshot: DashboardFrame, window_s: float) -> Group:
         f"(window {window_s:g}s)",
         style="bold",
     )
-    return Group(
-        header,
-        users_table(snapshot),
-        servers_table(snapshot),
-        trades_text(snapshot),
-        counters_text(snapshot),
-    )
+    return panels(header, snapshot)
 
 
 async def _top(client: GfairClient, args: argparse.Namespace) -> int:

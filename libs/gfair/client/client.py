@@ -268,12 +268,8 @@ class GfairClient:
         if details.state.terminal:  # ended before its events were kept, or they expired
             return details.state
         start = events[-1].sequence + 1 if events else 1
-        following = self._follow(user, job_id, start, timeout_s)
-        async with aclosing(following):
-            async for event in following:
-                state = _state_of(event.data)
-                if state is not None and state.terminal:
-                    return state
+        if (state := await self._end_state(user, job_id, start, timeout_s)) is not None:
+            return state
         raise WaitTimeout(f"job {user}/{job_id} did not end within {timeout_s:g}s")
 
     async def cancel(
@@ -299,12 +295,8 @@ class GfairClient:
         _, ack = await self._publish(data)
         if not wait:
             return details.state
-        events = self._follow(user, job_id, ack.sequence + 1, timeout_s)
-        async with aclosing(events):
-            async for event in events:
-                state = _state_of(event.data)
-                if state is not None and state.terminal:
-                    return state
+        if (state := await self._end_state(user, job_id, ack.sequence + 1, timeout_s)) is not None:
+            return state
         raise WaitTimeout(f"job {user}/{job_id}: cancel requested, not done within {timeout_s:g}s")
 
     async def uncordon(
@@ -532,6 +524,18 @@ class GfairClient:
                     return
 
     # -- plumbing -------------------------------------------------------------------------
+
+    async def _end_state(
+        self, user: str, job_id: str, start: int, timeout_s: float | None
+    ) -> JobState | None:
+        """The terminal state of the job's first terminal event from `start`; None past timeout."""
+        events = self._follow(user, job_id, start, timeout_s)
+        async with aclosing(events):
+            async for event in events:
+                state = _state_of(event.data)
+                if state is not None and state.terminal:
+                    return state
+        return None
 
     async def _follow(
         self, user: str, job_id: str, start: int, timeout_s: float | None
