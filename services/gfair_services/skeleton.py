@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gfair.bus.service import (
     EventHandler,
@@ -20,10 +24,36 @@ from gfair.bus.service import (
     StartupHook,
     TimerCallback,
 )
+from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.events.envelope import EventData
 from gfair_services.topology import TopologySettings, cluster_topology
 
 T = TypeVar("T")
+
+
+class QuantumSettings(BaseSettings):
+    """The quantum, one setting (``GFAIR_QUANTUM_S``) for every service that paces itself by it."""
+
+    model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
+
+    quantum_s: float = Field(
+        default=DEFAULT_QUANTUM_S,
+        gt=0,
+        description="Length of a time-slice quantum: split-stride decides once a quantum, the "
+        "auction reads its usage twice a quantum in the shares file's decayed mode, and a job "
+        "reports its progress a few times a quantum unless progress_interval_s says",
+    )
+
+
+class ThroughputsSettings(BaseSettings):
+    """The throughput table a service seeds its speed estimates with."""
+
+    model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
+
+    throughputs: Path | None = Field(
+        default=None,
+        description="Gavel throughput table (default: the measurements packaged with gfair)",
+    )
 
 
 @dataclass(frozen=True, slots=True)

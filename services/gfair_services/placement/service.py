@@ -248,14 +248,7 @@ class PlacementService:
         self._note_dependencies(candidate)
         if candidate.key not in self._stored:
             self._create_soon(candidate)
-            _log.info(
-                "submission handled",
-                user=data.user,
-                job_id=data.job_id,
-                state=candidate.state,
-                servers=candidate.servers,
-            )
-            return _submission_outputs(candidate)
+            return _handled(candidate)
         try:
             revision = await save_job(self.kv, candidate, None)
         except KvConflict:
@@ -270,14 +263,7 @@ class PlacementService:
             else:
                 return [_duplicate(existing.record)]
         self.book.put(candidate, revision)
-        _log.info(
-            "submission handled",
-            user=data.user,
-            job_id=data.job_id,
-            state=candidate.state,
-            servers=candidate.servers,
-        )
-        return _submission_outputs(candidate)
+        return _handled(candidate)
 
     # -- cancellation --------------------------------------------------------------------------
 
@@ -577,6 +563,18 @@ def admission(record: JobRecord) -> Emit:
 def _admitted(data: JobSubmitted) -> str:
     kind = f", job type {data.job_type!r}" if data.job_type else ""
     return f"accepted: {data.gpus} GPU(s){kind}"
+
+
+def _handled(record: JobRecord) -> list[Emit]:
+    """What a submission's handler publishes once `record` is taken in."""
+    _log.info(
+        "submission handled",
+        user=record.user,
+        job_id=record.job_id,
+        state=record.state,
+        servers=record.servers,
+    )
+    return _submission_outputs(record)
 
 
 def _submission_outputs(record: JobRecord) -> list[Emit]:
