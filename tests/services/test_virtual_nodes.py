@@ -49,7 +49,7 @@ from gfair_services.node_executor.virtual_nodes import (
     virtual_parts,
 )
 from node.helpers import reachable_tmp, sdk_on_pythonpath
-from support.waiting import consistently
+from support.waiting import consistently, eventually
 
 from .test_node_executor import (
     FAST,
@@ -201,11 +201,9 @@ async def test_virtual_failures_hangs_and_kills_are_reported_as_real_ones(
         await node.send(
             KillCommand(node_id=NODE, user="alice", job_id="victim", attempt=1, reason="test")
         )
+        await eventually(lambda n=node: n.executor.running() == [])  # type: ignore[misc]
         await consistently(
-            lambda n=node: (
-                n.executor.running() == []  # type: ignore[misc]
-                and exactly(n.events(JobExited, job_id="victim"), 0)
-            ),
+            lambda n=node: exactly(n.events(JobExited, job_id="victim"), 0),  # type: ignore[misc]
             QUIET_S,
         )
 
