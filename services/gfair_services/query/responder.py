@@ -141,12 +141,4 @@ def _event(e: HistoricalEvent) -> StoredEvent:
 
 
 def _chunk(c: OutputChunk) -> StoredChunk:
-    return StoredChunk(
-        output=c.output,
-        node=c.node,
-        run=c.run,
-        offset=c.offset,
-        data=c.data,
-        end=c.end,
-        sequence=c.sequence,
-    )
+    return StoredChunk.model_validate(c, from_attributes=True)  # the same fields
