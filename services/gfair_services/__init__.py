@@ -15,8 +15,12 @@ Convention every service package follows (`gfair_services.<name>`, `<name>` one 
   calls it instead of ``gfair.bus.serve(build_service(settings))``.
 - ``__main__.py`` is two lines: ``from gfair_services.entrypoint import run_service`` and
   ``raise SystemExit(run_service("<name>"))``, so ``python -m gfair_services.<name>`` works.
-- Services declare `gfair_services.topology.cluster_topology()` as their topology, so whichever
-  process starts first creates every stream and bucket of the cluster.
+- A service declares what it consumes and runs (`gfair_services.skeleton`: `Consumes`, `Every`
+  and its start hook) and `skeleton.declare` builds the `Service`: the whole cluster's
+  topology (`topology.cluster_topology()`, so whichever process starts first creates every
+  stream and bucket), durables ``<service>-<name>``, the ack wait of ``GFAIR_ACK_WAIT_S``.
+  Settings shared by several services are mixins there too (`QuantumSettings`,
+  `ThroughputsSettings`), one field each.
 - Handlers are idempotent by event id and rebuild their state on start (an ``on_start`` hook)
   from their own bucket and their durable consumers (docs/design.md §3.3).
 """

@@ -19,7 +19,6 @@ from pathlib import Path
 import aiodocker
 import anyio
 import pytest
-from tests.e2e.test_job_life import settled
 from tests.node.helpers import (
     SYNTHETIC,
     TEST_ACCOUNT,
@@ -47,6 +46,7 @@ from gfair.node.launch import RunSpec
 from gfair.node.lifecycle import JobProgress
 from gfair.sdk.checkpoint import CheckpointStore
 from gfair_services.node_executor.run_control import CANNOT_START_EXIT_CODE
+from support.jobs import settled
 
 from .conftest import unavailable
 

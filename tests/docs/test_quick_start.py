@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from node.helpers import reachable_tmp
+from support.waiting import eventually_sync
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
@@ -193,14 +194,10 @@ def state(job: str, cwd: Path, env: dict[str, str]) -> str:
     return str(json.loads(shown.stdout)["state"])
 
 
-def settles(job: str, wanted: str, cwd: Path, env: dict[str, str]) -> str:
-    """The job's state once it is `wanted`, or what it is after a minute."""
-    deadline = time.monotonic() + 60
-    now = state(job, cwd, env)
-    while now != wanted and time.monotonic() < deadline:
-        time.sleep(0.5)
-        now = state(job, cwd, env)
-    return now
+def settles(job: str, wanted: str, cwd: Path, env: dict[str, str], said: str) -> None:
+    """Wait (a minute at most) for the job's state to be `wanted`; `said` is the command's."""
+    reached = lambda: state(job, cwd, env) == wanted  # noqa: E731
+    eventually_sync(reached, 60, 0.5, what=f"{job} {wanted} after {said}")
 
 
 def torch_importable(cwd: Path, env: dict[str, str]) -> bool:
@@ -244,7 +241,7 @@ def test_the_quick_start_runs_as_written(
                 assert "synthetic" in done.stdout, said  # the job's own first line
         elif argv[0] == "cancel":
             assert job is not None
-            assert settles(job, "cancelled", checkout, shell_env) == "cancelled", said
+            settles(job, "cancelled", checkout, shell_env, said)
         elif argv[0] == "wait":
             assert job is not None
             expected = {0: "completed", 5: "cancelled"}[command.exit_code]

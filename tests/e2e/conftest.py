@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -17,6 +15,7 @@ from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.events.jobs import JobResumed, JobStarted
 from gfair.events.nodes import NodeQuarantined
 from node.helpers import JOB_PYTHON, reachable_tmp, sdk_on_pythonpath
+from support.waiting import eventually
 
 StartCluster = Callable[..., AbstractAsyncContextManager[EmbeddedCluster]]
 
@@ -86,15 +85,15 @@ async def moved_off_its_node(client: GfairClient, user: str, job_id: str, timeou
     await publisher.publish(
         NodeQuarantined(node_id=left, reason="a test moves its jobs", recent_failures=0)
     )
-    deadline = time.monotonic() + timeout_s
+
+    async def moved() -> bool:
+        events = [e.data for e in (await client.job(user, job_id)).events]
+        return any(
+            isinstance(e, JobStarted | JobResumed) and e.node_id != left for e in events[seen:]
+        )
+
     try:
-        while time.monotonic() < deadline:
-            events = [e.data for e in (await client.job(user, job_id)).events]
-            if any(
-                isinstance(e, JobStarted | JobResumed) and e.node_id != left for e in events[seen:]
-            ):
-                return left
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"{user}/{job_id} did not leave {left} within {timeout_s:g}s")
+        await eventually(moved, timeout_s, 0.2, what=f"{user}/{job_id} leaving {left}")
+        return left
     finally:
         await client.uncordon(left, reason="the test's move is done")

@@ -13,12 +13,13 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerInfo
 from nats.js.client import JetStreamContext
 
-from gfair.client import ClientError, ConnectOptions, GfairClient
+from gfair.client import ClientError, ConnectOptions, GfairClient, UsersView
 from gfair.cluster_logins import Login
 from gfair.embedded_cluster import EmbeddedCluster
 from gfair.events.states import JobState
 from gfair.events.subjects import STREAMS
 from gfair.tenancy import SERVICE_DURABLES
+from support.waiting import eventually
 from tenancy.conftest import Connection
 
 from .conftest import StartCluster, synthetic
@@ -123,11 +124,7 @@ async def test_a_tenant_runs_its_own_job_and_is_refused_anyone_elses(
             assert record is not None and record.servers == ("v100-0",)
         # She followed her job live, on her own subjects.
         completed = f"gfair.job.alice.{submitted.job_id}.completed"
-        for _ in range(100):
-            if completed in live:
-                break
-            await asyncio.sleep(0.05)
-        assert completed in live, live
+        await eventually(lambda: completed in live, 5, 0.05, what=f"{completed} in {live}")
 
         # Bob's subjects, and everybody's, are refused to her.
         await alice.nc.publish("gfair.submit.bob", b"{}")
@@ -188,12 +185,13 @@ async def test_a_tenants_client_reads_its_own_jobs_and_nothing_else(
         async with bob:
             theirs = await bob.submit("bob", 1, synthetic(duration_s=120), wait="running")
             assert theirs.state is JobState.RUNNING
-            for _ in range(100):  # until the auction has counted his job
+
+            async def counted() -> UsersView | None:  # until the auction has counted his job
                 view = await bob.users()
                 # Usage (split-stride's) can name him before the auction's shares exist.
-                if view.users and view.users[0].tickets is not None:
-                    break
-                await asyncio.sleep(0.1)
+                return view if view.users and view.users[0].tickets is not None else None
+
+            view = await eventually(counted, 10, 0.1, what="the auction counting bob's job")
             assert [u.user for u in view.users] == ["bob"]
             assert view.capacity == {"v100": 2}
         alice = await client_as(cluster, "alice")
@@ -210,12 +208,12 @@ async def test_a_tenants_client_reads_its_own_jobs_and_nothing_else(
             nodes = await alice.nodes()
             assert [n.node_id for n in nodes] == ["v100-0"]
             assert all(ref.user == "alice" for node in nodes for ref in node.running)
-            for _ in range(100):  # executors ship output every second
+
+            async def shipped() -> bool:  # executors ship output every second
                 output = b"".join([c.data async for c in alice.output("alice", ran.job_id)])
-                if b"synthetic" in output:
-                    break
-                await asyncio.sleep(0.1)
-            assert b"synthetic" in output
+                return b"synthetic" in output
+
+            await eventually(shipped, 10, 0.1, what="alice's job output shipped")
             assert [e async for e in alice.events()] != []
             assert [s async for s in alice.cleared_trades()] == []
             with pytest.raises(ClientError, match="only alice's jobs"):

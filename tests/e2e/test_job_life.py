@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,13 +12,14 @@ from pathlib import Path
 import nats
 import pytest
 
-from gfair.client import GfairClient, JobDetails
+from gfair.client import GfairClient
 from gfair.events.codec import decode
 from gfair.events.commands import StartCommand
 from gfair.events.jobs import JobCompleted, JobPlaced, JobStarted
 from gfair.events.states import JobState
 from gfair.events.subjects import COMMANDS_STREAM
 from node.helpers import JOB_PYTHON
+from support.jobs import settled
 
 from .conftest import RESNET, StartCluster, client_of, synthetic
 
@@ -33,18 +33,6 @@ async def finished(client: GfairClient, user: str, job_id: str, timeout_s: float
         if state is not None and state.terminal:
             return JobState(state)
     raise AssertionError(f"{user}/{job_id} did not finish within {timeout_s}s")
-
-
-async def settled(client: GfairClient, user: str, job_id: str, timeout_s: float = 10) -> JobDetails:
-    """The job's details once placement's record caught up with its final event."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        details = await client.job(user, job_id)
-        if details.record is not None and details.record.state.terminal:
-            return details
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the record of {user}/{job_id} never reached its end")
-        await asyncio.sleep(0.05)
 
 
 async def test_a_job_submitted_with_the_cli_runs_and_completes(start_cluster: StartCluster) -> None:

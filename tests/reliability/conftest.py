@@ -6,7 +6,6 @@ it after 6 s, retry after 0.2 s), so that a test can watch a whole failure and r
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -16,12 +15,13 @@ from typing import Any, TypeVar
 import pytest
 
 from gfair.bus.transport import BusError
-from gfair.client import GfairClient, JobDetails
+from gfair.client import GfairClient
 from gfair.client.connection import ConnectOptions
 from gfair.client.errors import ClientError, WaitTimeout
 from gfair.embedded_cluster import ClusterOptions, EmbeddedCluster
 from gfair.events.jobs import JobEvent
 from gfair.events.states import JobState
+from support.waiting import eventually
 
 StartCluster = Callable[..., AbstractAsyncContextManager[EmbeddedCluster]]
 T = TypeVar("T")
@@ -76,16 +76,26 @@ async def patiently(call: Callable[[], Awaitable[T]], timeout_s: float = 60.0) -
     """`call()`, tried again while the cluster cannot answer (a broker gone, leaders moving).
 
     A tool gives up after a few seconds, as a person at a terminal wants; a script that must
-    see its jobs through retries, as this does.
+    see its jobs through retries, as this does. Past `timeout_s`, the last error is raised.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
+    errors: list[Exception] = []
+
+    async def answered() -> tuple[T] | None:
         try:
-            return await call()
+            return (await call(),)
+        except WaitTimeout:
+            raise
         except (ClientError, BusError) as exc:
-            if isinstance(exc, WaitTimeout) or time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.5)
+            errors.append(exc)
+            return None
+
+    try:
+        (value,) = await eventually(answered, timeout_s, 0.5, what="an answer from the cluster")
+    except AssertionError:
+        if not errors:
+            raise
+        raise errors[-1] from None
+    return value
 
 
 async def finished(client: GfairClient, user: str, job_id: str, timeout_s: float) -> JobState:
@@ -104,15 +114,3 @@ async def finished(client: GfairClient, user: str, job_id: str, timeout_s: float
     if state is None:
         raise AssertionError(f"{user}/{job_id} did not finish within {timeout_s}s")
     return state
-
-
-async def settled(client: GfairClient, user: str, job_id: str, timeout_s: float) -> JobDetails:
-    """The job's details once placement's record caught up with its terminal event."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        details = await client.job(user, job_id)
-        if details.record is not None and details.record.state.terminal:
-            return details
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the record of {user}/{job_id} never reached its end")
-        await asyncio.sleep(0.2)

@@ -16,8 +16,9 @@ from gfair.client.job_history import Outcomes, gpu_overlaps, job_history
 from gfair.events.jobs import JobCompleted, JobFailed, JobStarted
 from gfair.events.reasons import FailureClass
 from gfair.events.states import JobState
+from support.jobs import settled
 
-from .conftest import StartCluster, client_of, finished, settled
+from .conftest import StartCluster, client_of, finished
 from .workload import RESNET, flaky, synthetic
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
@@ -38,7 +39,7 @@ async def test_user_errors_stop_after_their_budget_and_infrastructure_faults_are
         for job_id, command in jobs.items():
             await client.submit("alice", 1, command, job_type=RESNET, job_id=job_id, wait="none")
         states = await asyncio.gather(*(finished(client, "alice", j, 90) for j in jobs))
-        records = {j: (await settled(client, "alice", j, 20)).record for j in jobs}
+        records = {j: (await settled(client, "alice", j, 20, 0.2)).record for j in jobs}
         history = await job_history(client.bus)
     assert dict(zip(jobs, states, strict=True)) == {
         "exits-3": JobState.FAILED,

@@ -10,7 +10,6 @@ tests/core/test_tickets.py), a tenant cannot touch other tenants' subjects, buck
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -35,6 +34,7 @@ from gfair.state.job_record import load_job
 from gfair.tenancy import consumer_create_subject
 from gfair_services.placement import PlacementService, PlacementSettings
 from gfair_services.topology import cluster_topology
+from support.waiting import eventually
 from tenancy.conftest import SERVICES_USER, Connection, Logins
 
 pytestmark = pytest.mark.nats
@@ -135,10 +135,7 @@ async def test_a_tenants_envelope_time_neither_dates_nor_orders_its_jobs(logins:
         await publish(alice, await submission("first"), time=before + timedelta(days=3650))
         await publish(alice, await submission("second"), time=datetime(2001, 1, 1, tzinfo=UTC))
         kv = await operator.key_value(buckets.JOBS.name)
-        for _ in range(200):
-            if await load_job(kv, "alice", "second") is not None:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: load_job(kv, "alice", "second"), what="the second job stored")
         first = await load_job(kv, "alice", "first")
         second = await load_job(kv, "alice", "second")
     after = datetime.now(UTC)
@@ -165,10 +162,10 @@ async def test_a_tenant_beyond_its_pending_cap_is_rejected_with_the_reason(login
     async with ServiceRuntime(state.service(), await logins.bus(SERVICES_USER)):
         for i in range(5):
             await publish(tenant, await submission(f"j{i}"))
-        for _ in range(200):
-            if len([a for a in answers if a.data["code"] == "too_many_pending"]) == 2:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: len([a for a in answers if a.data["code"] == "too_many_pending"]) == 2,
+            what="two submissions refused as too many pending",
+        )
     refused = [JobRejected.model_validate(a.data) for a in answers]
     over = sorted(r.job_id for r in refused if r.code is RejectionCode.TOO_MANY_PENDING)
     assert over == ["j3", "j4"]

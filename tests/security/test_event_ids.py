@@ -9,7 +9,6 @@ secret (`GFAIR_EVENT_ID_KEY`) the ids are keyed and unpredictable.
 
 from __future__ import annotations
 
-import asyncio
 import stat
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from gfair.events.submission import JobSubmitted
 from gfair.state import buckets
 from gfair.state.job_record import load_job
 from gfair_services.placement import PlacementService, PlacementSettings
+from support.waiting import eventually
 from tenancy.conftest import SERVICES_USER, Logins
 
 from .test_attacks import services
@@ -84,20 +84,16 @@ async def test_a_tenant_cannot_have_a_services_event_dropped_as_a_duplicate(
         async with ServiceRuntime(state.service(), await logins.bus(SERVICES_USER)):
             await alice.publish(submission.subject, encode(submission), msg_id=submission.id)
             kv = await operator.key_value(buckets.JOBS.name)
-            for _ in range(200):
-                if await load_job(kv, "alice", "squat") is not None:
-                    break
-                await asyncio.sleep(0.05)
-            stored: list[str] = []
-            for _ in range(100):
+            await eventually(lambda: load_job(kv, "alice", "squat"), what="the job stored")
+
+            async def announced() -> bool:
                 stored = [m.subject async for m in operator.history(JOBS)]
-                if accepted.subject() in stored:
-                    break
-                await asyncio.sleep(0.05)
+                return accepted.subject() in stored
+
+            await eventually(announced, 5, what=f"{accepted.subject()} stored")
     finally:
         publisher._event_id_key.cache_clear()
     assert await load_job(kv, "alice", "squat") is not None
-    assert accepted.subject() in stored, stored
 
 
 def test_an_embedded_cluster_keeps_its_key_private_and_across_restarts(tmp_path: Path) -> None:

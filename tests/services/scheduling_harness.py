@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -93,9 +92,11 @@ class Probe:
         await eventually(satisfied, timeout_s, what=f"{kind.__name__} in {stream}")
         return found
 
-    async def settle(self, seconds: float = 0.15) -> None:
-        """Let consumers drain what was published (for asserting that nothing happened)."""
-        await asyncio.sleep(seconds)
+    async def drained(self) -> None:
+        """Wait until the consumers settled all that was published, and what that caused (for
+        asserting that nothing more happened): a handler's outputs are stored before its input
+        is acknowledged, so the backlog is empty only at the end of a chain."""
+        await eventually(lambda: self.bus.backlog() == 0, what="consumers drained")
 
 
 class ServiceHarness:

@@ -57,7 +57,7 @@ from gfair_services.node_executor import CANNOT_START_EXIT_CODE, NodeExecutor, S
 from gfair_services.node_executor.executor import COMMANDS_IN_FLIGHT
 from gfair_services.topology import cluster_topology
 from node.helpers import JOB_PYTHON, reachable_tmp, sdk_on_pythonpath
-from support.waiting import eventually
+from support.waiting import consistently, eventually
 
 # As root, jobs run as their tenants' own uids: they need directories and a Python those reach
 # (tests/node/helpers.py).
@@ -182,13 +182,17 @@ def spawn(argv: Sequence[str], **options: object) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, **options)  # type: ignore[call-overload,no-any-return]
 
 
-async def settle(node: Node, seconds: float = 0.3) -> None:
-    """Give the executor time to act on what was sent (for asserting that nothing happens)."""
-    await asyncio.sleep(seconds)
+# How long a test watches for something that must not happen: the executor acts on a command
+# within milliseconds.
+QUIET_S = 0.3
 
 
 async def _count_at_least(found: Awaitable[Sequence[object]], count: int) -> bool:
     return len(await found) >= count
+
+
+async def exactly(found: Awaitable[Sequence[object]], count: int) -> bool:
+    return len(await found) == count
 
 
 async def _now(value: bool) -> bool:
@@ -277,9 +281,9 @@ async def test_a_repeated_start_is_a_no_op(node: Node, tmp_path: Path) -> None:
     await node.send(command)  # the scheduler says it again
     # A redelivery of the very command that started it announces it again, under the same id.
     await node.executor.on_command(first, command)
-    await settle(node)
-    assert len(await node.events(JobStarted)) == 1
-    assert len(node.executor.running()) == 1
+    await consistently(
+        lambda: len(node.executor.running()) == 1 and exactly(node.events(JobStarted), 1), QUIET_S
+    )
 
 
 async def test_commands_on_other_gpus_run_beside_a_slow_suspend_and_a_start_waits_for_its_gpus(
@@ -333,9 +337,10 @@ async def test_impossible_starts_are_dead_lettered_with_the_reason(
 async def test_stale_start_is_ignored(node: Node, tmp_path: Path) -> None:
     old = datetime.now(UTC) - timedelta(minutes=10)
     await node.send(start_command(tmp_path, "late", SLEEPER), time_=old)
-    await settle(node)
-    assert await node.events(JobStarted, JobExited) == []
-    assert node.executor.running() == []
+    await consistently(
+        lambda: node.executor.running() == [] and exactly(node.events(JobStarted, JobExited), 0),
+        QUIET_S,
+    )
 
 
 async def test_a_start_past_its_valid_until_is_refused_and_a_fresh_one_runs(
@@ -352,7 +357,7 @@ async def test_a_start_past_its_valid_until_is_refused_and_a_fresh_one_runs(
         command = start_command(tmp_path, job_id, SLEEPER, (gpu,))
         await node.send(command.model_copy(update={"valid_until": valid_until}))
     await node.wait_for(JobStarted, count=2)
-    await settle(node)
+    await consistently(lambda: exactly(node.events(JobStarted), 2), QUIET_S)
     started = await node.events(JobStarted)
     assert sorted(getattr(e, "job_id", "") for e in started) == ["fresh", "unbounded"]
     assert sorted(run.job.job_id for run in node.executor.running()) == ["fresh", "unbounded"]
@@ -368,8 +373,7 @@ async def test_a_start_of_an_attempt_that_ended_here_is_ignored(node: Node, tmp_
     await node.send(
         ResumeCommand(node_id=NODE, user="alice", job_id="done", attempt=1, gpu_indices=(0,))
     )
-    await settle(node)
-    assert len(await node.events(JobStarted, JobResumed)) == 1
+    await consistently(lambda: exactly(node.events(JobStarted, JobResumed), 1), QUIET_S)
     await node.send(start_command(tmp_path, "done", quick, (1,), attempt=2))
     started = await node.wait_for(JobStarted, count=2)
     assert [getattr(e, "attempt", None) for e in started] == [1, 2]
@@ -450,9 +454,10 @@ async def test_kill_stops_the_job_without_reporting_an_exit(node: Node, tmp_path
         KillCommand(node_id=NODE, user="alice", job_id="hung", attempt=1, reason="no progress")
     )
     await eventually(lambda: _now(not node.executor.running()))
-    await settle(node)
-    assert node.executor.running() == []
-    assert await node.events(JobExited, JobSuspended) == []
+    await consistently(
+        lambda: node.executor.running() == [] and exactly(node.events(JobExited, JobSuspended), 0),
+        QUIET_S,
+    )
 
 
 async def test_a_fence_kills_only_a_copy_older_than_the_start_it_names(
@@ -474,8 +479,9 @@ async def test_a_fence_kills_only_a_copy_older_than_the_start_it_names(
 
     # The sender heard of a start elsewhere from before this run: this run is the newer one.
     await node.send(fence(started - 5.0))
-    await settle(node)
-    assert [run.job.job_id for run in node.executor.running()] == ["moved"]
+    await consistently(
+        lambda: [run.job.job_id for run in node.executor.running()] == ["moved"], QUIET_S
+    )
     # A start elsewhere after this run began: this is a copy left behind.
     await node.send(fence(started + 5.0))
     await eventually(lambda: _now(not node.executor.running()))
@@ -537,10 +543,9 @@ async def test_commands_of_an_earlier_attempt_are_ignored(node: Node, tmp_path: 
     await node.wait_for(JobStarted)
     await node.send(SuspendCommand(node_id=NODE, user="alice", job_id="retried", attempt=1))
     await node.send(start_command(tmp_path, "retried", SLEEPER, (1,), attempt=1))
-    await settle(node)
+    await consistently(lambda: exactly(node.events(JobStarted, JobSuspended), 1), QUIET_S)
     (job,) = node.executor.running()
     assert (job.attempt, job.gpu_indices) == (2, (0,))
-    assert len(await node.events(JobStarted, JobSuspended)) == 1
 
 
 async def test_a_job_still_coming_up_is_frozen_at_its_slices_end_and_goes_on_at_its_next(
@@ -664,8 +669,11 @@ async def test_a_restart_reports_the_ends_its_predecessor_saw_and_died_before_re
     async for node in running_node(memory_bus, settings, gpus):
         (suspended,) = await node.wait_for(JobSuspended)
         (exited,) = await node.wait_for(JobExited)
-        await settle(node)
-        assert len(await node.events(*JOB_EVENTS, JobExited)) == 2  # the kill: no one's to tell
+        # The kill: no one's to tell.
+        await consistently(
+            lambda n=node: exactly(n.events(*JOB_EVENTS, JobExited), 2),  # type: ignore[misc]
+            QUIET_S,
+        )
     assert isinstance(suspended, JobSuspended) and isinstance(exited, JobExited)
     assert (suspended.job_id, suspended.reason, suspended.attempt) == (
         "yielded",
@@ -677,8 +685,10 @@ async def test_a_restart_reports_the_ends_its_predecessor_saw_and_died_before_re
     # Told once: the next restart has nothing to report.
     async for node in running_node(memory_bus, settings, gpus):
         await node.wait_for(NodeRegistered, count=2)
-        await settle(node)
-        assert len(await node.events(*JOB_EVENTS, JobExited)) == 2
+        await consistently(
+            lambda n=node: exactly(n.events(*JOB_EVENTS, JobExited), 2),  # type: ignore[misc]
+            QUIET_S,
+        )
 
 
 async def test_ends_already_reported_are_not_reported_again_after_a_restart(
@@ -703,8 +713,11 @@ async def test_ends_already_reported_are_not_reported_again_after_a_restart(
         reported = len(await node.envelopes(JobSuspended, JobExited))
     async for node in running_node(memory_bus, settings, gpus):
         await node.wait_for(NodeRegistered, count=2)
-        await settle(node)
-        assert len(await node.envelopes(JobSuspended, JobExited)) == reported == 2
+        assert reported == 2
+        await consistently(
+            lambda n=node: exactly(n.envelopes(JobSuspended, JobExited), 2),  # type: ignore[misc]
+            QUIET_S,
+        )
 
 
 # ----- on a real nats-server ------------------------------------------------------------------
@@ -873,8 +886,9 @@ async def test_a_redelivered_start_does_not_resume_a_job_stopped_since(
     await node.executor.on_command(
         Envelope.wrap(later, source="split-stride", time=first.time), later
     )
-    await settle(node)
-    assert node.executor.running() == [] and await node.events(JobResumed) == []
+    await consistently(
+        lambda: node.executor.running() == [] and exactly(node.events(JobResumed), 0), QUIET_S
+    )
     # A start sent after the suspend resumes it; so does a newer attempt's, whatever its clock.
     await node.send(start_command(tmp_path, "p", PARKING, (1,)))
     (resumed,) = await node.wait_for(JobResumed)
@@ -1075,8 +1089,7 @@ async def test_a_prepared_job_let_go_exits_at_once_and_a_cancel_kills_it(
         KillCommand(node_id=NODE, user="alice", job_id="c", attempt=1, reason="cancelled")
     )
     await eventually(lambda: _now(_ended(node, "c")))
-    await settle(node)
-    assert await node.events(JobExited) == []
+    await consistently(lambda: exactly(node.events(JobExited), 0), QUIET_S)
 
 
 async def test_a_prepared_job_that_never_parks_is_killed_and_starts_normally_later(
@@ -1087,8 +1100,10 @@ async def test_a_prepared_job_that_never_parks_is_killed_and_starts_normally_lat
         # It does not use the SDK as it promised: it never parks.
         await node.send(prepare_command(tmp_path, "s", SLEEPER))
         await eventually(lambda n=node: _now(_ended(n, "s")), timeout_s=20.0)  # type: ignore[misc]
-        await settle(node)
-        assert await node.events(JobSuspended) == [] and await node.events(JobExited) == []
+        await consistently(
+            lambda n=node: exactly(n.events(JobSuspended, JobExited), 0),  # type: ignore[misc]
+            QUIET_S,
+        )
         await node.send(start_command(tmp_path, "s", SYNTHETIC, (0,)))
         (started,) = await node.wait_for(JobStarted)
         assert isinstance(started, JobStarted) and started.gpu_indices == (0,)
@@ -1125,12 +1140,9 @@ async def test_stops_past_the_command_age_are_forgotten_and_recent_ones_still_co
     recent = start_command(tmp_path, "recent", SLEEPER, (0,))
     sent = datetime.now(UTC)
     await node.send(SuspendCommand(node_id=NODE, user="alice", job_id="recent", attempt=1))
-    await settle(node)
-    remembered = node.executor._commands._stopped
-    assert {ref.job_id for ref in remembered} == {"recent"}
+    await eventually(lambda: {ref.job_id for ref in node.executor._commands._stopped} == {"recent"})
     # A start sent before that suspend is still a redelivery.
     await node.executor.on_command(
         Envelope.wrap(recent, source="split-stride", time=sent - timedelta(seconds=1)), recent
     )
-    await settle(node)
-    assert await node.events(JobStarted) == []
+    await consistently(lambda: exactly(node.events(JobStarted), 0), QUIET_S)

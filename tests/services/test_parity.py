@@ -218,7 +218,7 @@ class Nodes:
             for command in commands[self.answered :]:
                 await self.probe.publish(_answer(command))
             self.answered = len(commands)
-            await self.probe.settle(0.02)
+            await self.probe.drained()
             if len(self.commands()) == self.answered and _settled(state):
                 return
         raise AssertionError("split-stride kept sending commands")
@@ -298,7 +298,7 @@ async def live(
             for arrival in ARRIVALS:
                 if arrival.quantum == quantum and quantum > 0:
                     await admit(probe, state, arrival)
-            await probe.settle(0.05)
+            await probe.drained()
             filled.append(
                 frozenset(
                     f"{c.user}.{c.job_id}"

@@ -88,7 +88,7 @@ async def test_a_job_is_accepted_and_recorded(bus: InMemoryBus, probe: Probe) ->
             submitted("alice", "j1", 2, job_type=RESNET, env={"SEED": "7"}, tickets=2.0)
         )
         await probe.wait_for(JOBS_STREAM, JobAccepted)
-        await probe.settle()
+        await probe.drained()
     accepted = probe.payloads(JOBS_STREAM, JobAccepted)
     assert [(a.job_id, a.gpus, a.job_type) for a in accepted] == [("j1", 2, RESNET)]
     assert probe.payloads(JOBS_STREAM, JobPlaced) == []  # where it runs is the scheduler's
@@ -309,7 +309,7 @@ async def test_a_failed_node_takes_its_processes_off_the_records(
                 and state.book.get("alice.j1").record.state is JobState.PLACED
             )  # type: ignore[union-attr]
         )
-        await probe.settle()
+        await probe.drained()
     assert probe.payloads(COMMANDS, KillCommand) == []  # a dead node gets no commands
 
 
@@ -324,7 +324,7 @@ async def test_a_cancel_kills_the_job_on_its_nodes_once(bus: InMemoryBus, probe:
         await probe.publish(JobCancelRequested(user="alice", job_id="j1", reason="wrong data"))
         await probe.publish(JobCancelRequested(user="alice", job_id="j1"))
         (cancelled,) = await probe.wait_for(JOBS_STREAM, JobCancelled)
-        await probe.settle()
+        await probe.drained()
     assert cancelled.previous_state is JobState.RUNNING and cancelled.reason == "wrong data"
     kills = probe.payloads(COMMANDS, KillCommand)
     assert [(k.node_id, k.job_id) for k in kills] == [("v100-0", "j1")]
@@ -357,7 +357,7 @@ async def test_lifecycle_events_keep_the_record_current(bus: InMemoryBus, probe:
             )
         )
         await probe.publish(JobCompleted(user="alice", job_id="j1", attempt=2))
-        await probe.settle()
+        await probe.drained()
         saved = await record(bus, "alice", "j1")
         assert "alice.j1" not in state.book
     assert saved.state is JobState.COMPLETED
@@ -426,7 +426,7 @@ async def test_records_of_ended_jobs_are_purged_after_the_retention(
         await probe.wait_for(JOBS_STREAM, JobRejected)
         await probe.publish(JobCompleted(user="alice", job_id="done", attempt=1))
         await eventually(lambda: "alice.done" not in state.book)
-        await probe.settle()
+        await probe.drained()
         now[0] += timedelta(minutes=59)
         await state.purge()
         assert sorted(await (await bus.key_value(JOBS.name)).keys()) == [
@@ -445,5 +445,5 @@ async def test_records_of_ended_jobs_are_purged_after_the_retention(
         # The id is free again.
         await probe.publish(submitted("alice", "done", 1))
         await probe.wait_for(JOBS_STREAM, JobAccepted, lambda found: len(found) == 3)
-        await probe.settle()
+        await probe.drained()
     assert (await record(bus, "alice", "done")).state is JobState.QUEUED

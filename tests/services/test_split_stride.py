@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -115,6 +115,17 @@ def starts(probe: Probe) -> list[StartCommand]:
 
 def suspends(probe: Probe) -> list[SuspendCommand]:
     return probe.payloads(COMMANDS, SuspendCommand)
+
+
+def tick_until_suspended(state: SplitStrideService, probe: Probe) -> Callable[[], Awaitable[bool]]:
+    """A check for `eventually`: tick, then whether a suspend went out (a turn came)."""
+
+    async def suspended() -> bool:
+        await state.on_tick()
+        await probe.drained()
+        return bool(suspends(probe))
+
+    return suspended
 
 
 def decisions(probe: Probe, quantum: int) -> dict[str, ScheduleDecided]:
@@ -447,8 +458,12 @@ async def test_a_retry_waits_out_its_delay(
         await eventually(lambda: state.machine.jobs["alice.j1"].attempt == 2)
         await state.on_tick()
         assert len(starts(probe)) == 1
-        await probe.settle(0.35)
-        await state.on_tick()
+
+        async def started_again() -> bool:
+            await state.on_tick()
+            return len(starts(probe)) == 2
+
+        await eventually(started_again, interval_s=0.05, what="the retry started after its delay")
     assert [s.attempt for s in starts(probe)] == [1, 2]
 
 
@@ -506,7 +521,7 @@ async def test_the_end_of_a_copy_on_a_node_the_job_left_decides_nothing(
         first, second = await start_then_lose_its_node(probe, state)
         await started(probe, second)
         await probe.publish(completed_on(first.node_id, "j1"))
-        await probe.settle(0.1)
+        await probe.drained()
         job = state.machine.jobs["alice.j1"]
         assert not job.exited
         assert set(job.stays) == {second.node_id}
@@ -605,12 +620,12 @@ async def test_a_batch_writes_the_part_of_the_server_it_changed_and_of_no_other(
             return found
 
         await eventually(lambda: state.machine.jobs["alice.j1"].stays[start.node_id].holds_gpus)
-        await probe.settle(0.1)
+        await probe.drained()
         before = await revisions()
         lost = next(n for n in ("v100-0", "v100-1", "v100-2") if n != start.node_id)
         await probe.publish(NodeFailed(node_id=lost, reason="no heartbeats"))
         await eventually(lambda: state.inventory.get(lost).state is NodeState.FAILED)  # type: ignore[union-attr]
-        await probe.settle(0.1)
+        await probe.drained()
         after = await revisions()
         held = state.to_record(state.clock())
     rewritten = {key for key in after if after[key] != before.get(key)}
@@ -753,11 +768,12 @@ async def test_usage_counts_gpu_seconds_per_user_and_pool(
         for start in await probe.wait_for(COMMANDS, StartCommand, lambda found: len(found) == 2):
             await started(probe, start)
         await eventually(lambda: phases(state) == {Phase.RUNNING})
-        await probe.settle(0.2)
+        # The jobs hold their GPUs a while: what is charged.
+        await consistently(lambda: phases(state) == {Phase.RUNNING}, 0.2)
         await state.on_tick()
         # Held since they started, before the first tick: counted too.
         assert state.machine.usage["bob"]["v100"] >= 0.2
-        await probe.settle(0.3)
+        await consistently(lambda: phases(state) == {Phase.RUNNING}, 0.3)
         await state.on_tick()
         usage = state.machine.usage
     assert set(usage) == {"alice", "bob"} and set(usage["alice"]) == {"v100"}
@@ -781,11 +797,10 @@ async def test_each_gpu_second_of_a_switch_is_charged_once_to_whoever_held_it(
         (start,) = await probe.wait_for(COMMANDS, StartCommand)
         await started(probe, start)
         await admit(probe, state, "bob", "b")
-        while not suspends(probe):
-            await state.on_tick()
-            await probe.settle(0.05)
+        await eventually(tick_until_suspended(state, probe), interval_s=0.05)
         (bobs,) = [s for s in starts(probe) if s.job_id == "b"]
-        await probe.settle(0.4)  # alice's job yields
+        # Alice's job takes a while to yield: meanwhile it holds her GPU.
+        await consistently(lambda: state.machine.jobs["alice.a"].stays, 0.4)
         await probe.publish(
             JobSuspended(
                 user="alice",
@@ -822,10 +837,11 @@ async def test_a_job_ending_mid_quantum_is_charged_until_it_ended(
         await eventually(lambda: phases(state) == {Phase.RUNNING})
         await state.on_tick()
         held = state.machine.usage["alice"]["v100"]
-        await probe.settle(0.3)
+        await consistently(lambda: phases(state) == {Phase.RUNNING}, 0.3)
         await probe.publish(completed_on("v100-0", "a"))
         await eventually(lambda: not state.machine.jobs["alice.a"].stays)
-        await probe.settle(0.3)
+        # Ended, the job holds nothing until the tick: what it is charged stops at its end.
+        await consistently(lambda: not state.machine.jobs["alice.a"].stays, 0.3)
         await state.on_tick()
         charged = state.machine.usage["alice"]["v100"] - held
     assert 0.3 <= charged < 0.55  # up to its end, not to the tick after it
@@ -842,7 +858,7 @@ async def test_a_repeated_placement_is_handled_once(
         envelope = Envelope.wrap(placed, source="test")
         await state.on_job_event(envelope, placed)
         await state.on_job_event(envelope, placed)
-        await probe.settle()
+        await probe.drained()
     assert starts(probe) == [first]
 
 
@@ -855,13 +871,13 @@ async def test_a_job_holding_its_gpus_past_its_suspend_is_charged_for_them(
         (start,) = await probe.wait_for(COMMANDS, StartCommand)
         await started(probe, start)
         await admit(probe, state, "bob", "b")
-        while not suspends(probe):  # bob's turn comes within two quanta
-            await state.on_tick()
-            await probe.settle(0.05)
+        # Bob's turn comes within two quanta.
+        await eventually(tick_until_suspended(state, probe), interval_s=0.05)
         (suspend,) = suspends(probe)
         # The node kills a job that does not yield within the grace the command carries.
         assert suspend.job_id == "a" and suspend.yield_grace_s == settings.yield_grace
-        await probe.settle(0.4)  # alice's job ignores it a while
+        # Alice's job ignores it a while, holding her GPU.
+        await consistently(lambda: state.machine.jobs["alice.a"].stays, 0.4)
         await probe.publish(
             JobSuspended(
                 user="alice",
@@ -1039,7 +1055,7 @@ async def test_each_job_has_its_key_and_a_batch_rewrites_only_the_jobs_it_change
         await eventually(
             lambda: state.machine.jobs["alice.a"].stays["v100-0"].phase.value == "running"
         )
-        await probe.settle(0.1)
+        await probe.drained()
         after = await revisions(bus)
         rewritten = {key for key in after if after[key] != before.get(key)}
         assert rewritten == {"state", "log.0", "job.alice.a"}
@@ -1062,7 +1078,7 @@ async def test_a_one_key_record_is_stored_per_job_and_read_back_after_a_restart(
     await kv.put(STATE_KEY, old.to_bytes())
     async with split_stride(bus, settings) as state:
         assert comparable(state, old) == old.model_dump()
-        await probe.settle(0.1)
+        await probe.drained()
         await state.on_tick()  # stored at the latest with the next write
         jobs = {key for key in await kv.keys() if key.startswith("job.")}
         assert jobs == {"job.alice.a", "job.bob.a", "job.carol.a"}

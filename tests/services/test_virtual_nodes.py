@@ -49,16 +49,18 @@ from gfair_services.node_executor.virtual_nodes import (
     virtual_parts,
 )
 from node.helpers import reachable_tmp, sdk_on_pythonpath
+from support.waiting import consistently, eventually
 
 from .test_node_executor import (
     FAST,
     JOB_EVENTS,
     NODE,
+    QUIET_S,
     SYNTHETIC,
     Node,
+    exactly,
     make_settings,
     memory_bus,
-    settle,
     start_command,
 )
 
@@ -93,8 +95,13 @@ async def sliced_run(node: Node, tmp_path: Path) -> list[EventData]:
     await node.send(start_command(tmp_path, "resnet", argv, (0, 1)))
     await node.wait_for(JobResumed)
     await node.wait_for(JobExited, timeout_s=30.0)
-    await settle(node)
-    return await node.events(*JOB_EVENTS, JobExited, job_id="resnet")
+    history = await node.events(*JOB_EVENTS, JobExited, job_id="resnet")
+    # Its exit is its last event.
+    await consistently(
+        lambda: exactly(node.events(*JOB_EVENTS, JobExited, job_id="resnet"), len(history)),
+        QUIET_S,
+    )
+    return history
 
 
 def lifecycle(history: list[EventData]) -> list[str]:
@@ -194,9 +201,11 @@ async def test_virtual_failures_hangs_and_kills_are_reported_as_real_ones(
         await node.send(
             KillCommand(node_id=NODE, user="alice", job_id="victim", attempt=1, reason="test")
         )
-        await settle(node)
-        assert node.executor.running() == []
-        assert not [e for e in await node.events(JobExited) if getattr(e, "job_id", "") == "victim"]
+        await eventually(lambda n=node: n.executor.running() == [])  # type: ignore[misc]
+        await consistently(
+            lambda n=node: exactly(n.events(JobExited, job_id="victim"), 0),  # type: ignore[misc]
+            QUIET_S,
+        )
 
 
 async def test_virtual_nodes_of_one_process_each_serve_their_own_commands_and_share_checkpoints(

@@ -1,1 +1,2 @@
-"""What test areas share: waiting on conditions (`waiting`), a clock the test moves (`clock`)."""
+"""What test areas share: waiting on conditions (`waiting`) and on a job (`jobs`), a clock the test
+moves (`clock`)."""

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import structlog
 
 from gfair.bus.transport import Bus
-from gfair.bus.wire import decode_envelope, server_timed, validated_data
+from gfair.bus.wire import server_timed, validated_data
+from gfair.events.codec import parse_envelope
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.errors import InvalidEvent
 
@@ -42,7 +43,7 @@ async def read_history(
     ):
         try:
             envelope = server_timed(
-                decode_envelope(message.data), message.subject, message.stored_at
+                parse_envelope(message.data), message.subject, message.stored_at
             )
             if wanted and envelope.type not in wanted:
                 continue

@@ -7,6 +7,7 @@ that lost a race gets `KvConflict` and re-reads instead of overwriting.
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -41,16 +42,25 @@ class KvEntry:
     operation: KvOperation = KvOperation.PUT
 
 
-class KvWatch(Protocol):
-    """Entries as they change; iterate with `async for`, stop with `stop()` (or `async with`)."""
+class KvWatch(ABC):
+    """Entries as they change; iterate with `async for`, stop with `stop()` (or `async with`).
 
-    def __aiter__(self) -> AsyncIterator[KvEntry]: ...
+    A bucket's watch says how it reads entries (`_entries`) and stops; the rest is this."""
 
+    @abstractmethod
+    def _entries(self) -> AsyncIterator[KvEntry]: ...
+
+    @abstractmethod
     async def stop(self) -> None: ...
 
-    async def __aenter__(self) -> KvWatch: ...
+    def __aiter__(self) -> AsyncIterator[KvEntry]:
+        return self._entries()
 
-    async def __aexit__(self, *exc_info: object) -> None: ...
+    async def __aenter__(self) -> KvWatch:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
 
 
 class KeyValue(Protocol):

@@ -15,7 +15,7 @@ from gfair.bus.subject_filter import matches, validate_pattern
 from gfair.bus.topology import BucketSpec
 
 
-class _MemoryWatch:
+class _MemoryWatch(KvWatch):
     def __init__(self, pattern: str) -> None:
         self.pattern = pattern
         self._queue: asyncio.Queue[KvEntry | None] = asyncio.Queue()
@@ -33,21 +33,12 @@ class _MemoryWatch:
                 return
             yield entry
 
-    def __aiter__(self) -> AsyncIterator[KvEntry]:
-        return self._entries()
-
     async def stop(self) -> None:
         if not self._stopped:
             self._stopped = True
             if self._on_stop is not None and self in self._on_stop:
                 self._on_stop.remove(self)
             self._queue.put_nowait(None)
-
-    async def __aenter__(self) -> KvWatch:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
 
 
 class InMemoryKeyValue:

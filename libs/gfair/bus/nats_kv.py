@@ -29,7 +29,7 @@ def _entry(key: str, value: bytes | None, revision: int | None, operation: str |
     )
 
 
-class _NatsWatch:
+class _NatsWatch(KvWatch):
     def __init__(
         self, watcher: NatsKeyValueBucket.KeyWatcher, skip_through: int, initial_through: int
     ) -> None:
@@ -59,19 +59,10 @@ class _NatsWatch:
                 continue
             yield entry
 
-    def __aiter__(self) -> AsyncIterator[KvEntry]:
-        return self._entries()
-
     async def stop(self) -> None:
         if not self._stopped:
             self._stopped = True
             await self._watcher.stop()  # type: ignore[no-untyped-call]
-
-    async def __aenter__(self) -> KvWatch:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
 
 
 class StreamReader(Protocol):

@@ -19,7 +19,8 @@ import hashlib
 import hmac
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypedDict, Unpack
 
 import structlog
 from opentelemetry.trace import Tracer
@@ -74,6 +75,22 @@ def derived_event_id(cause_id: str, index: int, event_type: str, subject: str) -
     return hmac.new(key, material.encode(), hashlib.sha256).hexdigest()[:32]
 
 
+class Sending(TypedDict, total=False):
+    """How `EventPublisher.publish` and `send` send an event; every part is optional."""
+
+    # Default: where the payload says it belongs (`data.subject()`).
+    subject: str | None
+    correlation_id: str | None
+    causation: Envelope | None
+    event_id: str | None
+    # A W3C traceparent: the publish becomes part of that trace (the job's, say) when it is
+    # not caused by one of the job's events; `links` names related traces.
+    trace_parent: str | None
+    links: Sequence[str | None]
+    # Published again until stored while the publisher runs (module doc).
+    persist: bool
+
+
 class EventPublisher:
     def __init__(
         self,
@@ -95,66 +112,46 @@ class EventPublisher:
         return self._source
 
     async def publish(
-        self,
-        data: EventData,
-        *,
-        subject: str | None = None,
-        correlation_id: str | None = None,
-        causation: Envelope | None = None,
-        event_id: str | None = None,
-        trace_parent: str | None = None,
-        links: Sequence[str | None] = (),
-        traced: bool = True,
-        persist: bool = False,
+        self, data: EventData, *, traced: bool = True, **how: Unpack[Sending]
     ) -> Envelope:
         """Wrap `data` in an envelope from this source and publish it; returns the envelope.
 
-        `subject` defaults to where the payload says it belongs (`data.subject()`).
-        `trace_parent` (a W3C traceparent) makes the publish part of that trace, e.g. the
-        job's, when it is not caused by one of the job's events; `links` names related traces.
-        Untraced (`traced` False), it goes out without a span of its own: for reports so
-        frequent that a span each would outweigh them and bury a trace's decisions.
+        `how` says where and in which trace (`Sending`). Untraced (`traced` False), it goes
+        out without a span of its own: for reports so frequent that a span each would
+        outweigh them and bury a trace's decisions.
         """
-        envelope = Envelope.wrap(
-            data,
-            subject=subject,
-            source=self._source,
-            correlation_id=correlation_id,
-            causation=causation,
-            event_id=event_id,
-        )
-        await self.publish_envelope(
-            envelope, trace_parent=trace_parent, links=links, traced=traced, persist=persist
-        )
+        envelope = self._wrap(data, how)
+        await self._deliver(envelope, how, traced=traced)
         return envelope
 
-    def send(
-        self,
-        data: EventData,
-        *,
-        subject: str | None = None,
-        correlation_id: str | None = None,
-        causation: Envelope | None = None,
-        event_id: str | None = None,
-        trace_parent: str | None = None,
-        links: Sequence[str | None] = (),
-        persist: bool = False,
-    ) -> asyncio.Task[PubAck]:
+    def send(self, data: EventData, **how: Unpack[Sending]) -> asyncio.Task[PubAck]:
         """`publish` without waiting: the task ends when the event is stored (or failed).
 
         Whoever depends on the event being stored (acknowledging its cause, writing a record
         that says it went out) awaits the task first.
         """
-        envelope = Envelope.wrap(
+        envelope = self._wrap(data, how)
+        return asyncio.get_running_loop().create_task(self._deliver(envelope, how, traced=True))
+
+    def _wrap(self, data: EventData, how: Sending) -> Envelope:
+        return Envelope.wrap(
             data,
-            subject=subject,
+            subject=how.get("subject"),
             source=self._source,
-            correlation_id=correlation_id,
-            causation=causation,
-            event_id=event_id,
+            correlation_id=how.get("correlation_id"),
+            causation=how.get("causation"),
+            event_id=how.get("event_id"),
         )
-        return asyncio.get_running_loop().create_task(
-            self.publish_envelope(envelope, trace_parent=trace_parent, links=links, persist=persist)
+
+    def _deliver(
+        self, envelope: Envelope, how: Sending, *, traced: bool
+    ) -> Coroutine[Any, Any, PubAck]:
+        return self.publish_envelope(
+            envelope,
+            trace_parent=how.get("trace_parent"),
+            links=how.get("links", ()),
+            traced=traced,
+            persist=how.get("persist", False),
         )
 
     async def publish_envelope(

@@ -43,7 +43,8 @@ from gfair.bus.service import Emit, InvalidInput, Route, Unprocessable
 from gfair.bus.subject_filter import covers
 from gfair.bus.tracing import TRACEPARENT, annotate_event, process_span
 from gfair.bus.transport import Bus, BusError, Delivery, PubAck, PullConsumer
-from gfair.bus.wire import EVENT_TYPE_HEADER, decode_envelope, server_timed, validated_data
+from gfair.bus.wire import EVENT_TYPE_HEADER, server_timed, validated_data
+from gfair.events.codec import parse_envelope
 from gfair.events.envelope import Envelope, EventData
 from gfair.events.errors import InvalidEvent
 from gfair.events.registry import UnknownEventType, model_for
@@ -695,4 +696,4 @@ class _Lanes:
 
 
 def _envelope_of(delivery: Delivery) -> Envelope:
-    return server_timed(decode_envelope(delivery.data), delivery.subject, delivery.stored_at)
+    return server_timed(parse_envelope(delivery.data), delivery.subject, delivery.stored_at)

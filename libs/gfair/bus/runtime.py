@@ -12,7 +12,6 @@ import asyncio
 import signal
 import time
 from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import Self
 
 import structlog
@@ -187,12 +186,7 @@ class ServiceRuntime:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if exc_type is None:
             await self.stop()
         else:

@@ -34,7 +34,7 @@ import types
 import typing
 from collections.abc import Awaitable, Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 
 from gfair.bus.topology import ConsumerSpec, Topology, consumer_for
 from gfair.events.envelope import Envelope, EventData
@@ -198,6 +198,27 @@ def accepted_models(handler: EventHandler) -> tuple[type[EventData], ...]:
     return tuple(models)
 
 
+class RouteOptions(TypedDict, total=False):
+    """How `Service.add_handler` routes a consumer's events; every part is optional."""
+
+    # The derived consumer's durable name (default `<service>-<handler>`).
+    durable: str | None
+    # Payload models taken (default: the handler's annotation).
+    accepts: Sequence[type[EventData]] | None
+    workers: int
+    backoff: Backoff | None
+    # The route's name (default: the handler's).
+    name: str | None
+    on_invalid: InvalidHandler | None
+    # The consumer's ack wait (how soon a crashed process's unacknowledged events go to
+    # another one), whether the consumer is derived or given.
+    ack_wait_s: float | None
+    settle: SettleHook | None
+    prepare: PrepareHook | None
+    lanes: LanesHook | None
+    untraced: Sequence[type[EventData]]
+
+
 class Service:
     def __init__(self, name: str, *, topology: Topology | None = None) -> None:
         self.name = name
@@ -227,36 +248,22 @@ class Service:
         self,
         handler: EventHandler,
         consumer: ConsumerSpec | None = None,
-        *,
-        durable: str | None = None,
-        accepts: Sequence[type[EventData]] | None = None,
-        workers: int = 1,
-        backoff: Backoff | None = None,
-        name: str | None = None,
-        on_invalid: InvalidHandler | None = None,
-        ack_wait_s: float | None = None,
-        settle: SettleHook | None = None,
-        prepare: PrepareHook | None = None,
-        lanes: LanesHook | None = None,
-        untraced: Sequence[type[EventData]] = (),
+        **options: Unpack[RouteOptions],
     ) -> Route:
-        """Route a consumer's events to `handler`.
+        """Route a consumer's events to `handler`, as `options` say (`RouteOptions`).
 
         Without `consumer`, one is derived from the payload models the handler takes (its
         annotation, or `accepts`): their stream, their subject patterns as filters, and the
-        durable name `durable` (default `<service>-<handler>`). `ack_wait_s` sets the
-        consumer's ack wait (how soon a crashed process's unacknowledged events go to another
-        one), whether the consumer is derived or given. `on_invalid` answers refused inputs
-        (see `Route.on_invalid`); `settle` completes a batch's deferred writes (`Route.settle`)
-        and `prepare` reads ahead for it (`Route.prepare`); `lanes` handles the consumer's
-        events concurrently where they do not touch the same things (`Route.lanes`);
-        `untraced` names frequent event types handled without a span each (`Route.untraced`).
+        durable name `durable` (default `<service>-<handler>`).
         """
+        workers = options.get("workers", 1)
+        settle, prepare, lanes = options.get("settle"), options.get("prepare"), options.get("lanes")
         if workers < 1:
             raise ValueError("workers must be >= 1")
         if lanes is not None and (settle is not None or prepare is not None or workers > 1):
             raise ValueError("a route with lanes has no batch to settle or prepare, one worker")
-        name = name or handler.__name__
+        name = options.get("name") or handler.__name__
+        accepts, durable = options.get("accepts"), options.get("durable")
         models = tuple(accepts) if accepts is not None else accepted_models(handler)
         if consumer is None:
             if durable is None:
@@ -264,7 +271,7 @@ class Service:
             consumer = consumer_for(models, durable=durable)
         elif durable is not None and durable != consumer.durable:
             raise ValueError(f"durable {durable!r} contradicts consumer {consumer.durable!r}")
-        if ack_wait_s is not None:
+        if (ack_wait_s := options.get("ack_wait_s")) is not None:
             consumer = replace(consumer, ack_wait_s=ack_wait_s)
         route = Route(
             name=name,
@@ -272,12 +279,12 @@ class Service:
             handler=handler,
             accepts=models,
             workers=workers,
-            backoff=backoff or Backoff(),
-            on_invalid=on_invalid,
+            backoff=options.get("backoff") or Backoff(),
+            on_invalid=options.get("on_invalid"),
             settle=settle,
             prepare=prepare,
             lanes=lanes,
-            untraced=tuple(untraced),
+            untraced=tuple(options.get("untraced", ())),
         )
         if any(
             r.consumer.durable == consumer.durable and r.consumer.stream == consumer.stream
@@ -288,33 +295,12 @@ class Service:
         return route
 
     def handler(
-        self,
-        consumer: ConsumerSpec | None = None,
-        *,
-        durable: str | None = None,
-        accepts: Sequence[type[EventData]] | None = None,
-        workers: int = 1,
-        backoff: Backoff | None = None,
-        on_invalid: InvalidHandler | None = None,
-        ack_wait_s: float | None = None,
-        settle: SettleHook | None = None,
-        prepare: PrepareHook | None = None,
+        self, consumer: ConsumerSpec | None = None, **options: Unpack[RouteOptions]
     ) -> Callable[[H], H]:
         """Decorator form of `add_handler`."""
 
         def register(handler: H) -> H:
-            self.add_handler(
-                handler,
-                consumer,
-                durable=durable,
-                accepts=accepts,
-                workers=workers,
-                backoff=backoff,
-                on_invalid=on_invalid,
-                ack_wait_s=ack_wait_s,
-                settle=settle,
-                prepare=prepare,
-            )
+            self.add_handler(handler, consumer, **options)
             return handler
 
         return register

@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 from datetime import datetime
 
-from pydantic import ValidationError
-
+from gfair.events.codec import (
+    check_arrival,
+    publish_headers,
+    typed_data,
+    verify_subject,
+)
 from gfair.events.codec import encode as encode_body
-from gfair.events.codec import publish_headers, verify_subject
 from gfair.events.envelope import Envelope, EventData
-from gfair.events.errors import InvalidEvent, describe_validation_error
-from gfair.events.registry import UnknownEventType, model_for
 from gfair.events.subjects import published_by_tenants
 
 CONTENT_TYPE_HEADER = "Content-Type"
@@ -30,30 +31,14 @@ def encode(envelope: Envelope) -> tuple[bytes, dict[str, str]]:
     return encode_body(envelope), headers
 
 
-def decode_envelope(payload: bytes) -> Envelope:
-    """Parse a message body; `InvalidEvent` (naming the field) if it is not an envelope."""
-    try:
-        return Envelope.model_validate_json(payload)
-    except ValidationError as exc:
-        raise InvalidEvent(describe_validation_error(exc, root="")) from exc
-
-
 def validated_data(envelope: Envelope, subject: str) -> EventData:
     """The typed payload, checked against its model and against the subject it came on.
 
     The subject check is the tenant check: alice may publish on gfair.submit.alice only, so a
     payload for bob arriving there is refused before any handler sees it.
     """
-    try:
-        model = model_for(envelope.type)
-    except UnknownEventType as exc:
-        raise InvalidEvent(f"type: {exc}") from exc
-    try:
-        data = model.model_validate(envelope.data)
-    except ValidationError as exc:
-        raise InvalidEvent(describe_validation_error(exc, root="data")) from exc
-    if envelope.subject != subject:
-        raise InvalidEvent(f"subject: envelope says {envelope.subject} but it arrived on {subject}")
+    data = typed_data(envelope)
+    check_arrival(envelope, subject)
     # A model that does not say where it is published cannot be checked.
     with contextlib.suppress(NotImplementedError):
         verify_subject(data, subject)

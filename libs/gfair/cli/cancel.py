@@ -11,17 +11,15 @@ import argparse
 from typing import Any
 
 from gfair.cli import output, session
+from gfair.cli.arguments import add_command
 from gfair.cli.wait import array_or_job
 from gfair.client import GfairClient
 from gfair.state.job_record import JobRecord
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "cancel", help="cancel a job", description=__doc__.split("\n\n")[0] if __doc__ else None
-    )
-    parser.add_argument("job", metavar="JOB", help="USER/JOB, or JOB with --user")
-    session.add_user_flag(parser)
+    parser = add_command(subparsers, "cancel", __doc__)
+    session.add_job_argument(parser)
     parser.add_argument("--reason", help="why (kept with the job)")
     parser.add_argument("--no-wait", action="store_true", help="return once the request is sent")
     parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS")

@@ -32,6 +32,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gfair.cli.arguments import add_command
 from gfair.cli.figures import plotting
 from gfair.cli.switch_cost_options import add_switch_cost_options, switch_costs
 from gfair.gavel import load_throughputs
@@ -60,15 +61,15 @@ from gfair.sim.workloads import Workload, default_philly_trace_path
 _TABLE_WIDTH = 240
 
 
+# What `gfair compare --help` says it does.
+_DESCRIPTION = (
+    "Replay every chosen workload under every chosen policy (in virtual time, worker "
+    "processes side by side) and print one table of JCT, efficiency and fairness."
+)
+
+
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "compare",
-        help="compare scheduling policies on several simulated workloads",
-        description=(
-            "Replay every chosen workload under every chosen policy (in virtual time, worker "
-            "processes side by side) and print one table of JCT, efficiency and fairness."
-        ),
-    )
+    parser = add_command(subparsers, "compare", _DESCRIPTION)
     parser.add_argument(
         "--trace",
         type=Path,

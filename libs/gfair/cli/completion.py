@@ -16,15 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gfair.cli.arguments import add_command
+
 SHELLS = ("bash", "zsh")
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "completion",
-        help="print a shell completion script (bash or zsh)",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+    parser = add_command(subparsers, "completion", __doc__)
     parser.add_argument("shell", choices=SHELLS, help="the shell to complete for")
     parser.set_defaults(func=main)
 

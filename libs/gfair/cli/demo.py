@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from gfair.bus.logs import configure_logging
+from gfair.cli.arguments import add_command, positive
 from gfair.cli.demo_dashboard import COUNTED
 from gfair.cli.demo_run import DemoOptions, DemoResult, DemoRun, summary
 from gfair.cli.demo_workload import JOBS, USERS, user_tickets
@@ -32,16 +33,12 @@ _PLAIN_WIDTH = 140
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "demo",
-        help="run a cluster and a multi-user workload for a few minutes, live",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    parser = add_command(subparsers, "demo", __doc__)
+    parser.add_argument(
+        "--duration", type=positive, default=150.0, metavar="SECONDS", help="default 150"
     )
     parser.add_argument(
-        "--duration", type=_positive, default=150.0, metavar="SECONDS", help="default 150"
-    )
-    parser.add_argument(
-        "--quantum", type=_positive, default=2.5, metavar="SECONDS", help="default 2.5"
+        "--quantum", type=positive, default=2.5, metavar="SECONDS", help="default 2.5"
     )
     parser.add_argument("--cluster", default="v100:2x4,k80:2x4", help="default v100:2x4,k80:2x4")
     parser.add_argument(
@@ -52,13 +49,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
     parser.set_defaults(func=main)
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
-    return value
 
 
 def main(args: argparse.Namespace) -> int:

@@ -244,6 +244,11 @@ def dashboard(snapshot: DashboardFrame) -> Group:
     header = Text(
         f"gfair demo: {snapshot.elapsed_s:5.0f}s of {snapshot.duration_s:.0f}s", style="bold"
     )
+    return panels(header, snapshot)
+
+
+def panels(header: Text, snapshot: DashboardFrame) -> Group:
+    """`header` over the cluster's panels: users, servers, trades and counts of events."""
     return Group(
         header,
         users_table(snapshot),

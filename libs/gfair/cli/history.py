@@ -22,6 +22,7 @@ from rich.console import Group
 from rich.text import Text
 
 from gfair.cli import output, session
+from gfair.cli.arguments import add_command
 from gfair.cli.output import Column
 from gfair.client import GfairClient
 from gfair.events.states import JobState
@@ -29,11 +30,7 @@ from gfair.state.usage import HistoryLine, account, parse_duration, selected
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "history",
-        help="jobs with their wait, run time and GPU-hours (sacct)",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+    parser = add_command(subparsers, "history", __doc__)
     parser.add_argument(
         "--user", action="append", default=[], help="only this user's jobs (repeatable)"
     )

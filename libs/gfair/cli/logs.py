@@ -22,6 +22,7 @@ from typing import Any
 
 from gfair.bus.job_output import OUTPUTS, OutputChunk
 from gfair.cli import output, session
+from gfair.cli.arguments import add_command
 from gfair.client import GfairClient, UnknownJob
 
 # How often -f looks for new output; the executors ship every second.
@@ -31,13 +32,8 @@ SETTLE_S, GIVE_UP_S = 2.0, 15.0
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "logs",
-        help="a job's stdout and stderr",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
-    parser.add_argument("job", metavar="JOB", help="USER/JOB, or JOB with --user")
-    session.add_user_flag(parser)
+    parser = add_command(subparsers, "logs", __doc__)
+    session.add_job_argument(parser)
     parser.add_argument(
         "-f", "--follow", action="store_true", help="then print new output until the job ends"
     )

@@ -12,6 +12,7 @@ from typing import Any
 from rich.table import Table
 
 from gfair.cli import output, session
+from gfair.cli.arguments import add_command
 from gfair.client import GfairClient
 from gfair.events.states import NodeState
 
@@ -24,11 +25,7 @@ _STATE_STYLES = {
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "nodes",
-        help="list nodes, or uncordon one",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+    parser = add_command(subparsers, "nodes", __doc__)
     session.add_connection_flags(parser)
     parser.set_defaults(func=lambda args: session.run(args, _nodes))
     actions = parser.add_subparsers(dest="action", metavar="ACTION")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gfair.cli.arguments import add_command
 from gfair.events import schema
 
 # libs/gfair/cli/schemas.py -> the repository root, when running from a checkout.
@@ -19,15 +20,15 @@ def default_directory() -> Path:
     return Path.cwd() / "schemas"
 
 
+# What `gfair schemas --help` says it does.
+_DESCRIPTION = (
+    "Write envelope.json, index.json and events/*.json under the schemas directory "
+    "from the event models; other files there are left alone."
+)
+
+
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "schemas",
-        help="regenerate (or --check) the JSON Schemas of the event contract",
-        description=(
-            "Write envelope.json, index.json and events/*.json under the schemas directory "
-            "from the event models; other files there are left alone."
-        ),
-    )
+    parser = add_command(subparsers, "schemas", _DESCRIPTION)
     parser.add_argument(
         "--check",
         action="store_true",

@@ -15,6 +15,7 @@ import argparse
 import os
 from typing import Any
 
+from gfair.cli.arguments import add_command
 from gfair.client.cluster_context import CREDS_ENV, NATS_URL_ENV, running_context
 from gfair_services import SERVICE_NAMES
 from gfair_services.entrypoint import run_service
@@ -22,11 +23,7 @@ from gfair_services.entrypoint import run_service
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     names = [name.replace("_", "-") for name in SERVICE_NAMES]
-    parser = subparsers.add_parser(
-        "service",
-        help="run one gfair service (placement, split-stride, node-executor, ...)",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+    parser = add_command(subparsers, "service", __doc__)
     parser.add_argument("name", metavar="NAME", help=f"one of: {', '.join(names)}")
     parser.add_argument("flags", nargs=argparse.REMAINDER, help="the service's flags")
     parser.set_defaults(func=_run)

@@ -83,6 +83,12 @@ def add_user_flag(parser: argparse.ArgumentParser, *, required: bool = False) ->
     )
 
 
+def add_job_argument(parser: argparse.ArgumentParser) -> None:
+    """The job a command acts on, and `--user` for a bare job id (`run` checks the pair)."""
+    parser.add_argument("job", metavar="JOB", help="USER/JOB, or JOB with --user")
+    add_user_flag(parser)
+
+
 def job_reference(text: str, user: str | None) -> tuple[str, str]:
     """``USER/JOB``, or ``JOB`` with `user`; `ValueError` saying what is missing or wrong."""
     owner, slash, job_id = text.partition("/")

@@ -31,6 +31,7 @@ from typing import Any
 from rich.table import Table
 
 from gfair.cli import output, session
+from gfair.cli.arguments import add_command
 from gfair.client import GfairClient
 from gfair.client.views import UsersView
 from gfair.core.shares_file import SharesFileError, describe_mode, parse_shares, with_tickets
@@ -43,11 +44,7 @@ ROOT = ""
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "shares",
-        help="accounts in a tree: tickets, entitled and received share",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+    parser = add_command(subparsers, "shares", __doc__)
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     show = actions.add_parser("show", help="the accounts tree with every level's shares")
     session.add_connection_flags(show)

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gfair.cli.arguments import add_command, count, non_negative, positive
 from gfair.cli.figures import plotting
 from gfair.cli.switch_cost_options import add_switch_cost_options, switch_costs
 from gfair.core.cluster import Cluster, parse_cluster_spec
@@ -47,15 +48,15 @@ from gfair.sim.trace import Trace, TraceError, read_trace
 _PLOT_BUCKET_QUANTA = 10
 
 
+# What `gfair simulate --help` says it does.
+_DESCRIPTION = (
+    "Replay a gfair or Philly CSV trace (.xz/.gz read directly) on a simulated "
+    "heterogeneous cluster under one scheduling policy, in virtual time."
+)
+
+
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "simulate",
-        help="replay a job trace on a simulated cluster",
-        description=(
-            "Replay a gfair or Philly CSV trace (.xz/.gz read directly) on a simulated "
-            "heterogeneous cluster under one scheduling policy, in virtual time."
-        ),
-    )
+    parser = add_command(subparsers, "simulate", _DESCRIPTION)
     parser.add_argument(
         "--trace",
         type=Path,
@@ -68,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--policy", choices=POLICY_NAMES, default="gandiva-fair")
     parser.add_argument(
         "--quantum",
-        type=_positive,
+        type=positive,
         default=DEFAULT_QUANTUM_S,
         metavar="SECONDS",
         help=f"default {DEFAULT_QUANTUM_S:g}",
@@ -94,16 +95,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of --rate-noise (default 0)")
     parser.add_argument(
         "--rate-noise",
-        type=_non_negative,
+        type=non_negative,
         default=0.0,
         metavar="FRACTION",
         help="relative noise on the rates the profiler observes (default 0: exact)",
     )
     parser.add_argument(
-        "--until", type=_positive, metavar="SECONDS", help="stop the clock at this trace time"
+        "--until", type=positive, metavar="SECONDS", help="stop the clock at this trace time"
     )
     parser.add_argument(
-        "--jobs", type=_count, metavar="N", help="replay only the first N jobs by submission"
+        "--jobs", type=count, metavar="N", help="replay only the first N jobs by submission"
     )
     add_switch_cost_options(parser)
     parser.add_argument(
@@ -180,37 +181,6 @@ def _check_outputs(outputs: dict[str, Path | None]) -> None:
             f"--plot {plot}: unknown image format {plot.suffix}; "
             f"one of {', '.join('.' + f for f in sorted(formats))}"
         )
-
-
-def _number_arg(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
-def _positive(text: str) -> float:
-    value = _number_arg(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    value = _number_arg(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
 
 
 def _parse_tickets(items: list[str]) -> dict[str, float]:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gfair.cli import output, session, submission
+from gfair.cli.arguments import add_command
 from gfair.cli.speeds import job_type_warning
 from gfair.client import GfairClient, Submitted, UnknownJob, WaitFor, WaitTimeout
 from gfair.events.job_array import (
@@ -68,11 +69,7 @@ _FLAGS = (
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "submit",
-        help="submit a job",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+    parser = add_command(subparsers, "submit", __doc__)
     parser.add_argument(
         "-f",
         "--file",

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gfair.cli.arguments import add_command
 from gfair.events.subjects import SubjectError, validate_token
 from gfair.tenancy import (
     NodeLogin,
@@ -31,15 +32,15 @@ from gfair.tenancy import (
 EVENT_ID_KEY_VARIABLE = "GFAIR_EVENT_ID_KEY"
 
 
+# What `gfair tenants --help` says it does.
+_DESCRIPTION = (
+    "Tenants are declared in a TOML file (deploy/nats/tenants.toml); the NATS server's "
+    "authorization (deploy/nats/auth.conf) is rendered from it."
+)
+
+
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "tenants",
-        help="render (or --check) the NATS authorization of the tenants file (tenants, nodes)",
-        description=(
-            "Tenants are declared in a TOML file (deploy/nats/tenants.toml); the NATS server's "
-            "authorization (deploy/nats/auth.conf) is rendered from it."
-        ),
-    )
+    parser = add_command(subparsers, "tenants", _DESCRIPTION)
     commands = parser.add_subparsers(dest="tenants_command", metavar="COMMAND")
     commands.required = True
 

@@ -23,33 +23,27 @@ from rich.live import Live
 from rich.text import Text
 
 from gfair.cli import output, session
+from gfair.cli.arguments import add_command, positive
 from gfair.cli.demo_dashboard import (
     DashboardFrame,
     ShareWindow,
     Tally,
-    counters_text,
+    panels,
     plain_line,
     received_over,
-    servers_table,
-    trades_text,
-    users_table,
 )
 from gfair.client import GfairClient
 from gfair.events.jobs import JobEvent
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "top",
-        help="live view: shares, servers, trades",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+    parser = add_command(subparsers, "top", __doc__)
     parser.add_argument(
-        "--refresh", type=_positive, default=2.0, metavar="SECONDS", help="default 2"
+        "--refresh", type=positive, default=2.0, metavar="SECONDS", help="default 2"
     )
     parser.add_argument(
         "--window",
-        type=_positive,
+        type=positive,
         default=60.0,
         metavar="SECONDS",
         help="received share averaged over this long (default 60)",
@@ -58,16 +52,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--nats", metavar="URL", help="NATS server URL(s), comma-separated")
     parser.add_argument("--creds", metavar="FILE", help="NATS credentials file (JWT and NKey)")
     parser.set_defaults(func=lambda args: session.run(args, _top))
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 class ClusterView:
@@ -118,13 +102,7 @@ def view(snapshot: DashboardFrame, window_s: float) -> Group:
         f"(window {window_s:g}s)",
         style="bold",
     )
-    return Group(
-        header,
-        users_table(snapshot),
-        servers_table(snapshot),
-        trades_text(snapshot),
-        counters_text(snapshot),
-    )
+    return panels(header, snapshot)
 
 
 async def _top(client: GfairClient, args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from gfair.cli import output, session
+from gfair.cli.arguments import add_command
 from gfair.client.cluster_context import context_paths, running_context
 from gfair.traces.jaeger import JaegerError, JaegerQuery
 from gfair.traces.job_trace import AmbiguousJob, JobTrace, TraceNotFound, find_job_trace
@@ -58,11 +59,7 @@ _SERVICE_STYLES = (
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "trace",
-        help="show a job's life as one distributed trace",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+    parser = add_command(subparsers, "trace", __doc__)
     parser.add_argument("job", metavar="JOB", help="JOB, or USER/JOB")
     session.add_user_flag(parser)
     source = parser.add_mutually_exclusive_group()

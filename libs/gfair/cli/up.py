@@ -48,6 +48,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gfair.cli.arguments import add_command, positive
 from gfair.cli.speeds import generation_warnings
 from gfair.client.cluster_context import CONTEXT_FILE, read_context
 from gfair.client.connection import DEFAULT_NATS_URL, NATS_URL_ENV
@@ -64,11 +65,7 @@ from gfair_services.tenants import parse_user_tickets
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "up",
-        help="run a whole gfair cluster on this machine (simulated GPUs, or its own)",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+    parser = add_command(subparsers, "up", __doc__)
     parser.add_argument(
         "--cluster",
         default="v100:2x4,k80:2x4",
@@ -77,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument(
         "--quantum",
-        type=_positive,
+        type=positive,
         metavar="SECONDS",
         help=f"default {SIMULATED_QUANTUM_S:g}; {LOCAL_QUANTUM_S:g} with --cluster local",
     )
@@ -188,13 +185,6 @@ def _job_limits(args: argparse.Namespace, env: dict[str, str]) -> dict[str, str]
 
 def _default_port() -> int:
     return int(DEFAULT_NATS_URL.rsplit(":", 1)[1])
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
-    return value
 
 
 def _env(settings: list[str]) -> dict[str, str]:

@@ -23,6 +23,7 @@ from typing import Any
 from rich.table import Table
 
 from gfair.cli import output, session
+from gfair.cli.arguments import add_command
 from gfair.client import GfairClient
 from gfair.state.usage import UserUsage, format_duration, parse_duration, usage
 
@@ -32,11 +33,7 @@ DEFAULT_WINDOWS = "1h,1d,7d,30d"
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "usage",
-        help="GPU-hours per user over windows, and decayed (sshare)",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+    parser = add_command(subparsers, "usage", __doc__)
     parser.add_argument("--user", action="append", default=[], help="only this user (repeatable)")
     parser.add_argument(
         "--windows",

@@ -17,15 +17,12 @@ from typing import Any
 from rich.table import Table
 
 from gfair.cli import output, session
+from gfair.cli.arguments import add_command
 from gfair.client import GfairClient
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "users",
-        help="users' shares: entitled vs received",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+    parser = add_command(subparsers, "users", __doc__)
     session.add_connection_flags(parser)
     parser.set_defaults(func=lambda args: session.run(args, _users))
 

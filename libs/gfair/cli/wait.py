@@ -16,19 +16,15 @@ import time
 from typing import Any
 
 from gfair.cli import output, session
+from gfair.cli.arguments import add_command
 from gfair.client import GfairClient, UnknownJob, WaitTimeout
 from gfair.events.states import JobState
 from gfair.state.job_record import JobRecord
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "wait",
-        help="wait until a job ends; exit with its outcome",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
-    parser.add_argument("job", metavar="JOB", help="USER/JOB, or JOB with --user")
-    session.add_user_flag(parser)
+    parser = add_command(subparsers, "wait", __doc__)
+    session.add_job_argument(parser)
     parser.add_argument(
         "--timeout", type=float, metavar="SECONDS", help="give up after this long (default: never)"
     )

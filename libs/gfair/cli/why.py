@@ -11,18 +11,14 @@ import argparse
 from typing import Any
 
 from gfair.cli import output, session
+from gfair.cli.arguments import add_command
 from gfair.cli.wait import array_or_job
 from gfair.client import Explanation, GfairClient
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser(
-        "why",
-        help="explain why a job waits",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
-    parser.add_argument("job", metavar="JOB", help="USER/JOB, or JOB with --user")
-    session.add_user_flag(parser)
+    parser = add_command(subparsers, "why", __doc__)
+    session.add_job_argument(parser)
     session.add_connection_flags(parser)
     parser.set_defaults(func=lambda args: session.run(args, _why))
 

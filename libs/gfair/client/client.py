@@ -24,7 +24,6 @@ import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Literal, Self
 
 from pydantic import ValidationError
@@ -123,12 +122,7 @@ class GfairClient:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     # -- writes ---------------------------------------------------------------------------
@@ -274,12 +268,8 @@ class GfairClient:
         if details.state.terminal:  # ended before its events were kept, or they expired
             return details.state
         start = events[-1].sequence + 1 if events else 1
-        following = self._follow(user, job_id, start, timeout_s)
-        async with aclosing(following):
-            async for event in following:
-                state = _state_of(event.data)
-                if state is not None and state.terminal:
-                    return state
+        if (state := await self._end_state(user, job_id, start, timeout_s)) is not None:
+            return state
         raise WaitTimeout(f"job {user}/{job_id} did not end within {timeout_s:g}s")
 
     async def cancel(
@@ -305,12 +295,8 @@ class GfairClient:
         _, ack = await self._publish(data)
         if not wait:
             return details.state
-        events = self._follow(user, job_id, ack.sequence + 1, timeout_s)
-        async with aclosing(events):
-            async for event in events:
-                state = _state_of(event.data)
-                if state is not None and state.terminal:
-                    return state
+        if (state := await self._end_state(user, job_id, ack.sequence + 1, timeout_s)) is not None:
+            return state
         raise WaitTimeout(f"job {user}/{job_id}: cancel requested, not done within {timeout_s:g}s")
 
     async def uncordon(
@@ -538,6 +524,18 @@ class GfairClient:
                     return
 
     # -- plumbing -------------------------------------------------------------------------
+
+    async def _end_state(
+        self, user: str, job_id: str, start: int, timeout_s: float | None
+    ) -> JobState | None:
+        """The terminal state of the job's first terminal event from `start`; None past timeout."""
+        events = self._follow(user, job_id, start, timeout_s)
+        async with aclosing(events):
+            async for event in events:
+                state = _state_of(event.data)
+                if state is not None and state.terminal:
+                    return state
+        return None
 
     async def _follow(
         self, user: str, job_id: str, start: int, timeout_s: float | None

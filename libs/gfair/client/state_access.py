@@ -40,6 +40,7 @@ from gfair.state.stride_record import StrideRecord, load_stride
 _log = structlog.get_logger("gfair.client")
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 class StateAccess(Protocol):
@@ -143,28 +144,18 @@ class DirectAccess:
     async def node(self, node_id: str) -> NodeRecord | None:
         return await self._read(NODES.name, node_key(node_id), NodeRecord)
 
-    async def events(
+    def events(
         self, user: str | None, job_id: str | None, start: int
     ) -> AsyncGenerator[HistoricalEvent, None]:
         filters = () if user is None else (job_events_pattern(user, job_id),)
         history = read_history(
             self._bus, JOBS_STREAM.name, filter_subjects=filters, start_sequence=start
         )
-        try:
-            async with aclosing(history):
-                async for event in history:
-                    yield event
-        except BusError as exc:
-            raise NoCluster(f"cannot read {JOBS_STREAM.name}: {exc}") from exc
+        return _reading(history, JOBS_STREAM.name)
 
-    async def output(self, user: str, job_id: str, start: int) -> AsyncGenerator[OutputChunk, None]:
+    def output(self, user: str, job_id: str, start: int) -> AsyncGenerator[OutputChunk, None]:
         chunks = read_output(self._bus, user, job_id, start_sequence=start)
-        try:
-            async with aclosing(chunks):
-                async for chunk in chunks:
-                    yield chunk
-        except BusError as exc:
-            raise NoCluster(f"cannot read jobs' output (no GFAIR_LOGS stream?): {exc}") from exc
+        return _reading(chunks, "jobs' output (no GFAIR_LOGS stream?)")
 
     async def cleared_trades(self, start: int) -> AsyncGenerator[int, None]:
         history = read_history(
@@ -173,12 +164,9 @@ class DirectAccess:
             filter_subjects=(TradeCleared.subject_pattern(),),
             start_sequence=start,
         )
-        try:
-            async with aclosing(history):
-                async for event in history:
-                    yield event.sequence
-        except BusError as exc:
-            raise NoCluster(f"cannot read {SCHED_STREAM.name}: {exc}") from exc
+        async with aclosing(_reading(history, SCHED_STREAM.name)) as events:
+            async for event in events:
+                yield event.sequence
 
     async def changed(self, user: str, job_id: str, timeout_s: float | None) -> None:
         # Polling: a read of the stream costs one lookup when nothing happened.
@@ -209,3 +197,13 @@ class DirectAccess:
         if entry is None or not entry.value:
             return None
         return model.model_validate_json(entry.value)
+
+
+async def _reading(items: AsyncGenerator[T, None], what: str) -> AsyncGenerator[T, None]:
+    """`items`, closed when the reader stops; a bus error says the cluster is not there."""
+    try:
+        async with aclosing(items):
+            async for item in items:
+                yield item
+    except BusError as exc:
+        raise NoCluster(f"cannot read {what}: {exc}") from exc

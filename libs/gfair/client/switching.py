@@ -57,30 +57,37 @@ class SwitchStats:
         return cls(suspends, in_place, _median(yields), _median(resumes), _median(cold), size)
 
     def describe(self) -> str:
-        parts = [f"{self.suspends} suspends ({self.in_place} in place)"]
-        if self.yield_p50_s is not None:
-            parts.append(f"yield p50 {self.yield_p50_s:.3f}s")
-        if self.resume_in_place_p50_s is not None:
-            parts.append(f"in-place resume p50 {self.resume_in_place_p50_s:.3f}s")
-        if self.cold_start_p50_s is not None:
-            parts.append(f"start to first step p50 {self.cold_start_p50_s:.2f}s")
-        if self.checkpoint_bytes is not None:
-            parts.append(f"checkpoint {self.checkpoint_bytes / 1e6:.1f} MB")
-        return ", ".join(parts)
+        timings = _timings(
+            (self.yield_p50_s, self.resume_in_place_p50_s, self.cold_start_p50_s),
+            ("yield p50", "in-place resume p50", "start to first step p50"),
+            self.checkpoint_bytes,
+        )
+        return ", ".join([f"{self.suspends} suspends ({self.in_place} in place)", *timings])
 
 
 def describe_estimate(estimate: SwitchEstimate) -> str:
     """The profiler's estimates (medians of the job's last few switches of each kind)."""
-    parts = []
-    if estimate.yield_s is not None:
-        parts.append(f"yield {estimate.yield_s:.3f}s")
-    if estimate.resume_in_place_s is not None:
-        parts.append(f"in-place resume {estimate.resume_in_place_s:.3f}s")
-    if estimate.cold_start_s is not None:
-        parts.append(f"cold start {estimate.cold_start_s:.2f}s")
-    if estimate.checkpoint_bytes is not None:
-        parts.append(f"checkpoint {estimate.checkpoint_bytes / 1e6:.1f} MB")
-    return ", ".join(parts) + f" (from {estimate.reports} reports)"
+    timings = _timings(
+        (estimate.yield_s, estimate.resume_in_place_s, estimate.cold_start_s),
+        ("yield", "in-place resume", "cold start"),
+        estimate.checkpoint_bytes,
+    )
+    return ", ".join(timings) + f" (from {estimate.reports} reports)"
+
+
+def _timings(
+    seconds: tuple[float | None, float | None, float | None],
+    names: tuple[str, str, str],
+    checkpoint_bytes: int | None,
+) -> list[str]:
+    """A yield's, an in-place resume's and a cold start's times, each named, then the
+    checkpoint's size: those known. A cold start takes seconds; the others, milliseconds."""
+    digits = (3, 3, 2)
+    known = zip(seconds, names, digits, strict=True)
+    parts = [f"{name} {s:.{d}f}s" for s, name, d in known if s is not None]
+    if checkpoint_bytes is not None:
+        parts.append(f"checkpoint {checkpoint_bytes / 1e6:.1f} MB")
+    return parts
 
 
 def describe_charges(estimate: SwitchEstimate) -> str:

@@ -40,28 +40,41 @@ def verify_subject(data: EventData, subject: str) -> None:
         )
 
 
+def parse_envelope(raw: bytes | str) -> Envelope:
+    """Parse a message body; `InvalidEvent` (naming the field) if it is not an envelope."""
+    try:
+        return Envelope.model_validate_json(raw)
+    except ValidationError as error:
+        raise InvalidEvent(describe_validation_error(error, root="")) from error
+
+
+def typed_data(envelope: Envelope) -> EventData:
+    """The envelope's payload as its type's model; `InvalidEvent` naming what is wrong."""
+    try:
+        model = model_for(envelope.type)
+    except UnknownEventType as error:
+        raise InvalidEvent(f"type: {error}") from error
+    try:
+        return model.model_validate(envelope.data)
+    except ValidationError as error:
+        raise InvalidEvent(describe_validation_error(error, root="data")) from error
+
+
+def check_arrival(envelope: Envelope, subject: str) -> None:
+    """Raise `InvalidEvent` unless the envelope names the subject it arrived on."""
+    if envelope.subject != subject:
+        raise InvalidEvent(f"subject: envelope says {envelope.subject} but it arrived on {subject}")
+
+
 def decode(raw: bytes | str, *, subject: str | None = None) -> DecodedEvent:
     """Parse and validate a message; with `subject` (where it arrived) check it belongs there.
 
     Raises `InvalidEvent` whose `reason` names the field path, e.g.
     `data.gpus: Input should be greater than or equal to 1`.
     """
-    try:
-        envelope = Envelope.model_validate_json(raw)
-    except ValidationError as error:
-        raise InvalidEvent(describe_validation_error(error, root="")) from error
-    try:
-        model = model_for(envelope.type)
-    except UnknownEventType as error:
-        raise InvalidEvent(f"type: {error}") from error
-    try:
-        data = model.model_validate(envelope.data)
-    except ValidationError as error:
-        raise InvalidEvent(describe_validation_error(error, root="data")) from error
+    envelope = parse_envelope(raw)
+    data = typed_data(envelope)
     if subject is not None:
-        if envelope.subject != subject:
-            raise InvalidEvent(
-                f"subject: envelope says {envelope.subject} but it arrived on {subject}"
-            )
+        check_arrival(envelope, subject)
         verify_subject(data, subject)
     return DecodedEvent(envelope, data)

@@ -69,7 +69,7 @@ from gfair_services.failure_detector.job_book import JobBook
 from gfair_services.failure_detector.node_book import NodeBook
 from gfair_services.failure_detector.settings import FailureDetectorSettings
 from gfair_services.retention import EndedJobs
-from gfair_services.topology import cluster_topology
+from gfair_services.skeleton import Consumes, Every, declare, started
 
 SERVICE_NAME = "failure-detector"
 T = TypeVar("T")
@@ -130,27 +130,23 @@ class FailureDetector:
 
     def _build(self) -> Service:
         # `gfair_failures` is one of `gfair.state.buckets.ALL`, replicated like the others.
-        service = Service(SERVICE_NAME, topology=cluster_topology(replicas=self.settings.replicas))
-        service.on_start(self.start)
-        ack_wait_s = self.settings.ack_wait_s
-        self._heartbeats = service.add_handler(
-            self.on_node_event,
-            durable="failure-detector-nodes",
-            ack_wait_s=ack_wait_s,
-            settle=self._writes.settle,
-            # A heartbeat of every node every few seconds, published untraced: no span each.
-            untraced=(NodeHeartbeat,),
+        settle = self._writes.settle
+        service = declare(
+            SERVICE_NAME,
+            self.settings,
+            start=self.start,
+            consumes=(
+                # A heartbeat of every node every few seconds, and several progress reports a
+                # slice per running job, each only noting it alive: no span each.
+                Consumes("nodes", self.on_node_event, settle=settle, untraced=(NodeHeartbeat,)),
+                Consumes("jobs", self.on_job_event, settle=settle, untraced=(JobProgress,)),
+            ),
+            timers=(
+                Every("failure-check", self.settings.check_interval_s, self.check),
+                Every("job-retention", self.settings.retention_check_s, self.purge),
+            ),
         )
-        service.add_handler(
-            self.on_job_event,
-            durable="failure-detector-jobs",
-            ack_wait_s=ack_wait_s,
-            settle=self._writes.settle,
-            # Several reports a slice per running job, each only noting it alive: no span each.
-            untraced=(JobProgress,),
-        )
-        service.add_timer(self.settings.check_interval_s, self.check, name="failure-check")
-        service.add_timer(self.settings.retention_check_s, self.purge, name="job-retention")
+        self._heartbeats = service.routes[0]
         return service
 
     # ----- start -------------------------------------------------------------------------
@@ -399,9 +395,7 @@ class FailureDetector:
 
     @staticmethod
     def _started(value: T | None) -> T:
-        if value is None:
-            raise RuntimeError("the failure detector has not started: its buckets are not open")
-        return value
+        return started(value, "the failure detector (its buckets)")
 
 
 async def _entries(kv: KeyValue) -> list[KvEntry]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TypedDict, Unpack
 
 import structlog
 from opentelemetry import context as otel_context
@@ -49,6 +50,15 @@ def count_from_zero(node_id: str) -> None:
     )
 
 
+class Reporting(TypedDict, total=False):
+    """How `EventSink.send` publishes a report (see there)."""
+
+    cause: Envelope | None
+    key: str | None
+    correlation_id: str | None
+    traced: bool
+
+
 class EventSink:
     def __init__(self) -> None:
         # A lock per job with its holders and waiters counted, let go when nobody needs it.
@@ -80,19 +90,10 @@ class EventSink:
             else:
                 self._locks[job] = (lock, users - 1)
 
-    async def publish(
-        self,
-        data: EventData,
-        *,
-        cause: Envelope | None = None,
-        key: str | None = None,
-        correlation_id: str | None = None,
-        traced: bool = True,
-    ) -> None:
+    async def publish(self, data: EventData, **how: Unpack[Reporting]) -> None:
+        """`send`, holding the job's lock."""
         async with self.holding(data.job if isinstance(data, JobEvent) else None):
-            await self.send(
-                data, cause=cause, key=key, correlation_id=correlation_id, traced=traced
-            )
+            await self.send(data, **how)
 
     async def publish_for(
         self, run: LocalJob | None, data: EventData, *, key: str | None = None, traced: bool = True

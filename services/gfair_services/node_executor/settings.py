@@ -12,7 +12,6 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.events.fields import TOKEN_REGEX
 from gfair.node.job_account import (
     DEFAULT_JOB_UID_BASE,
@@ -29,6 +28,7 @@ from gfair.node.job_limits import JobLimits, LimitError, check_host, parse_size
 from gfair.node.progress import ProgressLimits
 from gfair.node.simulated import parse_gpu_spec
 from gfair_services.containers import ContainerSettings
+from gfair_services.skeleton import QuantumSettings
 
 # The same default as split-stride's, so a one-machine cluster needs no flag to agree on where
 # checkpoints are; a real cluster points both at a shared filesystem.
@@ -52,7 +52,7 @@ def progress_interval_for(quantum_s: float) -> float:
     return min(max(quantum_s / 6, 1.0), 10.0)
 
 
-class NodeExecutorSettings(ContainerSettings):
+class NodeExecutorSettings(ContainerSettings, QuantumSettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
     node_id: str = Field(
@@ -109,12 +109,6 @@ class NodeExecutorSettings(ContainerSettings):
     )
     term_grace_s: float = Field(
         default=5.0, gt=0, description="Between SIGTERM and SIGKILL when a job must stop"
-    )
-    quantum_s: float = Field(
-        default=DEFAULT_QUANTUM_S,
-        gt=0,
-        description="The scheduler's quantum (split-stride's GFAIR_QUANTUM_S): how often a job "
-        "reports its progress follows it, unless progress_interval_s says",
     )
     progress_interval_s: float | None = Field(
         default=None,

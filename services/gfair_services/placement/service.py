@@ -50,7 +50,6 @@ from gfair.bus.dead_letter import set_aside
 from gfair.bus.key_value import KeyValue, KvConflict
 from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
-from gfair.bus.topology import consumer_for
 from gfair.bus.tracing import current_traceparent
 from gfair.bus.transport import BusError
 from gfair.core.dependencies import DependencyOutcome, Eligibility, Readiness, eligibility
@@ -82,7 +81,7 @@ from gfair.state.buckets import UnreadableRecord, job_key
 from gfair.state.job_record import JobRecord, load_job, load_jobs, save_job
 from gfair_services.inventory import INVENTORY_EVENTS, NodeInventory
 from gfair_services.profiler.seed import seed_table
-from gfair_services.topology import cluster_topology
+from gfair_services.skeleton import Consumes, Every, declare, started
 
 from .admission import Refusal, answer_invalid_submission, check_pending, check_submission
 from .book import LiveJobs
@@ -136,34 +135,27 @@ class PlacementService:
 
     def service(self) -> Service:
         """The `Service` running this state's handlers."""
-        ack_wait_s = self.settings.ack_wait_s
-        service = Service(SERVICE_NAME, topology=cluster_topology(replicas=self.settings.replicas))
-        service.add_handler(
-            self.on_job_event,
-            consumer_for(JOB_EVENTS, durable="placement-jobs"),
-            accepts=JOB_EVENTS,
-            name="jobs",
-            # A submission the contract refuses never reaches the handler: answer it here.
-            on_invalid=answer_invalid_submission,
-            ack_wait_s=ack_wait_s,
-            settle=self.settle,
+        return declare(
+            SERVICE_NAME,
+            self.settings,
+            start=self.start,
+            consumes=(
+                # A submission the contract refuses never reaches the handler: answer it here.
+                Consumes(
+                    "jobs",
+                    self.on_job_event,
+                    JOB_EVENTS,
+                    settle=self.settle,
+                    on_invalid=answer_invalid_submission,
+                ),
+                Consumes("nodes", self.on_node_event, INVENTORY_EVENTS),
+            ),
+            timers=(Every("job-retention", self.settings.retention_check_s, self.purge),),
         )
-        service.add_handler(
-            self.on_node_event,
-            consumer_for(INVENTORY_EVENTS, durable="placement-nodes"),
-            accepts=INVENTORY_EVENTS,
-            name="nodes",
-            ack_wait_s=ack_wait_s,
-        )
-        service.add_timer(self.settings.retention_check_s, self.purge, name="job-retention")
-        service.on_start(self.start)
-        return service
 
     @property
     def kv(self) -> KeyValue:
-        if self._kv is None:
-            raise RuntimeError("placement has not started (no gfair_jobs bucket yet)")
-        return self._kv
+        return started(self._kv, "placement (its gfair_jobs bucket)")
 
     # -- start: rebuild from the bucket and the streams --------------------------------------
 
@@ -256,14 +248,7 @@ class PlacementService:
         self._note_dependencies(candidate)
         if candidate.key not in self._stored:
             self._create_soon(candidate)
-            _log.info(
-                "submission handled",
-                user=data.user,
-                job_id=data.job_id,
-                state=candidate.state,
-                servers=candidate.servers,
-            )
-            return _submission_outputs(candidate)
+            return _handled(candidate)
         try:
             revision = await save_job(self.kv, candidate, None)
         except KvConflict:
@@ -278,14 +263,7 @@ class PlacementService:
             else:
                 return [_duplicate(existing.record)]
         self.book.put(candidate, revision)
-        _log.info(
-            "submission handled",
-            user=data.user,
-            job_id=data.job_id,
-            state=candidate.state,
-            servers=candidate.servers,
-        )
-        return _submission_outputs(candidate)
+        return _handled(candidate)
 
     # -- cancellation --------------------------------------------------------------------------
 
@@ -585,6 +563,18 @@ def admission(record: JobRecord) -> Emit:
 def _admitted(data: JobSubmitted) -> str:
     kind = f", job type {data.job_type!r}" if data.job_type else ""
     return f"accepted: {data.gpus} GPU(s){kind}"
+
+
+def _handled(record: JobRecord) -> list[Emit]:
+    """What a submission's handler publishes once `record` is taken in."""
+    _log.info(
+        "submission handled",
+        user=record.user,
+        job_id=record.job_id,
+        state=record.state,
+        servers=record.servers,
+    )
+    return _submission_outputs(record)
 
 
 def _submission_outputs(record: JobRecord) -> list[Emit]:

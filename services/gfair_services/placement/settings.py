@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field
@@ -11,6 +10,7 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 from gfair.events.admission_limits import MAX_JOB_GPUS, MAX_JOB_TICKETS
 from gfair_services.containers import ContainerSettings
 from gfair_services.retention import RetentionSettings
+from gfair_services.skeleton import ThroughputsSettings
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
 
@@ -21,7 +21,9 @@ def _names(value: object) -> object:
     return value
 
 
-class PlacementSettings(TenantSettings, TopologySettings, RetentionSettings, ContainerSettings):
+class PlacementSettings(
+    TenantSettings, TopologySettings, RetentionSettings, ContainerSettings, ThroughputsSettings
+):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
     max_job_gpus: int = Field(
@@ -46,8 +48,4 @@ class PlacementSettings(TenantSettings, TopologySettings, RetentionSettings, Con
     )
     allowed_users: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_names)] = Field(
         default=(), description="Users allowed to submit (comma-separated); empty: anyone"
-    )
-    throughputs: Path | None = Field(
-        default=None,
-        description="Gavel throughput table (default: the measurements packaged with gfair)",
     )

@@ -52,7 +52,7 @@ from gfair.state.profile_record import (
 from gfair_services.profiler.profile_book import Fold, ProfileBook
 from gfair_services.profiler.seed import seed_table
 from gfair_services.profiler.settings import ProfilerSettings
-from gfair_services.topology import cluster_topology
+from gfair_services.skeleton import Consumes, declare, started
 
 SERVICE_NAME = "profiler"
 
@@ -75,9 +75,7 @@ class Profiler:
 
     @property
     def kv(self) -> KeyValue:
-        if self._kv is None:
-            raise RuntimeError("the profiler has not started: its bucket is not open")
-        return self._kv
+        return started(self._kv, "the profiler (its bucket)")
 
     async def start(self, runtime: ServiceRuntime) -> None:
         """Restore the book from the bucket before any handler runs (docs/design.md §3.3)."""
@@ -190,19 +188,13 @@ def build_service(settings: ProfilerSettings | None = None) -> Service:
         change=settings.profile_change,
     )
     profiler = Profiler(book)
-    service = Service(SERVICE_NAME, topology=cluster_topology(replicas=settings.replicas))
-    service.on_start(profiler.start)
-    service.add_handler(
-        profiler.on_job_event,
-        durable="profiler-jobs",
-        ack_wait_s=settings.ack_wait_s,
-        settle=profiler.writes.settle,
-        untraced=(JobProgress,),
+    settle = profiler.writes.settle
+    return declare(
+        SERVICE_NAME,
+        settings,
+        start=profiler.start,
+        consumes=(
+            Consumes("jobs", profiler.on_job_event, settle=settle, untraced=(JobProgress,)),
+            Consumes("nodes", profiler.on_node_registered, settle=settle),
+        ),
     )
-    service.add_handler(
-        profiler.on_node_registered,
-        durable="profiler-nodes",
-        ack_wait_s=settings.ack_wait_s,
-        settle=profiler.writes.settle,
-    )
-    return service

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from gfair_services.skeleton import ThroughputsSettings
 from gfair_services.topology import TopologySettings
 
 
-class ProfilerSettings(TopologySettings):
+class ProfilerSettings(TopologySettings, ThroughputsSettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
-    throughputs: Path | None = Field(
-        default=None,
-        description="Gavel throughput table seeding the estimates "
-        "(default: the Gavel measurements packaged with gfair)",
-    )
     profile_change: float = Field(
         default=0.05,
         gt=0,

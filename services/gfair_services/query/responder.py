@@ -7,11 +7,14 @@ the services keep them (`DirectAccess`) and cut down to the caller's part (`scop
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from typing import Generic, TypeVar
+from typing import Generic, Self, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from gfair.bus.history import HistoricalEvent
+from gfair.bus.job_output import OutputChunk
 from gfair.client import GfairClient
 from gfair.client.errors import ClientError
 from gfair.client.queries import (
@@ -39,6 +42,7 @@ from gfair.state.job_record import JobRecord
 from gfair_services.query.scope import own_node, own_shares, own_stride
 
 Item = TypeVar("Item", bound=BaseModel)
+Found = TypeVar("Found")
 
 
 class Unanswerable(Exception):
@@ -83,33 +87,11 @@ class QueryResponder:
             case "job", JobQuery(job_id=job_id):
                 return await access.job(user, job_id)
             case "events", EventsQuery(job_id=job_id, start=start):
-                events = _Page[StoredEvent]()
-                history = access.events(user, job_id, start)
-                async with aclosing(history):
-                    async for e in history:
-                        stored = StoredEvent(
-                            sequence=e.sequence, subject=e.envelope.subject, envelope=e.envelope
-                        )
-                        if not events.add(stored):
-                            break
+                events = await _Page[StoredEvent]().fill(access.events(user, job_id, start), _event)
                 after_last = events.items[-1].sequence + 1 if events.full else None
                 return EventsPage(events=tuple(events.items), next=after_last)
             case "output", OutputQuery(job_id=job_id, start=start):
-                chunks = _Page[StoredChunk]()
-                output = access.output(user, job_id, start)
-                async with aclosing(output):
-                    async for c in output:
-                        chunk = StoredChunk(
-                            output=c.output,
-                            node=c.node,
-                            run=c.run,
-                            offset=c.offset,
-                            data=c.data,
-                            end=c.end,
-                            sequence=c.sequence,
-                        )
-                        if not chunks.add(chunk):
-                            break
+                chunks = await _Page[StoredChunk]().fill(access.output(user, job_id, start), _chunk)
                 after_last = chunks.items[-1].sequence + 1 if chunks.full else None
                 return OutputPage(chunks=tuple(chunks.items), next=after_last)
             case "shares", NoQuery():
@@ -134,6 +116,16 @@ class _Page(Generic[Item]):
         self.full = False
         self._size = 0
 
+    async def fill(
+        self, source: AsyncGenerator[Found, None], item: Callable[[Found], Item]
+    ) -> Self:
+        """Add `item(found)` for what `source` yields until the page is full; close `source`."""
+        async with aclosing(source):
+            async for found in source:
+                if not self.add(item(found)):
+                    break
+        return self
+
     def add(self, item: Item) -> bool:
         size = len(item.model_dump_json())
         if self.items and self._size + size > PAGE_BYTES:
@@ -142,3 +134,11 @@ class _Page(Generic[Item]):
         self.items.append(item)
         self._size += size
         return True
+
+
+def _event(e: HistoricalEvent) -> StoredEvent:
+    return StoredEvent(sequence=e.sequence, subject=e.envelope.subject, envelope=e.envelope)
+
+
+def _chunk(c: OutputChunk) -> StoredChunk:
+    return StoredChunk.model_validate(c, from_attributes=True)  # the same fields

@@ -11,6 +11,7 @@ finds it without a look at every job (`Records.changed_jobs`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 
@@ -231,30 +232,25 @@ def _entry(record: ServerRecord) -> NodeEntry:
     )
 
 
+# What a job's record holds as the machine's `SchedulerJob` does, field for field: derived, so
+# a per-job input added to both is stored without a line here. The rest is converted below.
+_CONVERTED = frozenset({"runnable_at", "parked", "coming_up_until", "launch", "switches"})
+_AS_IS = tuple(
+    f.name
+    for f in dataclasses.fields(SchedulerJob)
+    if f.name in StrideJob.model_fields and f.name not in _CONVERTED
+)
+
+
 def _job(record: StrideJob) -> SchedulerJob:
     switches = record.switches
     return SchedulerJob(
-        user=record.user,
-        job_id=record.job_id,
-        gpus=record.gpus,
-        weight=record.weight,
-        job_type=record.job_type,
-        seq=record.seq,
-        stride_pass=record.stride_pass,
-        generation=record.generation,
-        servers=record.servers,
-        attempt=record.attempt,
+        **{name: getattr(record, name) for name in _AS_IS},
         runnable_at=None if record.runnable_at is None else seconds(record.runnable_at),
-        exited=record.exited,
         stays={r.node_id: _stay(r) for r in record.residency},
-        array=record.array,
-        array_limit=record.array_limit,
-        prepare=record.prepare,
-        ran_s=record.ran_s,
         parked=None
         if record.parked is None
         else (record.parked.node_id, record.parked.gpu_indices),
-        prepared_unproven=record.prepared_unproven,
         coming_up_until=None if record.coming_up_until is None else seconds(record.coming_up_until),
         launch=None
         if record.launch is None
@@ -271,27 +267,12 @@ def _job(record: StrideJob) -> SchedulerJob:
 def _record(job: SchedulerJob) -> StrideJob:
     switches = job.switches
     return StrideJob(
-        user=job.user,
-        job_id=job.job_id,
-        gpus=job.gpus,
-        weight=job.weight,
-        job_type=job.job_type,
-        seq=job.seq,
-        stride_pass=job.stride_pass,
-        generation=job.generation,
-        servers=job.servers,
-        attempt=job.attempt,
+        **{name: getattr(job, name) for name in _AS_IS},
         runnable_at=None if job.runnable_at is None else moment(job.runnable_at),
-        exited=job.exited,
         residency=tuple(_residency(s) for s in job.stays.values()),
-        array=job.array,
-        array_limit=job.array_limit,
-        prepare=job.prepare,
-        ran_s=job.ran_s,
         parked=None
         if job.parked is None
         else ParkedPlace(node_id=job.parked[0], gpu_indices=job.parked[1]),
-        prepared_unproven=job.prepared_unproven,
         coming_up_until=None if job.coming_up_until is None else moment(job.coming_up_until),
         launch=None if job.launch is None else JobLaunch.from_fields(job.launch),
         correlation_id=None if job.launch is None else job.launch.correlation_id,

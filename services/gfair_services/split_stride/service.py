@@ -149,7 +149,7 @@ from gfair.state.stride_record import (
 )
 from gfair_services.inventory import INVENTORY_EVENTS, NodeInventory
 from gfair_services.profiler.seed import seed_table
-from gfair_services.topology import cluster_topology
+from gfair_services.skeleton import Consumes, Every, declare, started
 
 from . import record
 from .settings import SplitStrideSettings
@@ -221,43 +221,22 @@ class SplitStrideService:
         self._heard_at = -math.inf
 
     def service(self) -> Service:
-        ack_wait_s = self.settings.ack_wait_s
-        service = Service(SERVICE_NAME, topology=cluster_topology(replicas=self.settings.replicas))
-        service.add_handler(
-            self.on_job_event,
-            JOBS_CONSUMER,
-            accepts=JOB_EVENTS,
-            name="jobs",
-            ack_wait_s=ack_wait_s,
-            settle=self._settler("jobs"),
+        inputs = (
+            ("jobs", self.on_job_event, JOB_EVENTS),
+            ("nodes", self.on_node_event, INVENTORY_EVENTS),
+            ("shares", self.on_shares_event, SHARES_EVENTS),
         )
-        service.add_handler(
-            self.on_node_event,
-            consumer_for(INVENTORY_EVENTS, durable="split-stride-nodes"),
-            accepts=INVENTORY_EVENTS,
-            name="nodes",
-            ack_wait_s=ack_wait_s,
-            settle=self._settler("nodes"),
+        return declare(
+            SERVICE_NAME,
+            self.settings,
+            start=self.start,
+            consumes=[Consumes(n, h, events, settle=self._settler(n)) for n, h, events in inputs],
+            timers=(Every("quantum", self.settings.quantum_s, self.on_tick, self._first_tick_in),),
         )
-        service.add_handler(
-            self.on_shares_event,
-            consumer_for(SHARES_EVENTS, durable="split-stride-shares"),
-            accepts=SHARES_EVENTS,
-            name="shares",
-            ack_wait_s=ack_wait_s,
-            settle=self._settler("shares"),
-        )
-        service.add_timer(
-            self.settings.quantum_s, self.on_tick, name="quantum", first_in=self._first_tick_in
-        )
-        service.on_start(self.start)
-        return service
 
     @property
     def machine(self) -> SplitStride:
-        if self._machine is None:
-            raise RuntimeError("split-stride has not started")
-        return self._machine
+        return started(self._machine, "split-stride")
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -704,9 +683,7 @@ class SplitStrideService:
 
     @property
     def jobs_kv(self) -> KeyValue:
-        if self._jobs_kv is None:
-            raise RuntimeError("split-stride has not started")
-        return self._jobs_kv
+        return started(self._jobs_kv, "split-stride")
 
 
 def _job_input(envelope: Envelope, data: JobEvent, now: float) -> MachineJobEvent | None:

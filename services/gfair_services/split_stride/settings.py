@@ -8,9 +8,9 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.core.scheduler import SchedulerConfig
 from gfair.core.switch_costs import DEFAULT_COSTS, SwitchCosts
+from gfair_services.skeleton import QuantumSettings, ThroughputsSettings
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
 
@@ -22,12 +22,9 @@ from gfair_services.topology import TopologySettings
 MIN_YIELD_GRACE_S = 2.0
 
 
-class SplitStrideSettings(TenantSettings, TopologySettings):
+class SplitStrideSettings(TenantSettings, TopologySettings, QuantumSettings, ThroughputsSettings):
     model_config = SettingsConfigDict(env_prefix="GFAIR_", extra="ignore")
 
-    quantum_s: float = Field(
-        default=DEFAULT_QUANTUM_S, gt=0, description="Length of a time-slice quantum"
-    )
     checkpoint_root: Path = Field(
         default=Path("/tmp/gfair/checkpoints"),
         description="Root shared by every node; a job checkpoints in <root>/<user>/<job_id>",
@@ -66,10 +63,6 @@ class SplitStrideSettings(TenantSettings, TopologySettings):
         default=DEFAULT_COSTS.resume_s,
         ge=0,
         description="Seconds of progress a job is taken to lose resuming on the servers it left",
-    )
-    throughputs: Path | None = Field(
-        default=None,
-        description="Gavel throughput table (default: the measurements packaged with gfair)",
     )
 
     @field_validator("checkpoint_root")

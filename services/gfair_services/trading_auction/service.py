@@ -63,7 +63,7 @@ from gfair.state.buckets import SHARES, STRIDE
 from gfair.state.share_record import SHARES_KEY, SharesRecord, TradeRecord
 from gfair.state.stride_record import load_stride
 from gfair_services.profiler.seed import seed_table
-from gfair_services.topology import cluster_topology
+from gfair_services.skeleton import Consumes, Every, declare, started
 from gfair_services.trading_auction.market import (
     MAX_BID,
     ActiveJob,
@@ -174,9 +174,7 @@ class Auction:
 
     @property
     def kv(self) -> KeyValue:
-        if self._kv is None:
-            raise RuntimeError("the trading auction has not started: its bucket is not open")
-        return self._kv
+        return started(self._kv, "the trading auction (its bucket)")
 
     async def start(self, runtime: ServiceRuntime) -> None:
         """Restore inputs and the allocation in force from the bucket (docs/design.md §3.3)."""
@@ -442,21 +440,16 @@ def build_service(
         tree=settings.shares,
     )
     auction = Auction(market, clock, settings.shares_text, settings.quantum_s / 2)
-    ack_wait_s = settings.ack_wait_s
-    service = Service(SERVICE_NAME, topology=cluster_topology(replicas=settings.replicas))
-    service.on_start(auction.start)
-    settle = auction.writes.settle
-    service.add_handler(
-        auction.on_job_event, durable="trading-auction-jobs", ack_wait_s=ack_wait_s, settle=settle
+    inputs = (
+        ("jobs", auction.on_job_event),
+        ("nodes", auction.on_node_event),
+        ("profiles", auction.on_profile),
+        ("shares", auction.on_shares),
     )
-    service.add_handler(
-        auction.on_node_event, durable="trading-auction-nodes", ack_wait_s=ack_wait_s, settle=settle
+    return declare(
+        SERVICE_NAME,
+        settings,
+        start=auction.start,
+        consumes=[Consumes(name, h, settle=auction.writes.settle) for name, h in inputs],
+        timers=(Every("auction", settings.recompute_interval_s, auction.tick),),
     )
-    service.add_handler(
-        auction.on_profile, durable="trading-auction-profiles", ack_wait_s=ack_wait_s, settle=settle
-    )
-    service.add_handler(
-        auction.on_shares, durable="trading-auction-shares", ack_wait_s=ack_wait_s, settle=settle
-    )
-    service.add_timer(settings.recompute_interval_s, auction.tick, name="auction")
-    return service

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import Field
 
 from gfair.core.scheduler import SchedulerConfig
+from gfair_services.skeleton import QuantumSettings, ThroughputsSettings
 from gfair_services.tenants import TenantSettings
 from gfair_services.topology import TopologySettings
 
@@ -14,12 +13,9 @@ from gfair_services.topology import TopologySettings
 _DEFAULTS = SchedulerConfig()
 
 
-class TradingAuctionSettings(TenantSettings, TopologySettings):
-    throughputs: Path | None = Field(
-        default=None,
-        description="Gavel throughput table for users nobody has profiled yet "
-        "(default: the Gavel measurements packaged with gfair)",
-    )
+class TradingAuctionSettings(
+    TenantSettings, TopologySettings, QuantumSettings, ThroughputsSettings
+):
     trading: bool = Field(
         default=_DEFAULTS.trading, description="Trade share between pools; off: plain ticket shares"
     )
@@ -27,12 +23,6 @@ class TradingAuctionSettings(TenantSettings, TopologySettings):
         default=_DEFAULTS.min_seller_gain,
         ge=0,
         description="Least relative gain a seller must make on a trade (docs/design.md §2.5)",
-    )
-    quantum_s: float = Field(
-        default=_DEFAULTS.quantum_s,
-        gt=0,
-        description="Split-stride's quantum (the same setting): in the shares file's decayed "
-        "mode the auction reads split-stride's usage twice a quantum",
     )
     recompute_interval_s: float = Field(
         default=1.0,
