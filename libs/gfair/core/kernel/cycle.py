@@ -113,6 +113,23 @@ class Pass:
     SURPLUS: Final = "surplus"
     FAST_FIRST: Final = "fast-first"
     FASTEST: Final = "fastest-to-fastest"
+    BACKFILL: Final = "backfill"  # between quanta (`backfill`), not in a `Decision`
+
+    @staticmethod
+    def describe(name: str, generation: str) -> str:
+        """Why the pass `name` ran a job in pool `generation`, in words."""
+        match name:
+            case Pass.STRIDE:
+                return f"stride, its user's share of {generation}"
+            case Pass.SURPLUS:
+                return f"surplus, {generation} GPUs their users left idle"
+            case Pass.FAST_FIRST:
+                return f"moved to a faster pool, {generation} (fast-first)"
+            case Pass.FASTEST:
+                return f"nobody waits, and it gains most on {generation} (fastest-to-fastest)"
+            case Pass.BACKFILL:
+                return f"backfill, {generation} GPUs left idle between quanta"
+        return name
 
 
 @dataclass(slots=True)
