@@ -24,8 +24,7 @@ from datetime import UTC, datetime
 
 from gfair.bus.memory_kv import InMemoryKeyValue
 from gfair.bus.topology import BucketSpec
-from gfair.core import kernel
-from gfair.core.kernel import DEFAULT_QUANTUM_S
+from gfair.core.kernel import DEFAULT_QUANTUM_S, backfilling
 from gfair.core.scheduler import (
     Admitted,
     Exited,
@@ -91,12 +90,12 @@ def _timed(action: Callable[[], object]) -> float:
 @contextlib.contextmanager
 def _placed_one_by_one() -> Iterator[None]:
     """The baseline: `backfill` places every running job again before it fills."""
-    kept = kernel._held_in_place
-    kernel._held_in_place = lambda pools, holding: None
+    kept = backfilling._held_in_place
+    backfilling._held_in_place = lambda cycle, holding: None
     try:
         yield
     finally:
-        kernel._held_in_place = kept
+        backfilling._held_in_place = kept
 
 
 def _admissions(machine: SplitStride, now: float, first: int, repeat: int) -> list[float]:

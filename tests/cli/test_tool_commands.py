@@ -462,3 +462,17 @@ def test_submit_from_a_spec_file_with_flags_overriding_it(gfair: Gfair, tmp_path
     spec.write_text("user: alice\ncommand: [python]\n")
     code, _, err = gfair("submit", "-f", str(spec))
     assert code == 2 and "--gpus" in err
+
+
+def test_why_says_which_pass_of_the_scheduler_placed_a_job(gfair: Gfair) -> None:
+    # A job arriving between quanta on an idle cluster starts at once, on the fastest GPUs
+    # left idle (the kernel's backfill); the job's history says so.
+    job_id = gfair.submit("alice")["job_id"]
+
+    def placed() -> bool:
+        return "placed on v100" in gfair("why", f"alice/{job_id}")[1]
+
+    eventually(placed)
+    code, out, _ = gfair("why", f"alice/{job_id}")
+    assert code == 0
+    assert "by the scheduler: backfill, v100 GPUs left idle between quanta" in out

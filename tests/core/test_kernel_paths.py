@@ -8,9 +8,19 @@ import random
 
 import pytest
 
-from gfair.core import kernel
 from gfair.core.cluster import parse_cluster_spec
-from gfair.core.kernel import Decision, PoolState, RunnableJob, Snapshot, UserState, decide
+from gfair.core.kernel import (
+    Decision,
+    PoolState,
+    RunnableJob,
+    Snapshot,
+    UserState,
+    backfilling,
+    cycle,
+    decide,
+    stride,
+    surplus,
+)
 from gfair.core.packing import Packing
 from gfair.core.scheduler import SchedulerConfig
 
@@ -94,7 +104,7 @@ def test_long_queues_decide_as_if_looked_through_job_by_job(
 ) -> None:
     snapshot = _random_snapshot(seed)
     sorted_by_pool = decide(snapshot)
-    monkeypatch.setattr(kernel, "_SHORT_QUEUE", 10**9)  # every queue looked through in order
+    monkeypatch.setattr(stride, "_SHORT_QUEUE", 10**9)  # every queue looked through in order
     assert _fields(decide(snapshot)) == _fields(sorted_by_pool)
 
 
@@ -102,8 +112,9 @@ def test_long_queues_decide_as_if_looked_through_job_by_job(
 def test_kept_empty_packings_are_fresh_ones(seed: int) -> None:
     snapshot = _random_snapshot(seed)
     first = decide(snapshot)
-    kernel._EMPTY.clear()
-    kernel._SERVERS.clear()
+    cycle._last.clear()
+    for pool in snapshot.pools:
+        pool._empty.clear()
     assert _fields(decide(snapshot)) == _fields(first)
     assert _fields(decide(snapshot)) == _fields(first)  # the kept ones were not written
 
@@ -186,7 +197,7 @@ def test_surplus_looks_at_every_job_as_it_would_without_the_free_gpus_bound(
     # Surplus skips a job larger than every pool's free GPUs, and stops once none are free.
     snapshot = _random_snapshot(seed)
     bounded = decide(snapshot)
-    monkeypatch.setattr(kernel, "_TOTAL", lambda packing: 10**9)  # never bounded, never done
+    monkeypatch.setattr(surplus, "TOTAL", lambda packing: 10**9)  # never bounded, never done
     assert _fields(decide(snapshot)) == _fields(bounded)
 
 
@@ -251,8 +262,9 @@ def test_running_jobs_held_in_place_pack_as_placed_one_by_one(seed: int) -> None
     # `backfill` marks the running jobs' GPUs taken without placing each: the free GPUs, and
     # the order of equally free servers best fit picks from, are those placing them gives.
     pools, jobs = _holding(seed, consistent=seed % 4 != 0)
-    in_order, chosen = kernel._held_in_order(pools, jobs)
-    in_place = kernel._held_in_place(pools, jobs)
+    held = cycle.Cycle(Snapshot(pools, {}, {}), empty=False)
+    in_order, chosen = backfilling._held_in_order(held, jobs)
+    in_place = backfilling._held_in_place(held, jobs)
     if in_place is None:
         # Only when some job could not stay where it runs.
         assert seed % 4 == 0

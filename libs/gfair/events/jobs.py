@@ -217,6 +217,11 @@ class JobPlaced(JobEvent):
 
     servers: NodeIds = Field(description="Servers the gang runs on, each once")
     generation: Generation
+    chosen_by: str | None = Field(
+        default=None,
+        description="Which pass of the scheduler's kernel placed it there (stride, surplus, "
+        "fast-first, fastest-to-fastest, backfill)",
+    )
 
 
 @register

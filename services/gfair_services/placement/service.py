@@ -53,6 +53,7 @@ from gfair.bus.service import Emit, Service
 from gfair.bus.tracing import current_traceparent
 from gfair.bus.transport import BusError
 from gfair.core.dependencies import DependencyOutcome, Eligibility, Readiness, eligibility
+from gfair.core.kernel import Pass
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand
 from gfair.events.envelope import Clock, Envelope, EventData, utc_now
@@ -317,11 +318,7 @@ class PlacementService:
                 updated = updated.lost_node(node_id, at)
         match data:
             case JobPlaced():
-                updated = updated.with_decision(
-                    at,
-                    "placement",
-                    f"placed on {data.generation} {', '.join(data.servers)} by the scheduler",
-                )
+                updated = updated.with_decision(at, "placement", _placed_text(data))
             case JobRetried():
                 updated = updated.with_decision(
                     at,
@@ -558,6 +555,13 @@ def admission(record: JobRecord) -> Emit:
     (the submission, or the completion of a job it waited for)."""
     sub = record.submission
     return Emit(record.admission(), correlation_id=sub.event_id, trace_parent=sub.trace_parent)
+
+
+def _placed_text(data: JobPlaced) -> str:
+    text = f"placed on {data.generation} {', '.join(data.servers)} by the scheduler"
+    if data.chosen_by is None:
+        return text  # a prepared start, or a scheduler older than the field
+    return f"{text}: {Pass.describe(data.chosen_by, data.generation)}"
 
 
 def _admitted(data: JobSubmitted) -> str:

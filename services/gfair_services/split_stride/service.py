@@ -766,6 +766,7 @@ def _placed(placement: Placement) -> JobPlaced:
         job_id=placement.job_id,
         servers=placement.servers,
         generation=placement.generation,
+        chosen_by=placement.chosen_by,
     )
 
 

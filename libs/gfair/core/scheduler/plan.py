@@ -25,6 +25,8 @@ class Placement:
     job_id: str
     servers: tuple[str, ...]
     generation: str
+    # The kernel's pass that put it there (`kernel.Pass`); None for a prepared start
+    chosen_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gfair.core import kernel
-from gfair.core.kernel import Decision, Snapshot, backfill, decide
+from gfair.core.kernel import Decision, Pass, Snapshot, backfill, decide
 
 from .plan import Forgotten, Placement, QuantumPlan, ServerTurn, Start, Starts, Stop, StopReason
 from .residency import Phase, SchedulerJob, Stay
@@ -129,7 +129,7 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
         quantum,
         tuple(turns),
         strays,
-        tuple(_placement(job) for job in placed),
+        tuple(_placement(job, decision.chosen_by.get(job.key)) for job in placed),
         decision.waiting,
         forgotten,
         tuple(short),
@@ -196,7 +196,7 @@ def fill(machine: SplitStride, now: float) -> Starts:
         if started:
             turns.extend(started)
             if moved:
-                placed.append(_placement(job))
+                placed.append(_placement(job, Pass.BACKFILL))
     return Starts(tuple(turns), tuple(placed))
 
 
@@ -387,6 +387,6 @@ def _stop(
     return Stop(job.user, job.job_id, stay.node_id, stay.attempt, reason)
 
 
-def _placement(job: SchedulerJob) -> Placement:
+def _placement(job: SchedulerJob, chosen_by: str | None) -> Placement:
     assert job.generation is not None
-    return Placement(job.user, job.job_id, job.servers, job.generation)
+    return Placement(job.user, job.job_id, job.servers, job.generation, chosen_by)
