@@ -472,7 +472,7 @@ def test_why_says_which_pass_of_the_scheduler_placed_a_job(gfair: Gfair) -> None
     def placed() -> bool:
         return "placed on v100" in gfair("why", f"alice/{job_id}")[1]
 
-    eventually(placed)
+    eventually_sync(placed)
     code, out, _ = gfair("why", f"alice/{job_id}")
     assert code == 0
     assert "by the scheduler: backfill, v100 GPUs left idle between quanta" in out
