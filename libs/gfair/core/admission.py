@@ -222,7 +222,9 @@ class Admission:
         """Why the job is held (None: it is not)."""
         key = (user, job_id)
         if key in self._after_ok:
-            return eligibility(self._after_ok[key], self._outcomes(user, self._after_ok[key])).reason
+            return eligibility(
+                self._after_ok[key], self._outcomes(user, self._after_ok[key])
+            ).reason
         array = self._queued.get(key)
         return None if array is None else f"waiting for a slot of array {array}"
 

@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from gfair.core.cluster import Cluster
 from gfair.core.admission import (
     Admission,
     Admit,
@@ -35,6 +34,7 @@ from gfair.core.admission import (
     Refuse,
     Submitted,
 )
+from gfair.core.cluster import Cluster
 from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.core.packing import Packing
 from gfair.core.shares_tree import ShareTree
