@@ -200,7 +200,7 @@ class Admission:
         # Job -> the jobs naming it in `after_ok`, in submission order (a dict as ordered set).
         self._dependents: dict[_Key, dict[_Key, None]] = {}
         self._gated: dict[_Key, Submitted] = {}  # held array members, for their release
-        self._arrays: dict[_Key, tuple[str, int]] = {}  # members admitted under a limit
+        self._arrays: dict[_Key, tuple[str, str]] = {}  # members admitted: their (user, array)
         self._admitted: Counter[tuple[str, str]] = Counter()  # (user, array) -> members
         self._waiting: dict[tuple[str, str], deque[Submitted]] = {}
         self._queued: dict[_Key, str] = {}  # members waiting for a slot -> their array

@@ -72,6 +72,12 @@ class SplitStrideSettings(TenantSettings, TopologySettings):
         description="Gavel throughput table (default: the measurements packaged with gfair)",
     )
 
+    journal: Path | None = Field(
+        default=None,
+        description="Append every input of the state machine and its outcome to this file "
+        "(JSON Lines, one run per start; `gfair replay` checks it)",
+    )
+
     @field_validator("checkpoint_root")
     @classmethod
     def _absolute(cls, value: Path) -> Path:
