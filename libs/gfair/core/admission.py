@@ -1,5 +1,5 @@
 """Admission: whether a submitted job may run now, waits, or never will; one pure machine that
-placement and the simulator both drive (`Admission.apply`: an input in, decisions out; no I/O,
+placement and the simulator both drive (`Admitter.apply`: an input in, decisions out; no I/O,
 no clock).
 
 **Dependencies** (Slurm's ``--dependency=afterok``). A job may name jobs of the same user
@@ -20,13 +20,13 @@ admits it as `held` and announces it as accepted only when released; the simulat
 to its policy only then), so it counts toward no demand and keeps no GPU idle.
 
 **Array holds.** A driver whose scheduler does not limit arrays itself (the simulator's
-baselines; gandiva-fair's machine does, `gfair.core.arrays`) names the array in `Submitted`:
+baselines; gandiva-fair's machine does, `gfair.core.arrays`) names the array in `Arrived`:
 then at most `array_limit` of its members are admitted at once, the others held in arrival
 order until a member ends.
 
 Refusals a driver finds by itself (the operator's limits, no pool that fits: `filters`) come in
 with the submission, so that the machine knows the job as rejected; a driver that refuses an
-admitted job after all (the simulator's policy) says so with `Ended(..., REJECTED)`.
+admitted job after all (the simulator's policy) says so with `Finished(..., REJECTED)`.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ DEPENDENCY_FAILED = "dependency_failed"
 
 
 @dataclass(frozen=True, slots=True)
-class Submitted:
+class Arrived:
     """A job submitted; `refusal` (code, reason) when the driver's own checks refused it."""
 
     user: str
@@ -121,7 +121,7 @@ class Submitted:
 
 
 @dataclass(frozen=True, slots=True)
-class Ended:
+class Finished:
     """A job admitted earlier ended (or was refused after all: `REJECTED`)."""
 
     user: str
@@ -141,13 +141,13 @@ class Known:
 
 
 @dataclass(frozen=True, slots=True)
-class Forgotten:
+class Purged:
     """Jobs whose records are gone (retention): naming one is naming no job."""
 
     jobs: tuple[tuple[str, str], ...]
 
 
-Input: TypeAlias = Submitted | Ended | Known | Forgotten
+Input: TypeAlias = Arrived | Finished | Known | Purged
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +190,7 @@ Decision: TypeAlias = Admit | Hold | Refuse | Cancel
 _Key: TypeAlias = tuple[str, str]  # (user, job id): dependencies are within one user's jobs
 
 
-class Admission:
+class Admitter:
     """The admission machine (module doc). `apply` takes one input and returns its decisions,
     those it causes down dependency chains and array queues included, in order."""
 
@@ -199,22 +199,22 @@ class Admission:
         self._after_ok: dict[_Key, tuple[str, ...]] = {}  # jobs held for dependencies
         # Job -> the jobs naming it in `after_ok`, in submission order (a dict as ordered set).
         self._dependents: dict[_Key, dict[_Key, None]] = {}
-        self._gated: dict[_Key, Submitted] = {}  # held array members, for their release
+        self._gated: dict[_Key, Arrived] = {}  # held array members, for their release
         self._arrays: dict[_Key, tuple[str, str]] = {}  # members admitted: their (user, array)
         self._admitted: Counter[tuple[str, str]] = Counter()  # (user, array) -> members
-        self._waiting: dict[tuple[str, str], deque[Submitted]] = {}
+        self._waiting: dict[tuple[str, str], deque[Arrived]] = {}
         self._queued: dict[_Key, str] = {}  # members waiting for a slot -> their array
 
     def apply(self, given: Input) -> list[Decision]:
         out: list[Decision] = []
         match given:
-            case Submitted():
+            case Arrived():
                 self._submit(given, out)
-            case Ended():
+            case Finished():
                 self._end((given.user, given.job_id), given.outcome, out)
             case Known():
                 self._note(given)
-            case Forgotten():
+            case Purged():
                 self._forget(given.jobs)
         return out
 
@@ -236,7 +236,7 @@ class Admission:
         known = self._known
         return {j: known[(user, j)] for j in job_ids if (user, j) in known}
 
-    def _submit(self, job: Submitted, out: list[Decision]) -> None:
+    def _submit(self, job: Arrived, out: list[Decision]) -> None:
         key = (job.user, job.job_id)
         if job.refusal is not None:
             self._known[key] = DependencyOutcome.REJECTED
@@ -258,7 +258,7 @@ class Admission:
         self._known[key] = DependencyOutcome.PENDING
         self._gate(job, "", out)
 
-    def _gate(self, job: Submitted, released: str, out: list[Decision]) -> None:
+    def _gate(self, job: Arrived, released: str, out: list[Decision]) -> None:
         """Admit `job`, or queue it behind its array's limit."""
         key = (job.user, job.job_id)
         if job.array is not None and job.array_limit is not None:
@@ -287,7 +287,7 @@ class Admission:
             del self._after_ok[waiting]
             if verdict.readiness is Readiness.READY:
                 self._known[waiting] = DependencyOutcome.PENDING
-                job = self._gated.pop(waiting, None) or Submitted(*waiting)
+                job = self._gated.pop(waiting, None) or Arrived(*waiting)
                 self._gate(job, verdict.reason, out)
             else:
                 self._gated.pop(waiting, None)

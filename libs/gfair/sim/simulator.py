@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from gfair.core.admission import (
-    Admission,
     Admit,
+    Admitter,
+    Arrived,
     Cancel,
     Decision,
     DependencyOutcome,
-    Ended,
+    Finished,
     Refuse,
-    Submitted,
 )
 from gfair.core.cluster import Cluster
 from gfair.core.kernel import DEFAULT_QUANTUM_S
@@ -239,7 +239,7 @@ class Simulator:
         self._vacated: set[str] = set()  # servers where jobs finished since the last decision
         # Dependencies and array holds (gfair.core.admission), as placement decides them: a
         # held job reaches the policy when admission releases it.
-        self._admission = Admission()
+        self._admission = Admitter()
         self._specs: dict[str, TraceJob] = {}  # the arrived jobs
 
     # The loop ----------------------------------------------------------------------------
@@ -370,7 +370,7 @@ class Simulator:
     def _submit(self, spec: TraceJob) -> None:
         self._specs[spec.id] = spec
         array = spec.array if self._gates_arrays else None
-        submitted = Submitted(spec.user, spec.id, spec.after_ok, array, spec.array_limit)
+        submitted = Arrived(spec.user, spec.id, spec.after_ok, array, spec.array_limit)
         self._carry_out(self._admission.apply(submitted), spec.submit_s)
 
     def _carry_out(self, decisions: list[Decision], now: float) -> None:
@@ -388,7 +388,7 @@ class Simulator:
         self._sched_cpu += time.process_time() - began
         if not admission.accepted:
             self._refuse(spec, admission.reason, now)
-            refused = Ended(spec.user, spec.id, DependencyOutcome.REJECTED)
+            refused = Finished(spec.user, spec.id, DependencyOutcome.REJECTED)
             self._carry_out(self._admission.apply(refused), now)
             return
         if spec.id in self._jobs:
@@ -444,7 +444,7 @@ class Simulator:
         began = time.process_time()
         self.policy.finish(spec.id, at)
         self._sched_cpu += time.process_time() - began
-        self._carry_out(self._admission.apply(Ended(spec.user, spec.id, outcome)), at)
+        self._carry_out(self._admission.apply(Finished(spec.user, spec.id, outcome)), at)
 
     def _stop(self, job: _Job, now: float) -> None:
         """Book the segment that ends at `now` (the job keeps its remaining work)."""

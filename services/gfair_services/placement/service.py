@@ -55,16 +55,16 @@ from gfair.bus.topology import consumer_for
 from gfair.bus.tracing import current_traceparent
 from gfair.bus.transport import BusError
 from gfair.core.admission import (
-    Admission,
     Admit,
+    Admitter,
+    Arrived,
     Cancel,
     DependencyOutcome,
-    Ended,
-    Forgotten,
+    Finished,
     Hold,
     Known,
+    Purged,
     Refuse,
-    Submitted,
 )
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand
@@ -143,7 +143,7 @@ class PlacementService:
         # record that does not exist.
         self._failed_creates: dict[str, BaseException] = {}
         # Dependencies: told every record the book takes, so it knows every job's outcome.
-        self.admission = Admission()
+        self.admission = Admitter()
 
     def service(self) -> Service:
         """The `Service` running this state's handlers."""
@@ -252,7 +252,7 @@ class PlacementService:
             if reason is not None:
                 refusal = Refusal(RejectionCode.UNSATISFIABLE, reason)
         refused = None if refusal is None else (refusal.code, refusal.reason)
-        submitted = Submitted(data.user, data.job_id, tuple(data.after_ok), refusal=refused)
+        submitted = Arrived(data.user, data.job_id, tuple(data.after_ok), refusal=refused)
         match self.admission.apply(submitted)[0]:
             case Refuse(code=code, reason=reason):
                 candidate = JobRecord.rejected(envelope, data, RejectionCode(code), reason)
@@ -277,7 +277,7 @@ class PlacementService:
         except KvConflict:
             existing = await load_job(self.kv, data.user, data.job_id)
             if existing is None:
-                self.admission.apply(Forgotten(((data.user, data.job_id),)))
+                self.admission.apply(Purged(((data.user, data.job_id),)))
                 raise  # deleted in between: the redelivery will find it free
             self._take(existing.record, existing.revision)  # admission is told it as stored
             if existing.record.submission.event_id == envelope.id:
@@ -400,7 +400,7 @@ class PlacementService:
                 if not stored.record.live:
                     outputs += await self._decide_dependents(stored.record, envelope)
         at = envelope.time
-        given = Ended(ended.user, ended.job_id, _OUTCOMES[ended.state])
+        given = Finished(ended.user, ended.job_id, _OUTCOMES[ended.state])
         for decision in self.admission.apply(given):
             stored = self.book.get(job_key(decision.user, decision.job_id)) or await load_job(
                 self.kv, decision.user, decision.job_id
@@ -449,7 +449,7 @@ class PlacementService:
             purged = set(await self.book.ended.purge(self.kv, cutoff))
             self._stored -= purged
             gone = (key.partition(".") for key in sorted(purged))
-            self.admission.apply(Forgotten(tuple((user, job) for user, _, job in gone)))
+            self.admission.apply(Purged(tuple((user, job) for user, _, job in gone)))
         return []
 
     # -- writes --------------------------------------------------------------------------------
@@ -512,7 +512,7 @@ class PlacementService:
             fresh = await load_job(self.kv, record.user, record.job_id)
             if fresh is None:
                 self.book.remove(record.key)
-                self.admission.apply(Forgotten(((record.user, record.job_id),)))
+                self.admission.apply(Purged(((record.user, record.job_id),)))
             else:
                 self._take(fresh.record, fresh.revision)
             raise
