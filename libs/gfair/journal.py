@@ -62,6 +62,8 @@ def encode(value: Any) -> Any:
                 out[f.name] = encode(item)
         return out
     if isinstance(value, Enum):
+        if _TYPES.get(type(value).__name__) is not type(value):
+            return value.value  # a driver's enum (an event's state): the machine reads its value
         return {"@": type(value).__name__, "value": value.value}
     if isinstance(value, Mapping):
         if all(isinstance(key, str) for key in value):
