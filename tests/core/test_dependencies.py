@@ -1,11 +1,11 @@
-"""Dependencies (`gfair.core.dependencies`): held until completed, cancelled down the chain."""
+"""Dependencies (`gfair.core.admission`): held until completed, cancelled down the chain."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfair.core.dependencies import DependencyOutcome, Readiness, eligibility
+from gfair.core.admission import DependencyOutcome, Readiness, eligibility
 
 
 def test_a_job_waits_for_the_dependencies_not_ended() -> None:

@@ -24,6 +24,7 @@ from gfair.core.scheduler import (
     replay,
 )
 from gfair.core.throughput import ThroughputEstimator
+from gfair.journal import JournalFile, replay_file
 from gfair_services.profiler.seed import seed_table
 from gfair_services.split_stride import SplitStrideSettings
 
@@ -72,3 +73,15 @@ async def test_other_settings_give_other_plans(tmp_path: Path) -> None:
         update={"user_tickets": {user: 1.0 for user in TICKETS}}
     )
     assert replay(fresh(other), recording.inputs) != recording.outputs
+
+
+@pytest.mark.timeout(120)
+async def test_a_live_run_journaled_to_a_file_replays_from_it(tmp_path: Path) -> None:
+    # `GFAIR_JOURNAL`: the same inputs and outputs, on disk, with what the machine started from.
+    path = tmp_path / "live.jsonl"
+    journal = JournalFile(path)
+    await live(tmp_path, None, journal)
+    journal.close()
+    replayed = replay_file(path)
+    assert replayed.difference is None
+    assert replayed.runs == 1 and replayed.inputs > QUANTA

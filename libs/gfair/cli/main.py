@@ -22,6 +22,7 @@ from typing import Any
 COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("simulate", "replay a job trace on a simulated cluster"),
     "compare": ("compare", "compare scheduling policies on several simulated workloads"),
+    "replay": ("replay", "replay a scheduler journal; exit 1 at the first output that differs"),
     "schemas": ("schemas", "regenerate (or --check) the JSON Schemas of the event contract"),
     "service": ("service", "run one gfair service (placement, split-stride, node-executor, ...)"),
     "up": ("up", "run a whole gfair cluster on this machine (simulated GPUs, or its own)"),

@@ -36,6 +36,7 @@ from gfair.core.cluster import Cluster, parse_cluster_spec
 from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.data import PHILLY_TRACE
 from gfair.gavel import load_throughputs
+from gfair.journal import JournalFile
 from gfair.shares import read_shares
 from gfair.sim.replay import POLICY_NAMES, ReplayOptions, replay
 from gfair.sim.report import Report
@@ -92,6 +93,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--report", type=Path, help="write the JSON report here")
     parser.add_argument("--timeline", type=Path, help="write per-quantum JSON lines here")
     parser.add_argument("--plot", type=Path, help="draw user shares over time (PNG)")
+    parser.add_argument(
+        "--journal",
+        type=Path,
+        metavar="PATH",
+        help="write the gandiva-fair machine's inputs and outputs here (JSON Lines; gfair replay)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of --rate-noise (default 0)")
     parser.add_argument(
         "--rate-noise",
@@ -119,7 +126,10 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     errors = Console(stderr=True)
     try:
-        _check_outputs({"--report": args.report, "--timeline": args.timeline, "--plot": args.plot})
+        outputs = {"--report": args.report, "--timeline": args.timeline, "--plot": args.plot}
+        _check_outputs({**outputs, "--journal": args.journal})
+        if args.journal is not None and args.policy != "gandiva-fair":
+            raise ValueError("--journal records the gandiva-fair policy's machine only")
         tickets = _parse_tickets(args.tickets)
         tree = read_shares(args.shares) if args.shares is not None else None
         cluster = parse_cluster_spec(args.cluster)
@@ -140,9 +150,23 @@ def run(args: argparse.Namespace) -> int:
             series_bucket_s=args.quantum * _PLOT_BUCKET_QUANTA,
         )
         with _timeline(args.timeline, cluster) as timeline, _progress(errors, trace) as progress:
-            outcome = replay(
-                trace, cluster, throughput, options, timeline=timeline, progress=progress
-            )
+            journal = None
+            if args.journal is not None:
+                args.journal.unlink(missing_ok=True)
+                journal = JournalFile(args.journal)
+            try:
+                outcome = replay(
+                    trace,
+                    cluster,
+                    throughput,
+                    options,
+                    timeline=timeline,
+                    progress=progress,
+                    journal=journal,
+                )
+            finally:
+                if journal is not None:
+                    journal.close()
     except (TraceError, ValueError, FileNotFoundError, PlanError, SimulationStalled) as error:
         print(f"gfair simulate: error: {error}", file=sys.stderr)
         return 2

@@ -58,6 +58,7 @@ from gfair.core.throughput import ThroughputEstimator, ThroughputTable
 from gfair.core.tickets import check_tickets
 from gfair.core.trading import Trade
 from gfair.core.usage_decay import DecayedUsage
+from gfair.journal import Header, JournalFile
 from gfair.sim.policy import EVERY_QUANTUM, UNTIL_NEXT_EVENT, Admission, PolicyDecision
 from gfair.sim.trace import TraceJob
 
@@ -74,6 +75,7 @@ class GandivaFairMachine:
         config: SchedulerConfig | None = None,
         default_tickets: float = 1.0,
         costs: SwitchCosts = DEFAULT_COSTS,
+        journal: JournalFile | None = None,
     ) -> None:
         self._config = config = config or SchedulerConfig()
         self._costs = costs  # each job's, unless its trace row gives its own
@@ -81,16 +83,20 @@ class GandivaFairMachine:
         self._default_tickets = default_tickets
         self._pools = pools_of(cluster)
         self._capacity = {g: pool.gpus for g, pool in self._pools.items()}  # slowest first
+        machine_config = replace(
+            config,
+            operator_costs=costs,
+            tickets_of=self._user_tickets,
+            # The simulated nodes confirm every stop before any start.
+            moves_at_once=True,
+        )
+        if journal is not None:
+            journal.begin(Header(machine_config, self._tickets, default_tickets, throughput))
         self.machine = SplitStride(
-            replace(
-                config,
-                operator_costs=costs,
-                tickets_of=self._user_tickets,
-                # The simulated nodes confirm every stop before any start.
-                moves_at_once=True,
-            ),
+            machine_config,
             # As the live service's: profiles arrive averaged (alpha 1).
             ThroughputEstimator(throughput, alpha=1.0),
+            journal=journal,
         )
         # The servers are announced at the first quantum, so that it decides from the whole
         # first batch of jobs (as the live cluster's first tick after its nodes register).

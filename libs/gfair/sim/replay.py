@@ -21,6 +21,7 @@ from gfair.core.scheduler import SchedulerConfig
 from gfair.core.shares_tree import ShareTree
 from gfair.core.switch_costs import SwitchCosts
 from gfair.core.throughput import ThroughputTable
+from gfair.journal import JournalFile
 from gfair.sim.gandiva_fair_machine import GandivaFairMachine
 from gfair.sim.ledger import ShareSeries
 from gfair.sim.policies.fifo import Fifo
@@ -97,6 +98,7 @@ def build_policy(
     speeds: SpeedModel,
     throughput: ThroughputTable,
     options: ReplayOptions,
+    journal: JournalFile | None = None,
 ) -> Policy:
     tickets = user_tickets(trace, options)
     if name == GANDIVA_FAIR:
@@ -107,7 +109,7 @@ def build_policy(
             shares=share_tree(options),
         )
         return GandivaFairMachine(
-            cluster, tickets, throughput, config, options.default_tickets, options.costs
+            cluster, tickets, throughput, config, options.default_tickets, options.costs, journal
         )
     if name == "fifo":
         return Fifo(cluster, speeds)
@@ -130,10 +132,12 @@ def replay(
     *,
     timeline: TimelineSink | None = None,
     progress: Callable[[float, int], None] | None = None,
+    journal: JournalFile | None = None,
 ) -> Replay:
+    """`journal`: where the gandiva-fair machine's inputs and outputs go (`gfair.journal`)."""
     options = options or ReplayOptions()
     speeds = SpeedModel.from_rates(throughput)
-    result = _run(trace, cluster, throughput, speeds, options, timeline, progress)
+    result = _run(trace, cluster, throughput, speeds, options, timeline, progress, journal)
     gain = 0.0
     if options.policy == GANDIVA_FAIR and options.trading and result.trades > 0:
         without = replace(options, trading=False, series_bucket_s=None)
@@ -152,8 +156,9 @@ def _run(
     options: ReplayOptions,
     timeline: TimelineSink | None,
     progress: Callable[[float, int], None] | None,
+    journal: JournalFile | None = None,
 ) -> SimResult:
-    policy = build_policy(options.policy, cluster, trace, speeds, throughput, options)
+    policy = build_policy(options.policy, cluster, trace, speeds, throughput, options, journal)
     config = SimConfig(
         quantum_s=options.quantum_s,
         costs=options.costs,

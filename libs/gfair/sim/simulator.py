@@ -19,13 +19,22 @@ import heapq
 import math
 import random
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from gfair.core.admission import (
+    Admit,
+    Admitter,
+    Arrived,
+    Cancel,
+    Decision,
+    DependencyOutcome,
+    Finished,
+    Refuse,
+)
 from gfair.core.cluster import Cluster
-from gfair.core.dependencies import DependencyOutcome, Readiness, eligibility
 from gfair.core.kernel import DEFAULT_QUANTUM_S
 from gfair.core.packing import Packing
 from gfair.core.shares_tree import ShareTree
@@ -158,11 +167,8 @@ class Simulator:
         self.cluster = cluster
         self.policy = policy
         self._filler = policy if isinstance(policy, Backfilling) else None
+        # A policy that does not limit arrays has admission hold their members to the limit.
         self._gates_arrays = not isinstance(policy, LimitingArrays)
-        # Per (user, array), for a policy that does not limit arrays: members admitted and
-        # unfinished, and members waiting for one of them to end.
-        self._array_admitted: Counter[tuple[str, str]] = Counter()
-        self._array_waiting: dict[tuple[str, str], deque[TraceJob]] = {}
         self.speeds = speeds
         self.config = config or SimConfig()
         if not self.config.quantum_s > 0:
@@ -231,11 +237,10 @@ class Simulator:
         self._sched_cpu = 0.0
         self._idle_plans = 0
         self._vacated: set[str] = set()  # servers where jobs finished since the last decision
-        # Dependencies (gfair.core.dependencies): what is known of each arrived job, the jobs
-        # held for others, and who waits for whom. A held job reaches the policy when released.
-        self._known: dict[str, DependencyOutcome] = {}
-        self._held: dict[str, TraceJob] = {}
-        self._dependents: dict[str, list[str]] = {}
+        # Dependencies and array holds (gfair.core.admission), as placement decides them: a
+        # held job reaches the policy when admission releases it.
+        self._admission = Admitter()
+        self._specs: dict[str, TraceJob] = {}  # the arrived jobs
 
     # The loop ----------------------------------------------------------------------------
 
@@ -363,36 +368,31 @@ class Simulator:
     # Job life ----------------------------------------------------------------------------
 
     def _submit(self, spec: TraceJob) -> None:
-        if spec.after_ok:
-            verdict = eligibility(spec.after_ok, self._known)
-            if verdict.readiness is Readiness.HELD:
-                self._known[spec.id] = DependencyOutcome.PENDING
-                self._held[spec.id] = spec
-                for dependency in verdict.waiting_on:
-                    self._dependents.setdefault(dependency, []).append(spec.id)
-                return
-            if verdict.readiness is not Readiness.READY:
-                self._refuse(spec, verdict.reason, spec.submit_s)
-                return
-        self._admit(spec, spec.submit_s)
+        self._specs[spec.id] = spec
+        array = spec.array if self._gates_arrays else None
+        submitted = Arrived(spec.user, spec.id, spec.after_ok, array, spec.array_limit)
+        self._carry_out(self._admission.apply(submitted), spec.submit_s)
+
+    def _carry_out(self, decisions: list[Decision], now: float) -> None:
+        """Admission's decisions: the admitted jobs go to the policy, the refused ones end."""
+        for decision in decisions:
+            match decision:
+                case Admit():
+                    self._admit(self._specs[decision.job_id], now)
+                case Refuse() | Cancel():
+                    self._refuse(self._specs[decision.job_id], decision.reason, now)
 
     def _admit(self, spec: TraceJob, now: float) -> None:
-        array = self._gated_array(spec)
-        if array is not None and self._array_admitted[array] >= (spec.array_limit or 0):
-            self._known[spec.id] = DependencyOutcome.PENDING
-            self._array_waiting.setdefault(array, deque()).append(spec)
-            return
         began = time.process_time()
         admission = self.policy.submit(spec, now)
         self._sched_cpu += time.process_time() - began
         if not admission.accepted:
             self._refuse(spec, admission.reason, now)
+            refused = Finished(spec.user, spec.id, DependencyOutcome.REJECTED)
+            self._carry_out(self._admission.apply(refused), now)
             return
-        if array is not None:
-            self._array_admitted[array] += 1
         if spec.id in self._jobs:
             raise ValueError(f"{self.trace.source}:{spec.line}: duplicate job id {spec.id!r}")
-        self._known[spec.id] = DependencyOutcome.PENDING
         self._tally(now)
         self._jobs[spec.id] = _Job(spec)
         self._unplaced[spec.gpus, spec.job_type] += 1
@@ -405,24 +405,6 @@ class Simulator:
         """Rejected, or never to run because a dependency will not complete (`reason`)."""
         self._outcomes[spec.id] = self._outcome(spec, "rejected", reason)
         self.ledger.account(spec.user)
-        self._known[spec.id] = DependencyOutcome.REJECTED
-        self._release_after(spec.id, now)
-
-    def _release_after(self, job_id: str, now: float) -> None:
-        """The jobs held for `job_id`, which just ended, released or refused as their
-        dependencies now say; a refusal passes on down the chain."""
-        for waiting in self._dependents.pop(job_id, ()):
-            spec = self._held.get(waiting)
-            if spec is None:
-                continue
-            verdict = eligibility(spec.after_ok, self._known)
-            if verdict.readiness is Readiness.HELD:
-                continue
-            del self._held[waiting]
-            if verdict.readiness is Readiness.READY:
-                self._admit(spec, now)
-            else:
-                self._refuse(spec, verdict.reason, now)
 
     def _complete(self, job: _Job, at: float) -> None:
         spec = job.spec
@@ -462,20 +444,7 @@ class Simulator:
         began = time.process_time()
         self.policy.finish(spec.id, at)
         self._sched_cpu += time.process_time() - began
-        self._known[spec.id] = outcome
-        self._release_after(spec.id, at)
-        array = self._gated_array(spec)
-        if array is not None:
-            self._array_admitted[array] -= 1
-            waiting = self._array_waiting.get(array)
-            if waiting:
-                self._admit(waiting.popleft(), at)
-
-    def _gated_array(self, spec: TraceJob) -> tuple[str, str] | None:
-        """The array whose limit the simulator holds `spec` to (policy.LimitingArrays)."""
-        if not self._gates_arrays or spec.array is None or spec.array_limit is None:
-            return None
-        return (spec.user, spec.array)
+        self._carry_out(self._admission.apply(Finished(spec.user, spec.id, outcome)), at)
 
     def _stop(self, job: _Job, now: float) -> None:
         """Book the segment that ends at `now` (the job keeps its remaining work)."""
@@ -713,9 +682,9 @@ class Simulator:
         last_end = start
         for spec in self.trace.jobs[: self._next_arrival]:
             outcome = self._outcomes.get(spec.id)
-            if outcome is None and spec.id in self._held:
-                held = "held: " + eligibility(spec.after_ok, self._known).reason
-                outcome = self._outcome(spec, "unfinished", held)
+            held = None if outcome is not None else self._admission.held(spec.user, spec.id)
+            if held is not None:
+                outcome = self._outcome(spec, "unfinished", "held: " + held)
             if outcome is None:
                 job = self._jobs[spec.id]
                 status = "completed" if job.end_s is not None else "unfinished"

@@ -11,15 +11,17 @@ Consumers (durable, one worker each, so each reads its events in stream order):
   keep each `JobRecord`'s state current (placements by split-stride among them);
 - ``placement-nodes`` (GFAIR_NODES): the node inventory (registrations and health verdicts).
 
-Dependencies (`after_ok`, `gfair.core.dependencies`) are placement's too, since it holds every
-job's record and so every outcome: a submission naming a job id its user has no job under, or a
-job that already failed, was cancelled or rejected, is rejected; one whose dependencies all
-completed is admitted as any other; any other is admitted as `held` (`JobHeld`), which no other
-service takes for runnable work. When a job ends (`JobCompleted`, `JobFailed`, or a cancel
-handled here), the jobs held for it are decided again: released with `JobAccepted` once every
-dependency completed, or cancelled with the reason when one will never complete, which in turn
-decides the jobs held for them. Dependents are written before the record of the job that ended,
-each noting the event, so a redelivery after a crash re-announces what was decided.
+Dependencies (`after_ok`) are placement's too, since it holds every job's record and so every
+outcome; the admission machine (`gfair.core.admission`, which the simulator drives too) decides
+them, told every record placement takes: a submission naming a job id its user has no job
+under, or a job that already failed, was cancelled or rejected, is rejected; one whose
+dependencies all completed is admitted as any other; any other is admitted as `held`
+(`JobHeld`), which no other service takes for runnable work. When a job ends (`JobCompleted`,
+`JobFailed`, or a cancel handled here), the jobs held for it are decided again: released with
+`JobAccepted` once every dependency completed, or cancelled with the reason when one will never
+complete, which in turn decides the jobs held for them. Dependents are written before the
+record of the job that ended, each noting the event, so a redelivery after a crash re-announces
+what was decided (and decides what a crash left held).
 
 State lives in `gfair_jobs` (this service is its only writer); the node inventory is rebuilt on
 start from the stream's history. The handlers share one lock.
@@ -41,7 +43,6 @@ write (a cancel in the same batch, a node's failure) saw the failure first.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
 
 import structlog
 from opentelemetry import trace
@@ -52,7 +53,18 @@ from gfair.bus.runtime import ServiceRuntime
 from gfair.bus.service import Emit, Service
 from gfair.bus.tracing import current_traceparent
 from gfair.bus.transport import BusError
-from gfair.core.dependencies import DependencyOutcome, Eligibility, Readiness, eligibility
+from gfair.core.admission import (
+    Admit,
+    Admitter,
+    Arrived,
+    Cancel,
+    DependencyOutcome,
+    Finished,
+    Hold,
+    Known,
+    Purged,
+    Refuse,
+)
 from gfair.core.kernel import Pass
 from gfair.core.throughput import ThroughputEstimator
 from gfair.events.commands import KillCommand
@@ -130,9 +142,8 @@ class PlacementService:
         # submission that made it must fail too, or its admission would be announced for a
         # record that does not exist.
         self._failed_creates: dict[str, BaseException] = {}
-        # Job key -> the keys of the jobs that named it in `after_ok` (kept for every record
-        # with dependencies, ended or not, so a redelivery finds what it decided).
-        self._dependents: dict[str, set[str]] = {}
+        # Dependencies: told every record the book takes, so it knows every job's outcome.
+        self.admission = Admitter()
 
     def service(self) -> Service:
         """The `Service` running this state's handlers."""
@@ -165,8 +176,7 @@ class PlacementService:
         unreadable: list[UnreadableRecord] = []
         for stored in await load_jobs(self._kv, unreadable=unreadable):
             self._stored.add(stored.record.key)
-            self.book.put(stored.record, stored.revision)
-            self._note_dependencies(stored.record)
+            self._take(stored.record, stored.revision)
         for error in unreadable:
             await set_aside(runtime.bus, error, service=SERVICE_NAME)
         async for past in runtime.history(
@@ -234,19 +244,17 @@ class PlacementService:
             reason = unsatisfiable(data.gpus, data.job_type, self.inventory, self.estimator)
             if reason is not None:
                 refusal = Refusal(RejectionCode.UNSATISFIABLE, reason)
-        verdict: Eligibility | None = None
-        if refusal is None and data.after_ok:
-            verdict = eligibility(data.after_ok, await self._outcomes(data.user, data.after_ok))
-            refusal = _dependency_refusal(data.user, verdict)
-        if refusal is not None:
-            candidate = JobRecord.rejected(envelope, data, refusal.code, refusal.reason)
-        elif verdict is not None and verdict.readiness is Readiness.HELD:
-            candidate = record.model_copy(update={"state": JobState.HELD}).with_decision(
-                at, "held", f"{_admitted(data)}; held, {verdict.reason}"
-            )
-        else:
-            candidate = record.with_decision(at, "admission", _admitted(data))
-        self._note_dependencies(candidate)
+        refused = None if refusal is None else (refusal.code, refusal.reason)
+        submitted = Arrived(data.user, data.job_id, tuple(data.after_ok), refusal=refused)
+        match self.admission.apply(submitted)[0]:
+            case Refuse(code=code, reason=reason):
+                candidate = JobRecord.rejected(envelope, data, RejectionCode(code), reason)
+            case Hold(reason=reason):
+                candidate = record.model_copy(update={"state": JobState.HELD}).with_decision(
+                    at, "held", f"{_admitted(data)}; held, {reason}"
+                )
+            case _:
+                candidate = record.with_decision(at, "admission", _admitted(data))
         if candidate.key not in self._stored:
             self._create_soon(candidate)
             return _handled(candidate)
@@ -255,7 +263,9 @@ class PlacementService:
         except KvConflict:
             existing = await load_job(self.kv, data.user, data.job_id)
             if existing is None:
+                self.admission.apply(Purged(((data.user, data.job_id),)))
                 raise  # deleted in between: the redelivery will find it free
+            self._take(existing.record, existing.revision)  # admission is told it as stored
             if existing.record.submission.event_id == envelope.id:
                 candidate, revision = existing.record, existing.revision  # a redelivery
             elif existing.record.state is JobState.REJECTED:
@@ -263,7 +273,7 @@ class PlacementService:
                 revision = await save_job(self.kv, candidate, existing.revision)
             else:
                 return [_duplicate(existing.record)]
-        self.book.put(candidate, revision)
+        self._take(candidate, revision)
         return _handled(candidate)
 
     # -- cancellation --------------------------------------------------------------------------
@@ -342,57 +352,43 @@ class PlacementService:
 
     # -- dependencies --------------------------------------------------------------------------
 
-    def _note_dependencies(self, record: JobRecord) -> None:
-        for dependency in record.submission.after_ok:
-            self._dependents.setdefault(job_key(record.user, dependency), set()).add(record.key)
-
-    async def _outcomes(
-        self,
-        user: str,
-        job_ids: Sequence[str],
-        known: Mapping[str, DependencyOutcome] | None = None,
-    ) -> dict[str, DependencyOutcome]:
-        """What is known of `user`'s jobs `job_ids` (absent: no such job), `known` first."""
-        outcomes: dict[str, DependencyOutcome] = {}
-        for job_id in job_ids:
-            if known is not None and job_id in known:
-                outcomes[job_id] = known[job_id]
-                continue
-            stored = self.book.get(job_key(user, job_id)) or await load_job(self.kv, user, job_id)
-            if stored is not None:
-                outcomes[job_id] = _OUTCOMES.get(stored.record.state, DependencyOutcome.PENDING)
-        return outcomes
+    def _take(self, record: JobRecord, revision: int) -> None:
+        """The book takes `record`, and admission what it says of the job's dependencies."""
+        self.book.put(record, revision)
+        held = record.state is JobState.HELD
+        outcome = None if held else _OUTCOMES.get(record.state, DependencyOutcome.PENDING)
+        after_ok = tuple(record.submission.after_ok)
+        self.admission.apply(Known(record.user, record.job_id, after_ok, outcome))
 
     async def _decide_dependents(self, ended: JobRecord, envelope: Envelope) -> list[Emit]:
         """Release or cancel the jobs held for `ended` (which is not written yet), and so on
         down their chains; the announcements. A dependent that already noted `envelope` was
-        decided by an earlier delivery of it: its announcement is made again."""
+        decided by an earlier delivery of it: its announcement is made again, and what it
+        decides in turn is decided (again)."""
         outputs: list[Emit] = []
-        known = {ended.job_id: _OUTCOMES[ended.state]}
-        for key in sorted(self._dependents.get(ended.key, ())):
-            user, _, job_id = key.partition(".")
-            stored = self.book.get(key) or await load_job(self.kv, user, job_id)
+        for job_id in sorted(self.admission.dependents(ended.user, ended.job_id)):
+            stored = self.book.get(job_key(ended.user, job_id)) or await load_job(
+                self.kv, ended.user, job_id
+            )
+            if stored is not None and stored.record.seen(envelope.id):
+                outputs += _decided_outputs(stored.record)
+                if not stored.record.live:
+                    outputs += await self._decide_dependents(stored.record, envelope)
+        at = envelope.time
+        given = Finished(ended.user, ended.job_id, _OUTCOMES[ended.state])
+        for decision in self.admission.apply(given):
+            stored = self.book.get(job_key(decision.user, decision.job_id)) or await load_job(
+                self.kv, decision.user, decision.job_id
+            )
             if stored is None:
                 continue
             record = stored.record
-            if record.seen(envelope.id):
-                outputs += _decided_outputs(record)
-                if not record.live:
-                    outputs += await self._decide_dependents(record, envelope)
-                continue
-            if record.state is not JobState.HELD:
-                continue
-            after_ok = record.submission.after_ok
-            verdict = eligibility(after_ok, await self._outcomes(user, after_ok, known))
-            at = envelope.time
-            if verdict.readiness is Readiness.HELD:
-                continue
-            if verdict.readiness is Readiness.READY:
+            if isinstance(decision, Admit):
                 decided = record.model_copy(update={"state": JobState.QUEUED}).with_decision(
-                    at, "admission", f"released: {verdict.reason}"
+                    at, "admission", f"released: {decision.released}"
                 )
-            else:
-                reason = f"cancelled: {verdict.reason}"
+            elif isinstance(decision, Cancel):
+                reason = f"cancelled: {decision.reason}"
                 decided = record.model_copy(
                     update={
                         "state": JobState.CANCELLED,
@@ -400,9 +396,9 @@ class PlacementService:
                         "reason": reason,
                     }
                 ).with_decision(at, "cancel", reason)
+            else:
+                continue
             decided = decided.noting(envelope.id)
-            if not decided.live:
-                outputs += await self._decide_dependents(decided, envelope)
             await self._save(decided, stored.revision)
             outputs += _decided_outputs(decided)
         return outputs
@@ -427,10 +423,8 @@ class PlacementService:
             cutoff = self.settings.retention_cutoff(self.clock())
             purged = set(await self.book.ended.purge(self.kv, cutoff))
             self._stored -= purged
-            for key in purged:
-                self._dependents.pop(key, None)
-            for dependents in self._dependents.values():
-                dependents -= purged
+            gone = (key.partition(".") for key in sorted(purged))
+            self.admission.apply(Purged(tuple((user, job) for user, _, job in gone)))
         return []
 
     # -- writes --------------------------------------------------------------------------------
@@ -440,7 +434,7 @@ class PlacementService:
         self._stored.add(record.key)
         write = asyncio.get_running_loop().create_task(save_job(self.kv, record, None))
         self._creating[record.key] = (record, write)
-        self.book.put(record, -1)
+        self._take(record, -1)
 
     async def _created(self, key: str) -> int:
         """Wait for the create of `key`; its revision, which the book takes if still current."""
@@ -457,7 +451,7 @@ class PlacementService:
             del self._creating[key]
             stored = self.book.get(key)
             if stored is not None and stored.record is record:
-                self.book.put(record, revision)
+                self._take(record, revision)
         return revision
 
     async def _reread(self, key: str) -> None:
@@ -471,7 +465,7 @@ class PlacementService:
             _log.warning("cannot reread a job record", job=key, error=str(error))
             return
         if fresh is not None:
-            self.book.put(fresh.record, fresh.revision)
+            self._take(fresh.record, fresh.revision)
 
     async def settle(self) -> None:
         """Every record create sent so far done; raises (after fixing the book) if one failed
@@ -493,11 +487,12 @@ class PlacementService:
             fresh = await load_job(self.kv, record.user, record.job_id)
             if fresh is None:
                 self.book.remove(record.key)
+                self.admission.apply(Purged(((record.user, record.job_id),)))
             else:
-                self.book.put(fresh.record, fresh.revision)
+                self._take(fresh.record, fresh.revision)
             raise
         self._stored.add(record.key)
-        self.book.put(record, new_revision)
+        self._take(record, new_revision)
         return new_revision
 
 
@@ -527,19 +522,6 @@ _OUTCOMES = {
     JobState.CANCELLED: DependencyOutcome.CANCELLED,
     JobState.REJECTED: DependencyOutcome.REJECTED,
 }
-
-
-def _dependency_refusal(user: str, verdict: Eligibility) -> Refusal | None:
-    match verdict.readiness:
-        case Readiness.UNKNOWN:
-            return Refusal(
-                RejectionCode.UNKNOWN_DEPENDENCY,
-                f"after_ok: {user} has no job {verdict.blocker} (a job may depend only on its "
-                "own user's jobs)",
-            )
-        case Readiness.DOOMED:
-            return Refusal(RejectionCode.DEPENDENCY_FAILED, f"after_ok: {verdict.reason}")
-    return None
 
 
 def _decided_outputs(record: JobRecord) -> list[Emit]:

@@ -137,6 +137,7 @@ from gfair.events.scheduling import (
     SwitchCostsUpdated,
 )
 from gfair.events.states import JobState
+from gfair.journal import Header, JournalFile
 from gfair.state import buckets
 from gfair.state.buckets import UnreadableRecord, job_key
 from gfair.state.job_record import load_job, load_jobs
@@ -276,10 +277,13 @@ class SplitStrideService:
             saved, self._revision, self._written = stored.record, stored.revision, stored.record
             saved = await self._with_launches(saved)
         # alpha 1: each published profile replaces the last (the profiler already averaged).
-        estimator = ThroughputEstimator(seed_table(self.settings.throughputs), alpha=1.0)
-        self._machine = SplitStride(
-            self.settings.machine_config(), estimator, record.saved(saved), journal=self.journal
-        )
+        table = seed_table(self.settings.throughputs)
+        estimator = ThroughputEstimator(table, alpha=1.0)
+        config, state = self.settings.machine_config(), record.saved(saved)
+        if isinstance(self.journal, JournalFile):  # a run per load, from what it starts with
+            tickets, default = self.settings.user_tickets, self.settings.default_tickets
+            self.journal.begin(Header(config, tickets, default, table, state))
+        self._machine = SplitStride(config, estimator, state, journal=self.journal)
         self._records = record.Records()
         self.inventory = record.inventory(saved)
         self._epoch = saved.epoch
@@ -829,7 +833,9 @@ def _stop(stop: Stop, grace_s: float) -> KillCommand | SuspendCommand:
 
 
 def build_service(settings: SplitStrideSettings | None = None, clock: Clock = utc_now) -> Service:
-    return SplitStrideService(settings or SplitStrideSettings(), clock).service()
+    settings = settings or SplitStrideSettings()
+    journal = JournalFile(settings.journal) if settings.journal is not None else None
+    return SplitStrideService(settings, clock, journal).service()
 
 
 def _admitted_launch(admission: JobAccepted) -> JobLaunch:

@@ -65,6 +65,12 @@ class SplitStrideSettings(TenantSettings, TopologySettings, QuantumSettings, Thr
         description="Seconds of progress a job is taken to lose resuming on the servers it left",
     )
 
+    journal: Path | None = Field(
+        default=None,
+        description="Append every input of the state machine and its outcome to this file "
+        "(JSON Lines, one run per start; `gfair replay` checks it)",
+    )
+
     @field_validator("checkpoint_root")
     @classmethod
     def _absolute(cls, value: Path) -> Path:
