@@ -64,6 +64,9 @@ LABEL_JOB, LABEL_NODE, LABEL_RUNS = "gfair.job", "gfair.node", "gfair.runs"
 _TMP_SIZE = "1g"
 # How long the copies of a job's output may trail its exit.
 _LOGS_DRAIN_S = 2.0
+# How long the engine may take to answer a heartbeat's probe (`engine_fault`).
+_PROBE_S = 5.0
+_FAULT_CHARS = 1000
 # A container's exit status past this is 128 + the signal that ended its job.
 _SIGNALLED = 128
 
@@ -392,6 +395,18 @@ def _resources(limits: JobLimits, gpus: int) -> dict[str, int]:
     if limits.pids_max is not None:
         out["PidsLimit"] = limits.pids_max
     return out
+
+
+async def engine_fault(url: str | None, timeout_s: float = _PROBE_S) -> str | None:
+    """Why this node's container engine cannot run jobs (it does not answer), or None: the
+    node's fault (`NodeHeartbeat.fault`) while the operator has it run container jobs."""
+    try:
+        with anyio.fail_after(timeout_s):
+            async with aiodocker.Docker(url=url) as docker:
+                await docker.version()
+    except (aiodocker.DockerError, aiohttp.ClientError, OSError, ValueError, TimeoutError) as exc:
+        return f"{CONTAINER_ENGINE_DOWN}: {exc or type(exc).__name__}"[:_FAULT_CHARS]
+    return None
 
 
 def _engine_message(error: aiodocker.DockerError) -> str:
