@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +83,9 @@ class ContainerOptions:
     # simulated ones need none.
     gpu_requests: bool = False
     engine_url: str | None = None  # None: $DOCKER_HOST, else the local socket
+    # The job SDK's directory as the engine's host sees it (`copied_sdk`); None: this
+    # installation's own, where the engine runs on the executor's own host and filesystem.
+    sdk: Path | None = None
 
 
 class ContainerProcess(anyio.abc.Process):
@@ -297,7 +301,7 @@ class ContainerSupervisor(JobSupervisor):
             f"{os.geteuid()}:{os.getegid()}" if account is None else f"{account.uid}:{account.gid}"
         )
         binds = [f"{path}:{path}" for path in (run.control_dir, checkpoint_dir, workdir)] + [
-            f"{Path(gfair.sdk.__file__).parent}:{SDK_ROOT}/gfair/sdk:ro",
+            f"{self.options.sdk or Path(gfair.sdk.__file__).parent}:{SDK_ROOT}/gfair/sdk:ro",
             *launch.mounts,
         ]
         host: dict[str, Any] = {
@@ -366,6 +370,18 @@ class ContainerSupervisor(JobSupervisor):
         with contextlib.suppress(OSError, ValueError, IndexError):
             return _resident_bytes(int(children.read_text().split()[0]))
         return 0
+
+
+def copied_sdk(into: Path) -> Path:
+    """The job SDK copied into `into`, for an engine that sees the executor's files only where
+    they are on a host directory mounted at the same path (an executor in a container,
+    deploy/compose.containers.yaml): its installation's own directory is in its image."""
+    target = into / "gfair" / "sdk"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(
+        Path(gfair.sdk.__file__).parent, target, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    return target
 
 
 def _container_environment(launch: RunSpec, env: dict[str, str]) -> dict[str, str]:

@@ -174,7 +174,7 @@ class NodeExecutor:
         if not self.settings.job_images:
             return None
         try:
-            from gfair.node.container_jobs import ContainerOptions
+            from gfair.node.container_jobs import ContainerOptions, copied_sdk
         except ImportError as exc:  # an extra: the engine's client
             raise RuntimeError(
                 f"GFAIR_JOB_IMAGES needs the Docker engine's client: pip install "
@@ -187,6 +187,9 @@ class NodeExecutor:
             refusal=self.settings.container_policy.refusal,
             limits=dataclasses.replace(limits, pids_max=pids),
             gpu_requests=self.settings.simulate_gpus is None,
+            # Beside the run directories: where an executor in a container has them, the
+            # engine's host has them too, at the same paths.
+            sdk=copied_sdk(self.settings.work_dir / "job-sdk"),
         )
 
     def _account(self, user: str) -> JobAccount | None:
