@@ -34,7 +34,8 @@ example image, examples/images/pytorch: "in place, image"). Printed side by side
 Then where the GPU-seconds held went, hold by hold (`bench.held_time`: to the first mini-batch,
 stepping against the same mini-batches alone, to the park, to the node's report), and the CPU
 time each of the cluster's processes used meanwhile, with the share of a core alice's job got
-while it held its GPU (`bench.process_cpu`). ``--threads`` runs alice's job, and its training
+while it held its GPU (`bench.process_cpu`; a container's processes are the engine's children,
+not this one's descendants, and are not counted). ``--threads`` runs alice's job, and its training
 alone, with the node's thread share (``node``, `gfair.node.job_threads`) or a count of its own.
 
 Everything shares this machine's cores: the numbers are what one box does, not a cluster.
@@ -237,6 +238,7 @@ async def run(
     alone: Alone,
     threads: Threads,
     spec: str = CLUSTER,
+    *,
     image: str | None = None,
 ) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="gfair-switching-") as tmp:
@@ -396,7 +398,7 @@ async def _main(args: argparse.Namespace) -> int:
             for mode in args.modes:
                 alone = training_alone(args.steps, _threads(threads, args.cluster))
                 outcome = await run(
-                    quantum, mode, args.steps, alone, threads, args.cluster, args.image
+                    quantum, mode, args.steps, alone, threads, args.cluster, image=args.image
                 )
                 outcomes.append(outcome)
                 print(
