@@ -1,7 +1,7 @@
 """What a time slice costs real training: restart per slice against suspension in place.
 
 Run: ``.venv/bin/python -m bench.switching [--quanta 3,6] [--steps 16000] [--modes ...]
-[--threads node,2]``
+[--threads node,2] [--image gfair-example/pytorch:cpu]``
 
 Needs torch (the CPU build will do). For each quantum it starts a cluster as `gfair up` does
 (``v100:1x2``, simulated GPUs, or ``--cluster local``: this machine's own GPUs, where the job
@@ -11,8 +11,9 @@ GPU) beside one of bob's synthetic jobs per GPU, three times: with ``--restart-p
 checkpoint: how gfair worked before suspension in place), as the example is (a time slice
 parks the process in place; the next slice on the node continues it), and the same submitted
 with ``prepare`` (its process starts before its first slice, without GPUs, imports torch and
-parks in `Job.from_env()`; the first slice resumes it there: "in place, prepared"). Printed
-side by side:
+parks in `Job.from_env()`; the first slice resumes it there: "in place, prepared"); with
+``--image``, also in place in its own container image through the node's Docker engine (the
+example image, examples/images/pytorch: "in place, image"). Printed side by side:
 
 - processes: how many times a process of it started holding a GPU (a start, or a resume from
   a checkpoint); a prepared start's first slice resumes the process that started without one;
@@ -24,6 +25,8 @@ side by side:
 - efficiency: the training time alone (the same steps in one uninterrupted process, first to
   last mini-batch, measured just before each cluster run: the box's load drifts) over the
   GPU-seconds the job held (from each start to its release);
+- start to step: from the node starting its first process (or creating its container) to its
+  first mini-batch, the GPU-seconds held meanwhile: the imports, and a container's start;
 - in steps: the share of those GPU-seconds the job spent in its mini-batches, as its own step
   records time them: what switching costs, apart from the cluster's processes slowing every
   step on a box of few cores (which lowers the efficiency, not this).
@@ -31,7 +34,8 @@ side by side:
 Then where the GPU-seconds held went, hold by hold (`bench.held_time`: to the first mini-batch,
 stepping against the same mini-batches alone, to the park, to the node's report), and the CPU
 time each of the cluster's processes used meanwhile, with the share of a core alice's job got
-while it held its GPU (`bench.process_cpu`). ``--threads`` runs alice's job, and its training
+while it held its GPU (`bench.process_cpu`; a container's processes are the engine's children,
+not this one's descendants, and are not counted). ``--threads`` runs alice's job, and its training
 alone, with the node's thread share (``node``, `gfair.node.job_threads`) or a count of its own.
 
 Everything shares this machine's cores: the numbers are what one box does, not a cluster.
@@ -53,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from bench.held_time import HeldTime, held_time, holds, step_records
+from bench.held_time import HeldTime, Hold, held_time, holds, step_records
 from bench.process_cpu import OTHER, ProcessCpu
 from bench.quanta import add_quanta_option
 from gfair.bus.logs import configure_logging
@@ -70,6 +74,9 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pytorch_train.py"
 BOB = [sys.executable, "-m", "gfair.sdk.synthetic", "--duration-s", "1000000"]
 TICKETS = {"alice": 1.0, "bob": 3.0}
 RESTART, IN_PLACE, PREPARED = "restart per slice", "in place", "in place, prepared"
+IN_IMAGE = "in place, image"
+# The example as its image holds it (examples/images/pytorch/Dockerfile).
+EXAMPLE_IN_IMAGE = ["python", "/opt/example/pytorch_train.py"]
 # The thread count the node gives alice's job (`gfair.node.job_threads`), or the job's own.
 NODE_SHARE: Literal["node"] = "node"
 Threads = int | Literal["node"]
@@ -92,6 +99,8 @@ class Outcome:
     processes: int
     yield_p50: float | None
     resume_p50: float | None
+    # From its first run's start (a process's spawn, a container's creation) to its first step.
+    first_step_s: float | None
     held_s: float
     training_s: float
     # CPU seconds of the training alone's process (import to exit).
@@ -170,6 +179,22 @@ def _cold_resumes(data_dir: Path) -> list[float]:
     return found
 
 
+def _first_step(data_dir: Path, held: list[Hold]) -> float | None:
+    """The first run's start (its process or container made) to its first step, as far as it
+    held its GPU meanwhile (a job parked while starting up waits for its next slice)."""
+    launches = sorted(data_dir.glob("nodes/*/runs/alice/train/run-*/launch.json"))
+    records = [(json.loads(p.read_text(encoding="utf-8")), p.parent) for p in launches]
+    if not records:
+        return None
+    record, run_dir = min(records, key=lambda found: float(found[0]["started_at"]))
+    span = _steps_span(run_dir / "control" / PROGRESS_FILE)
+    if span is None:
+        return None
+    started = float(record["started_at"])
+    overlaps = (min(h.ended, span[0]) - max(h.began, started) for h in held)
+    return float(record.get("spawn_s", 0.0)) + sum(max(0.0, overlap) for overlap in overlaps)
+
+
 def _server_gpus(cluster: str) -> int:
     return ClusterOptions(cluster=cluster).servers().servers[0].gpus
 
@@ -207,7 +232,14 @@ def role_of(argv: list[str]) -> str:
 
 
 async def run(
-    quantum_s: float, mode: str, steps: int, alone: Alone, threads: Threads, spec: str = CLUSTER
+    quantum_s: float,
+    mode: str,
+    steps: int,
+    alone: Alone,
+    threads: Threads,
+    spec: str = CLUSTER,
+    *,
+    image: str | None = None,
 ) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="gfair-switching-") as tmp:
         base = Path(tmp)
@@ -218,6 +250,7 @@ async def run(
             data_dir=base / "gfair",
             user_tickets=TICKETS,
             log_level="WARNING",
+            env={"GFAIR_JOB_IMAGES": image} if mode == IN_IMAGE and image else {},
         )
         with ProcessCpu(role_of) as cpu:
             async with EmbeddedCluster(options) as cluster:
@@ -227,7 +260,10 @@ async def run(
                     bob = [*BOB, "--steps-per-s", "10"] if options.local_gpus else BOB
                     for index in range(_server_gpus(spec)):
                         await client.submit("bob", 1, bob, job_id=f"b{index}")
-                    train = [sys.executable, str(EXAMPLE), "--steps", str(steps)]
+                    program = (
+                        EXAMPLE_IN_IMAGE if mode == IN_IMAGE else [sys.executable, str(EXAMPLE)]
+                    )
+                    train = [*program, "--steps", str(steps)]
                     if mode == RESTART:
                         train.append("--restart-per-slice")
                     began = time.monotonic()
@@ -240,6 +276,7 @@ async def run(
                         train,
                         job_id="train",
                         prepare=mode == PREPARED,
+                        image=image if mode == IN_IMAGE else None,
                         # The job's own count, where it sets one, over the node's share.
                         env={} if threads == NODE_SHARE else {THREADS_VARIABLE: str(threads)},
                     )
@@ -263,6 +300,7 @@ async def run(
             ]
         else:
             resumes = _cold_resumes(base / "gfair")
+        alice_holds = holds(details.events, step_records(base / "gfair", "alice", "train"))
         return Outcome(
             quantum_s=quantum_s,
             mode=mode,
@@ -274,14 +312,12 @@ async def run(
             ),
             yield_p50=statistics.median(yields) if yields else None,
             resume_p50=statistics.median(resumes) if resumes else None,
+            first_step_s=_first_step(base / "gfair", alice_holds),
             held_s=seconds_held(details.events),
             training_s=alone.training_s,
             alone_cpu_s=alone.cpu_s,
             wall_s=wall,
-            held=held_time(
-                holds(details.events, step_records(base / "gfair", "alice", "train")),
-                alone.training_s / max(1, steps - 1),
-            ),
+            held=held_time(alice_holds, alone.training_s / max(1, steps - 1)),
             cpu={role: after[role] - before.get(role, 0.0) for role in after},
         )
 
@@ -294,15 +330,17 @@ def _print(outcomes: list[Outcome]) -> None:
     print(
         f"\n{'quantum':>7}  {'mode':<18} {'threads':>7} {'suspends':>8} {'processes':>9} "
         f"{'yield p50 s':>11} "
-        f"{'resume p50 s':>12} {'training s':>10} {'GPU-s held':>10} {'efficiency':>10} "
+        f"{'resume p50 s':>12} {'start to step s':>15} {'training s':>10} {'GPU-s held':>10} "
+        f"{'efficiency':>10} "
         f"{'in steps':>8} {'wall s':>7}"
     )
     for o in outcomes:
         print(
             f"{o.quantum_s:>6g}s  {o.mode:<18} {o.threads:>7} {o.suspends:>8} {o.processes:>9} "
             f"{_seconds(o.yield_p50):>11} "
-            f"{_seconds(o.resume_p50):>12} {o.training_s:>10.1f} {o.held_s:>10.1f} "
-            f"{o.efficiency:>10.2f} {o.held.stepping_s / max(o.held_s, 1e-9):>8.2f} "
+            f"{_seconds(o.resume_p50):>12} {_seconds(o.first_step_s):>15} "
+            f"{o.training_s:>10.1f} {o.held_s:>10.1f} {o.efficiency:>10.2f} "
+            f"{o.held.stepping_s / max(o.held_s, 1e-9):>8.2f} "
             f"{o.wall_s:>7.1f}"
         )
     print(
@@ -359,7 +397,9 @@ async def _main(args: argparse.Namespace) -> int:
         for threads in args.threads:
             for mode in args.modes:
                 alone = training_alone(args.steps, _threads(threads, args.cluster))
-                outcome = await run(quantum, mode, args.steps, alone, threads, args.cluster)
+                outcome = await run(
+                    quantum, mode, args.steps, alone, threads, args.cluster, image=args.image
+                )
                 outcomes.append(outcome)
                 print(
                     f"quantum {quantum:g}s {outcome.mode}, {outcome.threads} threads: training "
@@ -394,7 +434,14 @@ def main(argv: list[str] | None = None) -> int:
         "its share of the CPUs) or a number the job sets itself (the libraries' default is "
         f"the machine's CPUs, {os.cpu_count()} here); default: node",
     )
+    parser.add_argument(
+        "--image",
+        help="also run the job in place in this image (examples/images/pytorch/build.sh "
+        "builds gfair-example/pytorch:cpu), through this machine's Docker engine",
+    )
     args = parser.parse_args(argv)
+    if args.image and IN_IMAGE not in args.modes:
+        args.modes.append(IN_IMAGE)
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -76,7 +76,7 @@ fi
 # Wheels of gfair's dependencies at their pinned versions, and of its build backend.
 log "wheels into deploy/wheels"
 mkdir -p deploy/wheels
-"$PYTHON" -m pip wheel --quiet -c constraints.txt -w deploy/wheels . 'hatchling>=1.25' >&2
+"$PYTHON" -m pip wheel --quiet -c constraints.txt -w deploy/wheels '.[containers]' 'hatchling>=1.25' >&2
 rm -f deploy/wheels/gfair-*.whl  # the image builds gfair itself, from the context's source
 
 echo "export PYTHON_IMAGE=$BASE NATS_IMAGE=$NATS PROMETHEUS_IMAGE=$PROMETHEUS"

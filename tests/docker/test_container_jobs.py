@@ -43,7 +43,7 @@ from gfair.node.container_jobs import (
 from gfair.node.job_limits import JobLimits
 from gfair.node.job_runner import JobStartError, SupervisorConfig
 from gfair.node.launch import RunSpec
-from gfair.node.lifecycle import JobProgress
+from gfair.node.lifecycle import ProgressReport
 from gfair.sdk.checkpoint import CheckpointStore
 from gfair_services.node_executor.run_control import CANNOT_START_EXIT_CODE
 from support.jobs import settled
@@ -115,7 +115,7 @@ async def test_a_job_in_its_image_parks_in_place_and_completes(image: str, root:
         job = await supervisor.start(
             in_image("job-c", image, "python3", "/opt/jobs/parking_job.py", "300", "0.01")
         )
-        await log.first(JobProgress, lambda p: p.steps >= 10, timeout_s=60)
+        await log.first(ProgressReport, lambda p: p.steps >= 10, timeout_s=60)
         for _ in range(3):
             parked = await supervisor.suspend("job-c", timeout_s=20, park=True)
             assert parked.parked and parked.exited is None
@@ -307,7 +307,7 @@ async def test_the_pytorch_example_parks_ten_times_and_ends_bitwise_as_uninterru
         parks = 0
         while parks < 10:
             mark = log.mark()
-            await log.first(JobProgress, lambda p: p.job_id == "t-b", after=mark, timeout_s=60)
+            await log.first(ProgressReport, lambda p: p.job_id == "t-b", after=mark, timeout_s=60)
             parked = await supervisor.suspend("t-b", timeout_s=20, park=True)
             if parked.exited is not None:
                 break  # it finished first
@@ -374,7 +374,7 @@ async def test_a_job_checkpoints_and_exits_its_container_then_resumes_on_another
     async with ContainerSupervisor(first, options()) as supervisor:
         log = EventLog(supervisor.events)
         await supervisor.start(in_image("job-m", image, *steps))
-        await log.first(JobProgress, lambda p: p.steps >= 20, timeout_s=60)
+        await log.first(ProgressReport, lambda p: p.steps >= 20, timeout_s=60)
         left = await supervisor.suspend("job-m", timeout_s=20)
     assert left.fresh and left.exited is not None and left.exited.yielded
     assert left.escalation is None  # it checkpointed when asked, through the SDK

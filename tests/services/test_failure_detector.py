@@ -656,3 +656,31 @@ async def test_records_of_ended_jobs_are_purged_after_the_retention(
         await second.purge()
         assert await kv.keys() == ["alice.live"]
         assert (await harness.job("alice", "live")).terminal is None
+
+
+async def test_a_node_that_reports_a_fault_is_failed_until_it_reports_none(
+    harness: Harness,
+) -> None:
+    # Its container engine does not answer: alive, but its jobs are re-placed.
+    job = JobRef(user="alice", job_id="j1")
+    await harness.send(registered("n1"))
+    await harness.send(started("j1", "n1"))
+    fault = "the container engine is unreachable: no such file"
+    await harness.send(NodeHeartbeat(node_id="n1", seq=1, running=(job,), fault=fault))
+    (failed,) = await harness.outputs(NodeFailed)
+    assert isinstance(failed, NodeFailed)
+    assert failed.jobs == (job,) and fault in failed.reason
+    assert (await harness.node("n1")).state is NodeState.FAILED
+    assert (await harness.job("alice", "j1")).decisions[-1].outcome == "node_lost"
+    # Still faulty: still failed, said once.
+    harness.clock.at(5.0)
+    await harness.send(NodeHeartbeat(node_id="n1", seq=2, fault=fault))
+    assert len(await harness.outputs(NodeFailed)) == 1
+    assert await harness.outputs(NodeRecovered) == []
+    harness.clock.at(10.0)
+    await harness.send(heartbeat("n1", 3))
+    (recovered,) = await harness.outputs(NodeRecovered)
+    assert (
+        isinstance(recovered, NodeRecovered) and recovered.reason == "it reports no fault any more"
+    )
+    assert (await harness.node("n1")).state is NodeState.READY

@@ -246,7 +246,7 @@ async def test_registers_its_gpus_and_heartbeats_its_jobs(node: Node, tmp_path: 
 
     (first,) = [e.data for e in await node.executor.heartbeat()]
     assert isinstance(first, NodeHeartbeat)
-    assert (first.seq, first.running) == (0, ())
+    assert (first.seq, first.running, first.fault) == (0, (), None)
     await node.send(start_command(tmp_path, "sleepy", SLEEPER, (1,)))
     await node.wait_for(JobStarted)
     (second,) = [e.data for e in await node.executor.heartbeat()]
@@ -1146,3 +1146,18 @@ async def test_stops_past_the_command_age_are_forgotten_and_recent_ones_still_co
         Envelope.wrap(recent, source="split-stride", time=sent - timedelta(seconds=1)), recent
     )
     await consistently(lambda: exactly(node.events(JobStarted), 0), QUIET_S)
+
+
+async def test_an_engine_that_does_not_answer_is_reported_as_the_nodes_fault(
+    memory_bus: InMemoryBus, tmp_path: Path, gpus: SimulatedGpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("aiodocker", reason="the containers extra: pip install 'gfair[containers]'")
+    from gfair.node.container_jobs import CONTAINER_ENGINE_DOWN
+
+    # Container jobs allowed, the engine's socket where nothing listens.
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    settings = make_settings(tmp_path, job_images=("gfair-test/",))
+    async for node in running_node(memory_bus, settings, gpus):
+        (heartbeat,) = [e.data for e in await node.executor.heartbeat()]
+        assert isinstance(heartbeat, NodeHeartbeat)
+        assert heartbeat.fault is not None and CONTAINER_ENGINE_DOWN in heartbeat.fault

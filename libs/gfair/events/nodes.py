@@ -113,6 +113,12 @@ class NodeHeartbeat(NodeEvent):
 
     seq: int = Field(ge=0, description="Counts up from 0 each time the executor starts")
     running: JobRefs = Field(default=(), description="Jobs whose processes run here now")
+    fault: Reason | None = Field(
+        default=None,
+        description="What keeps this node from running its jobs though it is alive (its "
+        "container engine unreachable, say): it is failed and its jobs re-placed until a "
+        "heartbeat without one",
+    )
 
 
 @register

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,9 @@ LABEL_JOB, LABEL_NODE, LABEL_RUNS = "gfair.job", "gfair.node", "gfair.runs"
 _TMP_SIZE = "1g"
 # How long the copies of a job's output may trail its exit.
 _LOGS_DRAIN_S = 2.0
+# How long the engine may take to answer a heartbeat's probe (`engine_fault`).
+_PROBE_S = 5.0
+_FAULT_CHARS = 1000
 # A container's exit status past this is 128 + the signal that ended its job.
 _SIGNALLED = 128
 
@@ -79,6 +83,9 @@ class ContainerOptions:
     # simulated ones need none.
     gpu_requests: bool = False
     engine_url: str | None = None  # None: $DOCKER_HOST, else the local socket
+    # The job SDK's directory as the engine's host sees it (`copied_sdk`); None: this
+    # installation's own, where the engine runs on the executor's own host and filesystem.
+    sdk: Path | None = None
 
 
 class ContainerProcess(anyio.abc.Process):
@@ -294,7 +301,7 @@ class ContainerSupervisor(JobSupervisor):
             f"{os.geteuid()}:{os.getegid()}" if account is None else f"{account.uid}:{account.gid}"
         )
         binds = [f"{path}:{path}" for path in (run.control_dir, checkpoint_dir, workdir)] + [
-            f"{Path(gfair.sdk.__file__).parent}:{SDK_ROOT}/gfair/sdk:ro",
+            f"{self.options.sdk or Path(gfair.sdk.__file__).parent}:{SDK_ROOT}/gfair/sdk:ro",
             *launch.mounts,
         ]
         host: dict[str, Any] = {
@@ -365,6 +372,18 @@ class ContainerSupervisor(JobSupervisor):
         return 0
 
 
+def copied_sdk(into: Path) -> Path:
+    """The job SDK copied into `into`, for an engine that sees the executor's files only where
+    they are on a host directory mounted at the same path (an executor in a container,
+    deploy/compose.containers.yaml): its installation's own directory is in its image."""
+    target = into / "gfair" / "sdk"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(
+        Path(gfair.sdk.__file__).parent, target, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    return target
+
+
 def _container_environment(launch: RunSpec, env: dict[str, str]) -> dict[str, str]:
     """The job's environment without the host's own variables (the image has its own PATH,
     its own Python), with the SDK on ``PYTHONPATH`` and a ``TMPDIR`` inside the container."""
@@ -392,6 +411,18 @@ def _resources(limits: JobLimits, gpus: int) -> dict[str, int]:
     if limits.pids_max is not None:
         out["PidsLimit"] = limits.pids_max
     return out
+
+
+async def engine_fault(url: str | None, timeout_s: float = _PROBE_S) -> str | None:
+    """Why this node's container engine cannot run jobs (it does not answer), or None: the
+    node's fault (`NodeHeartbeat.fault`) while the operator has it run container jobs."""
+    try:
+        with anyio.fail_after(timeout_s):
+            async with aiodocker.Docker(url=url) as docker:
+                await docker.version()
+    except (aiodocker.DockerError, aiohttp.ClientError, OSError, ValueError, TimeoutError) as exc:
+        return f"{CONTAINER_ENGINE_DOWN}: {exc or type(exc).__name__}"[:_FAULT_CHARS]
+    return None
 
 
 def _engine_message(error: aiodocker.DockerError) -> str:

@@ -235,6 +235,7 @@ class JobSupervisor(JobRunner[SupervisedJob]):
         env = self._environment(launch, run, checkpoint_dir)
         if account is not None:
             env["HOME"] = str(workdir)  # the executor's home is not the job's
+        spawning = time.time()
         try:
             process, cgroup, limits = await self._spawn(launch, env, workdir, run)
         except JobStartError as exc:
@@ -269,6 +270,8 @@ class JobSupervisor(JobRunner[SupervisedJob]):
                 "gpu_indices": list(launch.gpu_indices),
                 "generation": launch.generation,
                 "started_at": started_at,
+                # What starting it took (a container's creation, its image's inspection).
+                "spawn_s": started_at - spawning,
                 "resume_from": str(resume.path) if resume else None,
             }
         )

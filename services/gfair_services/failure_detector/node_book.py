@@ -59,6 +59,10 @@ class Lapse:
     failed: bool
 
 
+# How a failure the node reported itself is named (a heartbeat's `fault`), and later known.
+FAULT = "the node reports a fault: "
+
+
 def at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
@@ -147,7 +151,11 @@ class NodeBook:
         updated = _moved(record.model_copy(update=inventory), state, reason, now)
         return Change(events=tuple(events), nodes=(updated,))
 
-    def heartbeat(self, data: NodeHeartbeat, now: datetime) -> Change:
+    def heartbeat(
+        self, data: NodeHeartbeat, now: datetime, jobs_on: Callable[[str], Iterable[JobRef]]
+    ) -> Change:
+        """Liveness heard; a node that reports a fault is failed (its jobs re-placed) until
+        a heartbeat without one."""
         self._hearing(now)
         record = self._records.get(data.node_id)
         if record is None:
@@ -159,12 +167,19 @@ class NodeBook:
                 "heartbeating, not registered since the detector's records began",
                 now,
             )
-            return Change(nodes=(_heard(record, data, now),))
+            if data.fault is None:
+                return Change(nodes=(_heard(record, data, now),))
         seen = self._last_seen.get(data.node_id, now.timestamp())
+        if data.fault is not None and record.state is not NodeState.FAILED:
+            jobs = tuple(dict.fromkeys((*record.running, *data.running, *jobs_on(data.node_id))))
+            return self._failed(_heard(record, data, now), FAULT + data.fault, now, jobs)
         events: list[EventData] = []
-        if record.state in (NodeState.SUSPECTED, NodeState.FAILED):
+        # (A failed node that still reports a fault stays failed.)
+        if data.fault is None and record.state in (NodeState.SUSPECTED, NodeState.FAILED):
             silent = now.timestamp() - seen
             reason = f"heartbeats resumed after {silent:.1f}s of silence"
+            if record.reason is not None and record.reason.startswith(FAULT):
+                reason = "it reports no fault any more"
             events.append(NodeRecovered(node_id=data.node_id, reason=reason))
             state = NodeState.READY
             if record.quarantined:
@@ -251,21 +266,7 @@ class NodeBook:
                     f"no heartbeat for {silent:.1f}s "
                     f"(fails after {self._heartbeat.fail_after_s:g}s)"
                 )
-                failed = _moved(record, NodeState.FAILED, reason, now).model_copy(
-                    update={"running": ()}
-                )
-                change = Change(
-                    events=(
-                        NodeFailed(
-                            node_id=node_id, reason=reason, last_heartbeat=at(seen), jobs=jobs
-                        ),
-                    ),
-                    nodes=(failed,),
-                )
-                entry = NodeFailureEntry(
-                    time=now, failure_class=FailureClass.INFRASTRUCTURE, reason=reason
-                )
-                change = change + self._held(failed, entry, now)
+                change = self._failed(record, reason, now, jobs, last_heartbeat=at(seen))
                 lapses.append(Lapse(node_id, f"{cause}/failed", change, failed=True))
             elif verdict is Liveness.SUSPECTED and record.state is not NodeState.SUSPECTED:
                 reason = (
@@ -289,6 +290,25 @@ class NodeBook:
         return lapses
 
     # ----- internals ---------------------------------------------------------------------
+
+    def _failed(
+        self,
+        record: NodeRecord,
+        reason: str,
+        now: datetime,
+        jobs: tuple[JobRef, ...],
+        last_heartbeat: datetime | None = None,
+    ) -> Change:
+        """The node failed, `jobs` lost with it, a failure held against it."""
+        failed = _moved(record, NodeState.FAILED, reason, now).model_copy(update={"running": ()})
+        event = NodeFailed(
+            node_id=record.node_id,
+            reason=reason,
+            last_heartbeat=last_heartbeat or record.last_heartbeat,
+            jobs=jobs,
+        )
+        entry = NodeFailureEntry(time=now, failure_class=FailureClass.INFRASTRUCTURE, reason=reason)
+        return Change(events=(event,), nodes=(failed,)) + self._held(failed, entry, now)
 
     def _watched(self) -> dict[str, float]:
         """When each node that is not failed was last heard."""

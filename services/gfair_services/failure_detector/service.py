@@ -58,6 +58,7 @@ from gfair.events.jobs import (
     JobSuspended,
 )
 from gfair.events.nodes import NodeHeartbeat, NodeRegistered, NodeUncordoned
+from gfair.events.states import NodeState
 from gfair.events.submission import JobSubmitted
 from gfair.state.buckets import job_key
 from gfair.state.job_failures import FAILURES, JobFailureRecord
@@ -188,9 +189,14 @@ class FailureDetector:
                     self._newest_sent = sent
                 for job in data.running:
                     await self._ensure_job(job.user, job.job_id, now)
-                change = self.nodes.heartbeat(data, now) + self.jobs.fence(
-                    data.node_id, data.running, now, grace_s=self.settings.fence_grace_s
-                )
+                was = self.nodes.get(data.node_id)
+                change = self.nodes.heartbeat(data, now, self.jobs.running_on)
+                if data.fault is not None and (was is None or was.state is not NodeState.FAILED):
+                    change = change + self.jobs.node_lost(data.node_id, now)
+                else:
+                    change = change + self.jobs.fence(
+                        data.node_id, data.running, now, grace_s=self.settings.fence_grace_s
+                    )
             else:
                 change = self.nodes.uncordon(data, now)
                 if change.empty:

@@ -108,7 +108,8 @@ class NodeExecutor:
         self._sink = EventSink()
         relay = ReportRelay(self.node_id, self._runs, self._sink, self._gpus, self._xids)
         # Where its jobs run: OS processes, or virtual ones (`virtual_nodes`).
-        host = host or ProcessHost(self._container_options())
+        self._containers = None if host else self._container_options()
+        host = host or ProcessHost(self._containers)
         self._supervisors = UserSupervisors(self._supervisor_config, relay, host)
         self._control = RunControl(
             self.settings, self._inventory, self._runs, self._sink, self._supervisors, host
@@ -169,7 +170,7 @@ class NodeExecutor:
         if not self.settings.job_images:
             return None
         try:
-            from gfair.node.container_jobs import ContainerOptions
+            from gfair.node.container_jobs import ContainerOptions, copied_sdk
         except ImportError as exc:  # an extra: the engine's client
             raise RuntimeError(
                 f"GFAIR_JOB_IMAGES needs the Docker engine's client: pip install "
@@ -182,6 +183,9 @@ class NodeExecutor:
             refusal=self.settings.container_policy.refusal,
             limits=dataclasses.replace(limits, pids_max=pids),
             gpu_requests=self.settings.simulate_gpus is None,
+            # Beside the run directories: where an executor in a container has them, the
+            # engine's host has them too, at the same paths.
+            sdk=copied_sdk(self.settings.work_dir / "job-sdk"),
         )
 
     def _account(self, user: str) -> JobAccount | None:
@@ -398,8 +402,19 @@ class NodeExecutor:
         seq = self._heartbeat_seq
         self._heartbeat_seq += 1
         running = tuple(run.job for run in self.running())
-        heartbeat = NodeHeartbeat(node_id=self.node_id, seq=seq, running=running)
+        heartbeat = NodeHeartbeat(
+            node_id=self.node_id, seq=seq, running=running, fault=await self._fault()
+        )
         return [Emit(heartbeat, traced=False)]
+
+    async def _fault(self) -> str | None:
+        """What keeps this node from running its jobs: the container engine it runs them
+        through, where it runs any, not answering (the failure detector re-places them)."""
+        if self._containers is None:
+            return None
+        from gfair.node.container_jobs import engine_fault
+
+        return await engine_fault(self._containers.engine_url)
 
     async def telemetry(self) -> Sequence[Emit]:
         samples, xids = await anyio.to_thread.run_sync(self._read_gpus, self._runs.busy_gpus())
