@@ -45,6 +45,21 @@ def images() -> Images:
         raise
 
 
+EXAMPLE_IMAGE = "gfair-example/pytorch:cpu"
+
+
+@pytest.fixture(scope="session")
+def example_image(images: Images) -> str:
+    """The example job image (examples/images/pytorch: CPU torch and examples/pytorch_train.py),
+    built once from the local base when the engine does not have it (a few minutes)."""
+    inspect = ["docker", "image", "inspect", EXAMPLE_IMAGE]
+    if subprocess.run(inspect, capture_output=True, check=False).returncode:
+        build = Path(__file__).parents[2] / "examples" / "images" / "pytorch" / "build.sh"
+        env = {**os.environ, "BASE": images.variables["PYTHON_IMAGE"]}  # torch as build.sh pins it
+        subprocess.run([str(build), EXAMPLE_IMAGE], check=True, env=env, timeout=900)
+    return EXAMPLE_IMAGE
+
+
 ProjectFactory = Callable[..., ComposeProject]
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import subprocess
 import uuid
@@ -19,6 +18,7 @@ from pathlib import Path
 import aiodocker
 import anyio
 import pytest
+from bench.compose_deployment import Images
 from tests.node.helpers import (
     SYNTHETIC,
     TEST_ACCOUNT,
@@ -57,7 +57,8 @@ ALLOWED_ROOT = "/srv/gfair-allowed"
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def image(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    # `images` first: it makes the local base (in CI, where nothing was built before).
     if shutil.which("docker") is None:
         unavailable("no docker CLI on PATH")
     if subprocess.run(["docker", "image", "inspect", BASE], capture_output=True).returncode:
@@ -268,7 +269,6 @@ async def test_a_job_in_its_image_time_slices_on_a_cluster_beside_a_process_job(
     assert len([e for e in events if isinstance(e, JobStarted)]) == 1  # one container
 
 
-EXAMPLE_IMAGE = "gfair-example/pytorch:cpu"
 EXAMPLE = ("python", "/opt/example/pytorch_train.py", "--steps", "2000")
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # the machine's few CPUs are shared
 SAME_WEIGHTS = """
@@ -279,18 +279,6 @@ momentum = [s["momentum_buffer"] for s in a["optimizer"]["state"].values()]
 moved = [s["momentum_buffer"] for s in b["optimizer"]["state"].values()]
 print("bitwise", same and all(torch.equal(x, y) for x, y in zip(momentum, moved)))
 """
-
-
-@pytest.fixture(scope="module")
-def example_image(image: str) -> str:
-    """The example image (examples/images/pytorch), built here once from the local base."""
-    if subprocess.run(
-        ["docker", "image", "inspect", EXAMPLE_IMAGE], capture_output=True
-    ).returncode:
-        build = Path(__file__).parents[2] / "examples" / "images" / "pytorch" / "build.sh"
-        env = {**os.environ, "BASE": BASE}  # torch as build.sh pins it
-        subprocess.run([str(build), EXAMPLE_IMAGE], check=True, env=env, timeout=900)
-    return EXAMPLE_IMAGE
 
 
 async def test_the_pytorch_example_parks_ten_times_and_ends_bitwise_as_uninterrupted(
