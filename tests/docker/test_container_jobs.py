@@ -219,6 +219,36 @@ async def test_a_root_image_runs_as_the_tenant_without_privileges(image: str, ro
     assert seen["nats"] == []
 
 
+async def test_a_job_cannot_read_another_jobs_run_or_checkpoint_directory(
+    image: str, root: Path
+) -> None:
+    cfg = config(root)
+    secret = "the other job's words"
+    code = (
+        "import json,os,sys\n"
+        "def reads(p):\n"
+        "    try: return open(p).read() if os.path.isfile(p) else os.listdir(p)\n"
+        "    except OSError as e: return type(e).__name__\n"
+        "print(json.dumps([reads(p) for p in sys.argv[1:]]))"
+    )
+    async with ContainerSupervisor(cfg, options()) as supervisor:
+        other = await supervisor.start(
+            in_image("job-other", image, "python3", "-c", f"print({secret!r})")
+        )
+        assert (await supervisor.wait("job-other")).exit_code == 0
+        assert secret in other.paths.stdout.read_text()  # there, on the host
+        targets = (other.paths.stdout, other.paths.checkpoint_dir, other.paths.stdout.parent)
+        nosy = await supervisor.start(
+            in_image("job-nosy", image, "python3", "-c", code, *map(str, targets))
+        )
+        exited = await supervisor.wait("job-nosy")
+    assert exited.exit_code == 0, exited.stderr_tail
+    seen = json.loads(nosy.paths.stdout.read_text().strip().splitlines()[-1])
+    # Only its own run, checkpoint and control directories are mounted: the other job's paths
+    # do not exist in its container at all.
+    assert seen == ["FileNotFoundError"] * 3
+
+
 async def test_a_fork_bomb_is_stopped_by_the_pids_limit(image: str, root: Path) -> None:
     cfg = config(root)
     code = (
