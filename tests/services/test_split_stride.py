@@ -52,6 +52,9 @@ from support.waiting import consistently, eventually
 
 from .scheduling_harness import FAST, Probe, registered, submitted
 
+# Every machine these tests make checks its index after every input.
+pytestmark = pytest.mark.usefixtures("checked_machines")
+
 COMMANDS = "GFAIR_COMMANDS"
 SCHED = "GFAIR_SCHED"
 NEVER = 3600.0  # the service's own timer: ticks come from the tests

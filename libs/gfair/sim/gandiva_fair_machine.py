@@ -294,7 +294,7 @@ class GandivaFairMachine:
         if since is None or now <= since:
             return
         held: dict[str, int] = {}
-        for job in self.machine.residents():
+        for job in self.machine.index.resident_jobs():
             gpus = sum(len(s.gpu_indices) for s in job.stays.values() if s.holds_gpus)
             held[job.user] = held.get(job.user, 0) + gpus
         self._usage.advance(now)
@@ -334,5 +334,5 @@ class GandivaFairMachine:
         ids = self._ids
         return {
             node_id: tuple(sorted(map(ids.__getitem__, keys)))
-            for node_id, keys in self.machine.holding().items()
+            for node_id, keys in self.machine.index.holding().items()
         }

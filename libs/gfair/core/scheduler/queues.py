@@ -75,9 +75,11 @@ class _UserQueue:
         return False
 
     def repass(self, state: RunnableJob, before: float) -> None:
-        """`state`'s pass moved on from `before`: it takes its new place."""
+        """`state` (its pass moved on from `before`) takes its new place, and that of its
+        predecessor."""
         if len(self._order) == 1:  # (most users have one runnable job)
             self._order[0] = (state.pass_, state.seq)
+            self.states[0] = state
             return
         at = bisect_left(self._order, (before, state.seq))
         del self._order[at]
@@ -121,21 +123,29 @@ class Queues:
             del self._speeds[shape]
         self.touched.update(keys)
 
-    def repass(self, ran: Sequence[RunnableJob], before: Sequence[float]) -> None:
-        """The booking of a quantum advanced the passes of the states `ran` (the machine's
-        own, handed out by the last `refresh`) from `before`: they take their new places in
-        their users' queues. Nothing else a state is made of changes when its job runs on, so
-        the state is kept rather than made again."""
-        queues = self._queues
-        for state, was in zip(ran, before, strict=True):
-            queues[state.user].repass(state, was)
+    def repass(self, ran: Iterable[RunnableJob]) -> None:
+        """The booking of a quantum advanced the passes of the jobs that ran: `ran`, their
+        states as booked (copies of those the last `refresh` handed out, passes aside), take
+        their places in their users' queues. Nothing else a state is made of changes when its
+        job runs on, so the booked state is kept rather than made again."""
+        queues, states, running = self._queues, self._states, self._running
+        for state in ran:
+            key = state.id
+            queues[state.user].repass(state, states[key].pass_)
+            states[key] = state
+            if key in running:
+                running[key] = state
 
     def refresh(
-        self, machine: SplitStride, now: float, pool_gpus: dict[str, int]
+        self,
+        machine: SplitStride,
+        positions: Mapping[str, int],
+        now: float,
+        pool_gpus: dict[str, int],
     ) -> Mapping[str, Sequence[RunnableJob]]:
         """User -> its runnable jobs' states in its order, the users in the order of their
-        earliest runnable job's arrival (`machine.positions`), as of `now`. (The machine's
-        own: read it, never change it.)"""
+        earliest runnable job's arrival (`positions`), as of `now`. (The machine's own: read
+        it, never change it.)"""
         jobs = machine.jobs
         if pool_gpus != self._pool_gpus:
             self._speeds.clear()
@@ -146,7 +156,6 @@ class Queues:
             touched |= self._delayed
         if not touched:
             return self._ordered() if self._reorder else self._answer
-        positions = machine.positions
         operator = machine.config.operator_costs
         states, running, waiting = self._states, self._running, self._waiting
         for key in touched:

@@ -1,0 +1,335 @@
+"""Everything the split-stride machine keeps derived from its state for speed, in one place: what
+a server's questions read (the stays on each node, the GPUs they hold, the jobs parked there),
+the servers' pools and sizes, each user's jobs and demand, the GPUs promised to held-back jobs,
+and the kernel's job states and queues (`Queues`). The machine's transitions change its state
+(`SplitStride`: jobs, users, nodes, ...) and tell the index, through one method per kind of
+change; nothing else keeps a cache. `rebuild` derives an index from the state alone, and
+`differences` compares two: a machine made with `check=True` (the tests) rebuilds its index
+after every input and raises on any difference, so a change the index was not told of shows at
+the input that made it, not as a stale snapshot later.
+
+Some parts are memos filled as they are asked (a user's demand and largest gang, its lowest
+pass), or supersets pruned as they are read (the residents): those are compared by what they
+answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import astuple
+from typing import TYPE_CHECKING
+
+from gfair.core import accounts
+from gfair.core.kernel import PoolState
+
+from .events import Node
+from .queues import Queues
+from .residency import SchedulerJob, Stay
+from .snapshot import server_pools
+
+if TYPE_CHECKING:
+    from .machine import SplitStride
+
+_NO_STAYS: Mapping[str, Stay] = {}
+
+
+class Index:
+    def __init__(
+        self, jobs: Mapping[str, SchedulerJob], nodes: Iterable[Node], held_back: Iterable[str]
+    ) -> None:
+        self.jobs = jobs  # the machine's (read only)
+        self.queues = Queues()  # the kernel's job states, made as they are asked (`refresh`)
+        # What the users were last entitled from (`snapshot`), until users come or go.
+        self.entitled_for: tuple[object, ...] | None = None
+        # Node -> job key -> its stay there, node -> jobs parked there, node -> GPUs its stays
+        # hold: what a server's questions read costs what is on it, and `free_gpus` a look.
+        self.on_node: dict[str, dict[str, Stay]] = {}
+        self.parked_at: dict[str, set[str]] = {}
+        self.held: dict[str, int] = {}
+        self.held_schedulable = 0  # GPUs held on schedulable servers
+        self.set_nodes(tuple(nodes))
+        # Jobs that may hold residencies (a superset: pruned as it is read), and each user's
+        # jobs in arrival order (its first is its earliest), so that what an admission reads
+        # costs what runs and what the user has, not the whole cluster's backlog.
+        self.residents: set[str] = set()
+        self.of_user: dict[str, dict[str, None]] = {}
+        # Each job's arrival position among the jobs (the order of `jobs`).
+        self.positions: dict[str, int] = {}
+        self.arrivals = 0
+        self.min_pass: dict[str, float] = {}  # a user's lowest job pass, until passes change
+        # Each user's demand and largest gang until its jobs change, and every user's
+        # (`demand`, `ceilings`) until jobs come or go.
+        self.gangs: dict[str, tuple[float, float]] = {}
+        self.kept_demand: dict[str, float] | None = None
+        self.kept_ceilings: dict[str, float] | None = None
+        # Node -> the held-back jobs placed on it (asked for every server a fill tries), and
+        # each such job's servers there.
+        self.promised_on: dict[str, dict[str, None]] = {}
+        self.promised_by: dict[str, tuple[str, ...]] = {}
+        for key, job in jobs.items():
+            self.of_user.setdefault(job.user, {})[key] = None
+            self.arrived(key)
+            for stay in job.stays.values():
+                self.resided(key, None, stay)
+            if job.parked is not None:
+                self.parked_at.setdefault(job.parked[0], set()).add(key)
+        for key in held_back:
+            self.promise(key, True)
+
+    # -- told of changes ----------------------------------------------------------------------
+
+    def set_nodes(self, nodes: tuple[Node, ...]) -> None:
+        """The servers are `nodes` now."""
+        self.schedulable = sorted((n for n in nodes if n.schedulable), key=lambda n: n.node_id)
+        self.pools: tuple[tuple[PoolState, ...], dict[str, int]] = server_pools(self.schedulable)
+        self.sizes = {node.node_id: node.gpus for node in nodes}
+        self.generations = {node.node_id: node.generation for node in nodes}
+        self.names = frozenset(node.node_id for node in self.schedulable)
+        self.gpus_schedulable = sum(node.gpus for node in self.schedulable)
+        self.held_schedulable = sum(self.held.get(name, 0) for name in self.names)
+
+    def touch(self, key: str) -> None:
+        """Something `key`'s kernel state is made of changed (or the job came or went)."""
+        self.queues.touch(key)
+
+    def arrived(self, key: str) -> None:
+        self.positions[key] = self.arrivals
+        self.arrivals += 1
+
+    def jobs_changed(self, user: str, *, first_changed: bool) -> None:
+        """`user`'s jobs came or went (`first_changed`: its earliest one went, and it has
+        others): its demand and largest gang are found again, and in the users' `demand` and
+        `ceilings` (made anew, never changed in place: `entitled_for` holds the last) it takes
+        its new values, or leaves, or comes last (its first job is the latest to arrive), or,
+        when its place among the users may have changed, they are all found again."""
+        self.gangs.pop(user, None)
+        gang = self.gang(user) if self.of_user.get(user) else None
+        if self.kept_demand is not None:
+            self.kept_demand = None if first_changed else _with(self.kept_demand, user, gang, 0)
+        if self.kept_ceilings is not None:
+            self.kept_ceilings = _with(self.kept_ceilings, user, gang, 1)
+
+    def resided(self, key: str, old: Stay | None, stay: Stay | None) -> None:
+        """`key`'s stay `old` (None: none) is replaced by `stay` (None: dropped)."""
+        if old is not None:
+            here = self.on_node[old.node_id]
+            del here[key]
+            if not here:
+                del self.on_node[old.node_id]
+            if old.holds_gpus:
+                self.hold(old.node_id, -len(old.gpu_indices))
+        if stay is not None:
+            self.residents.add(key)
+            self.on_node.setdefault(stay.node_id, {})[key] = stay
+            if stay.holds_gpus:
+                self.hold(stay.node_id, len(stay.gpu_indices))
+
+    def hold(self, node_id: str, gpus: int) -> None:
+        self.held[node_id] = self.held.get(node_id, 0) + gpus
+        if node_id in self.names:
+            self.held_schedulable += gpus
+
+    def parked(self, key: str, was: str | None, where: str | None) -> None:
+        """`key`, parked on node `was` (None: nowhere), is parked on `where` now."""
+        if was is not None:
+            self.parked_at[was].discard(key)
+        if where is not None:
+            self.parked_at.setdefault(where, set()).add(key)
+
+    def promise(self, key: str, held_back: bool) -> None:
+        """Promise `key`'s servers to it while it is `held_back`, and no others."""
+        for server in self.promised_by.pop(key, ()):
+            promised = self.promised_on[server]
+            del promised[key]
+            if not promised:
+                del self.promised_on[server]
+        job = self.jobs.get(key)
+        if held_back and job is not None and job.servers:
+            self.promised_by[key] = job.servers
+            for server in job.servers:
+                self.promised_on.setdefault(server, {})[key] = None
+
+    # -- questions ----------------------------------------------------------------------------
+
+    def gang(self, user: str) -> tuple[float, float]:
+        """`user`'s demand (`accounts.demand`) and largest gang (`accounts.ceiling`)."""
+        found = self.gangs.get(user)
+        if found is None:
+            found = self.gangs[user] = _gang(self.jobs, user, self.of_user[user])
+        return found
+
+    def demand(self) -> dict[str, float]:
+        """User -> GPUs its admitted, unfinished jobs ask (`accounts.demand`), the users in the
+        order of their earliest job's arrival (kept until jobs come or go: read it, never
+        change it)."""
+        if self.kept_demand is None:
+            first = sorted(
+                (self.positions[next(iter(keys))], user)
+                for user, keys in self.of_user.items()
+                if keys
+            )
+            self.kept_demand = {user: self.gang(user)[0] for _, user in first}
+        return self.kept_demand
+
+    def ceilings(self) -> dict[str, float]:
+        """User -> what its credit may save up for (`accounts.ceiling`: its largest gang)."""
+        if self.kept_ceilings is None:
+            self.kept_ceilings = {
+                user: self.gang(user)[1] for user, keys in self.of_user.items() if keys
+            }
+        return self.kept_ceilings
+
+    def joining_pass(self, user: str) -> float:
+        """The pass a new job of `user` joins at (`accounts.joining_pass`)."""
+        found = self.min_pass.get(user)
+        if found is None:
+            passes = (self.jobs[k].stride_pass for k in self.of_user.get(user, ()))
+            found = self.min_pass[user] = accounts.joining_pass(passes)
+        return found
+
+    def resident_jobs(self) -> list[SchedulerJob]:
+        """The jobs with residencies."""
+        found: list[SchedulerJob] = []
+        for key in list(self.residents):
+            job = self.jobs.get(key)
+            if job is None or not job.stays:
+                self.residents.discard(key)
+            else:
+                found.append(job)
+        return found
+
+    def stays_on(self, node_id: str) -> Mapping[str, Stay]:
+        """Job key -> its residency on `node_id`, for every job resident there (read it, never
+        change it)."""
+        return self.on_node.get(node_id, _NO_STAYS)
+
+    def stays_within(self, names: frozenset[str]) -> bool:
+        """Whether every residency is on one of the servers `names`."""
+        return all(node_id in names for node_id in self.on_node)
+
+    def holding(self) -> dict[str, list[str]]:
+        """Server -> the jobs holding GPUs there, for the servers where any does."""
+        found: dict[str, list[str]] = {}
+        for node_id, here in self.on_node.items():
+            if keys := [key for key, stay in here.items() if stay.holds_gpus]:
+                found[node_id] = keys
+        return found
+
+    def holders(self, node_id: str) -> dict[str, Stay]:
+        """Job key -> its residency on `node_id`, for jobs holding GPUs there."""
+        here = self.on_node.get(node_id)
+        if not here:
+            return {}
+        return {key: stay for key, stay in here.items() if stay.holds_gpus}
+
+    def free_indices(self, node: Node | None) -> list[int]:
+        if node is None:
+            return []
+        here = self.on_node.get(node.node_id)
+        if not here:
+            return list(node.gpu_indices)
+        held = [i for stay in here.values() if stay.holds_gpus for i in stay.gpu_indices]
+        return [i for i in node.gpu_indices if i not in held]
+
+    def parked_on(self, node_id: str) -> dict[str, tuple[int, ...]]:
+        """Job key -> GPU indices, for the jobs parked in place on `node_id` that hold no GPUs
+        now."""
+        found: dict[str, tuple[int, ...]] = {}
+        for key in self.parked_at.get(node_id, ()):
+            job = self.jobs[key]
+            if not job.stays and job.parked is not None:
+                found[key] = job.parked[1]
+        return found
+
+    def promised(self, node_id: str) -> int:
+        """GPUs of `node_id` promised to held-back jobs."""
+        jobs, sizes = self.jobs, self.sizes
+        return sum(jobs[key].gpus_on(node_id, sizes) for key in self.promised_on.get(node_id, ()))
+
+    def free_gpus(self) -> int:
+        """GPUs of the schedulable servers that no job holds."""
+        return self.gpus_schedulable - self.held_schedulable
+
+
+def rebuild(machine: SplitStride) -> Index:
+    """An index derived from `machine`'s state alone."""
+    return Index(machine.jobs, machine.nodes.values(), machine.held_back)
+
+
+def differences(kept: Index, fresh: Index, machine: SplitStride, now: float) -> list[str]:
+    """Where the index `kept` answers otherwise than `fresh` (`rebuild`), the kernel's queues
+    as of `now` included (refreshing `kept`'s, as the next snapshot would)."""
+    jobs = machine.jobs
+    found: list[str] = []
+
+    def differ(what: str, mine: object, theirs: object) -> None:
+        if mine != theirs:
+            found.append(f"{what}: kept {mine!r}, derived {theirs!r}")
+
+    for part in ("schedulable", "sizes", "generations", "names", "pools", "gpus_schedulable"):
+        differ(part, getattr(kept, part), getattr(fresh, part))
+    differ("held", _nonzero(kept.held), _nonzero(fresh.held))
+    differ("held_schedulable", kept.held_schedulable, fresh.held_schedulable)
+    differ("on_node", kept.on_node, fresh.on_node)
+    differ("parked_at", _nonempty(kept.parked_at), _nonempty(fresh.parked_at))
+    differ("residents", {j.key for j in kept.resident_jobs()}, fresh.residents)
+    differ("of_user", _lists(kept.of_user), _lists(fresh.of_user))
+    differ("arrival order", sorted(kept.positions, key=kept.positions.__getitem__), list(jobs))
+    for user, gang in kept.gangs.items():
+        differ(f"gang of {user}", gang, fresh.gang(user) if user in fresh.of_user else None)
+    for user, joining in kept.min_pass.items():
+        differ(f"joining pass of {user}", joining, fresh.joining_pass(user))
+    if kept.kept_demand is not None:
+        differ("demand", list(kept.kept_demand.items()), list(fresh.demand().items()))
+    if kept.kept_ceilings is not None:
+        differ("ceilings", kept.kept_ceilings, fresh.ceilings())
+    differ("promised", _sets(kept.promised_on), _sets(fresh.promised_on))
+    differ("promised_by", kept.promised_by, fresh.promised_by)
+    answers = []
+    for index in (kept, fresh):
+        made = index.queues.refresh(machine, index.positions, now, index.pools[1])
+        states = {state.id: astuple(state) for queue in made.values() for state in queue}
+        order = [(user, [state.id for state in queue]) for user, queue in made.items()]
+        running = sorted(state.id for state in index.queues.running())
+        answers.append((states, order, running, index.queues.least_waiting()))
+    (states, *rest), (derived, *derived_rest) = answers
+    for key in sorted(states.keys() | derived.keys()):
+        differ(f"kernel state of {key}", states.get(key), derived.get(key))
+    differ("queues (order, running, least waiting)", rest, derived_rest)
+    differ("in arrays", kept.queues.in_arrays(), fresh.queues.in_arrays())
+    return found
+
+
+def _gang(jobs: Mapping[str, SchedulerJob], user: str, keys: Iterable[str]) -> tuple[float, float]:
+    mine = [jobs[key] for key in keys]
+    asked = accounts.demand((job.user, job.gpus, job.member) for job in mine)
+    return asked[user], accounts.ceiling(job.gpus for job in mine)
+
+
+def _nonzero(counts: Mapping[str, int]) -> dict[str, int]:
+    return {key: count for key, count in counts.items() if count}
+
+
+def _nonempty(sets: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    return {key: keys for key, keys in sets.items() if keys}
+
+
+def _sets(keyed: Mapping[str, Mapping[str, None]]) -> dict[str, set[str]]:
+    return {key: set(keys) for key, keys in keyed.items() if keys}
+
+
+def _lists(keyed: Mapping[str, Mapping[str, None]]) -> dict[str, list[str]]:
+    return {key: list(keys) for key, keys in keyed.items() if keys}
+
+
+def _with(
+    kept: dict[str, float], user: str, gang: tuple[float, float] | None, part: int
+) -> dict[str, float]:
+    """A copy of `kept` (user -> a part of its gang: `Index.demand`, `ceilings`) with `user`'s
+    part of `gang`, or without `user` (None: it has no jobs left)."""
+    found = dict(kept)
+    if gang is None:
+        found.pop(user, None)
+    else:
+        found[user] = gang[part]
+    return found
