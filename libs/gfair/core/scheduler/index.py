@@ -257,69 +257,49 @@ def rebuild(machine: SplitStride) -> Index:
 
 
 def differences(kept: Index, fresh: Index, machine: SplitStride, now: float) -> list[str]:
-    """Where the index `kept` answers otherwise than `fresh` (`rebuild`), the kernel's queues
-    as of `now` included (refreshing `kept`'s, as the next snapshot would)."""
-    jobs = machine.jobs
-    found: list[str] = []
+    """Where the index `kept` answers otherwise than `fresh` (`rebuild`), the kernel's states
+    and queues as of `now` included (refreshing `kept`'s, as the next snapshot would)."""
+    mine, derived = (_answers(index, machine, now) for index in (kept, fresh))
+    return [
+        f"{part}: kept {mine.get(part)!r}, derived {derived.get(part)!r}"
+        for part in sorted(mine.keys() | derived.keys())
+        if mine.get(part) != derived.get(part)
+    ]
 
-    def differ(what: str, mine: object, theirs: object) -> None:
-        if mine != theirs:
-            found.append(f"{what}: kept {mine!r}, derived {theirs!r}")
 
-    for part in ("schedulable", "sizes", "generations", "names", "pools", "gpus_schedulable"):
-        differ(part, getattr(kept, part), getattr(fresh, part))
-    differ("held", _nonzero(kept.held), _nonzero(fresh.held))
-    differ("held_schedulable", kept.held_schedulable, fresh.held_schedulable)
-    differ("on_node", kept.on_node, fresh.on_node)
-    differ("parked_at", _nonempty(kept.parked_at), _nonempty(fresh.parked_at))
-    differ("residents", {j.key for j in kept.resident_jobs()}, fresh.residents)
-    differ("of_user", _lists(kept.of_user), _lists(fresh.of_user))
-    differ("arrival order", sorted(kept.positions, key=kept.positions.__getitem__), list(jobs))
-    for user, gang in kept.gangs.items():
-        differ(f"gang of {user}", gang, fresh.gang(user) if user in fresh.of_user else None)
-    for user, joining in kept.min_pass.items():
-        differ(f"joining pass of {user}", joining, fresh.joining_pass(user))
-    if kept.kept_demand is not None:
-        differ("demand", list(kept.kept_demand.items()), list(fresh.demand().items()))
-    if kept.kept_ceilings is not None:
-        differ("ceilings", kept.kept_ceilings, fresh.ceilings())
-    differ("promised", _sets(kept.promised_on), _sets(fresh.promised_on))
-    differ("promised_by", kept.promised_by, fresh.promised_by)
-    answers = []
-    for index in (kept, fresh):
-        made = index.queues.refresh(machine, index.positions, now, index.pools[1])
-        states = {state.id: astuple(state) for queue in made.values() for state in queue}
-        order = [(user, [state.id for state in queue]) for user, queue in made.items()]
-        running = sorted(state.id for state in index.queues.running())
-        answers.append((states, order, running, index.queues.least_waiting()))
-    (states, *rest), (derived, *derived_rest) = answers
-    for key in sorted(states.keys() | derived.keys()):
-        differ(f"kernel state of {key}", states.get(key), derived.get(key))
-    differ("queues (order, running, least waiting)", rest, derived_rest)
-    differ("in arrays", kept.queues.in_arrays(), fresh.queues.in_arrays())
-    return found
+def _answers(index: Index, machine: SplitStride, now: float) -> dict[str, object]:
+    """What `index` answers, part by part (each kernel state a part of its own); memos and
+    supersets by what they answer, arrival positions by the order they give."""
+    made = index.queues.refresh(machine, index.positions, now, index.pools[1])
+    users = [user for user, keys in index.of_user.items() if keys]
+    parts = ("schedulable", "sizes", "generations", "names", "pools", "gpus_schedulable")
+    found: dict[str, object] = {part: getattr(index, part) for part in parts}
+    found.update({f"kernel state of {s.id}": astuple(s) for q in made.values() for s in q})
+    return found | {
+        "held_schedulable": index.held_schedulable,
+        "held": {node: gpus for node, gpus in index.held.items() if gpus},
+        "on_node": index.on_node,
+        "parked_at": {node: keys for node, keys in index.parked_at.items() if keys},
+        "residents": {job.key for job in index.resident_jobs()},
+        "of_user": {user: list(index.of_user[user]) for user in users},
+        "arrival order": sorted(index.positions, key=index.positions.__getitem__),
+        "gangs": {user: index.gang(user) for user in users},
+        "joining passes": {user: index.joining_pass(user) for user in users},
+        "demand": list(index.demand().items()),
+        "ceilings": index.ceilings(),
+        "promised": {node: set(keys) for node, keys in index.promised_on.items() if keys},
+        "promised_by": index.promised_by,
+        "queues": [(user, [state.id for state in queue]) for user, queue in made.items()],
+        "running": sorted(state.id for state in index.queues.running()),
+        "least waiting": index.queues.least_waiting(),
+        "in arrays": index.queues.in_arrays(),
+    }
 
 
 def _gang(jobs: Mapping[str, SchedulerJob], user: str, keys: Iterable[str]) -> tuple[float, float]:
     mine = [jobs[key] for key in keys]
     asked = accounts.demand((job.user, job.gpus, job.member) for job in mine)
     return asked[user], accounts.ceiling(job.gpus for job in mine)
-
-
-def _nonzero(counts: Mapping[str, int]) -> dict[str, int]:
-    return {key: count for key, count in counts.items() if count}
-
-
-def _nonempty(sets: Mapping[str, set[str]]) -> dict[str, set[str]]:
-    return {key: keys for key, keys in sets.items() if keys}
-
-
-def _sets(keyed: Mapping[str, Mapping[str, None]]) -> dict[str, set[str]]:
-    return {key: set(keys) for key, keys in keyed.items() if keys}
-
-
-def _lists(keyed: Mapping[str, Mapping[str, None]]) -> dict[str, list[str]]:
-    return {key: list(keys) for key, keys in keyed.items() if keys}
 
 
 def _with(

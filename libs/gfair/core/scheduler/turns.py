@@ -28,11 +28,11 @@ idle GPUs: it could start nothing.)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from copy import copy
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from gfair.core import kernel
-from gfair.core.kernel import Decision, Snapshot, backfill, decide
+from gfair.core.kernel import Decision, RunnableJob, Snapshot, backfill, decide
 
 from .plan import Forgotten, Placement, QuantumPlan, ServerTurn, Start, Starts, Stop, StopReason
 from .residency import Phase, SchedulerJob, Stay
@@ -231,12 +231,21 @@ def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
     # their new places at once (`Queues.repass`).
     # The kernel books into copies of the index's states: a job's pass is its own
     # (`SchedulerJob.stride_pass`), and the index derives its state from it (`repass`).
-    ran = [copy(state) for state in machine.index.queues.states(decision.placed)]
+    ran = [_copy(state) for state in machine.index.queues.states(decision.placed)]
     ceiling = machine.index.ceilings()
     booked = kernel.settle(machine.users, ran, decision, ceiling, view.overrun, view.unheld)
     machine.meter.booked(decision, booked)
     if booked:
         machine.repass(ran)
+
+
+# A state's fields in order (`_copy`: field by field costs a tenth of `copy.copy`, for every job
+# that ran).
+_FIELDS = attrgetter(*RunnableJob.__slots__)
+
+
+def _copy(state: RunnableJob) -> RunnableJob:
+    return RunnableJob(*_FIELDS(state))
 
 
 def _place(machine: SplitStride, decision: Decision) -> list[SchedulerJob]:
