@@ -108,10 +108,12 @@ def _check(m: SplitStride, now: float) -> None:
     assert m.index.ceilings() == largest
     held_total = 0
     for node in m.nodes.values():
-        holders = {key: stay.gpu_indices for key, stay in m.index.holders(node.node_id).items()}
+        here = m.index.stays_on(node.node_id).items()
+        holders = {key: stay.gpu_indices for key, stay in here if stay.holds_gpus}
         assert holders == _brute_holders(m, node.node_id), node.node_id
         held = {i for indices in holders.values() for i in indices}
-        assert m.free_indices(node.node_id) == [i for i in node.gpu_indices if i not in held]
+        free = m.index.free_indices(node)
+        assert free == [i for i in node.gpu_indices if i not in held]
         assert m.index.parked_on(node.node_id) == _brute_parked(m, node.node_id), node.node_id
         if node.schedulable:
             held_total += sum(len(indices) for indices in holders.values())

@@ -331,8 +331,9 @@ class GandivaFairMachine:
     def _runs(self) -> dict[str, tuple[str, ...]]:
         """Server -> the jobs holding GPUs there (by trace id, sorted: an unchanged server
         compares equal to the last decision's)."""
-        ids = self._ids
-        return {
-            node_id: tuple(sorted(map(ids.__getitem__, keys)))
-            for node_id, keys in self.machine.index.holding().items()
+        ids, on_node = self._ids, self.machine.index.on_node
+        holding = {
+            n: [ids[k] for k, stay in here.items() if stay.holds_gpus]
+            for n, here in on_node.items()
         }
+        return {node_id: tuple(sorted(held)) for node_id, held in holding.items() if held}

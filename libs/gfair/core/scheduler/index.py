@@ -1,16 +1,13 @@
-"""Everything the split-stride machine keeps derived from its state for speed, in one place: what
-a server's questions read (the stays on each node, the GPUs they hold, the jobs parked there),
-the servers' pools and sizes, each user's jobs and demand, the GPUs promised to held-back jobs,
-and the kernel's job states and queues (`Queues`). The machine's transitions change its state
-(`SplitStride`: jobs, users, nodes, ...) and tell the index, through one method per kind of
-change; nothing else keeps a cache. `rebuild` derives an index from the state alone, and
-`differences` compares two: a machine made with `check=True` (the tests) rebuilds its index
-after every input and raises on any difference, so a change the index was not told of shows at
-the input that made it, not as a stale snapshot later.
-
-Some parts are memos filled as they are asked (a user's demand and largest gang, its lowest
-pass), or supersets pruned as they are read (the residents): those are compared by what they
-answer.
+"""Everything the split-stride machine keeps derived from its state for speed, in one place: the
+stays on each node and the GPUs they hold, the jobs parked there, the servers' pools and sizes,
+each user's jobs and demand, the GPUs promised to held-back jobs, and the kernel's job states and
+queues (`Queues`). The machine's transitions change its state (`SplitStride`: jobs, users,
+nodes, ...) and tell the index, one method per kind of change; nothing else keeps a cache.
+`rebuild` derives an index from the state alone, and a machine made with `check=True` (the tests)
+rebuilds it after every input and raises where the kept one answers otherwise (`differences`):
+a change the index was not told of shows at the input that made it, not in a later snapshot.
+Memos (a user's demand, largest gang, lowest pass) and supersets pruned as they are read (the
+residents) are compared by what they answer.
 """
 
 from __future__ import annotations
@@ -39,36 +36,27 @@ class Index:
     ) -> None:
         self.jobs = jobs  # the machine's (read only)
         self.queues = Queues()  # the kernel's job states, made as they are asked (`refresh`)
-        # What the users were last entitled from (`snapshot`), until users come or go.
-        self.entitled_for: tuple[object, ...] | None = None
-        # Node -> job key -> its stay there, node -> jobs parked there, node -> GPUs its stays
-        # hold: what a server's questions read costs what is on it, and `free_gpus` a look.
+        self.entitled_for: tuple[object, ...] | None = None  # (`snapshot`: users last entitled)
+        # Node -> job key -> its stay there, node -> jobs parked there, node -> GPUs held.
         self.on_node: dict[str, dict[str, Stay]] = {}
         self.parked_at: dict[str, set[str]] = {}
         self.held: dict[str, int] = {}
         self.held_schedulable = 0  # GPUs held on schedulable servers
         self.set_nodes(tuple(nodes))
-        # Jobs that may hold residencies (a superset: pruned as it is read), and each user's
-        # jobs in arrival order (its first is its earliest), so that what an admission reads
-        # costs what runs and what the user has, not the whole cluster's backlog.
+        # Jobs that may hold residencies (pruned as it is read), and each user's jobs in
+        # arrival order: an admission reads what runs and what the user has, not the backlog.
         self.residents: set[str] = set()
         self.of_user: dict[str, dict[str, None]] = {}
-        # Each job's arrival position among the jobs (the order of `jobs`).
-        self.positions: dict[str, int] = {}
-        self.arrivals = 0
         self.min_pass: dict[str, float] = {}  # a user's lowest job pass, until passes change
-        # Each user's demand and largest gang until its jobs change, and every user's
-        # (`demand`, `ceilings`) until jobs come or go.
+        # Each user's demand and largest gang until its jobs change; every user's until any do.
         self.gangs: dict[str, tuple[float, float]] = {}
         self.kept_demand: dict[str, float] | None = None
         self.kept_ceilings: dict[str, float] | None = None
-        # Node -> the held-back jobs placed on it (asked for every server a fill tries), and
-        # each such job's servers there.
+        # Node -> the held-back jobs placed on it (asked for every server a fill tries); back.
         self.promised_on: dict[str, dict[str, None]] = {}
         self.promised_by: dict[str, tuple[str, ...]] = {}
         for key, job in jobs.items():
             self.of_user.setdefault(job.user, {})[key] = None
-            self.arrived(key)
             for stay in job.stays.values():
                 self.resided(key, None, stay)
             if job.parked is not None:
@@ -87,14 +75,6 @@ class Index:
         self.names = frozenset(node.node_id for node in self.schedulable)
         self.gpus_schedulable = sum(node.gpus for node in self.schedulable)
         self.held_schedulable = sum(self.held.get(name, 0) for name in self.names)
-
-    def touch(self, key: str) -> None:
-        """Something `key`'s kernel state is made of changed (or the job came or went)."""
-        self.queues.touch(key)
-
-    def arrived(self, key: str) -> None:
-        self.positions[key] = self.arrivals
-        self.arrivals += 1
 
     def jobs_changed(self, user: str, *, first_changed: bool) -> None:
         """`user`'s jobs came or went (`first_changed`: its earliest one went, and it has
@@ -155,7 +135,9 @@ class Index:
         """`user`'s demand (`accounts.demand`) and largest gang (`accounts.ceiling`)."""
         found = self.gangs.get(user)
         if found is None:
-            found = self.gangs[user] = _gang(self.jobs, user, self.of_user[user])
+            mine = [self.jobs[key] for key in self.of_user[user]]
+            asked = accounts.demand((job.user, job.gpus, job.member) for job in mine)
+            found = self.gangs[user] = asked[user], accounts.ceiling(job.gpus for job in mine)
         return found
 
     def demand(self) -> dict[str, float]:
@@ -164,7 +146,7 @@ class Index:
         change it)."""
         if self.kept_demand is None:
             first = sorted(
-                (self.positions[next(iter(keys))], user)
+                (self.jobs[next(iter(keys))].seq, user)
                 for user, keys in self.of_user.items()
                 if keys
             )
@@ -174,9 +156,7 @@ class Index:
     def ceilings(self) -> dict[str, float]:
         """User -> what its credit may save up for (`accounts.ceiling`: its largest gang)."""
         if self.kept_ceilings is None:
-            self.kept_ceilings = {
-                user: self.gang(user)[1] for user, keys in self.of_user.items() if keys
-            }
+            self.kept_ceilings = {user: self.gang(user)[1] for user in self.demand()}
         return self.kept_ceilings
 
     def joining_pass(self, user: str) -> float:
@@ -202,25 +182,6 @@ class Index:
         """Job key -> its residency on `node_id`, for every job resident there (read it, never
         change it)."""
         return self.on_node.get(node_id, _NO_STAYS)
-
-    def stays_within(self, names: frozenset[str]) -> bool:
-        """Whether every residency is on one of the servers `names`."""
-        return all(node_id in names for node_id in self.on_node)
-
-    def holding(self) -> dict[str, list[str]]:
-        """Server -> the jobs holding GPUs there, for the servers where any does."""
-        found: dict[str, list[str]] = {}
-        for node_id, here in self.on_node.items():
-            if keys := [key for key, stay in here.items() if stay.holds_gpus]:
-                found[node_id] = keys
-        return found
-
-    def holders(self, node_id: str) -> dict[str, Stay]:
-        """Job key -> its residency on `node_id`, for jobs holding GPUs there."""
-        here = self.on_node.get(node_id)
-        if not here:
-            return {}
-        return {key: stay for key, stay in here.items() if stay.holds_gpus}
 
     def free_indices(self, node: Node | None) -> list[int]:
         if node is None:
@@ -257,8 +218,7 @@ def rebuild(machine: SplitStride) -> Index:
 
 
 def differences(kept: Index, fresh: Index, machine: SplitStride, now: float) -> list[str]:
-    """Where the index `kept` answers otherwise than `fresh` (`rebuild`), the kernel's states
-    and queues as of `now` included (refreshing `kept`'s, as the next snapshot would)."""
+    """Where `kept` answers otherwise than `fresh` (`rebuild`), kernel states as of `now` too."""
     mine, derived = (_answers(index, machine, now) for index in (kept, fresh))
     return [
         f"{part}: kept {mine.get(part)!r}, derived {derived.get(part)!r}"
@@ -269,8 +229,8 @@ def differences(kept: Index, fresh: Index, machine: SplitStride, now: float) -> 
 
 def _answers(index: Index, machine: SplitStride, now: float) -> dict[str, object]:
     """What `index` answers, part by part (each kernel state a part of its own); memos and
-    supersets by what they answer, arrival positions by the order they give."""
-    made = index.queues.refresh(machine, index.positions, now, index.pools[1])
+    supersets by what they answer."""
+    made = index.queues.refresh(machine, now, index.pools[1])
     users = [user for user, keys in index.of_user.items() if keys]
     parts = ("schedulable", "sizes", "generations", "names", "pools", "gpus_schedulable")
     found: dict[str, object] = {part: getattr(index, part) for part in parts}
@@ -282,7 +242,6 @@ def _answers(index: Index, machine: SplitStride, now: float) -> dict[str, object
         "parked_at": {node: keys for node, keys in index.parked_at.items() if keys},
         "residents": {job.key for job in index.resident_jobs()},
         "of_user": {user: list(index.of_user[user]) for user in users},
-        "arrival order": sorted(index.positions, key=index.positions.__getitem__),
         "gangs": {user: index.gang(user) for user in users},
         "joining passes": {user: index.joining_pass(user) for user in users},
         "demand": list(index.demand().items()),
@@ -294,12 +253,6 @@ def _answers(index: Index, machine: SplitStride, now: float) -> dict[str, object
         "least waiting": index.queues.least_waiting(),
         "in arrays": index.queues.in_arrays(),
     }
-
-
-def _gang(jobs: Mapping[str, SchedulerJob], user: str, keys: Iterable[str]) -> tuple[float, float]:
-    mine = [jobs[key] for key in keys]
-    asked = accounts.demand((job.user, job.gpus, job.member) for job in mine)
-    return asked[user], accounts.ceiling(job.gpus for job in mine)
 
 
 def _with(

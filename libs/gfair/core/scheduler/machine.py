@@ -88,11 +88,7 @@ class SplitStride:
         self.nodes = {node.node_id: node for node in saved.nodes}
         self.jobs = saved.jobs
         self.meter = Meter(
-            config.quantum_s,
-            config.usage_gap_s,
-            saved.usage,
-            saved.usage_since,
-            saved.last_tick_at,
+            config.quantum_s, config.usage_gap_s, saved.usage, saved.usage_since, saved.last_tick_at
         )
         # In memory only (a restart forgets them): jobs the last quantum moved that wait for
         # their old nodes to let go before they start on their new servers, whose GPUs are
@@ -103,9 +99,7 @@ class SplitStride:
         for key, job in self.jobs.items():
             if preparing.waits_prepared(job):
                 self.preparing.setdefault(job.servers[0], set()).add(key)
-        # Jobs changed since `take_changed`, which a driver saves (a restored machine's jobs
-        # are as saved).
-        self._changed: set[str] = set()
+        self._changed: set[str] = set()  # since `take_changed` (a driver saves these)
         # Every cache derived from the above (module `index`): told of each change here.
         self.index = Index(self.jobs, saved.nodes, ())
         # Rebuild the index after every input and compare (the tests: `index.differences`).
@@ -138,8 +132,7 @@ class SplitStride:
     def _check(self, now: float | None) -> None:
         """Check mode: the index kept as inputs arrived answers what one derived from the state
         alone answers, its queues as of `now` (an input without a time: the last one's)."""
-        if now is not None:
-            self._checked_at = now
+        self._checked_at = self._checked_at if now is None else now
         found = differences(self.index, rebuild(self), self, self._checked_at)
         if found:
             raise AssertionError("the machine's index went stale:\n" + "\n".join(found))
@@ -228,7 +221,6 @@ class SplitStride:
         )
         self.jobs[key] = job
         index.of_user.setdefault(user, {})[key] = None
-        index.arrived(key)
         index.jobs_changed(user, first_changed=False)  # (a user's first job is its earliest)
         self.touch(key)
         starts = turns.start_at_once(self, key, event.now, arrival=True)
@@ -275,39 +267,39 @@ class SplitStride:
 
     def _carried_out(self, event: CarriedOut) -> Reply:
         """Nodes that act at once ran `event.stops`, then `event.starts`: folded in as their
-        reports would be (`CarriedOut`), without making them. What the releases let start is
-        the answer, as `Releases`'s."""
+        reports would be, without making them (a kill, or a parked process let go: nothing
+        waits for those). What the releases let start is the answer, as `Releases`'s."""
         now = event.now
-        jobs = self.jobs
-        changed = False
-        starts = Starts()
-        for stop in event.stops:
-            reason = stop.reason
-            if not isinstance(reason, StopReason) or reason is StopReason.RELEASE:
-                continue  # a kill, or a parked process let go: nothing waits for those
-            key = job_key(stop.user, stop.job_id)
-            job = jobs.get(key)
-            if job is None:
-                continue
-            # (As `_released`, for a `Suspended` not in place nor coming up, or a `Migrated`.)
-            suspended = reason is not StopReason.MIGRATION
-            stay = job.stays.get(stop.node_id)
-            superseded = stay is not None and stay.pending_suspends > 1
-            if reports.let_go(self, job, stop.node_id, now, now, suspended=suspended).changed:
-                changed = True
-                if key in self._held_back:
-                    starts += turns.start_at_once(self, key, now, arrival=False)
-            if suspended and not superseded and preparing.came_up(self, job):
-                changed = True
-        if changed:
-            starts += turns.fill(self, now)
-        for start in event.starts:
-            job = jobs.get(job_key(start.user, start.job_id))
-            if job is not None:
-                reports.started(
-                    self, job, start.node_id, start.attempt, start.gpu_indices, now, now
-                )
-        return Reply(True, starts=starts) if changed else UNCHANGED
+        given = tuple(
+            Migrated(user=s.user, job_id=s.job_id, now=now, node_id=s.node_id, at=now)
+            if s.reason is StopReason.MIGRATION
+            else Suspended(
+                user=s.user,
+                job_id=s.job_id,
+                now=now,
+                node_id=s.node_id,
+                attempt=s.attempt,
+                in_place=False,
+                at=now,
+            )
+            for s in event.stops
+            if isinstance(s.reason, StopReason) and s.reason is not StopReason.RELEASE
+        )
+        reply = self._released(given) if given else UNCHANGED
+        for s in event.starts:
+            reports.confirmed(
+                self,
+                Started(
+                    user=s.user,
+                    job_id=s.job_id,
+                    now=now,
+                    node_id=s.node_id,
+                    attempt=s.attempt,
+                    gpu_indices=s.gpu_indices,
+                    at=now,
+                ),
+            )
+        return reply
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -370,7 +362,6 @@ class SplitStride:
         for stay in job.stays.values():
             index.resided(key, stay, None)
         index.parked(key, None if job.parked is None else job.parked[0], None)
-        index.positions.pop(key, None)
         self.touch(key)
         if not mine:
             self.users.pop(user, None)
@@ -442,9 +433,6 @@ class SplitStride:
         node = self.nodes.get(stay.node_id)
         return node.generation if node is not None else job.generation or "unknown"
 
-    def free_indices(self, node_id: str) -> list[int]:
-        return self.index.free_indices(self.nodes.get(node_id))
-
     def runnable(self, job: SchedulerJob, now: float) -> bool:
         """A job may run when its process has not exited awaiting the failure detector's
         verdict, a retry's delay is over, a prepared start it waits for parked (or it waited
@@ -472,7 +460,7 @@ class SplitStride:
     def touch(self, key: str) -> None:
         """Something `key`'s kernel state is made of changed (or the job came or went): its
         state is made again (`Queues.touch`), and the job is saved again (`changed`)."""
-        self.index.touch(key)
+        self.index.queues.touch(key)
         self._changed.add(key)
         if key in self._held_back:
             self.index.promise(key, True)  # its servers may have changed, or it went
@@ -485,11 +473,9 @@ class SplitStride:
 
     @held_back.setter
     def held_back(self, keys: set[str]) -> None:
-        for key in self._held_back - keys:
-            self.index.promise(key, False)
-        self._held_back = keys
-        for key in keys:
-            self.index.promise(key, True)
+        old, self._held_back = self._held_back, keys
+        for key in old | keys:
+            self.index.promise(key, key in keys)
 
     def let_go(self, key: str) -> None:
         """`key` waits no more: the GPUs promised to it are free to others."""

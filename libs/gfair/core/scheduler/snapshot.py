@@ -38,7 +38,7 @@ def snapshot(machine: SplitStride, now: float, *, entitle: bool = True) -> Snaps
     pool_states, pool_gpus = index.pools
     if entitle:
         _entitle(machine, pool_gpus)
-    queues = index.queues.refresh(machine, index.positions, now, pool_gpus)
+    queues = index.queues.refresh(machine, now, pool_gpus)
     if in_arrays := index.queues.in_arrays():
         limited = dict(queues)
         # Only the queues with array members are cut (`limit_arrays` keeps the others).
@@ -72,20 +72,9 @@ def server_pools(schedulable: Sequence[Node]) -> tuple[tuple[PoolState, ...], di
 def job_state(job: SchedulerJob, speeds: dict[str, float], operator: SwitchCosts) -> RunnableJob:
     """A runnable `job` as the kernel sees it, running only where its whole gang holds GPUs in
     its current attempt."""
-    charged = costs(job, operator)
-    return RunnableJob(
-        job.key,
-        job.user,
-        job.gpus,
-        job.seq,
-        speeds,
-        job.stride_pass,
-        job.weight,
-        running=_running(job),
-        home=job.servers,
-        move_s=charged.migration_s,
-        resume_s=charged.resume_s,
-    )
+    state = RunnableJob(job.key, job.user, job.gpus, job.seq, speeds)
+    restate(state, job, speeds, operator)
+    return state
 
 
 def restate(

@@ -1,28 +1,23 @@
 """One quantum's decision, turned into what each server must do (docs/design.md §2.3, §2.7).
 
-The decision kernel (`gfair.core.kernel.decide`) picks, from the machine's snapshot, which jobs
-hold GPUs on which servers this quantum; this module books it (`kernel.settle`) and works out
-the difference with what runs now, assigning concrete GPU indices:
+The kernel (`gfair.core.kernel.decide`) picks from the machine's snapshot which jobs hold GPUs
+on which servers this quantum; this module books it (`kernel.settle`) and works out the
+difference with what runs now, assigning concrete GPU indices (two jobs never hold one):
 
 - a job that keeps running on its servers keeps its GPUs;
-- a job leaving a server is suspended there (checkpoint, GPUs freed), or killed when its attempt
-  was superseded by a retry; its node confirms before the job may run anywhere else;
-- a job the kernel placed on other servers than before (a move, within or between pools) is
-  suspended wherever it still runs and starts on its new servers once every old node confirmed
-  it let go (`start_at_once` then): it never runs twice. A driver whose nodes let go at once
-  (`SchedulerConfig.moves_at_once`: the simulator) has it start in the quantum's plan, after the
+- a job leaving a server is suspended there (checkpoint, GPUs freed), or killed when a retry
+  superseded its attempt; its node confirms before the job may run anywhere else;
+- a job placed on other servers (a move) is suspended wherever it still runs and starts on its
+  new servers once every old node let go (`start_at_once`): it never runs twice. Where nodes let
+  go at once (`SchedulerConfig.moves_at_once`: the simulator) it starts in the plan, after the
   stops;
-- a job entering takes free indices (those it is parked on in place, when free; else preferably
-  ones no other job is parked on); since a node executor carries out the commands of a GPU in
-  the order they were sent, a start listed after the suspends of the same server finds their
-  GPUs free. Two jobs
-  never hold the same index.
+- a job entering takes free indices (its own parked ones when free, else preferably ones no
+  other job is parked on); a node runs a GPU's commands in order, so a start listed after the
+  suspends of its server finds their GPUs free.
 
-`start_at_once` starts jobs between ticks: a moved job once its old nodes let go, and, to be
-work-conserving, `fill` gives GPUs left idle (a job arrived, or one ended) to waiting jobs by
-the kernel's `backfill`, where they are not promised to a moved job; nothing is booked for
-them until the next tick. (`backfill` is not run when no job that holds no GPUs asks at most the
-idle GPUs: it could start nothing.)
+Between ticks, `fill` gives idle GPUs (a job arrived, or one ended) to waiting jobs by the
+kernel's `backfill`, where they are not promised to a moved job; nothing is booked for them
+until the next tick (and `backfill` is not run when no waiting job fits the idle GPUs).
 """
 
 from __future__ import annotations
@@ -43,7 +38,8 @@ if TYPE_CHECKING:
 
 
 def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> QuantumPlan:
-    unsettled = _account(machine, now)
+    # The GPUs held since the last tick charged; the residencies not running (`Meter.tick`).
+    unsettled = machine.meter.tick(machine.index.resident_jobs(), machine.index.generations, now)
     forgotten = _expire(machine, unsettled, min(now, heard_until))
     view = snapshot(machine, now)
     decision = decide(view)
@@ -101,7 +97,7 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
             turns.append(ServerTurn(node_id, quantum, central, tuple(stops[node_id]), (), run))
             continue
         starts: list[Start] = []
-        free = machine.free_indices(node_id)
+        free = machine.index.free_indices(machine.nodes.get(node_id))
         parked = machine.index.parked_on(node_id)
         # Jobs parked in place here pick first, so that their own GPUs are still free for them.
         if len(entering) > 1 and any(job.parked_on(node_id) for job in entering):
@@ -119,7 +115,7 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
         )
     names = machine.index.names
     strays: tuple[Stop, ...] = ()
-    if not machine.index.stays_within(names):
+    if any(node_id not in names for node_id in machine.index.on_node):
         strays = tuple(
             _stop(machine, job, stay, now, quantum, drain=True)
             for job in machine.index.resident_jobs()
@@ -169,7 +165,7 @@ def fill(machine: SplitStride, now: float) -> Starts:
     if machine.index.free_gpus() <= 0:
         return _NO_STARTS
     index = machine.index
-    index.queues.refresh(machine, index.positions, now, index.pools[1])
+    index.queues.refresh(machine, now, index.pools[1])
     least = machine.index.queues.least_waiting()
     if least is None or least > machine.index.free_gpus():
         # No job that holds no GPUs fits in what is idle. (`backfill` could name only a job
@@ -200,12 +196,6 @@ def fill(machine: SplitStride, now: float) -> Starts:
             if moved:
                 placed.append(_placement(job))
     return Starts(tuple(turns), tuple(placed))
-
-
-def _account(machine: SplitStride, now: float) -> list[tuple[SchedulerJob, Stay]]:
-    """Charge the GPUs held since the last tick (or since they were taken, if later) to their
-    users, per pool; the residencies not running (told to start or to stop, unconfirmed)."""
-    return machine.meter.tick(machine.index.resident_jobs(), machine.index.generations, now)
 
 
 def _expire(
@@ -296,7 +286,7 @@ def _start_on(
     picks: dict[str, tuple[int, ...]] = {}
     for node_id in servers:
         need = job.gpus_on(node_id, sizes)
-        free = machine.free_indices(node_id)
+        free = machine.index.free_indices(machine.nodes.get(node_id))
         if key not in machine.held_back:
             free = free[: max(0, len(free) - machine.index.promised(node_id))]
         if len(free) < need:
@@ -312,7 +302,7 @@ def _start_on(
     turns = []
     for node_id, indices in picks.items():
         start = _start(machine, job, node_id, indices, now, quantum)
-        running = tuple(machine.index.holders(node_id))
+        running = tuple(k for k, s in machine.index.stays_on(node_id).items() if s.holds_gpus)
         turns.append(ServerTurn(node_id, quantum, len(servers) > 1, (), (start,), running))
     return tuple(turns)
 
