@@ -759,10 +759,10 @@ async def test_usage_counts_gpu_seconds_per_user_and_pool(
         await probe.settle(0.2)
         await state.on_tick()
         # Held since they started, before the first tick: counted too.
-        assert state.machine.usage["bob"]["v100"] >= 0.2
+        assert state.machine.meter.seconds["bob"]["v100"] >= 0.2
         await probe.settle(0.3)
         await state.on_tick()
-        usage = state.machine.usage
+        usage = state.machine.meter.seconds
     assert set(usage) == {"alice", "bob"} and set(usage["alice"]) == {"v100"}
     assert usage["alice"]["v100"] == pytest.approx(3 * usage["bob"]["v100"], rel=0.1)
     assert usage["bob"]["v100"] >= 0.5
@@ -800,8 +800,8 @@ async def test_each_gpu_second_of_a_switch_is_charged_once_to_whoever_held_it(
         )
         await started(probe, bobs)
         await eventually(lambda: phases(state) == {Phase.RUNNING})
-        overrun = state.machine.overrun["alice"]["v100"]
-        unheld = state.machine.unheld["bob"]["v100"]
+        overrun = state.machine.meter.overrun["alice"]["v100"]
+        unheld = state.machine.meter.unheld["bob"]["v100"]
         before = state.machine.users["bob"].credit["v100"]
         quantum = state.machine.quantum
         await state.on_tick()
@@ -810,7 +810,7 @@ async def test_each_gpu_second_of_a_switch_is_charged_once_to_whoever_held_it(
         ran = sum(1.0 for job in decisions(probe, quantum)["v100-0"].running if job.user == "bob")
     assert overrun >= 0.4
     assert unheld == pytest.approx(overrun, abs=0.1)  # the same seconds, given back to bob
-    assert not state.machine.unheld  # booked at the tick
+    assert not state.machine.meter.unheld  # booked at the tick
     assert after == pytest.approx(before + entitled - ran + unheld / settings.quantum_s)
 
 
@@ -824,13 +824,13 @@ async def test_a_job_ending_mid_quantum_is_charged_until_it_ended(
         await started(probe, start)
         await eventually(lambda: phases(state) == {Phase.RUNNING})
         await state.on_tick()
-        held = state.machine.usage["alice"]["v100"]
+        held = state.machine.meter.seconds["alice"]["v100"]
         await probe.settle(0.3)
         await probe.publish(completed_on("v100-0", "a"))
         await eventually(lambda: not state.machine.jobs["alice.a"].stays)
         await probe.settle(0.3)
         await state.on_tick()
-        charged = state.machine.usage["alice"]["v100"] - held
+        charged = state.machine.meter.seconds["alice"]["v100"] - held
     assert 0.3 <= charged < 0.55  # up to its end, not to the tick after it
 
 
@@ -876,7 +876,7 @@ async def test_a_job_holding_its_gpus_past_its_suspend_is_charged_for_them(
             )
         )
         await eventually(lambda: not state.machine.jobs["alice.a"].stays)
-        held = state.machine.overrun["alice"]["v100"]
+        held = state.machine.meter.overrun["alice"]["v100"]
         before = state.machine.users["alice"].credit["v100"]
         quantum = state.machine.quantum
         await state.on_tick()
@@ -885,7 +885,7 @@ async def test_a_job_holding_its_gpus_past_its_suspend_is_charged_for_them(
         running = decisions(probe, quantum)["v100-0"].running
     ran = sum(1.0 for job in running if job.user == "alice")
     assert held >= 0.4  # GPU-seconds, from the suspend to the node's report
-    assert not state.machine.overrun  # booked at the tick
+    assert not state.machine.meter.overrun  # booked at the tick
     # Her credit grew by her entitlement less what she ran and what she held past the suspend.
     assert after == pytest.approx(before + entitled - ran - held / settings.quantum_s)
 

@@ -267,39 +267,39 @@ class SplitStride:
 
     def _carried_out(self, event: CarriedOut) -> Reply:
         """Nodes that act at once ran `event.stops`, then `event.starts`: folded in as their
-        reports would be, without making them (a kill, or a parked process let go: nothing
-        waits for those). What the releases let start is the answer, as `Releases`'s."""
+        reports would be (`CarriedOut`), without making them. What the releases let start is
+        the answer, as `Releases`'s."""
         now = event.now
-        given = tuple(
-            Migrated(user=s.user, job_id=s.job_id, now=now, node_id=s.node_id, at=now)
-            if s.reason is StopReason.MIGRATION
-            else Suspended(
-                user=s.user,
-                job_id=s.job_id,
-                now=now,
-                node_id=s.node_id,
-                attempt=s.attempt,
-                in_place=False,
-                at=now,
-            )
-            for s in event.stops
-            if isinstance(s.reason, StopReason) and s.reason is not StopReason.RELEASE
-        )
-        reply = self._released(given) if given else UNCHANGED
-        for s in event.starts:
-            reports.confirmed(
-                self,
-                Started(
-                    user=s.user,
-                    job_id=s.job_id,
-                    now=now,
-                    node_id=s.node_id,
-                    attempt=s.attempt,
-                    gpu_indices=s.gpu_indices,
-                    at=now,
-                ),
-            )
-        return reply
+        jobs = self.jobs
+        changed = False
+        starts = Starts()
+        for stop in event.stops:
+            reason = stop.reason
+            if not isinstance(reason, StopReason) or reason is StopReason.RELEASE:
+                continue  # a kill, or a parked process let go: nothing waits for those
+            key = job_key(stop.user, stop.job_id)
+            job = jobs.get(key)
+            if job is None:
+                continue
+            # (As `_released`, for a `Suspended` not in place nor coming up, or a `Migrated`.)
+            suspended = reason is not StopReason.MIGRATION
+            stay = job.stays.get(stop.node_id)
+            superseded = stay is not None and stay.pending_suspends > 1
+            if reports.let_go(self, job, stop.node_id, now, now, suspended=suspended).changed:
+                changed = True
+                if key in self._held_back:
+                    starts += turns.start_at_once(self, key, now, arrival=False)
+            if suspended and not superseded and preparing.came_up(self, job):
+                changed = True
+        if changed:
+            starts += turns.fill(self, now)
+        for start in event.starts:
+            job = jobs.get(job_key(start.user, start.job_id))
+            if job is not None:
+                reports.started(
+                    self, job, start.node_id, start.attempt, start.gpu_indices, now, now
+                )
+        return Reply(True, starts=starts) if changed else UNCHANGED
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -412,19 +412,6 @@ class SplitStride:
     @property
     def last_tick_at(self) -> float | None:
         return self.meter.last_tick_at
-
-    @property
-    def usage(self) -> dict[str, dict[str, float]]:
-        """GPU-seconds per user per pool since `meter.since`."""
-        return self.meter.seconds
-
-    @property
-    def overrun(self) -> dict[str, dict[str, float]]:
-        return self.meter.overrun
-
-    @property
-    def unheld(self) -> dict[str, dict[str, float]]:
-        return self.meter.unheld
 
     def job(self, user: str, job_id: str) -> SchedulerJob | None:
         return self.jobs.get(job_key(user, job_id))

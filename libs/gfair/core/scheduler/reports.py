@@ -19,16 +19,28 @@ def confirmed(machine: SplitStride, event: Started) -> bool:
     job = machine.jobs.get(event.key)
     if job is None:
         return False
-    node_id, attempt, at = event.node_id, event.attempt, event.at
+    return started(
+        machine, job, event.node_id, event.attempt, event.gpu_indices, event.at, event.now
+    )
+
+
+def started(
+    machine: SplitStride,
+    job: SchedulerJob,
+    node_id: str,
+    attempt: int,
+    gpu_indices: tuple[int, ...],
+    at: float,
+    now: float,
+) -> bool:
+    """`confirmed`, of `job` (a `Started` report's fields, or a start's carried out at once)."""
     node = machine.nodes.get(node_id)
     if node is not None and node.health is NodeHealth.FAILED:
         return False  # reported before the node was declared dead; it died with it
     stay = job.stays.get(node_id)
     if stay is None:
         # A start the machine does not remember asking for: track what really runs.
-        machine.reside(
-            job, Stay(node_id, Phase.RUNNING, attempt, event.gpu_indices, at, machine.quantum)
-        )
+        machine.reside(job, Stay(node_id, Phase.RUNNING, attempt, gpu_indices, at, machine.quantum))
         return True
     if job.parked_on(node_id):
         machine.park(job, None)  # resumed there, in place or not
@@ -37,7 +49,7 @@ def confirmed(machine: SplitStride, event: Started) -> bool:
         machine.changed(job.key)
         # (`SplitStride.pool`, of the node looked up above.)
         pool = node.generation if node is not None else job.generation or "unknown"
-        machine.meter.started_late(job, stay, pool, min(at, event.now))
+        machine.meter.started_late(job, stay, pool, min(at, now))
         return True
     if stay.attempt == attempt and stay.unconfirmed:
         stay.unconfirmed = False  # it did start: its stop will be confirmed in turn
