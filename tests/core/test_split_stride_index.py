@@ -269,3 +269,16 @@ def test_the_jobs_an_input_changed_are_named_by_take_changed(seed: int, at_once:
         before = after
     # Not everything, every time: most inputs change a few jobs.
     assert named < 400 * max(len(m.jobs), 1)
+
+
+def test_check_mode_names_a_change_the_index_was_not_told_of() -> None:
+    # The core tests run every machine with `check=True`; a transition that changes a job
+    # without telling the index must fail at the input that made it, naming what went stale.
+    m = SplitStride(SchedulerConfig(quantum_s=QUANTUM_S), ThroughputEstimator(), check=True)
+    m.apply(ServersChanged(NODES))
+    for job_id in ("j1", "j2"):
+        m.apply(Admitted(user="a", job_id=job_id, now=1.0, gpus=1, weight=1.0, job_type=None))
+    m.tick(2.0)
+    m.jobs["a.j2"].stride_pass += 5.0  # behind the machine's back: no `touch`
+    with pytest.raises(AssertionError, match=r"kernel state of a\.j2: kept .* derived"):
+        m.apply(Admitted(user="b", job_id="j3", now=3.0, gpus=1, weight=1.0, job_type=None))

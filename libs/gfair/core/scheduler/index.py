@@ -13,11 +13,11 @@ residents) are compared by what they answer.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import astuple
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from gfair.core import accounts
-from gfair.core.kernel import PoolState
+from gfair.core.kernel import PoolState, RunnableJob
 
 from .events import Node
 from .queues import Queues
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .machine import SplitStride
 
 _NO_STAYS: Mapping[str, Stay] = {}
+_STATE = attrgetter(*RunnableJob.__slots__)  # (`astuple` deep-copies: most of a check's cost)
 
 
 class Index:
@@ -234,7 +235,7 @@ def _answers(index: Index, machine: SplitStride, now: float) -> dict[str, object
     users = [user for user, keys in index.of_user.items() if keys]
     parts = ("schedulable", "sizes", "generations", "names", "pools", "gpus_schedulable")
     found: dict[str, object] = {part: getattr(index, part) for part in parts}
-    found.update({f"kernel state of {s.id}": astuple(s) for q in made.values() for s in q})
+    found.update({f"kernel state of {s.id}": _STATE(s) for q in made.values() for s in q})
     return found | {
         "held_schedulable": index.held_schedulable,
         "held": {node: gpus for node, gpus in index.held.items() if gpus},
