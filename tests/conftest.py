@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gfair.bus.server import EmbeddedNatsServer, NatsServerConfig
+from gfair.core.scheduler import SplitStride
 
 
 @pytest.fixture(autouse=True)
@@ -21,6 +22,15 @@ def own_state_home(
     Tools look for its context file under ``$XDG_STATE_HOME`` (`gfair.client.cluster_context`).
     """
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture
+def checked_machines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every split-stride machine the test makes rebuilds its index after every input and
+    raises where the one it kept differs (`SplitStride(check=True)`)."""
+    defaults = SplitStride.__init__.__kwdefaults__
+    assert defaults is not None
+    monkeypatch.setitem(defaults, "check", True)
 
 
 @pytest.fixture

@@ -175,7 +175,11 @@ def test_a_users_share_is_split_among_its_jobs_by_weight() -> None:
                 machine.apply(stop.suspended(now))
             for start in turn.starts:
                 machine.apply(start.started(now))
-        held = (job for job in machine.residents() if any(s.holds_gpus for s in job.stays.values()))
+        held = (
+            job
+            for job in machine.index.resident_jobs()
+            if any(s.holds_gpus for s in job.stays.values())
+        )
         ran.extend(job.job_id for job in held)
     assert ran.count("heavy") == 300 and ran.count("light") == 100
 

@@ -122,7 +122,7 @@ def test_a_suspend_confirmed_late_is_charged_to_who_held_the_gpu() -> None:
         (turn,) = m.tick(now).turns
         stop = next(iter(turn.stops), None)
     suspended(m, stop, now + 5.0)
-    assert m.overrun["alice"]["v100"] == pytest.approx(5.0)
+    assert m.meter.overrun["alice"]["v100"] == pytest.approx(5.0)
 
 
 def test_a_stop_of_a_start_never_confirmed_is_forgotten_soon() -> None:

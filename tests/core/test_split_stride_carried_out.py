@@ -76,7 +76,7 @@ def _state(m: SplitStride, now: float) -> tuple[object, ...]:
     }
     users = {name: (u.entitled, u.credit) for name, u in m.users.items()}
     meter = (m.meter.seconds, m.meter.overrun, m.meter.unheld, m.meter.refundable)
-    return jobs, users, meter, sorted(m.held_back), m.snapshot(now).jobs, m.free_gpus()
+    return jobs, users, meter, sorted(m.held_back), m.snapshot(now).jobs, m.index.free_gpus()
 
 
 @pytest.mark.parametrize("at_once", [False, True])

@@ -64,7 +64,7 @@ def _brute_parked(m: SplitStride, node_id: str) -> dict[str, tuple[int, ...]]:
 def _rebuilt(m: SplitStride, now: float) -> tuple[dict[str, list[RunnableJob]], list[RunnableJob]]:
     """The snapshot's jobs from every job, in the machine's order (users by their earliest
     runnable job, each user's by pass, then arrival); and every runnable job's state."""
-    pool_gpus = m.pools[1]
+    pool_gpus = m.index.pools[1]
     queues: dict[str, list[RunnableJob]] = {}
     members: dict[str, arrays.ArrayMember] = {}
     for key, job in m.jobs.items():
@@ -87,40 +87,42 @@ def _check(m: SplitStride, now: float) -> None:
     view = m.snapshot(now)
     # What a fill between ticks asks of the kept queues: the jobs whose whole gang runs, and
     # the fewest GPUs a job that does not run asks.
-    running = {state.id: state for state in m.queues.running()}
+    running = {state.id: state for state in m.index.queues.running()}
     assert running == {state.id: state for state in every if state.running}
     waiting = [s.gpus for s in every if not s.running]
-    assert m.queues.least_waiting() == (min(waiting) if waiting else None)
+    assert m.index.queues.least_waiting() == (min(waiting) if waiting else None)
     # Users the snapshot left as they were (nothing they are entitled from changed) are as
     # entitling them again makes them.
     accounts_kept = {name: (u.entitled, u.credit) for name, u in copy.deepcopy(m.users).items()}
-    m.entitled_for = None
+    m.index.entitled_for = None
     m.snapshot(now)
     assert {name: (u.entitled, u.credit) for name, u in m.users.items()} == accounts_kept
     assert list(view.jobs) == list(expected)
     assert {user: list(queue) for user, queue in view.jobs.items()} == expected
     asked = accounts.demand((job.user, job.gpus, job.member) for job in m.jobs.values())
-    assert list(m.demand().items()) == list(asked.items())
+    assert list(m.index.demand().items()) == list(asked.items())
     largest = {
         user: accounts.ceiling(job.gpus for job in m.jobs.values() if job.user == user)
         for user in asked
     }
-    assert m.ceilings() == largest
+    assert m.index.ceilings() == largest
     held_total = 0
     for node in m.nodes.values():
-        holders = {key: stay.gpu_indices for key, stay in m.holders(node.node_id).items()}
+        here = m.index.stays_on(node.node_id).items()
+        holders = {key: stay.gpu_indices for key, stay in here if stay.holds_gpus}
         assert holders == _brute_holders(m, node.node_id), node.node_id
         held = {i for indices in holders.values() for i in indices}
-        assert m.free_indices(node.node_id) == [i for i in node.gpu_indices if i not in held]
-        assert m.parked_on(node.node_id) == _brute_parked(m, node.node_id), node.node_id
+        free = m.index.free_indices(node)
+        assert free == [i for i in node.gpu_indices if i not in held]
+        assert m.index.parked_on(node.node_id) == _brute_parked(m, node.node_id), node.node_id
         if node.schedulable:
             held_total += sum(len(indices) for indices in holders.values())
-    schedulable = sum(node.gpus for node in m.schedulable())
-    assert m.free_gpus() == schedulable - held_total
+    schedulable = sum(node.gpus for node in m.index.schedulable)
+    assert m.index.free_gpus() == schedulable - held_total
     # GPUs promised to held-back jobs, as a pass over every held-back job finds them.
-    sizes = m.sizes()
+    sizes = m.index.sizes
     for node in NODES:
-        assert m.promised(node.node_id, sizes) == sum(
+        assert m.index.promised(node.node_id) == sum(
             m.jobs[key].gpus_on(node.node_id, sizes)
             for key in m.held_back
             if key in m.jobs and node.node_id in m.jobs[key].servers
@@ -267,3 +269,16 @@ def test_the_jobs_an_input_changed_are_named_by_take_changed(seed: int, at_once:
         before = after
     # Not everything, every time: most inputs change a few jobs.
     assert named < 400 * max(len(m.jobs), 1)
+
+
+def test_check_mode_names_a_change_the_index_was_not_told_of() -> None:
+    # The core tests run every machine with `check=True`; a transition that changes a job
+    # without telling the index must fail at the input that made it, naming what went stale.
+    m = SplitStride(SchedulerConfig(quantum_s=QUANTUM_S), ThroughputEstimator(), check=True)
+    m.apply(ServersChanged(NODES))
+    for job_id in ("j1", "j2"):
+        m.apply(Admitted(user="a", job_id=job_id, now=1.0, gpus=1, weight=1.0, job_type=None))
+    m.tick(2.0)
+    m.jobs["a.j2"].stride_pass += 5.0  # behind the machine's back: no `touch`
+    with pytest.raises(AssertionError, match=r"kernel state of a\.j2: kept .* derived"):
+        m.apply(Admitted(user="b", job_id="j3", now=3.0, gpus=1, weight=1.0, job_type=None))

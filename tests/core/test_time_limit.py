@@ -64,7 +64,7 @@ def test_a_job_on_gpus_is_ended_at_the_first_tick_past_its_limit_and_its_gpus_fr
     assert ended.reason == "time limit 1m40s reached after 2m running"
     (kill,) = ended.kills
     assert (kill.node_id, kill.attempt, kill.kill) == ("v100-0", 1, True)
-    assert not m.jobs and m.free_gpus() == 1
+    assert not m.jobs and m.index.free_gpus() == 1
     # Its end, heard back from the driver's event, changes nothing more.
     assert not m.apply(Ended(user="alice", job_id="a", now=121.0, state="failed")).changed
 

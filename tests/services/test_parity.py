@@ -128,7 +128,7 @@ def machine_state(machine: SplitStride) -> MachineState:
         job.key: {
             node: len(stay.gpu_indices) for node, stay in job.stays.items() if stay.holds_gpus
         }
-        for job in machine.residents()
+        for job in machine.index.resident_jobs()
     }
     return MachineState(
         {key: nodes for key, nodes in held.items() if nodes},

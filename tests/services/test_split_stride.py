@@ -52,6 +52,9 @@ from support.waiting import consistently, eventually
 
 from .scheduling_harness import FAST, Probe, registered, submitted
 
+# Every machine these tests make checks its index after every input.
+pytestmark = pytest.mark.usefixtures("checked_machines")
+
 COMMANDS = "GFAIR_COMMANDS"
 SCHED = "GFAIR_SCHED"
 NEVER = 3600.0  # the service's own timer: ticks come from the tests
@@ -772,10 +775,10 @@ async def test_usage_counts_gpu_seconds_per_user_and_pool(
         await consistently(lambda: phases(state) == {Phase.RUNNING}, 0.2)
         await state.on_tick()
         # Held since they started, before the first tick: counted too.
-        assert state.machine.usage["bob"]["v100"] >= 0.2
+        assert state.machine.meter.seconds["bob"]["v100"] >= 0.2
         await consistently(lambda: phases(state) == {Phase.RUNNING}, 0.3)
         await state.on_tick()
-        usage = state.machine.usage
+        usage = state.machine.meter.seconds
     assert set(usage) == {"alice", "bob"} and set(usage["alice"]) == {"v100"}
     assert usage["alice"]["v100"] == pytest.approx(3 * usage["bob"]["v100"], rel=0.1)
     assert usage["bob"]["v100"] >= 0.5
@@ -812,8 +815,8 @@ async def test_each_gpu_second_of_a_switch_is_charged_once_to_whoever_held_it(
         )
         await started(probe, bobs)
         await eventually(lambda: phases(state) == {Phase.RUNNING})
-        overrun = state.machine.overrun["alice"]["v100"]
-        unheld = state.machine.unheld["bob"]["v100"]
+        overrun = state.machine.meter.overrun["alice"]["v100"]
+        unheld = state.machine.meter.unheld["bob"]["v100"]
         before = state.machine.users["bob"].credit["v100"]
         quantum = state.machine.quantum
         await state.on_tick()
@@ -822,7 +825,7 @@ async def test_each_gpu_second_of_a_switch_is_charged_once_to_whoever_held_it(
         ran = sum(1.0 for job in decisions(probe, quantum)["v100-0"].running if job.user == "bob")
     assert overrun >= 0.4
     assert unheld == pytest.approx(overrun, abs=0.1)  # the same seconds, given back to bob
-    assert not state.machine.unheld  # booked at the tick
+    assert not state.machine.meter.unheld  # booked at the tick
     assert after == pytest.approx(before + entitled - ran + unheld / settings.quantum_s)
 
 
@@ -836,14 +839,14 @@ async def test_a_job_ending_mid_quantum_is_charged_until_it_ended(
         await started(probe, start)
         await eventually(lambda: phases(state) == {Phase.RUNNING})
         await state.on_tick()
-        held = state.machine.usage["alice"]["v100"]
+        held = state.machine.meter.seconds["alice"]["v100"]
         await consistently(lambda: phases(state) == {Phase.RUNNING}, 0.3)
         await probe.publish(completed_on("v100-0", "a"))
         await eventually(lambda: not state.machine.jobs["alice.a"].stays)
         # Ended, the job holds nothing until the tick: what it is charged stops at its end.
         await consistently(lambda: not state.machine.jobs["alice.a"].stays, 0.3)
         await state.on_tick()
-        charged = state.machine.usage["alice"]["v100"] - held
+        charged = state.machine.meter.seconds["alice"]["v100"] - held
     assert 0.3 <= charged < 0.55  # up to its end, not to the tick after it
 
 
@@ -889,7 +892,7 @@ async def test_a_job_holding_its_gpus_past_its_suspend_is_charged_for_them(
             )
         )
         await eventually(lambda: not state.machine.jobs["alice.a"].stays)
-        held = state.machine.overrun["alice"]["v100"]
+        held = state.machine.meter.overrun["alice"]["v100"]
         before = state.machine.users["alice"].credit["v100"]
         quantum = state.machine.quantum
         await state.on_tick()
@@ -898,7 +901,7 @@ async def test_a_job_holding_its_gpus_past_its_suspend_is_charged_for_them(
         running = decisions(probe, quantum)["v100-0"].running
     ran = sum(1.0 for job in running if job.user == "alice")
     assert held >= 0.4  # GPU-seconds, from the suspend to the node's report
-    assert not state.machine.overrun  # booked at the tick
+    assert not state.machine.meter.overrun  # booked at the tick
     # Her credit grew by her entitlement less what she ran and what she held past the suspend.
     assert after == pytest.approx(before + entitled - ran - held / settings.quantum_s)
 

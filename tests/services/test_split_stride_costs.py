@@ -19,6 +19,9 @@ from support.waiting import eventually
 from .scheduling_harness import Probe
 from .test_split_stride import COMMANDS, NEVER, admit, register, split_stride, started
 
+# Every machine these tests make checks its index after every input.
+pytestmark = pytest.mark.usefixtures("checked_machines")
+
 
 @pytest.fixture
 def bus() -> InMemoryBus:

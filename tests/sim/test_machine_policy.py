@@ -5,6 +5,8 @@ machine decided from the inputs the simulator played (placement, auction, profil
 
 from __future__ import annotations
 
+import pytest
+
 from gfair.core.cluster import parse_cluster_spec
 from gfair.core.scheduler import (
     Admitted,
@@ -26,6 +28,9 @@ from gfair.sim.simulator import SimConfig, Simulator
 from gfair.sim.speed import SpeedModel
 
 from .workloads import Row, trace_of
+
+# Every machine these tests make checks its index after every input.
+pytestmark = pytest.mark.usefixtures("checked_machines")
 
 RESNET = "ResNet-50 (batch size 32)"
 A3C = "A3C"

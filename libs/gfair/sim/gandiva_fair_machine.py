@@ -300,7 +300,7 @@ class GandivaFairMachine:
         if since is None or now <= since:
             return
         held: dict[str, int] = {}
-        for job in self.machine.residents():
+        for job in self.machine.index.resident_jobs():
             gpus = sum(len(s.gpu_indices) for s in job.stays.values() if s.holds_gpus)
             held[job.user] = held.get(job.user, 0) + gpus
         self._usage.advance(now)
@@ -337,8 +337,9 @@ class GandivaFairMachine:
     def _runs(self) -> dict[str, tuple[str, ...]]:
         """Server -> the jobs holding GPUs there (by trace id, sorted: an unchanged server
         compares equal to the last decision's)."""
-        ids = self._ids
-        return {
-            node_id: tuple(sorted(map(ids.__getitem__, keys)))
-            for node_id, keys in self.machine.holding().items()
+        ids, on_node = self._ids, self.machine.index.on_node
+        holding = {
+            n: [ids[k] for k, stay in here.items() if stay.holds_gpus]
+            for n, here in on_node.items()
         }
+        return {node_id: tuple(sorted(held)) for node_id, held in holding.items() if held}

@@ -97,7 +97,7 @@ def _node(machine: SplitStride, job: SchedulerJob, near: str | None) -> Node | N
     known), the one with the fewest jobs parked on it, then by name; None when there is none."""
     fits = [
         n
-        for n in machine.schedulable()
+        for n in machine.index.schedulable
         if n.takes_new_work and n.gpus >= job.gpus and waiting(machine, n.node_id) < n.gpus
     ]
     for node in fits:
@@ -109,4 +109,4 @@ def _node(machine: SplitStride, job: SchedulerJob, near: str | None) -> Node | N
         return None
     fastest = max(generation_rank(n.generation) for n in entitled)
     pool = [n for n in entitled if generation_rank(n.generation) == fastest]
-    return min(pool, key=lambda n: (len(machine.parked_on(n.node_id)), n.node_id))
+    return min(pool, key=lambda n: (len(machine.index.parked_on(n.node_id)), n.node_id))

@@ -1,25 +1,12 @@
-"""The kernel's job input kept up to date: each runnable job's `RunnableJob` and each user's queue
-of them by (pass, arrival), changed only where jobs changed, so that a snapshot (`snapshot`)
-costs what changed since the last one, not a pass over every job.
-
-The machine marks a job (`touch`) wherever anything a `RunnableJob` is made of changes: it is
-admitted or ends; a residency is added, dropped or told to stop; it is placed on other servers;
-its pass, attempt, exit, retry delay, parking or measured switches change. Speeds are kept per
-gang shape: a user's profile of a job type forgets its gangs of that type and remakes its
-jobs' states of that type (`profiled`); a change of the pools, every one.
-A job whose retry delay runs, or whose prepared process it waits for, is looked at again at
-every snapshot, since whether it may run depends on the time.
-
-A touched job that was runnable and still is keeps its state, brought up to date in place
-(`restate`): most touches are a job stopped or started, which changes where it runs, not its
-place in its user's queue, nor its user's among the users. The queues and the users' order
-are handed out as kept, and only what an event moved is put in its new place: a state that
-took or left its user's queue, or whose pass moved.
-
-The states and queues handed out are the machine's own: the kernel's `decide` and `backfill`
-read them, and the booking of a quantum (`turns`) lets the kernel's `settle` advance the passes
-of those that ran, then puts them in their new places (`repass`) before anything reads the
-queues again: a job that runs on is not made again every quantum.
+"""The kernel's job input, part of the machine's index (`index`): each runnable job's
+`RunnableJob` and each user's queue of them by (pass, arrival), made again only for the jobs
+touched since (`touch`: anything a state is made of changed), so that a snapshot costs what
+changed since the last one. Speeds are kept per gang shape (a profile forgets its user's gangs of
+its type, a change of the pools every one); a job whose retry delay runs, or that waits for its
+prepared process, is looked at again at every snapshot, since whether it may run depends on the
+time. A touched job still runnable keeps its state, brought up to date in place (`restate`), and
+only what moved takes a new place. The states and queues handed out are the index's own: the
+kernel reads them, and books a quantum into copies, which take their places (`repass`).
 """
 
 from __future__ import annotations
@@ -40,24 +27,22 @@ Shape = tuple[str, str | None, int]  # user, job type, GPUs: what a job's speeds
 
 class _UserQueue:
     """One user's runnable jobs by (pass, arrival number), and its position among the users
-    (the arrival position of its earliest runnable job)."""
+    (the arrival number of its earliest runnable job)."""
 
-    __slots__ = ("_order", "_positions", "first", "states")
+    __slots__ = ("_order", "first", "states")
 
     def __init__(self) -> None:
         self._order: list[tuple[float, int]] = []
         self.states: list[RunnableJob] = []  # (handed out as kept: read it, never change it)
-        self._positions: dict[str, int] = {}  # job -> its arrival position
         self.first = 0
 
-    def add(self, state: RunnableJob, position: int) -> bool:
+    def add(self, state: RunnableJob) -> bool:
         """Whether the user's position changed."""
         at = bisect_left(self._order, (state.pass_, state.seq))
         self._order.insert(at, (state.pass_, state.seq))
         self.states.insert(at, state)
-        self._positions[state.id] = position
-        if len(self.states) == 1 or position < self.first:
-            self.first = position
+        if len(self.states) == 1 or state.seq < self.first:
+            self.first = state.seq
             return True
         return False
 
@@ -66,18 +51,18 @@ class _UserQueue:
         at = bisect_left(self._order, (state.pass_, state.seq))
         del self._order[at]
         del self.states[at]
-        position = self._positions.pop(state.id)
         if not self.states:
             return True
-        if position == self.first:
-            self.first = min(self._positions.values())
-            return self.first != position
+        if state.seq == self.first:
+            self.first = min(s.seq for s in self.states)
+            return self.first != state.seq
         return False
 
     def repass(self, state: RunnableJob, before: float) -> None:
-        """`state`'s pass moved on from `before`: it takes its new place."""
+        """`state` (its pass moved on from `before`) takes its predecessor's place, and its own."""
         if len(self._order) == 1:  # (most users have one runnable job)
             self._order[0] = (state.pass_, state.seq)
+            self.states[0] = state
             return
         at = bisect_left(self._order, (before, state.seq))
         del self._order[at]
@@ -121,21 +106,25 @@ class Queues:
             del self._speeds[shape]
         self.touched.update(keys)
 
-    def repass(self, ran: Sequence[RunnableJob], before: Sequence[float]) -> None:
-        """The booking of a quantum advanced the passes of the states `ran` (the machine's
-        own, handed out by the last `refresh`) from `before`: they take their new places in
-        their users' queues. Nothing else a state is made of changes when its job runs on, so
-        the state is kept rather than made again."""
-        queues = self._queues
-        for state, was in zip(ran, before, strict=True):
-            queues[state.user].repass(state, was)
+    def repass(self, ran: Iterable[RunnableJob]) -> None:
+        """The booking of a quantum advanced the passes of the jobs that ran: `ran`, their
+        states as booked (copies of those the last `refresh` handed out, passes aside), take
+        their places in their users' queues. Nothing else a state is made of changes when its
+        job runs on, so the booked state is kept rather than made again."""
+        queues, states, running = self._queues, self._states, self._running
+        for state in ran:
+            key = state.id
+            queues[state.user].repass(state, states[key].pass_)
+            states[key] = state
+            if key in running:
+                running[key] = state
 
     def refresh(
         self, machine: SplitStride, now: float, pool_gpus: dict[str, int]
     ) -> Mapping[str, Sequence[RunnableJob]]:
         """User -> its runnable jobs' states in its order, the users in the order of their
-        earliest runnable job's arrival (`machine.positions`), as of `now`. (The machine's
-        own: read it, never change it.)"""
+        earliest runnable job's arrival, as of `now` (the index's own: read it, never change
+        it)."""
         jobs = machine.jobs
         if pool_gpus != self._pool_gpus:
             self._speeds.clear()
@@ -146,7 +135,6 @@ class Queues:
             touched |= self._delayed
         if not touched:
             return self._ordered() if self._reorder else self._answer
-        positions = machine.positions
         operator = machine.config.operator_costs
         states, running, waiting = self._states, self._running, self._waiting
         for key in touched:
@@ -171,7 +159,7 @@ class Queues:
                 queue = self._queues.get(job.user)
                 if queue is None:
                     queue = self._queues[job.user] = _UserQueue()
-                if queue.add(state, positions[key]):
+                if queue.add(state):
                     self._reorder = True
                 if job.array is not None:
                     self._in_arrays.setdefault(job.user, set()).add(key)

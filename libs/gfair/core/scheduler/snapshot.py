@@ -14,7 +14,7 @@ their admitted, unfinished jobs, less what arrays ask beyond their limits).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gfair.core import accounts, arrays, pools
@@ -34,11 +34,12 @@ def snapshot(machine: SplitStride, now: float, *, entitle: bool = True) -> Snaps
     on the way unless `entitle` is False (then they are as the last refresh left them). The job
     states and queues are the machine's queues' own (`queues`), kept up to date: the snapshot
     is read at once, before the next input changes them."""
-    pool_states, pool_gpus = machine.pools
+    index = machine.index
+    pool_states, pool_gpus = index.pools
     if entitle:
         _entitle(machine, pool_gpus)
-    queues: Mapping[str, Sequence[RunnableJob]] = machine.queues.refresh(machine, now, pool_gpus)
-    if in_arrays := machine.queues.in_arrays():
+    queues = index.queues.refresh(machine, now, pool_gpus)
+    if in_arrays := index.queues.in_arrays():
         limited = dict(queues)
         # Only the queues with array members are cut (`limit_arrays` keeps the others).
         members = {
@@ -71,20 +72,9 @@ def server_pools(schedulable: Sequence[Node]) -> tuple[tuple[PoolState, ...], di
 def job_state(job: SchedulerJob, speeds: dict[str, float], operator: SwitchCosts) -> RunnableJob:
     """A runnable `job` as the kernel sees it, running only where its whole gang holds GPUs in
     its current attempt."""
-    charged = costs(job, operator)
-    return RunnableJob(
-        job.key,
-        job.user,
-        job.gpus,
-        job.seq,
-        speeds,
-        job.stride_pass,
-        job.weight,
-        running=_running(job),
-        home=job.servers,
-        move_s=charged.migration_s,
-        resume_s=charged.resume_s,
-    )
+    state = RunnableJob(job.key, job.user, job.gpus, job.seq, speeds)
+    restate(state, job, speeds, operator)
+    return state
 
 
 def restate(
@@ -133,7 +123,8 @@ def costs(job: SchedulerJob, operator: SwitchCosts) -> SwitchCosts:
 
 
 def _entitle(machine: SplitStride, pool_gpus: dict[str, int]) -> None:
-    demand = machine.demand()
+    index = machine.index
+    demand = index.demand()
     users = machine.users
     # The same users (`entitled_for` is forgotten as users come and go), demand, pools and
     # published shares as when last entitled: each user is entitled as it is (`entitle` again
@@ -141,12 +132,12 @@ def _entitle(machine: SplitStride, pool_gpus: dict[str, int]) -> None:
     # (The machine's own demand and pools, kept until they change: compared by identity first,
     # they cost nothing to compare when they did not.)
     key = (machine.entitlements_revision, demand, pool_gpus)
-    if key == machine.entitled_for:
+    if key == index.entitled_for:
         return  # (every user with demand had an account then, and none left since)
     for user in sorted(demand.keys() - users.keys()):
         # Saved before accounts were kept: its users arrive now.
         users[user] = UserState(user, machine.next_seq())
-    machine.entitled_for = key
+    index.entitled_for = key
     published = machine.entitlements if machine.entitlements_revision >= 0 else {}
     if demand and all(user in published for user in demand):
         entitled: dict[str, dict[str, float]] = {

@@ -1,37 +1,33 @@
 """One quantum's decision, turned into what each server must do (docs/design.md §2.3, §2.7).
 
-The decision kernel (`gfair.core.kernel.decide`) picks, from the machine's snapshot, which jobs
-hold GPUs on which servers this quantum; this module books it (`kernel.settle`) and works out
-the difference with what runs now, assigning concrete GPU indices:
+The kernel (`gfair.core.kernel.decide`) picks from the machine's snapshot which jobs hold GPUs
+on which servers this quantum; this module books it (`kernel.settle`) and works out the
+difference with what runs now, assigning concrete GPU indices (two jobs never hold one):
 
 - a job that keeps running on its servers keeps its GPUs;
-- a job leaving a server is suspended there (checkpoint, GPUs freed), or killed when its attempt
-  was superseded by a retry; its node confirms before the job may run anywhere else;
-- a job the kernel placed on other servers than before (a move, within or between pools) is
-  suspended wherever it still runs and starts on its new servers once every old node confirmed
-  it let go (`start_at_once` then): it never runs twice. A driver whose nodes let go at once
-  (`SchedulerConfig.moves_at_once`: the simulator) has it start in the quantum's plan, after the
+- a job leaving a server is suspended there (checkpoint, GPUs freed), or killed when a retry
+  superseded its attempt; its node confirms before the job may run anywhere else;
+- a job placed on other servers (a move) is suspended wherever it still runs and starts on its
+  new servers once every old node let go (`start_at_once`): it never runs twice. Where nodes let
+  go at once (`SchedulerConfig.moves_at_once`: the simulator) it starts in the plan, after the
   stops;
-- a job entering takes free indices (those it is parked on in place, when free; else preferably
-  ones no other job is parked on); since a node executor carries out the commands of a GPU in
-  the order they were sent, a start listed after the suspends of the same server finds their
-  GPUs free. Two jobs
-  never hold the same index.
+- a job entering takes free indices (its own parked ones when free, else preferably ones no
+  other job is parked on); a node runs a GPU's commands in order, so a start listed after the
+  suspends of its server finds their GPUs free.
 
-`start_at_once` starts jobs between ticks: a moved job once its old nodes let go, and, to be
-work-conserving, `fill` gives GPUs left idle (a job arrived, or one ended) to waiting jobs by
-the kernel's `backfill`, where they are not promised to a moved job; nothing is booked for
-them until the next tick. (`backfill` is not run when no job that holds no GPUs asks at most the
-idle GPUs: it could start nothing.)
+Between ticks, `fill` gives idle GPUs (a job arrived, or one ended) to waiting jobs by the
+kernel's `backfill`, where they are not promised to a moved job; nothing is booked for them
+until the next tick (and `backfill` is not run when no waiting job fits the idle GPUs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from gfair.core import kernel
-from gfair.core.kernel import Decision, Pass, Snapshot, backfill, decide
+from gfair.core.kernel import Decision, Pass, RunnableJob, Snapshot, backfill, decide
 
 from .plan import Forgotten, Placement, QuantumPlan, ServerTurn, Start, Starts, Stop, StopReason
 from .residency import Phase, SchedulerJob, Stay
@@ -42,7 +38,8 @@ if TYPE_CHECKING:
 
 
 def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> QuantumPlan:
-    unsettled = _account(machine, now)
+    # The GPUs held since the last tick charged; the residencies not running (`Meter.tick`).
+    unsettled = machine.meter.tick(machine.index.resident_jobs(), machine.index.generations, now)
     forgotten = _expire(machine, unsettled, min(now, heard_until))
     view = snapshot(machine, now)
     decision = decide(view)
@@ -51,14 +48,14 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
     moved = {job.key for job in placed}
     quantum = machine.quantum
     machine.quantum += 1
-    scheduled = machine.schedulable()
+    scheduled = machine.index.schedulable
     jobs = machine.jobs
     runs = decision.runs
     stops: dict[str, list[Stop]] = {}
     for node in scheduled:
         node_id = node.node_id
         leaving = stops[node_id] = []
-        here = machine.stays_on(node_id)
+        here = machine.index.stays_on(node_id)
         if not here:
             continue
         chosen = runs.get(node_id, ())
@@ -79,7 +76,7 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
         held_back = {key for key in moved if machine.jobs[key].stays}
     waiting = {k for k in machine.held_back if k in machine.jobs and machine.jobs[k].stays}
     machine.held_back = held_back | waiting
-    sizes = machine.sizes()
+    sizes = machine.index.sizes
     turns: list[ServerTurn] = []
     short: list[tuple[str, str]] = []
     # The gangs across servers (the kernel places every job that runs: `Decision.placed`).
@@ -100,8 +97,8 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
             turns.append(ServerTurn(node_id, quantum, central, tuple(stops[node_id]), (), run))
             continue
         starts: list[Start] = []
-        free = machine.free_indices(node_id)
-        parked = machine.parked_on(node_id)
+        free = machine.index.free_indices(machine.nodes.get(node_id))
+        parked = machine.index.parked_on(node_id)
         # Jobs parked in place here pick first, so that their own GPUs are still free for them.
         if len(entering) > 1 and any(job.parked_on(node_id) for job in entering):
             entering.sort(key=lambda job: not job.parked_on(node_id))
@@ -116,12 +113,12 @@ def decide_quantum(machine: SplitStride, now: float, heard_until: float) -> Quan
         turns.append(
             ServerTurn(node_id, quantum, central, tuple(stops[node_id]), tuple(starts), run)
         )
-    names = machine.names()
+    names = machine.index.names
     strays: tuple[Stop, ...] = ()
-    if not machine.stays_within(names):
+    if any(node_id not in names for node_id in machine.index.on_node):
         strays = tuple(
             _stop(machine, job, stay, now, quantum, drain=True)
-            for job in machine.residents()
+            for job in machine.index.resident_jobs()
             for stay in list(job.stays.values())
             if stay.node_id not in names and stay.holds_gpus
         )
@@ -147,7 +144,7 @@ def start_at_once(machine: SplitStride, key: str, now: float, *, arrival: bool) 
     job = machine.jobs.get(key)
     if job is None or job.stays or not machine.runnable(job, now):
         return _NO_STARTS
-    names = machine.names()
+    names = machine.index.names
     if key in machine.held_back:
         servers = job.servers
     elif not arrival:
@@ -165,11 +162,12 @@ def fill(machine: SplitStride, now: float) -> Starts:
     job that fits waits. A job it names starts only where its GPUs are free and not promised to
     a held-back job, and only on the servers it is still suspending on, if any; nothing is booked
     for it until the next tick."""
-    if machine.free_gpus() <= 0:
+    if machine.index.free_gpus() <= 0:
         return _NO_STARTS
-    machine.queues.refresh(machine, now, machine.pools[1])
-    least = machine.queues.least_waiting()
-    if least is None or least > machine.free_gpus():
+    index = machine.index
+    index.queues.refresh(machine, now, index.pools[1])
+    least = machine.index.queues.least_waiting()
+    if least is None or least > machine.index.free_gpus():
         # No job that holds no GPUs fits in what is idle. (`backfill` could name only a job
         # already running, and only on servers off the ones it runs on, which the loop below
         # passes over.)
@@ -180,8 +178,8 @@ def fill(machine: SplitStride, now: float) -> Starts:
     # against that one's since-shrunk share, ever further ahead (`accounts.entitle`).
     view = snapshot(machine, now, entitle=False)  # (the queues are as just refreshed)
     # The running jobs the snapshot holds: an array's beyond its limit are not in it.
-    in_arrays = machine.queues.in_arrays()
-    holding = [state for state in machine.queues.running() if state.user not in in_arrays]
+    in_arrays = machine.index.queues.in_arrays()
+    holding = [state for state in machine.index.queues.running() if state.user not in in_arrays]
     holding += [s for user in in_arrays for s in view.jobs.get(user, ()) if s.running]
     turns: list[ServerTurn] = []
     placed: list[Placement] = []
@@ -198,12 +196,6 @@ def fill(machine: SplitStride, now: float) -> Starts:
             if moved:
                 placed.append(_placement(job, Pass.BACKFILL))
     return Starts(tuple(turns), tuple(placed))
-
-
-def _account(machine: SplitStride, now: float) -> list[tuple[SchedulerJob, Stay]]:
-    """Charge the GPUs held since the last tick (or since they were taken, if later) to their
-    users, per pool; the residencies not running (told to start or to stop, unconfirmed)."""
-    return machine.meter.tick(machine.residents(), machine.generations(), now)
 
 
 def _expire(
@@ -227,23 +219,28 @@ def _settle(machine: SplitStride, view: Snapshot, decision: Decision) -> None:
     """Book the quantum into the users' credits and the passes of the jobs that ran."""
     # The machine's own states: the kernel advances their passes, and the queues put them in
     # their new places at once (`Queues.repass`).
-    ran = machine.queues.states(decision.placed)
-    before = [state.pass_ for state in ran]
-    ceiling = machine.ceilings()
+    # The kernel books into copies of the index's states: a job's pass is its own
+    # (`SchedulerJob.stride_pass`), and the index derives its state from it (`repass`).
+    ran = [_copy(state) for state in machine.index.queues.states(decision.placed)]
+    ceiling = machine.index.ceilings()
     booked = kernel.settle(machine.users, ran, decision, ceiling, view.overrun, view.unheld)
     machine.meter.booked(decision, booked)
     if booked:
-        machine.passes_changed()
-        machine.queues.repass(ran, before)
-        jobs = machine.jobs
-        for state in ran:
-            jobs[state.id].stride_pass = state.pass_
-            machine.changed(state.id)
+        machine.repass(ran)
+
+
+# A state's fields in order (`_copy`: field by field costs a tenth of `copy.copy`, for every job
+# that ran).
+_FIELDS = attrgetter(*RunnableJob.__slots__)
+
+
+def _copy(state: RunnableJob) -> RunnableJob:
+    return RunnableJob(*_FIELDS(state))
 
 
 def _place(machine: SplitStride, decision: Decision) -> list[SchedulerJob]:
     """Take the decision's placements; the jobs placed on other servers than before."""
-    pool_of = machine.generations()
+    pool_of = machine.index.generations
     moved: list[SchedulerJob] = []
     for key, servers in decision.placed.items():
         job = machine.jobs[key]
@@ -282,20 +279,20 @@ def _start_on(
 ) -> tuple[ServerTurn, ...] | None:
     """Start `job` on `servers` with free GPU indices there; None when they are not free."""
     key = job.key
-    sizes = machine.sizes()
+    sizes = machine.index.sizes
     before = job.servers, job.generation
     job.servers = servers
     machine.touch(key)
     picks: dict[str, tuple[int, ...]] = {}
     for node_id in servers:
         need = job.gpus_on(node_id, sizes)
-        free = machine.free_indices(node_id)
+        free = machine.index.free_indices(machine.nodes.get(node_id))
         if key not in machine.held_back:
-            free = free[: max(0, len(free) - machine.promised(node_id, sizes))]
+            free = free[: max(0, len(free) - machine.index.promised(node_id))]
         if len(free) < need:
             job.servers = before[0]
             return None
-        parked = machine.parked_on(node_id)
+        parked = machine.index.parked_on(node_id)
         picks[node_id] = tuple(_pick_indices(job, node_id, free, need, parked))
     machine.let_go(key)
     if servers != before[0]:
@@ -305,7 +302,7 @@ def _start_on(
     turns = []
     for node_id, indices in picks.items():
         start = _start(machine, job, node_id, indices, now, quantum)
-        running = tuple(machine.holders(node_id))
+        running = tuple(k for k, s in machine.index.stays_on(node_id).items() if s.holds_gpus)
         turns.append(ServerTurn(node_id, quantum, len(servers) > 1, (), (start,), running))
     return tuple(turns)
 
