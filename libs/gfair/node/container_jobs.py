@@ -65,7 +65,7 @@ LABEL_JOB, LABEL_NODE, LABEL_RUNS = "gfair.job", "gfair.node", "gfair.runs"
 _TMP_SIZE = "1g"
 # How long the copies of a job's output may trail its exit.
 _LOGS_DRAIN_S = 2.0
-# How long the engine may take to answer a heartbeat's probe (`engine_fault`).
+# How long the engine may take to answer that probe (`engine_fault`).
 _PROBE_S = 5.0
 _FAULT_CHARS = 1000
 # A container's exit status past this is 128 + the signal that ended its job.

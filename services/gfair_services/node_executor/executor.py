@@ -72,6 +72,8 @@ from gfair_services.node_executor.user_supervisors import UserSupervisors
 from gfair_services.topology import cluster_topology
 
 SERVICE_NAME = "node-executor"
+# How often a container node asks its engine whether it answers, for its heartbeats to carry.
+ENGINE_PROBE_S = 5.0
 # Commands carried out at once at most (the runner's batch): a quantum's switches on a server.
 COMMANDS_IN_FLIGHT = 32
 
@@ -123,6 +125,9 @@ class NodeExecutor:
             clock,
         )
         self._heartbeat_seq = 0
+        # The engine's last answer (`probe_engine`), None before the first: a heartbeat reads
+        # it rather than asking the engine itself, which may take seconds to not answer.
+        self._engine_fault: tuple[str | None] | None = None
         self._closed = False
         self.service = self._build()
 
@@ -141,6 +146,8 @@ class NodeExecutor:
         service.add_handler(self.on_command, consumer, name="command", lanes=self._commands.lanes)
         service.add_timer(self.settings.heartbeat_s, self.heartbeat, name="heartbeat")
         service.add_timer(self.settings.telemetry_s, self.telemetry, name="telemetry")
+        if self._containers is not None:
+            service.add_timer(ENGINE_PROBE_S, self.probe_engine, name="engine")
         return service
 
     def _prepare_roots(self) -> None:
@@ -412,9 +419,18 @@ class NodeExecutor:
         through, where it runs any, not answering (the failure detector re-places them)."""
         if self._containers is None:
             return None
+        if self._engine_fault is None:  # not probed yet: the first heartbeat asks
+            await self.probe_engine()
+            assert self._engine_fault is not None
+        return self._engine_fault[0]
+
+    async def probe_engine(self) -> Sequence[Emit]:
+        """Timer (container nodes): ask the engine whether it answers, for the heartbeats."""
         from gfair.node.container_jobs import engine_fault
 
-        return await engine_fault(self._containers.engine_url)
+        assert self._containers is not None
+        self._engine_fault = (await engine_fault(self._containers.engine_url),)
+        return []
 
     async def telemetry(self) -> Sequence[Emit]:
         samples, xids = await anyio.to_thread.run_sync(self._read_gpus, self._runs.busy_gpus())
