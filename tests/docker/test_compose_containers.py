@@ -76,7 +76,7 @@ async def test_a_tenants_job_in_its_image_time_slices_beside_another_tenants_job
             alice,
             *("submit", "--job-id", "train", "--gpus", "1", "--image", example_image),
             *("--env", "OMP_NUM_THREADS=1", "--wait=completed", "--timeout", "600"),
-            *("--", "python", "/opt/example/pytorch_train.py", "--steps", "3000"),
+            *("--", "python", "/opt/example/pytorch_train.py", "--steps", "12000"),
         )
         details = await client.job("alice", "train")
         assert details.state is JobState.COMPLETED, project.logs(["node-executor"])
